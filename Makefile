@@ -1,0 +1,45 @@
+# The two commands a fresh machine needs: `make demo` and `make test`. Each installs what it uses:
+# a Python virtualenv with the pinned packages, and the control-plane binaries (built once, then cached).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo demo-down test test-fast binaries env-up env-down env-status crds lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+binaries:
+	bash deploy/localenv/build-binaries.sh
+
+# The main job on the local environment; leaves everything running. `make demo-down` stops it.
+demo: $(STAMP) binaries
+	$(PY) -m deploy.localenv up
+
+demo-down: $(STAMP)
+	$(PY) -m deploy.localenv down
+
+# Every test, the integration ones against real Temporal and Kubernetes included.
+test: $(STAMP) binaries
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Only the tests that need no local environment.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m 'not env' $(PYTEST_ARGS)
+
+env-up: $(STAMP) binaries
+	$(PY) -m deploy.localenv up
+env-down: $(STAMP)
+	$(PY) -m deploy.localenv down
+env-status: $(STAMP)
+	$(PY) -m deploy.localenv status
+
+crds: $(STAMP)
+	$(PY) -m deploy.crdgen
+
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports

@@ -1,0 +1,138 @@
+"""Real Kubernetes clusters side by side on 127.0.0.1: kwokctl's binary runtime runs etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and the kwok controller (which keeps fake nodes
+Ready and moves their pods to Running) as local processes. Each cluster has its own kubeconfig.
+Used by the local environment (demo and tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from deploy.localenv.binaries import Binaries
+
+CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    name: str
+    kubeconfig: Path
+
+    def api_client(self) -> k8s.ApiClient:
+        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    @property
+    def server(self) -> str:
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return str(config["clusters"][0]["cluster"]["server"])
+
+
+def _kwokctl_env(binaries: Binaries, workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KWOK_WORKDIR"] = str(workdir)
+    # kwokctl calls kubectl by name; ours goes first so that the pinned version answers.
+    env["PATH"] = f"{binaries.kubectl_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _kwokctl_config(binaries: Binaries) -> dict[str, Any]:
+    return {
+        "kind": "KwokctlConfiguration",
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",  # kwokctl's default is 0.0.0.0
+            "etcdBinary": str(binaries.etcd),
+            "kubeApiserverBinary": str(binaries.kube_apiserver),
+            "kubeControllerManagerBinary": str(binaries.kube_controller_manager),
+            "kubeSchedulerBinary": str(binaries.kube_scheduler),
+            "kwokControllerBinary": str(binaries.kwok),
+            "kubectlBinary": str(binaries.kubectl),
+        },
+    }
+
+
+def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalCluster:
+    """Creates (or adopts, when it already runs) cluster `name` and installs tidepool's CRDs."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / "kwokctl.yaml"
+    config_file.write_text(yaml.safe_dump(_kwokctl_config(binaries)))
+    kubeconfig = workdir / f"kubeconfig-{name}.yaml"
+    env = _kwokctl_env(binaries, workdir)
+    log = workdir / f"kwokctl-{name}.log"
+    with open(log, "ab") as out:
+        subprocess.run(
+            [str(binaries.kwokctl), "create", "cluster", "--name", name, "--config", str(config_file),
+             "--kubeconfig", str(kubeconfig), "--wait", "120s"],
+            env=env, check=True, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
+    install_crds(cluster, binaries=binaries)
+    return cluster
+
+
+def _write_kubeconfig(name: str, *, binaries: Binaries, workdir: Path) -> Path:
+    """The cluster's own kubeconfig in a file of its own (kwokctl's shared one holds every context)."""
+    out = subprocess.run(
+        [str(binaries.kwokctl), "get", "kubeconfig", "--name", name],
+        env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    path = workdir / "kubeconfigs" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(out.stdout)
+    return path
+
+
+def delete_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
+    subprocess.run(
+        [str(binaries.kwokctl), "delete", "cluster", "--name", name],
+        env=_kwokctl_env(binaries, workdir), check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:
+    """Server-side apply of deploy/crds, then wait until the API server serves them."""
+    if not any(CRD_DIR.glob("*.yaml")):
+        return
+    kubectl = [str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR)],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def fake_node(
+    name: str, *, cpu: str, memory: str, pods: str = "110", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A Node that the kwok controller keeps Ready (it manages nodes annotated kwok.x-k8s.io/node=fake)."""
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})},
+        },
+        "status": {"allocatable": allocatable, "capacity": allocatable, "phase": "Running"},
+    }
+
+
+def wait_for(predicate: Any, *, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Polls `predicate` until it returns something truthy; raises TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)

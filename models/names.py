@@ -1,0 +1,85 @@
+"""Every name tidepool puts on the wire, defined once: API group, task queues, workflow ids, labels,
+annotations, search attributes. Workflows, activities, workers and the local environment import them
+from here so that a renamed key cannot drift between a writer and its reader."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "tidepool.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+# Plurals of the tidepool custom resources, as the API server serves them.
+CLUSTER_CONFIGS: Final = "clusterconfigs"
+PEERING_REQUESTS: Final = "peeringrequests"
+ADVERTISEMENTS: Final = "advertisements"
+SUPER_CLUSTERS: Final = "superclusters"
+
+# The one ClusterConfig of a cluster (cluster-scoped, a singleton by name).
+CLUSTER_CONFIG_NAME: Final = "tidepool"
+# Where tidepool keeps its own namespaced objects in every cluster (virtual kubelets, credentials).
+SYSTEM_NAMESPACE: Final = "tidepool-system"
+
+# Labels.
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "tidepool"
+LABEL_NODE_TYPE: Final = "tidepool.io/type"
+VIRTUAL_NODE_TYPE: Final = "virtual-node"
+LABEL_PROVIDER: Final = "tidepool.io/provider"
+LABEL_CONSUMER: Final = "tidepool.io/consumer"
+LABEL_OFFLOADED: Final = "tidepool.io/offloaded"
+TAINT_VIRTUAL_NODE: Final = "tidepool.io/virtual-node"
+
+# Finalizer the consumer puts on an Advertisement so that teardown runs in order before it goes.
+ADVERTISEMENT_FINALIZER: Final = "tidepool.io/teardown"
+
+
+def task_queue(cluster_id: str) -> str:
+    """Each cluster's worker polls its own task queue; two clusters never share one."""
+    return f"tidepool-{cluster_id}"
+
+
+def peering_workflow_id(foreign_cluster_id: str) -> str:
+    """One peering workflow per foreign cluster, ever: a second start finds the running one."""
+    return f"peering-{foreign_cluster_id}"
+
+
+def advertisement_workflow_id(provider_cluster_id: str) -> str:
+    return f"advertisement-{provider_cluster_id}"
+
+
+def advertisement_name(provider_cluster_id: str) -> str:
+    """The Advertisement a provider writes on a foreign cluster: one per provider, deterministic."""
+    return f"advertisement-{provider_cluster_id}"
+
+
+def credentials_secret_name(provider_cluster_id: str) -> str:
+    """The kubeconfig Secret a provider writes on the foreign cluster, beside its Advertisement."""
+    return f"tidepool-kubeconfig-{provider_cluster_id}"
+
+
+def foreign_namespace(foreign_cluster_id: str) -> str:
+    """The namespace in the provider where a foreign cluster's offloaded pods run."""
+    return f"tidepool-foreign-{foreign_cluster_id}"
+
+
+def virtual_node_name(provider_cluster_id: str) -> str:
+    return f"tidepool-{provider_cluster_id}"
+
+
+def virtual_kubelet_name(provider_cluster_id: str) -> str:
+    return f"virtual-kubelet-{provider_cluster_id}"
+
+
+# Temporal search attributes tidepool registers (name -> Temporal type), so the Web UI can filter on them.
+SEARCH_ATTRIBUTES: Final = {
+    "HomeCluster": "Keyword",
+    "ForeignCluster": "Keyword",
+    "PeeringPhase": "Keyword",
+    "SharingPercentage": "Int",
+    "ProviderCluster": "Keyword",
+    "AdvertisementPhase": "Keyword",
+    "TenantNamespace": "Keyword",
+    "SuperClusters": "KeywordList",
+}

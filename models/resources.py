@@ -1,0 +1,143 @@
+"""ResourceList arithmetic with exact quantities: add, subtract, scale by a percentage, clamp at zero
+per resource, compare. Used by the sharing computation, admission checks, slicing and placement.
+
+A `Resources` is an immutable mapping from resource name ("cpu", "memory", "pods", ...) to an exact
+Decimal. A resource absent from a list counts as zero in arithmetic.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Iterable, Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import core_schema
+
+from models.quantities import _EXACT, Quantity, format_quantity, parse_quantity
+
+# Resources whose natural unit is fractional: Kubernetes schedules CPU in thousandths of a core.
+# Everything else (memory, pods, storage, extended resources) is counted in whole units.
+_MILLI_RESOURCES = frozenset({"cpu"})
+_MILLI = Decimal("0.001")
+
+
+class Resources(Mapping[str, Decimal]):
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str | int | Decimal] | None = None, /, **kwargs: str | int | Decimal):
+        merged = {**(items or {}), **kwargs}
+        self._items: dict[str, Decimal] = {name: parse_quantity(value) for name, value in merged.items()}
+
+    # Mapping protocol -------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Decimal:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get_or_zero(self, name: str) -> Decimal:
+        return self._items.get(name, Decimal(0))
+
+    def __repr__(self) -> str:
+        return f"Resources({self.to_kubernetes()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every resource is equal, an absent one counting as zero."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        other_resources = other if isinstance(other, Resources) else Resources(other)
+        names = set(self) | set(other_resources)
+        return all(self.get_or_zero(n) == other_resources.get_or_zero(n) for n in names)
+
+    def __hash__(self) -> int:
+        return hash(frozenset((n, v) for n, v in self._items.items() if v != 0))
+
+    # Arithmetic ---------------------------------------------------------------------------------------
+    def __add__(self, other: Mapping[str, Decimal]) -> Resources:
+        with decimal.localcontext(_EXACT):
+            names = list(self) + [n for n in other if n not in self._items]
+            return Resources({n: self.get_or_zero(n) + Decimal(other.get(n, 0)) for n in names})
+
+    def __sub__(self, other: Mapping[str, Decimal]) -> Resources:
+        with decimal.localcontext(_EXACT):
+            names = list(self) + [n for n in other if n not in self._items]
+            return Resources({n: self.get_or_zero(n) - Decimal(other.get(n, 0)) for n in names})
+
+    def maximum(self, other: Mapping[str, Decimal]) -> Resources:
+        """Per resource, the larger of the two (how an init container bounds a pod's requests)."""
+        names = list(self) + [n for n in other if n not in self._items]
+        return Resources({n: max(self.get_or_zero(n), Decimal(other.get(n, 0))) for n in names})
+
+    def clamp_at_zero(self) -> Resources:
+        """Negative amounts become zero, each resource on its own."""
+        return Resources({n: max(v, Decimal(0)) for n, v in self._items.items()})
+
+    def scale(self, percent: int | Decimal) -> Resources:
+        """`percent`% of every resource, rounded down to the resource's unit (1m of CPU, one byte,
+        one pod), so that a provider never advertises more than it has."""
+        with decimal.localcontext(_EXACT):
+            factor = Decimal(percent) / 100
+            scaled: dict[str, Decimal] = {}
+            for name, value in self._items.items():
+                unit = _MILLI if name in _MILLI_RESOURCES else Decimal(1)
+                scaled[name] = ((value * factor) / unit).to_integral_value(decimal.ROUND_FLOOR) * unit
+            return Resources(scaled)
+
+    def only(self, names: Iterable[str]) -> Resources:
+        wanted = set(names)
+        return Resources({n: v for n, v in self._items.items() if n in wanted})
+
+    # Comparison ---------------------------------------------------------------------------------------
+    def fits_in(self, capacity: Mapping[str, Decimal]) -> bool:
+        """Every resource here is at most the capacity's (absent capacity counts as zero)."""
+        return not self.shortfall(capacity)
+
+    def shortfall(self, capacity: Mapping[str, Decimal]) -> Resources:
+        """What is missing from `capacity` to hold this, per resource; empty when it fits."""
+        with decimal.localcontext(_EXACT):
+            return Resources(
+                {n: v - Decimal(capacity.get(n, 0)) for n, v in self._items.items() if v > Decimal(capacity.get(n, 0))}
+            )
+
+    def is_zero(self) -> bool:
+        return all(v == 0 for v in self._items.values())
+
+    def has_negative(self) -> bool:
+        return any(v < 0 for v in self._items.values())
+
+    # Conversion ----------------------------------------------------------------------------------------
+    def to_kubernetes(self) -> dict[str, str]:
+        """The ResourceList as the API server writes it: canonical quantity strings, sorted by name."""
+        return {n: format_quantity(self._items[n]) for n in sorted(self._items)}
+
+    @classmethod
+    def from_kubernetes(cls, resource_list: Mapping[str, Any] | None) -> Resources:
+        return cls(resource_list or {})
+
+    @classmethod
+    def total(cls, lists: Iterable[Mapping[str, Decimal]]) -> Resources:
+        result = cls()
+        for item in lists:
+            result = result + item
+        return result
+
+    # pydantic integration: a field of type Resources validates a ResourceList and serialises it back.
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        quantity_map = handler.generate_schema(dict[str, Quantity])
+        return core_schema.no_info_after_validator_function(
+            lambda items: items if isinstance(items, Resources) else Resources(items),
+            core_schema.union_schema([core_schema.is_instance_schema(Resources), quantity_map]),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda value: value.to_kubernetes(), return_schema=core_schema.dict_schema()
+            ),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": TypeAdapter(Quantity).json_schema()}

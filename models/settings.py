@@ -1,0 +1,85 @@
+"""The worker's settings: one model made of per-topic parts, every field with a default and its unit.
+
+A cluster's worker reads them from TIDEPOOL_* environment variables (see `from_env`); the protocol's
+own knobs (sharing percentage, acceptance policy, periods) live in the cluster's ClusterConfig instead,
+so that they can change without a restart. tests/test_settings.py pins the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.names import task_queue
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TemporalSettings(_Part):
+    address: str = Field(default="127.0.0.1:7233", description="host:port of the Temporal frontend.")
+    namespace: str = Field(default="default", description="Temporal namespace this cluster's workflows live in.")
+    api_key_file: str | None = Field(
+        default=None, description="Path of a file holding a Temporal Cloud API key (mounted from a Secret)."
+    )
+    tls_cert_file: str | None = Field(default=None, description="Client certificate for mTLS (PEM path).")
+    tls_key_file: str | None = Field(default=None, description="Client key for mTLS (PEM path).")
+    tls_ca_file: str | None = Field(default=None, description="CA bundle for the server certificate (PEM path).")
+
+
+class ClusterSettings(_Part):
+    cluster_id: str = Field(
+        default="home", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
+        description="This cluster's identity in the peering protocol (a DNS-1123 label).",
+    )  # fmt: skip
+    kubeconfig: str | None = Field(default=None, description="Path of the kubeconfig; unset means in-cluster.")
+    api_server_for_peers: str | None = Field(
+        default=None,
+        description="The API server URL foreign clusters use to reach this one; unset means the kubeconfig's.",
+    )
+    pod_cidr: str = Field(default="10.0.0.0/16", description="This cluster's PodCIDR, advertised to peers.")
+
+
+class ProviderSettings(_Part):
+    token_lifetime_seconds: int = Field(
+        default=3600, ge=600, le=3600,
+        description="Lifetime of the token handed to a foreign cluster, in seconds; renewed on every push.",
+    )  # fmt: skip
+    unreachable_backoff_max_seconds: int = Field(
+        default=300, ge=1, description="Longest wait between attempts to reach a foreign cluster, in seconds."
+    )
+    decision_poll_max_seconds: int = Field(
+        default=300, ge=1, description="Longest wait between checks of a foreign decision still pending, in seconds."
+    )
+
+
+class MetricsSettings(_Part):
+    port: int = Field(default=9464, ge=0, le=65535, description="Port of the Prometheus endpoint; 0 disables it.")
+
+
+class WorkerSettings(_Part):
+    cluster: ClusterSettings = ClusterSettings()
+    temporal: TemporalSettings = TemporalSettings()
+    provider: ProviderSettings = ProviderSettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+    @property
+    def task_queue(self) -> str:
+        return task_queue(self.cluster.cluster_id)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+        """TIDEPOOL_<PART>_<FIELD>, e.g. TIDEPOOL_CLUSTER_CLUSTER_ID or TIDEPOOL_TEMPORAL_ADDRESS."""
+        environ = os.environ if environ is None else environ
+        parts: dict[str, dict[str, str]] = {}
+        for part_name, part_field in cls.model_fields.items():
+            part_type = part_field.annotation
+            assert isinstance(part_type, type) and issubclass(part_type, BaseModel)
+            for field_name in part_type.model_fields:
+                key = f"TIDEPOOL_{part_name}_{field_name}".upper()
+                if key in environ:
+                    parts.setdefault(part_name, {})[field_name] = environ[key]
+        return cls.model_validate(parts)

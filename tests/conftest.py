@@ -1,0 +1,71 @@
+"""Session fixtures: the real local environment (a Temporal dev server in memory and clusters a, b, c
+and tenant), started once per run and only when a test asks for it. Tests of pure logic use none.
+
+Set TIDEPOOL_TEST_STATE to the state directory of an environment started with
+`python -m deploy.localenv --state-dir DIR up` to reuse it across runs (it is then left running)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState, down, up
+from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
+
+CLUSTER_NAMES = ("a", "b", "c", "tenant")
+
+
+@dataclass(frozen=True)
+class Clusters:
+    a: LocalCluster
+    b: LocalCluster
+    c: LocalCluster
+    tenant: LocalCluster
+
+
+@pytest.fixture(scope="session")
+def localenv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvState]:
+    reuse = os.environ.get("TIDEPOOL_TEST_STATE")
+    if reuse:
+        state = EnvState.load(Path(reuse))
+        if state is None:
+            raise RuntimeError(f"TIDEPOOL_TEST_STATE={reuse} holds no running environment")
+        yield state
+        return
+    state_dir = tmp_path_factory.mktemp("localenv")
+    try:
+        state = up(clusters=list(CLUSTER_NAMES), state_dir=state_dir, persistent=False,
+                   dynamic_config=TEST_DYNAMIC_CONFIG)  # fmt: skip
+        yield state
+    finally:
+        down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def clusters(localenv: EnvState) -> Clusters:
+    return Clusters(**{name: localenv.cluster(name) for name in CLUSTER_NAMES})
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(localenv: EnvState) -> AsyncIterator[Client]:
+    yield await Client.connect(localenv.temporal_address, namespace="default", data_converter=pydantic_data_converter)
+
+
+@pytest.fixture
+def task_queue() -> str:
+    """A fresh task queue per test, so that no other test's worker picks up its tasks."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for names that must not collide between tests sharing the clusters."""
+    return uuid.uuid4().hex[:8]

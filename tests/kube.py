@@ -1,0 +1,67 @@
+"""Small helpers the integration tests share: fake nodes, pods and namespaces on the real clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from deploy.localenv.clusters import fake_node, wait_for
+
+__all__ = ["create_namespace", "create_node", "create_pod", "delete_quietly", "pod_spec", "wait_for"]
+
+
+def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",
+                labels: dict[str, str] | None = None) -> None:  # fmt: skip
+    k8s.CoreV1Api(api).create_node(fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels))
+
+
+def create_namespace(api: k8s.ApiClient, name: str) -> None:
+    try:
+        k8s.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def pod_spec(
+    *,
+    requests: dict[str, str] | None = None,
+    init_requests: list[dict[str, str]] | None = None,
+    node_name: str | None = None,
+    overhead: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": requests or {}}}],
+    }
+    if init_requests:
+        spec["initContainers"] = [
+            {"name": f"init-{i}", "image": "busybox", "resources": {"requests": r}} for i, r in enumerate(init_requests)
+        ]
+    if node_name:
+        spec["nodeName"] = node_name
+    if overhead:
+        spec["overhead"] = overhead
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return spec
+
+
+def create_pod(api: k8s.ApiClient, namespace: str, name: str, *, labels: dict[str, str] | None = None,
+               **spec: Any) -> None:  # fmt: skip
+    body = {"metadata": {"name": name, "labels": labels or {}}, "spec": pod_spec(**spec)}
+    k8s.CoreV1Api(api).create_namespaced_pod(namespace, body)
+
+
+def delete_quietly(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Deletes, treating 'already gone' as success (tests clean up after themselves)."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as e:
+        if e.status != 404:
+            raise

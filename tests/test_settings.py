@@ -1,0 +1,41 @@
+"""The worker's settings: defaults pinned, environment variables mapped, bad values named."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from models.settings import WorkerSettings
+
+
+def test_the_defaults_are_pinned() -> None:
+    assert WorkerSettings().model_dump() == {
+        "cluster": {"cluster_id": "home", "kubeconfig": None, "api_server_for_peers": None, "pod_cidr": "10.0.0.0/16"},
+        "temporal": {"address": "127.0.0.1:7233", "namespace": "default", "api_key_file": None,
+                     "tls_cert_file": None, "tls_key_file": None, "tls_ca_file": None},
+        "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300,
+                     "decision_poll_max_seconds": 300},
+        "metrics": {"port": 9464},
+    }  # fmt: skip
+
+
+def test_environment_variables_set_fields_by_part_and_name() -> None:
+    settings = WorkerSettings.from_env({"TIDEPOOL_CLUSTER_CLUSTER_ID": "east", "TIDEPOOL_TEMPORAL_ADDRESS": "t:7233"})
+    assert settings.cluster.cluster_id == "east"
+    assert settings.temporal.address == "t:7233"
+    assert settings.task_queue == "tidepool-east"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        pytest.param("TIDEPOOL_CLUSTER_CLUSTER_ID", "East_1", "cluster.cluster_id", id="a cluster id must be a DNS label"),
+        pytest.param("TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS", "7200", "provider.token_lifetime_seconds",
+                     id="a token lives at most one hour"),
+        pytest.param("TIDEPOOL_METRICS_PORT", "70000", "metrics.port", id="a port fits in 16 bits"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_is_refused_with_its_field(variable: str, value: str, field: str) -> None:
+    with pytest.raises(ValidationError) as error:
+        WorkerSettings.from_env({variable: value})
+    assert field in str(error.value).replace("\n", ".")

@@ -33,6 +33,14 @@ TAINT_VIRTUAL_NODE: Final = "tidepool.io/virtual-node"
 
 # Finalizer the consumer puts on an Advertisement so that teardown runs in order before it goes.
 ADVERTISEMENT_FINALIZER: Final = "tidepool.io/teardown"
+# A manual decision on an Advertisement (acceptPolicy Manual): "accept" or "refuse", and why.
+DECISION_ANNOTATION: Final = "tidepool.io/decision"
+DECISION_REASON_ANNOTATION: Final = "tidepool.io/decision-reason"
+# Set to "clean" by a virtual kubelet on its own Deployment once it emptied the provider namespace.
+VK_CLEAN_ANNOTATION: Final = "tidepool.io/provider-namespace"
+# Finalizer the provider puts on a PeeringRequest so that its deletion waits for the withdrawal, which
+# needs the Secret the request names to clean the foreign cluster.
+PEERING_FINALIZER: Final = "tidepool.io/withdraw"
 
 
 def task_queue(cluster_id: str) -> str:
@@ -47,6 +55,12 @@ def peering_workflow_id(foreign_cluster_id: str) -> str:
 
 def advertisement_workflow_id(provider_cluster_id: str) -> str:
     return f"advertisement-{provider_cluster_id}"
+
+
+def admission_workflow_id(cluster_id: str) -> str:
+    """One admission workflow per consumer cluster: it alone decides, so concurrent arrivals never
+    overshoot the maximum."""
+    return f"admission-{cluster_id}"
 
 
 def advertisement_name(provider_cluster_id: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +16,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState, down, up
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
 
@@ -57,6 +58,24 @@ def clusters(localenv: EnvState) -> Clusters:
 @pytest.fixture(scope="session")
 async def temporal_client(localenv: EnvState) -> AsyncIterator[Client]:
     yield await Client.connect(localenv.temporal_address, namespace="default", data_converter=pydantic_data_converter)
+
+
+@pytest.fixture
+def make_cluster(localenv: EnvState, unique: str) -> Iterator[Callable[[str], LocalCluster]]:
+    """Creates clusters of this test's own (about 4 s each), for tests whose numbers must not see what
+    other tests left on the shared ones; deletes them afterwards."""
+    binaries = ensure_binaries()
+    workdir = Path(localenv.state_dir) / "kwok"
+    made: list[str] = []
+
+    def make(role: str) -> LocalCluster:
+        name = f"{role}-{unique}"
+        made.append(name)
+        return create_cluster(name, binaries=binaries, workdir=workdir)
+
+    yield make
+    for name in made:
+        delete_cluster(name, binaries=binaries, workdir=workdir)
 
 
 @pytest.fixture

@@ -9,12 +9,18 @@ from kubernetes.client.rest import ApiException
 
 from deploy.localenv.clusters import fake_node, wait_for
 
-__all__ = ["create_namespace", "create_node", "create_pod", "delete_quietly", "pod_spec", "wait_for"]
+__all__ = ["create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly", "pod_spec", "wait_for"]
 
 
 def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",
                 labels: dict[str, str] | None = None) -> None:  # fmt: skip
     k8s.CoreV1Api(api).create_node(fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels))
+
+
+def create_runtime_class(api: k8s.ApiClient, name: str, *, overhead: dict[str, str]) -> None:
+    k8s.NodeV1Api(api).create_runtime_class(
+        {"metadata": {"name": name}, "handler": name, "overhead": {"podFixed": overhead}}
+    )
 
 
 def create_namespace(api: k8s.ApiClient, name: str) -> None:
@@ -30,7 +36,7 @@ def pod_spec(
     requests: dict[str, str] | None = None,
     init_requests: list[dict[str, str]] | None = None,
     node_name: str | None = None,
-    overhead: dict[str, str] | None = None,
+    runtime_class: str | None = None,
     tolerations: list[dict[str, Any]] | None = None,
     node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -43,8 +49,8 @@ def pod_spec(
         ]
     if node_name:
         spec["nodeName"] = node_name
-    if overhead:
-        spec["overhead"] = overhead
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class  # admission copies the RuntimeClass's overhead into the pod
     if tolerations:
         spec["tolerations"] = tolerations
     if node_selector:

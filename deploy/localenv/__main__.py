@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState, down, up
+from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
 
 DEFAULT_CLUSTERS = ["a", "b", "c", "tenant"]
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("up", help="start Temporal (with its Web UI) and the clusters")
     start.add_argument("--clusters", default=",".join(DEFAULT_CLUSTERS), help="comma-separated cluster names")
+    start.add_argument("--ephemeral", action="store_true",
+                       help="Temporal in memory on free ports, with the tests' dynamic config (for test runs)")
     sub.add_parser("down", help="stop everything and remove the state")
     sub.add_parser("status", help="where things are")
     sub.add_parser("env", help="the state as JSON, for scripts")
@@ -36,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         if EnvState.load(args.state_dir):
             print("already up; `down` first to start afresh", file=sys.stderr)
         else:
-            up(clusters=[c for c in args.clusters.split(",") if c], state_dir=args.state_dir)
+            up(clusters=[c for c in args.clusters.split(",") if c], state_dir=args.state_dir,
+               persistent=not args.ephemeral, dynamic_config=TEST_DYNAMIC_CONFIG if args.ephemeral else None)
         args.command = "status"
     if args.command == "down":
         down(args.state_dir)

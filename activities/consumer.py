@@ -1,0 +1,234 @@
+"""The consumer's activities: observe an Advertisement with its virtual kubelet and node, run one
+lifecycle step, record a manual decision, and the admission pass. Built once per worker with the
+consumer cluster's client. Every step is idempotent: applying what exists, deleting what is gone,
+patching a finalizer list with compare-and-swap."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio import activity
+
+from activities.kube import (
+    apply_core,
+    ignore_not_found,
+    patch_cluster_object,
+    patch_cluster_object_status,
+    read_cluster_object,
+    record_event,
+)
+from models.admission import AdmissionSnapshot, decide
+from models.api import ClusterConfig
+from models.consumer import (
+    AdmissionResult,
+    AdvertisementObservation,
+    AdvertisementStep,
+    ManualDecision,
+)
+from models.names import (
+    ADVERTISEMENT_FINALIZER,
+    ADVERTISEMENTS,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    SYSTEM_NAMESPACE,
+    VK_CLEAN_ANNOTATION,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
+from models.settings import WorkerSettings
+from models.virtual_kubelet import virtual_kubelet_deployment
+
+VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
+def _condition(kind: str, status: bool, reason: str, message: str, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value else _rfc3339(_now())
+    new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
+    return [c for c in previous if c.get("type") != kind] + [new]
+
+
+class ConsumerActivities:
+    def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings, image: str = "tidepool:latest") -> None:
+        self._home = home
+        self._settings = settings
+        self._image = image
+
+    def _config(self) -> ClusterConfig:
+        obj = read_cluster_object(self._home, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
+        return ClusterConfig.from_kubernetes(obj or {"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}})
+
+    # Admission ---------------------------------------------------------------------------------------
+    @activity.defn
+    def admit_advertisements(self, cluster_id: str) -> AdmissionResult:
+        config = self._config()
+        advertisements = k8s.CustomObjectsApi(self._home).list_cluster_custom_object(
+            "tidepool.io", "v1alpha1", ADVERTISEMENTS
+        )["items"]
+        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=_now())
+        by_name = {a["metadata"]["name"]: a for a in advertisements}
+        result = AdmissionResult(policy=config.spec.incoming.accept_policy,
+                                 maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
+        decisions = decide(snapshot)
+        for decision in decisions:
+            obj = by_name[decision.name]
+            status = dict(obj.get("status") or {})
+            conditions = _condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message,
+                                    list(status.get("conditions") or []))  # fmt: skip
+            patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
+                                        {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
+            record_event(self._home, obj, reason=decision.reason, message=decision.message,
+                         warning=decision.phase == "Refused")  # fmt: skip
+            if decision.phase == "Accepted":
+                result.accepted.append(decision.name)
+            elif decision.phase == "Refused":
+                result.refused[decision.name] = decision.reason
+            else:
+                result.pending.append(decision.name)
+        phases = {name: (obj.get("status") or {}).get("phase") for name, obj in by_name.items()}
+        phases.update({d.name: d.phase for d in decisions})
+        result.total_accepted = sum(1 for phase in phases.values() if phase == "Accepted")
+        return result
+
+    @activity.defn
+    def record_manual_decision(self, decision: ManualDecision) -> None:
+        """The decision lives on the Advertisement (annotations), where kubectl users make it too."""
+        patch_cluster_object(self._home, ADVERTISEMENTS, decision.advertisement, {"metadata": {"annotations": {
+            DECISION_ANNOTATION: decision.decision, DECISION_REASON_ANNOTATION: decision.reason}}})  # fmt: skip
+
+    # One Advertisement's lifecycle -------------------------------------------------------------------
+    @activity.defn
+    def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
+        if obj is None:
+            return AdvertisementObservation(exists=False, **self._children(None))
+        spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
+        config = self._config().spec
+        provider = str(spec.get("clusterId", ""))
+        return AdvertisementObservation(
+            exists=True,
+            deleting=bool(meta.get("deletionTimestamp")),
+            phase=status.get("phase"),
+            reason=status.get("reason"),
+            has_finalizer=ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
+            remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
+            time_to_live=_parse_time(spec.get("timeToLive")),
+            resources={k: str(v) for k, v in ((spec.get("resourceQuota") or {}).get("hard") or {}).items()},
+            pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
+            keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
+            **self._children(provider),
+        )
+
+    def _children(self, provider: str | None) -> dict[str, Any]:
+        if not provider:
+            return {}
+        apps, core = k8s.AppsV1Api(self._home), k8s.CoreV1Api(self._home)
+        deployment = ignore_not_found(apps.read_namespaced_deployment, virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
+        node = ignore_not_found(core.read_node, virtual_node_name(provider))
+        unreachable_since = None
+        if node is not None:
+            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+            if ready is not None and ready.status != "True" and ready.reason == "ProviderUnreachable":
+                unreachable_since = ready.last_transition_time
+        annotations = (deployment.metadata.annotations or {}) if deployment is not None else {}
+        return {
+            "virtual_kubelet_exists": deployment is not None and not deployment.metadata.deletion_timestamp,
+            "provider_clean": annotations.get(VK_CLEAN_ANNOTATION) == "clean",
+            "virtual_node_exists": node is not None,
+            "provider_unreachable_since": unreachable_since,
+        }
+
+    @activity.defn
+    def run_step(self, request: AdvertisementStep) -> None:
+        step, name, provider = request.step, request.advertisement, request.provider_id
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
+        if step == "EnsureFinalizer" and obj is not None:
+            self._set_finalizer(obj, present=True)
+        elif step == "EnsureVirtualKubelet" and obj is not None:
+            self._ensure_virtual_kubelet(obj, provider)
+        elif step == "MarkDeleting" and obj is not None:
+            status = obj.get("status") or {}
+            conditions = _condition("Ready", False, "Deleting", f"tearing down: {request.teardown}",
+                                    list(status.get("conditions") or []))  # fmt: skip
+            patch_cluster_object_status(self._home, ADVERTISEMENTS, name,
+                                        {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
+            record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
+        elif step == "DeleteVirtualNode":
+            core = k8s.CoreV1Api(self._home)
+            node = virtual_node_name(provider)
+            ignore_not_found(core.patch_node, node, {"spec": {"unschedulable": True}})  # cordon first
+            ignore_not_found(core.delete_node, node)
+        elif step == "DeleteVirtualKubelet":
+            ignore_not_found(k8s.AppsV1Api(self._home).delete_namespaced_deployment,
+                             virtual_kubelet_name(provider), SYSTEM_NAMESPACE)  # fmt: skip
+        elif step == "ReleaseAdvertisement" and obj is not None:
+            self._set_finalizer(obj, present=False)
+            if request.teardown != "Deleted":  # expired or unreachable: it goes now; a fresh push brings it back
+                ignore_not_found(k8s.CustomObjectsApi(self._home).delete_cluster_custom_object,
+                                 "tidepool.io", "v1alpha1", ADVERTISEMENTS, name)  # fmt: skip
+
+    @activity.defn
+    def report_pod_cidr_timeout(self, name: str) -> None:
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
+        if obj is None:
+            return
+        status = obj.get("status") or {}
+        conditions = _condition(
+            "PodCIDRReady", False, "RemappingTimedOut",
+            "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
+            list(status.get("conditions") or []),
+        )  # fmt: skip
+        patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
+        record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
+
+    def _set_finalizer(self, obj: dict[str, Any], *, present: bool) -> None:
+        meta = obj["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != ADVERTISEMENT_FINALIZER]
+        if present:
+            finalizers.append(ADVERTISEMENT_FINALIZER)
+        if finalizers != (meta.get("finalizers") or []):
+            patch_cluster_object(self._home, ADVERTISEMENTS, meta["name"],
+                                 {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+
+    def _ensure_virtual_kubelet(self, obj: dict[str, Any], provider: str) -> None:
+        ref = obj["spec"]["kubeConfigRef"]
+        apply_core(self._home, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                "metadata": {"name": VK_SERVICE_ACCOUNT, "namespace": ref["namespace"],
+                                             "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})  # fmt: skip
+        deployment = virtual_kubelet_deployment(
+            provider_id=provider, consumer_id=self._settings.cluster.cluster_id, advertisement=obj["metadata"]["name"],
+            kubeconfig_secret=ref["name"], namespace=ref["namespace"], image=self._image,
+        )  # fmt: skip
+        apps = k8s.AppsV1Api(self._home)
+        apps.patch_namespaced_deployment(deployment["metadata"]["name"], ref["namespace"], deployment,
+                                         field_manager="tidepool", force=True,
+                                         _content_type="application/apply-patch+yaml")  # fmt: skip
+        status = obj.get("status") or {}
+        conditions = _condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists",
+                                list(status.get("conditions") or []))  # fmt: skip
+        patch_cluster_object_status(self._home, ADVERTISEMENTS, obj["metadata"]["name"], {
+            "vkReference": {"name": deployment["metadata"]["name"], "namespace": ref["namespace"]},
+            "vnodeReference": {"name": virtual_node_name(provider)},
+            "conditions": conditions,
+        })  # fmt: skip
+        record_event(self._home, obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")

@@ -1,0 +1,148 @@
+"""Kubernetes plumbing every activity shares: clients from kubeconfigs (a file, or a Secret's content),
+server-side apply with tidepool's field manager, deletes that treat 'already gone' as success, and the
+error vocabulary (temporary vs permanent) that the retry policies act on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from datetime import UTC, datetime
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+from temporalio.exceptions import ApplicationError
+
+from models.names import GROUP, VERSION
+
+FIELD_MANAGER = "tidepool"
+APPLY = "application/apply-patch+yaml"
+T = TypeVar("T")
+
+
+def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
+    """A client for the cluster a kubeconfig file names; None means the in-cluster service account."""
+    if path is None:
+        configuration = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=configuration)
+        return k8s.ApiClient(configuration)
+    return k8s_config.new_client_from_config(config_file=path)
+
+
+def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config_dict(yaml.safe_load(text))
+
+
+class SecretClients:
+    """API clients built from kubeconfig Secrets of one cluster, cached by the Secret's resourceVersion
+    so that a rotated credential is picked up and an unchanged one is not parsed again."""
+
+    def __init__(self, home: k8s.ApiClient) -> None:
+        self._core = k8s.CoreV1Api(home)
+        self._cache: dict[tuple[str, str], tuple[str, k8s.ApiClient]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, *, name: str, namespace: str, key: str = "kubeconfig") -> k8s.ApiClient:
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                raise ApplicationError(
+                    f"Secret {namespace}/{name} with the foreign cluster's kubeconfig does not exist",
+                    type="MissingCredentials",
+                ) from e
+            raise
+        data = (secret.data or {}).get(key)
+        if not data:
+            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type="MissingCredentials")
+        version = secret.metadata.resource_version
+        with self._lock:
+            cached = self._cache.get((namespace, name))
+            if cached and cached[0] == version:
+                return cached[1]
+            api = client_from_kubeconfig_text(base64.b64decode(data).decode())
+            self._cache[(namespace, name)] = (version, api)
+            return api
+
+
+def apply_cluster_object(api: k8s.ApiClient, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of a cluster-scoped tidepool object: creates or updates, never duplicates.
+    Returns the object as stored (read raw: the client maps only 200 to a body, and a create is 201)."""
+    response = k8s.CustomObjectsApi(api).patch_cluster_custom_object(
+        GROUP, VERSION, plural, body["metadata"]["name"], body,
+        field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False,
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(response.data)
+    return result
+
+
+def patch_cluster_object(api: k8s.ApiClient, plural: str, name: str, patch: dict[str, Any]) -> None:
+    """Merge-patch; carrying metadata.resourceVersion in the patch makes it a compare-and-swap (409 on a
+    concurrent change, and the activity's retry reads again)."""
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object(GROUP, VERSION, plural, name, patch)
+
+
+def patch_cluster_object_status(api: k8s.ApiClient, plural: str, name: str, status: dict[str, Any]) -> None:
+    """Merge-patch the status subresource (the owner of status is whoever decides it)."""
+    k8s.CustomObjectsApi(api).patch_cluster_custom_object_status(GROUP, VERSION, plural, name, {"status": status})
+
+
+def read_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = k8s.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, plural, name)
+        return result
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def delete_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> None:
+    ignore_not_found(k8s.CustomObjectsApi(api).delete_cluster_custom_object, GROUP, VERSION, plural, name)
+
+
+def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """Deleting what is already gone is success: activities are retried."""
+    try:
+        return call(*args, **kwargs)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> None:
+    """Server-side apply of a core or RBAC object by kind."""
+    kind, meta = body["kind"], body["metadata"]
+    kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    namespaced: dict[str, Callable[..., Any]] = {
+        "Secret": core.patch_namespaced_secret,
+        "ServiceAccount": core.patch_namespaced_service_account,
+        "ConfigMap": core.patch_namespaced_config_map,
+        "Role": rbac.patch_namespaced_role,
+        "RoleBinding": rbac.patch_namespaced_role_binding,
+    }
+    if kind == "Namespace":
+        core.patch_namespace(meta["name"], body, **kwargs)
+    else:
+        namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
+
+
+def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
+    """A Kubernetes Event on a tidepool object, so that `kubectl describe` says what tidepool decided."""
+    meta = obj["metadata"]
+    namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
+    now = datetime.now(UTC)
+    k8s.CoreV1Api(api).create_namespaced_event(namespace, {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+        "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": "tidepool", "reportingInstance": "tidepool",
+    })  # fmt: skip

@@ -1,0 +1,246 @@
+"""The provider's activities: push an Advertisement (with fresh credentials) to a foreign cluster, read
+the foreign decision, withdraw. Built once per worker with the home cluster's client; foreign clients
+come from the kubeconfig Secrets PeeringRequests name. Every write is a server-side apply or a delete
+that treats 'gone' as success, so a retried activity never leaves a second object behind."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.capacity import HomeCapacity
+from activities.credentials import ensure_foreign_access, issue_kubeconfig, revoke_foreign_access
+from activities.kube import (
+    SecretClients,
+    apply_cluster_object,
+    apply_core,
+    delete_cluster_object,
+    ignore_not_found,
+    patch_cluster_object,
+    patch_cluster_object_status,
+    read_cluster_object,
+)
+from models.api import ClusterConfig
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    LABEL_MANAGED_BY,
+    LABEL_PROVIDER,
+    MANAGED_BY,
+    PEERING_FINALIZER,
+    PEERING_REQUESTS,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+    credentials_secret_name,
+)
+from models.peering import (
+    DecisionRequest,
+    ForeignDecision,
+    PeeringPhase,
+    PushRequest,
+    PushResult,
+    WithdrawRequest,
+    WithdrawResult,
+    phase_after_push,
+)
+from models.settings import WorkerSettings
+from models.sharing import shared_resources
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PeeringActivities:
+    def __init__(self, *, home: k8s.ApiClient, capacity: HomeCapacity, settings: WorkerSettings) -> None:
+        self._home = home
+        self._capacity = capacity
+        self._settings = settings
+        self._foreign = SecretClients(home)
+
+    @property
+    def _home_id(self) -> str:
+        return self._settings.cluster.cluster_id
+
+    def _cluster_config(self) -> tuple[ClusterConfig, int]:
+        """The home ClusterConfig and its generation; a cluster without one shares with the defaults."""
+        obj = read_cluster_object(self._home, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
+        if obj is None:
+            return ClusterConfig.from_kubernetes({"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}}), 0
+        return ClusterConfig.from_kubernetes(obj), int(obj["metadata"].get("generation", 0))
+
+    def _peering_request_gone(self, name: str | None) -> bool:
+        """True when the request is deleted or being deleted; otherwise makes sure that its deletion
+        will wait for our withdrawal (the finalizer)."""
+        if name is None:
+            return False  # started from the CLI without a PeeringRequest: only a signal withdraws it
+        obj = read_cluster_object(self._home, PEERING_REQUESTS, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return True
+        finalizers = obj["metadata"].get("finalizers") or []
+        if PEERING_FINALIZER not in finalizers:
+            patch_cluster_object(self._home, PEERING_REQUESTS, name, {"metadata": {
+                "finalizers": [*finalizers, PEERING_FINALIZER], "resourceVersion": obj["metadata"]["resourceVersion"]}})
+        return False
+
+    @activity.defn
+    def push_advertisement(self, request: PushRequest) -> PushResult:
+        config, generation = self._cluster_config()
+        outgoing = config.spec.outgoing
+        if self._peering_request_gone(request.peering_request):
+            return self._withdraw_result(request, config, generation, "PeeringRequestDeleted")
+        if not outgoing.enable_broadcaster:
+            return self._withdraw_result(request, config, generation, "BroadcasterDisabled")
+        percent = outgoing.sharing_percentage if request.sharing_percentage is None else request.sharing_percentage
+        allocatable, used = self._capacity.snapshot()
+        advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
+        now = _now()
+        ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
+        try:
+            foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+            namespace = ensure_foreign_access(self._home, request.foreign_cluster_id)
+            kubeconfig = issue_kubeconfig(
+                self._home, namespace=namespace, lifetime_seconds=self._settings.provider.token_lifetime_seconds,
+                server=self._settings.cluster.api_server_for_peers,
+            )  # fmt: skip
+            secret = credentials_secret_name(self._home_id)
+            self._write_credentials(foreign, secret, kubeconfig)
+            applied = apply_cluster_object(foreign, ADVERTISEMENTS, {
+                "apiVersion": API_VERSION, "kind": "Advertisement",
+                "metadata": {"name": advertisement_name(self._home_id),
+                             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
+                "spec": {
+                    "clusterId": self._home_id,
+                    "resourceQuota": {"hard": advertised.to_kubernetes()},
+                    "network": {"podCIDR": self._settings.cluster.pod_cidr},
+                    "kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE},
+                    "timestamp": _rfc3339(now),
+                    "timeToLive": _rfc3339(ttl),
+                },
+            })  # fmt: skip
+        except Exception as e:
+            self._record(request.peering_request, "Unreachable", message=f"push failed: {e}")
+            raise
+        decision = _decision(applied)
+        self._record(request.peering_request, phase_after_push(decision), decision=decision, pushed=now)
+        activity.logger.info("pushed %s to %s: %s", advertisement_name(self._home_id), request.foreign_cluster_id,
+                             advertised.to_kubernetes())  # fmt: skip
+        return PushResult(
+            advertisement=advertisement_name(self._home_id),
+            advertised=advertised,
+            allocatable=allocatable,
+            sharing_percentage=percent,
+            config_generation=generation,
+            period_seconds=outgoing.advertisement_period_seconds,
+            capacity_change_threshold_percent=outgoing.capacity_change_threshold_percent,
+            timestamp=now,
+            time_to_live=ttl,
+            foreign_phase=decision.phase,
+            remote_remapped_pod_cidr=decision.remote_remapped_pod_cidr,
+        )
+
+    def _withdraw_result(self, request: PushRequest, config: ClusterConfig, generation: int, reason: Any) -> PushResult:
+        outgoing = config.spec.outgoing
+        now = _now()
+        return PushResult(
+            advertisement=advertisement_name(self._home_id), advertised={}, allocatable={},
+            sharing_percentage=request.sharing_percentage or 0, config_generation=generation,
+            period_seconds=outgoing.advertisement_period_seconds,
+            capacity_change_threshold_percent=outgoing.capacity_change_threshold_percent,
+            timestamp=now, time_to_live=now, withdraw=reason,
+        )  # fmt: skip
+
+    def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> None:
+        apply_core(foreign, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        apply_core(foreign, {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE,
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
+            "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+        })  # fmt: skip
+
+    @activity.defn
+    def read_foreign_decision(self, request: DecisionRequest) -> ForeignDecision:
+        foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+        obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
+        decision = ForeignDecision(exists=False) if obj is None else _decision(obj)
+        phase = phase_after_push(decision)
+        if decision.exists and phase != request.phase:
+            self._record(request.peering_request, phase, decision=decision)
+        return decision
+
+    @activity.defn
+    def withdraw_peering(self, request: WithdrawRequest) -> WithdrawResult:
+        """Home first (revoking the credentials cannot depend on the foreign cluster being up), then the
+        Advertisement and the Secret on the foreign cluster."""
+        revoke_foreign_access(self._home, request.foreign_cluster_id)
+        self._record(request.peering_request, "Withdrawn", message=f"withdrawn: {request.reason}")
+        foreign_cleaned, note = False, "the foreign cluster was not reached; its Advertisement expires on its own"
+        if not request.skip_foreign:
+            try:
+                foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+            except ApplicationError as e:  # no credentials left: nothing more we can do there
+                note = str(e)
+            else:
+                delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
+                ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
+                                 credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip
+                foreign_cleaned, note = True, ""
+        self._release(request.peering_request)
+        return WithdrawResult(foreign_cleaned=foreign_cleaned, home_cleaned=True, note=note or request.reason)
+
+    def _release(self, peering_request: str | None) -> None:
+        """Let the PeeringRequest's deletion finish (and its Secret go): the withdrawal is done."""
+        obj = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
+        if obj is None:
+            return
+        finalizers = obj["metadata"].get("finalizers") or []
+        if PEERING_FINALIZER in finalizers:
+            patch_cluster_object(self._home, PEERING_REQUESTS, peering_request, {"metadata": {
+                "finalizers": [f for f in finalizers if f != PEERING_FINALIZER],
+                "resourceVersion": obj["metadata"]["resourceVersion"]}})
+
+    def _record(
+        self,
+        peering_request: str | None,
+        phase: PeeringPhase,
+        *,
+        decision: ForeignDecision | None = None,
+        pushed: datetime | None = None,
+        message: str = "",
+    ) -> None:
+        """Mirror the peering's phase into its PeeringRequest status, for kubectl users."""
+        if peering_request is None or read_cluster_object(self._home, PEERING_REQUESTS, peering_request) is None:
+            return
+        status: dict[str, Any] = {"phase": phase}
+        if decision is not None:
+            status["advertisementStatus"] = decision.phase
+            status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
+        if pushed is not None:
+            status["lastPushTime"] = _rfc3339(pushed)
+        ready = phase in ("Advertised", "Accepted")
+        status["conditions"] = [{
+            "type": "Ready", "status": "True" if ready else "False", "reason": phase,
+            "message": message or f"peering is {phase}", "lastTransitionTime": _rfc3339(_now()),
+        }]  # fmt: skip
+        patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)
+
+
+def _decision(advertisement: dict[str, Any]) -> ForeignDecision:
+    status = advertisement.get("status") or {}
+    return ForeignDecision(
+        phase=status.get("phase"),
+        reason=status.get("reason"),
+        remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
+    )

@@ -1,0 +1,72 @@
+"""Advertisement: what a provider offers, written by it on the foreign (consumer) cluster."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar, Literal, Self
+
+from pydantic import Field, model_validator
+
+from models.api.common import DNS_LABEL, ApiModel, KubernetesObject, ObjectReference, SecretReference
+from models.api.conditions import Condition
+from models.resources import Resources
+
+AdvertisementPhase = Literal["Pending", "Accepted", "Refused", "Deleting"]
+TTL_RULE = "timeToLive must be later than timestamp"
+CIDR_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])$|^[0-9a-fA-F:]+/[0-9]{1,3}$"
+
+
+class ResourceQuotaSpec(ApiModel):
+    hard: Resources
+
+
+class LimitRangeItem(ApiModel):
+    type: str
+    max: Resources | None = None
+    min: Resources | None = None
+    default: Resources | None = None
+    default_request: Resources | None = None
+
+
+class LimitRangeSpec(ApiModel):
+    limits: list[LimitRangeItem] = Field(default_factory=list)
+
+
+class NetworkInfo(ApiModel):
+    pod_cidr: str = Field(alias="podCIDR", pattern=CIDR_PATTERN)
+    gateway_ip: str | None = Field(default=None, alias="gatewayIP")
+
+
+class AdvertisementSpec(ApiModel):
+    cluster_id: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, alias="clusterId")
+    cluster_name: str | None = None
+    resource_quota: ResourceQuotaSpec
+    limit_range: LimitRangeSpec | None = None
+    prices: Resources | None = None
+    network: NetworkInfo
+    kube_config_ref: SecretReference
+    timestamp: datetime
+    time_to_live: datetime
+
+    @model_validator(mode="after")
+    def _lives_after_its_timestamp(self) -> Self:
+        if self.time_to_live <= self.timestamp:
+            raise ValueError(TTL_RULE)
+        return self
+
+
+class AdvertisementStatus(ApiModel):
+    phase: AdvertisementPhase | None = None
+    reason: str | None = None
+    remote_remapped_pod_cidr: str | None = Field(default=None, alias="remoteRemappedPodCIDR")
+    local_remapped_pod_cidr: str | None = Field(default=None, alias="localRemappedPodCIDR")
+    vk_reference: ObjectReference | None = None
+    vnode_reference: ObjectReference | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class Advertisement(KubernetesObject):
+    KIND: ClassVar[str] = "Advertisement"
+    PLURAL: ClassVar[str] = "advertisements"
+    spec: AdvertisementSpec
+    status: AdvertisementStatus | None = None

@@ -1,0 +1,71 @@
+"""ClusterConfig: one per cluster (named "tidepool"), the protocol's knobs that change without a restart."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Self
+
+from pydantic import Field, model_validator
+
+from models.api.common import DNS_LABEL, ApiModel, KubernetesObject
+from models.api.conditions import Condition
+
+TTL_RULE = "advertisementTimeToLiveSeconds must be greater than advertisementPeriodSeconds"
+
+
+class OutgoingConfig(ApiModel):
+    """Provider side."""
+
+    sharing_percentage: int = Field(default=30, ge=0, le=100, description="Share of spare capacity, in percent.")
+    enable_broadcaster: bool = Field(default=True, description="Advertise to foreign clusters at all.")
+    advertisement_period_seconds: int = Field(default=600, ge=10, le=86400, description="Re-push period, seconds.")
+    advertisement_time_to_live_seconds: int = Field(
+        default=1800, ge=30, le=604800, description="How long a pushed Advertisement lives, seconds."
+    )
+    capacity_change_threshold_percent: int = Field(
+        default=10, ge=1, le=100, description="Push early when allocatable moves by more than this, percent."
+    )
+
+    @model_validator(mode="after")
+    def _ttl_outlives_period(self) -> Self:
+        if self.advertisement_time_to_live_seconds <= self.advertisement_period_seconds:
+            raise ValueError(TTL_RULE)
+        return self
+
+
+class IncomingConfig(ApiModel):
+    """Consumer side."""
+
+    accept_policy: Literal["AutoAcceptMax", "Manual"] = "AutoAcceptMax"
+    max_acceptable_advertisements: int = Field(default=5, ge=0, le=1_000_000)
+    allowed_clusters: list[str] = Field(default_factory=list, description="Cluster ids; empty allows all.")
+    denied_clusters: list[str] = Field(default_factory=list, description="Cluster ids; deny wins over allow.")
+    pod_cidr_wait_timeout_seconds: int = Field(default=300, ge=1, le=86400, alias="podCIDRWaitTimeoutSeconds")
+
+
+class KeepaliveConfig(ApiModel):
+    threshold_failures: int = Field(default=3, ge=1, le=100)
+    retry_seconds: int = Field(default=20, ge=1, le=3600)
+
+
+class ClusterConfigSpec(ApiModel):
+    outgoing: OutgoingConfig = Field(default_factory=OutgoingConfig)
+    incoming: IncomingConfig = Field(default_factory=IncomingConfig)
+    keepalive: KeepaliveConfig = Field(default_factory=KeepaliveConfig)
+
+
+class ClusterConfigStatus(ApiModel):
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class ClusterConfig(KubernetesObject):
+    KIND: ClassVar[str] = "ClusterConfig"
+    PLURAL: ClassVar[str] = "clusterconfigs"
+    spec: ClusterConfigSpec = Field(default_factory=ClusterConfigSpec)
+    status: ClusterConfigStatus | None = None
+
+    @classmethod
+    def default(cls) -> ClusterConfig:
+        return cls.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}})
+
+
+__all__ = ["DNS_LABEL", "ClusterConfig", "ClusterConfigSpec", "IncomingConfig", "KeepaliveConfig", "OutgoingConfig"]

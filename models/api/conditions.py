@@ -1,0 +1,30 @@
+"""Status conditions, the Kubernetes convention: one type per question, a closed CamelCase reason, a
+message for people, and a lastTransitionTime that moves only when the status does."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from models.api.common import ApiModel
+
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Condition(ApiModel):
+    type: str = Field(min_length=1, max_length=316)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(min_length=1, max_length=1024, pattern=REASON_PATTERN)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: datetime
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
+    """The list with `new` in place of its type; an unchanged status keeps its lastTransitionTime."""
+    old = next((c for c in conditions if c.type == new.type), None)
+    if old is not None and old.status == new.status:
+        new = new.model_copy(update={"last_transition_time": old.last_transition_time})
+    return [c for c in conditions if c.type != new.type] + [new]

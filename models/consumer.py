@@ -1,0 +1,198 @@
+"""The consumer's view of one Advertisement, as data, and the pure decision of what to do next.
+
+workflows/advertisement.py observes the Advertisement, its virtual kubelet Deployment and its virtual
+node (one activity), asks `next_step` what to do, does it (one activity), and sleeps until a watcher
+signals a change or the next deadline. Because every step is derived from what is observed, a crash at
+any step resumes at that step.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Step = Literal[
+    "AwaitDecision",        # Pending or Refused: nothing to build
+    "EnsureFinalizer",      # accepted: hold the Advertisement until teardown is done
+    "AwaitPodCIDR",         # accepted: the network module has not set the remapping yet
+    "EnsureVirtualKubelet",  # accepted and remapped: create (or re-create) the Deployment
+    "Steady",               # everything in place: wait for changes
+    "MarkDeleting",         # teardown 1: say so on the Advertisement
+    "DeleteVirtualNode",    # teardown 2: cordon and delete the node, so the virtual kubelet cleans up
+    "AwaitProviderClean",   # teardown 3: wait until the virtual kubelet reports the provider namespace clean
+    "DeleteVirtualKubelet",  # teardown 4
+    "ReleaseAdvertisement",  # teardown 5: drop the finalizer (and delete it, when it expired)
+    "Done",
+]  # fmt: skip
+TeardownCause = Literal["Deleted", "Expired", "ProviderUnreachable"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdvertisementObservation(_Model):
+    """What one read of the consumer cluster saw."""
+
+    exists: bool
+    deleting: bool = False
+    phase: str | None = None
+    reason: str | None = None
+    has_finalizer: bool = False
+    remote_remapped_pod_cidr: str | None = None
+    time_to_live: datetime | None = None
+    resources: dict[str, str] = Field(default_factory=dict)
+    virtual_kubelet_exists: bool = False
+    provider_clean: bool = False
+    virtual_node_exists: bool = False
+    provider_unreachable_since: datetime | None = None
+    pod_cidr_wait_timeout_seconds: int = 300
+    keepalive_seconds: int = 60
+
+
+class AdvertisementState(_Model):
+    """Carried over continue-as-new."""
+
+    teardown: TeardownCause | None = None
+    accepted_at: datetime | None = None
+    pod_cidr_timed_out: bool = False
+    clean_wait_started: datetime | None = None
+    deleted: dict[str, datetime] = Field(default_factory=dict)  # what teardown deleted, and when
+    virtual_kubelet_created: int = 0
+
+
+class AdvertisementInput(_Model):
+    provider_id: str
+    advertisement: str
+    state: AdvertisementState | None = None
+
+
+# The virtual kubelet cannot report a clean namespace if the provider is gone; do not wait for ever.
+PROVIDER_CLEAN_TIMEOUT = timedelta(minutes=2)
+
+
+def teardown_cause(obs: AdvertisementObservation, now: datetime) -> TeardownCause | None:
+    if not obs.exists or obs.deleting:
+        return "Deleted"
+    if obs.time_to_live is not None and now >= obs.time_to_live:
+        return "Expired"
+    if obs.provider_unreachable_since is not None and now - obs.provider_unreachable_since >= timedelta(
+        seconds=obs.keepalive_seconds
+    ):
+        return "ProviderUnreachable"
+    return None
+
+
+def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> Step:
+    """What to do now, from what was observed; teardown, once begun, runs to its end."""
+    if state.teardown is None and obs.phase == "Accepted":
+        state.teardown = teardown_cause(obs, now)
+    elif state.teardown is None and (not obs.exists or obs.deleting):
+        state.teardown = "Deleted"
+    if state.teardown is not None:
+        return _teardown_step(obs, state, now)
+    if obs.phase != "Accepted":
+        return "AwaitDecision"
+    if not obs.has_finalizer:
+        return "EnsureFinalizer"
+    if not obs.remote_remapped_pod_cidr:
+        return "AwaitPodCIDR"
+    if not obs.virtual_kubelet_exists:
+        return "EnsureVirtualKubelet"
+    return "Steady"
+
+
+def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> Step:
+    if not obs.exists:
+        return "Done" if not obs.virtual_kubelet_exists and not obs.virtual_node_exists else (
+            "DeleteVirtualNode" if obs.virtual_node_exists else "DeleteVirtualKubelet"
+        )
+    if obs.phase != "Deleting":
+        return "MarkDeleting"
+    if obs.virtual_node_exists:
+        return "DeleteVirtualNode"
+    if obs.virtual_kubelet_exists:
+        waited = now - state.clean_wait_started if state.clean_wait_started else timedelta(0)
+        if not obs.provider_clean and waited < PROVIDER_CLEAN_TIMEOUT:
+            return "AwaitProviderClean"
+        return "DeleteVirtualKubelet"
+    return "ReleaseAdvertisement"
+
+
+def wake_after(obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime) -> timedelta | None:
+    """When to look again without being told: the nearest deadline (expiry, keepalive, PodCIDR wait,
+    provider-clean wait); None means only a signal wakes the workflow."""
+    deadlines: list[datetime] = []
+    if obs.time_to_live is not None and state.teardown is None:
+        deadlines.append(obs.time_to_live)
+    if obs.provider_unreachable_since is not None and state.teardown is None:
+        deadlines.append(obs.provider_unreachable_since + timedelta(seconds=obs.keepalive_seconds))
+    if step == "AwaitPodCIDR" and not state.pod_cidr_timed_out and state.accepted_at is not None:
+        deadlines.append(state.accepted_at + timedelta(seconds=obs.pod_cidr_wait_timeout_seconds))
+    if step == "AwaitProviderClean" and state.clean_wait_started is not None:
+        deadlines.append(state.clean_wait_started + PROVIDER_CLEAN_TIMEOUT)
+    if not deadlines:
+        return None
+    return max(timedelta(seconds=1), min(deadlines) - now)
+
+
+def render_details(provider_id: str, obs: AdvertisementObservation, state: AdvertisementState, step: Step) -> str:
+    lines = [
+        f"**Advertisement from `{provider_id}`** — phase **{obs.phase or 'none'}**"
+        + (f" ({obs.reason})" if obs.reason else ""),
+        "",
+        f"- step: **{step}**" + (f" — teardown because {state.teardown}" if state.teardown else ""),
+        f"- waiting for: {_waiting_for(step, state)}",
+        f"- remote remapped PodCIDR: {obs.remote_remapped_pod_cidr or '—'}",
+        f"- expires: {obs.time_to_live:%Y-%m-%d %H:%M:%S} UTC" if obs.time_to_live else "- expires: —",
+        f"- virtual kubelet: {'running' if obs.virtual_kubelet_exists else 'absent'}"
+        f" (created {state.virtual_kubelet_created}×), virtual node: {'present' if obs.virtual_node_exists else 'absent'}",
+    ]
+    if obs.resources:
+        lines += ["", "| resource | advertised |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
+    if state.deleted:
+        lines += ["", "| deleted | at |", "|---|---|"]
+        lines += [f"| {what} | {when:%H:%M:%S.%f} |" for what, when in state.deleted.items()]
+    return "\n".join(lines)
+
+
+def _waiting_for(step: Step, state: AdvertisementState) -> str:
+    return {
+        "AwaitDecision": "the admission decision (policy, or a manual accept/refuse)",
+        "AwaitPodCIDR": "the network module to set status.remoteRemappedPodCIDR"
+        + (" (timed out; still waiting)" if state.pod_cidr_timed_out else ""),
+        "AwaitProviderClean": "the virtual kubelet to report the provider namespace clean",
+        "Steady": "changes to the Advertisement, its virtual kubelet or node; expiry",
+    }.get(step, "nothing")
+
+
+class AdvertisementStep(_Model):
+    provider_id: str
+    advertisement: str
+    step: Step
+    teardown: TeardownCause | None = None
+
+
+class ManualDecision(_Model):
+    advertisement: str
+    decision: Literal["accept", "refuse"]
+    reason: str = Field(min_length=1, max_length=256)
+
+
+class AdmissionInput(_Model):
+    cluster_id: str
+    reconciles: int = 0
+
+
+class AdmissionResult(_Model):
+    """What one admission pass decided (only changes), for the Web UI."""
+
+    accepted: list[str] = Field(default_factory=list)
+    refused: dict[str, str] = Field(default_factory=dict)  # advertisement -> reason
+    pending: list[str] = Field(default_factory=list)
+    total_accepted: int = 0
+    maximum: int | None = None
+    policy: str = ""

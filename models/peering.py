@@ -1,0 +1,202 @@
+"""The provider's peering, as data: the workflow's input, the state it carries across continue-as-new,
+what a push reports, and the status users query. Also the pure decisions of the loop (when to push
+next, how to back off) and the markdown the Web UI shows. Used by workflows/peering.py and
+activities/peering.py.
+
+None of these models may hold a token or kubeconfig content: the Web UI shows every workflow input,
+result, signal and query. They carry references to Secrets instead.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.resources import Resources
+
+PeeringPhase = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
+WithdrawReason = Literal["BroadcasterDisabled", "PeeringRequestDeleted", "Requested"]
+
+CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SecretRef(_Model):
+    """Where a Secret is; never what it holds."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str = Field(min_length=1, max_length=63)
+
+
+class PushResult(_Model):
+    """What one push did on the foreign cluster."""
+
+    advertisement: str
+    advertised: Resources
+    allocatable: Resources
+    sharing_percentage: int
+    config_generation: int
+    period_seconds: int
+    capacity_change_threshold_percent: int
+    timestamp: datetime
+    time_to_live: datetime
+    foreign_phase: str | None = None
+    remote_remapped_pod_cidr: str | None = None
+    withdraw: WithdrawReason | None = None
+
+
+class ForeignDecision(_Model):
+    """The foreign cluster's decision on our Advertisement, as last read."""
+
+    phase: str | None = None
+    reason: str | None = None
+    remote_remapped_pod_cidr: str | None = None
+    exists: bool = True
+
+
+class PeeringState(_Model):
+    """Everything the loop knows, carried over continue-as-new."""
+
+    sharing_percentage: int | None = Field(default=None, ge=0, le=100)
+    config_generation: int = 0
+    phase: PeeringPhase = "Pending"
+    pushes: int = 0
+    last_push: PushResult | None = None
+    foreign: ForeignDecision | None = None
+    last_error: str | None = None
+    consecutive_failures: int = 0
+    pending_checks: int = 0
+    next_push: datetime | None = None
+    push_requested: bool = False
+
+
+class PeeringInput(_Model):
+    """Start a peering with this, from the worker's PeeringRequest watcher or from the `temporal` CLI:
+
+    temporal workflow start --type PeeringWorkflow --task-queue tidepool-<home> --workflow-id peering-<foreign>
+      --input '{"foreign_cluster_id": "<foreign>", "kube_config_ref": {"name": "...", "namespace": "..."}}'
+    """
+
+    foreign_cluster_id: str = Field(pattern=CLUSTER_ID_PATTERN, max_length=63)
+    kube_config_ref: SecretRef = Field(description="Secret in the home cluster with key 'kubeconfig' for the foreign one.")
+    peering_request: str | None = Field(default=None, description="PeeringRequest whose deletion withdraws.")
+    sharing_percentage: int | None = Field(default=None, ge=0, le=100, description="Overrides the ClusterConfig's.")
+    state: PeeringState | None = Field(default=None, description="Carried over by continue-as-new; leave unset.")
+
+
+class PushRequest(_Model):
+    foreign_cluster_id: str
+    kube_config_ref: SecretRef
+    peering_request: str | None
+    sharing_percentage: int | None
+    phase: PeeringPhase
+
+
+class DecisionRequest(_Model):
+    foreign_cluster_id: str
+    kube_config_ref: SecretRef
+    peering_request: str | None
+    phase: PeeringPhase
+
+
+class WithdrawRequest(_Model):
+    foreign_cluster_id: str
+    kube_config_ref: SecretRef
+    peering_request: str | None
+    reason: WithdrawReason
+    skip_foreign: bool = Field(default=False, description="Clean only the home side (the foreign one is gone).")
+
+
+class WithdrawResult(_Model):
+    foreign_cleaned: bool
+    home_cleaned: bool
+    note: str = ""
+
+
+class PeeringStatus(_Model):
+    """What `temporal workflow query --name status` returns."""
+
+    foreign_cluster_id: str
+    phase: PeeringPhase
+    sharing_percentage: int | None
+    pushes: int
+    advertised: Resources | None
+    last_push: datetime | None
+    next_push: datetime | None
+    foreign_phase: str | None
+    remote_remapped_pod_cidr: str | None
+    last_error: str | None
+
+
+def phase_after_push(foreign: ForeignDecision | None) -> PeeringPhase:
+    """The peering's phase once a push went through, from the foreign cluster's decision."""
+    if foreign is None or not foreign.exists:
+        return "Advertised"
+    if foreign.phase in ("Accepted", "Refused", "Deleting"):
+        return foreign.phase  # type: ignore[return-value]
+    return "Advertised"
+
+
+def decision_pending(state: PeeringState) -> bool:
+    return state.phase == "Advertised"
+
+
+def backoff_seconds(failures: int, *, ceiling: int, base: int = 5) -> int:
+    """Exponential backoff, base * 2^(failures-1), never above `ceiling`: an unreachable foreign cluster
+    is retried for ever, but never in a tight loop."""
+    if failures <= 0:
+        return 0
+    return int(min(ceiling, base * 2 ** min(failures - 1, 20)))
+
+
+def render_details(state: PeeringState, *, foreign_cluster_id: str, next_push: datetime | None) -> str:
+    """The markdown the Web UI shows as the workflow's current details."""
+    lines = [
+        f"**Peering with `{foreign_cluster_id}`** — phase **{state.phase}**",
+        "",
+        f"- sharing percentage: {_or_dash(state.sharing_percentage, '%')}",
+        f"- pushes: {state.pushes}",
+    ]
+    push = state.last_push
+    if push is not None:
+        lines.append(f"- last push: {push.timestamp:%Y-%m-%d %H:%M:%S} UTC (expires {push.time_to_live:%H:%M:%S})")
+    if next_push is not None:
+        lines.append(f"- next push: {next_push:%Y-%m-%d %H:%M:%S} UTC")
+    foreign = state.foreign
+    if foreign is not None:
+        reason = f" ({foreign.reason})" if foreign.reason else ""
+        lines.append(f"- foreign decision: {foreign.phase or 'none yet'}{reason}")
+        if foreign.remote_remapped_pod_cidr:
+            lines.append(f"- remote remapped PodCIDR: {foreign.remote_remapped_pod_cidr}")
+    if state.last_error:
+        lines.append(f"- ⚠ last error (attempt {state.consecutive_failures}): {state.last_error}")
+    if push is not None:
+        lines += ["", "| resource | allocatable | advertised |", "|---|---|---|"]
+        for name in sorted(set(push.allocatable) | set(push.advertised)):
+            allocatable = push.allocatable.only([name]).to_kubernetes().get(name, "0")
+            advertised = push.advertised.only([name]).to_kubernetes().get(name, "0")
+            lines.append(f"| {name} | {allocatable} | {advertised} |")
+    return "\n".join(lines)
+
+
+def _or_dash(value: object, suffix: str = "") -> str:
+    return "—" if value is None else f"{value}{suffix}"
+
+
+def next_wait(
+    *, state: PeeringState, now: datetime, next_push: datetime, poll_max_seconds: int, unreachable_max_seconds: int
+) -> timedelta:
+    """How long the loop sleeps before it wakes on its own: until the next push, or sooner to retry an
+    unreachable cluster or to look again at a decision still pending."""
+    if state.consecutive_failures:
+        # The failed push is retried after the backoff, whatever the schedule says.
+        return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=unreachable_max_seconds))
+    until_push = max(timedelta(0), next_push - now)
+    if decision_pending(state):
+        return min(until_push, timedelta(seconds=backoff_seconds(state.pending_checks + 1, ceiling=poll_max_seconds)))
+    return until_push

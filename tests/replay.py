@@ -1,0 +1,37 @@
+"""Replay: every run of a workflow, fetched from the server, replays with the current code; with
+TIDEPOOL_SAVE_HISTORIES=1 the histories are also saved to tests/histories/, where test_replay.py keeps
+replaying them, so that a change that breaks running workflows fails a test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.peering import PeeringWorkflow
+
+HISTORIES = Path(__file__).with_name("histories")
+WORKFLOWS = [PeeringWorkflow]
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+
+
+async def replay_all_runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    histories = []
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
+        histories.append(await handle.fetch_history())
+    assert histories, f"no runs of {workflow_id}"
+    for history in histories:
+        await replayer().replay_workflow(history)
+    if os.environ.get("TIDEPOOL_SAVE_HISTORIES"):
+        HISTORIES.mkdir(exist_ok=True)
+        for history in histories:
+            name = f"{workflow_id.split('-')[0]}-{history.run_id}.json"
+            (HISTORIES / name).write_text(history.to_json())
+    return histories

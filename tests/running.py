@@ -1,0 +1,53 @@
+"""Run a cluster's real worker (workers/cluster.py) inside the test's event loop, against the real
+local environment, and stop it cleanly afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from models.settings import ClusterSettings, MetricsSettings, TemporalSettings, WorkerSettings
+from workers.cluster import run
+
+
+def worker_settings(localenv: EnvState, cluster: LocalCluster, cluster_id: str) -> WorkerSettings:
+    return WorkerSettings(
+        cluster=ClusterSettings(cluster_id=cluster_id, kubeconfig=str(cluster.kubeconfig)),
+        temporal=TemporalSettings(address=localenv.temporal_address, namespace="default"),
+        metrics=MetricsSettings(port=0),
+    )
+
+
+@asynccontextmanager
+async def running_worker(settings: WorkerSettings) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(settings, stop=stop))
+    await asyncio.sleep(0.5)
+    if task.done():
+        task.result()  # raise what stopped it
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+async def eventually(check, *, timeout: float = 30, interval: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Awaits until `check()` (sync or async) returns something truthy; returns it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+        except Exception as e:  # noqa: BLE001 - kept for the timeout message
+            last_error = e
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}; last error: {last_error!r}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,267 @@
+"""The consumer side against a real cluster of the test's own: Advertisements are written as a provider
+would write them; the consumer's real worker admits them and runs their lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.testing import TimeSkipper
+
+from activities.kube import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    DECISION_ANNOTATION,
+    SYSTEM_NAMESPACE,
+    VK_CLEAN_ANNOTATION,
+    advertisement_name,
+    advertisement_workflow_id,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
+from tests.kube import create_namespace, create_node
+from tests.running import eventually, running_worker, worker_settings
+from workflows.advertisement import AdvertisementWorkflow
+
+pytestmark = [pytest.mark.env, pytest.mark.consumer]
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def advertisement(provider: str, *, cpu: str = "2", ttl: timedelta = timedelta(minutes=30)) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {
+        "apiVersion": API_VERSION, "kind": "Advertisement", "metadata": {"name": advertisement_name(provider)},
+        "spec": {"clusterId": provider, "resourceQuota": {"hard": {"cpu": cpu, "memory": "4Gi", "pods": "10"}},
+                 "network": {"podCIDR": "10.1.0.0/16"},
+                 "kubeConfigRef": {"name": f"tidepool-kubeconfig-{provider}", "namespace": SYSTEM_NAMESPACE},
+                 "timestamp": _rfc3339(now), "timeToLive": _rfc3339(now + ttl)},
+    }  # fmt: skip
+
+
+def _incoming(api: k8s.ApiClient, **incoming: Any) -> None:
+    apply_cluster_object(api, CLUSTER_CONFIGS, {
+        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"incoming": incoming},
+    })  # fmt: skip
+
+
+def _phases(api: k8s.ApiClient) -> dict[str, str | None]:
+    items = k8s.CustomObjectsApi(api).list_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS)["items"]
+    return {a["spec"]["clusterId"]: (a.get("status") or {}).get("phase") for a in items}
+
+
+def _accepted(api: k8s.ApiClient) -> set[str]:
+    return {p for p, phase in _phases(api).items() if phase == "Accepted"}
+
+
+@pytest.fixture
+def consumer(make_cluster: Callable[[str], LocalCluster]) -> LocalCluster:
+    cluster = make_cluster("cons")
+    create_namespace(cluster.api_client(), SYSTEM_NAMESPACE)
+    return cluster
+
+
+async def test_auto_accept_max_follows_a_maximum_raised_and_lowered(
+    localenv: EnvState, consumer: LocalCluster, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=2)
+    providers = [f"p{i}-{unique}" for i in range(4)]
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        for provider in providers:  # one after the other: arrival order is creation order
+            apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
+            await eventually(lambda p=provider: _phases(api).get(p) in ("Accepted", "Refused"), what=f"{provider} decided")
+        assert _accepted(api) == set(providers[:2])
+        assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(providers[2]))["status"]["reason"] == "MaxReached"
+
+        _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=3)  # raised: the next in line
+        await eventually(lambda: _accepted(api) == set(providers[:3]), what="the third accepted")
+
+        _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=1)  # lowered: accepted ones stay
+        late = f"late-{unique}"
+        apply_cluster_object(api, ADVERTISEMENTS, advertisement(late))
+        await eventually(lambda: _phases(api).get(late) == "Refused", what="a late arrival refused")
+        assert _accepted(api) == set(providers[:3])
+
+
+async def test_twenty_advertisements_arriving_at_once_with_a_maximum_of_five_accept_exactly_five(
+    localenv: EnvState, consumer: LocalCluster, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=5)
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        for i in range(20):
+            apply_cluster_object(api, ADVERTISEMENTS, advertisement(f"burst{i}-{unique}"))
+        await eventually(lambda: all(p in ("Accepted", "Refused") for p in _phases(api).values())
+                         and len(_phases(api)) == 20, timeout=60, what="all twenty decided")  # fmt: skip
+        await eventually(lambda: len(_accepted(api)) == 5, what="five accepted")
+    assert len(_accepted(api)) == 5
+
+
+async def test_deny_and_allow_lists_and_invalid_advertisements_are_refused_with_their_reasons(
+    localenv: EnvState, consumer: LocalCluster, unique: str
+) -> None:
+    api = consumer.api_client()
+    allowed, denied, stranger = f"friend-{unique}", f"foe-{unique}", f"stranger-{unique}"
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=10,
+              allowedClusters=[allowed, denied], deniedClusters=[denied])  # fmt: skip
+    empty = advertisement(f"empty-{unique}")
+    empty["spec"]["resourceQuota"]["hard"] = {}
+    expired = advertisement(f"expired-{unique}", ttl=timedelta(seconds=-60))
+    expired["spec"]["timestamp"] = _rfc3339(datetime.now(UTC) - timedelta(minutes=5))
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        for body in (advertisement(allowed), advertisement(denied), advertisement(stranger)):
+            apply_cluster_object(api, ADVERTISEMENTS, body)
+        _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=10)  # lists cleared for the next ones
+        for body in (empty, expired):
+            apply_cluster_object(api, ADVERTISEMENTS, body)
+
+        def reason(provider: str) -> str | None:
+            obj = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
+            return (obj.get("status") or {}).get("reason")
+
+        await eventually(lambda: all(reason(p) for p in (allowed, denied, stranger, f"empty-{unique}",
+                                                        f"expired-{unique}")), what="every decision")  # fmt: skip
+    phases = _phases(api)
+    assert phases[allowed] == "Accepted"
+    assert (phases[denied], reason(denied)) == ("Refused", "Denied")  # deny wins over allow
+    assert (phases[stranger], reason(stranger)) == ("Refused", "NotAllowed")
+    assert (phases[f"empty-{unique}"], reason(f"empty-{unique}")) == ("Refused", "Invalid")
+    assert (phases[f"expired-{unique}"], reason(f"expired-{unique}")) == ("Refused", "Invalid")
+
+
+async def test_manual_acceptance_by_update_and_by_annotation(
+    localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="Manual", maxAcceptableAdvertisements=10)
+    by_update, by_annotation, refused = f"upd-{unique}", f"ann-{unique}", f"ref-{unique}"
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        for provider in (by_update, by_annotation, refused):
+            apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
+        await eventually(lambda: set(_phases(api).values()) == {"Pending"} and len(_phases(api)) == 3,
+                         what="all pending")  # fmt: skip
+        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(by_update))
+        with pytest.raises(WorkflowUpdateFailedError) as bad:
+            await handle.execute_update(AdvertisementWorkflow.accept, "  ")
+        assert "reason must be a non-empty string" in str(bad.value.cause)
+        assert await handle.execute_update(AdvertisementWorkflow.accept, "capacity for the batch jobs") == "Accepted"
+
+        patch_cluster_object(api, ADVERTISEMENTS, advertisement_name(by_annotation),
+                             {"metadata": {"annotations": {DECISION_ANNOTATION: "accept"}}})  # fmt: skip
+        refuse = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(refused))
+        assert await refuse.execute_update(AdvertisementWorkflow.refuse, "too expensive") == "Refused"
+        await eventually(lambda: _phases(api)[by_annotation] == "Accepted", what="accepted by annotation")
+        with pytest.raises(WorkflowUpdateFailedError) as again:
+            await handle.execute_update(AdvertisementWorkflow.refuse, "changed my mind")
+        assert "already Accepted" in str(again.value.cause)
+    assert _phases(api) == {by_update: "Accepted", by_annotation: "Accepted", refused: "Refused"}
+    reason = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(refused))["status"]["reason"]
+    assert reason == "ManuallyRefused"
+
+
+def _deployment(api: k8s.ApiClient, provider: str) -> Any:
+    try:
+        return k8s.AppsV1Api(api).read_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
+    except k8s.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _condition(api: k8s.ApiClient, provider: str, kind: str) -> dict[str, Any] | None:
+    obj = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+async def test_nothing_is_created_before_the_pod_cidr_remapping_and_a_deleted_virtual_kubelet_comes_back(
+    localenv: EnvState, consumer: LocalCluster, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=5, podCIDRWaitTimeoutSeconds=3)
+    provider = f"prov-{unique}"
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
+        await eventually(lambda: _phases(api).get(provider) == "Accepted", what="accepted")
+        timed_out = await eventually(lambda: _condition(api, provider, "PodCIDRReady"), what="timeout condition")
+        assert timed_out["reason"] == "RemappingTimedOut" and timed_out["status"] == "False"
+        assert _deployment(api, provider) is None  # still nothing built
+
+        patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
+        created = await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
+        adv = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
+        assert adv["status"]["vkReference"] == {"name": virtual_kubelet_name(provider), "namespace": SYSTEM_NAMESPACE}
+
+        k8s.AppsV1Api(api).delete_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
+        back = await eventually(lambda: (d := _deployment(api, provider)) is not None
+                                and d.metadata.uid != created.metadata.uid and d, what="recreated")  # fmt: skip
+        assert back.metadata.name == virtual_kubelet_name(provider)
+
+
+async def test_teardown_deletes_the_node_then_the_virtual_kubelet_then_the_advertisement(
+    localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    """The virtual kubelet's part (cleaning the provider namespace) is played here by its protocol: the
+    clean annotation on its Deployment. tests/test_virtual_kubelet.py runs the real one end to end."""
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=5)
+    provider = f"prov-{unique}"
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
+        await eventually(lambda: _phases(api).get(provider) == "Accepted", what="accepted")
+        patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
+        await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
+        create_node(api, virtual_node_name(provider), cpu="2", memory="4Gi",
+                    labels={"tidepool.io/type": "virtual-node", "tidepool.io/provider": provider})  # fmt: skip
+
+        k8s.CustomObjectsApi(api).delete_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS,
+                                                               advertisement_name(provider))  # fmt: skip
+        core = k8s.CoreV1Api(api)
+        await eventually(lambda: virtual_node_name(provider) not in {n.metadata.name for n in core.list_node().items},
+                         what="the virtual node deleted first")  # fmt: skip
+        assert _deployment(api, provider) is not None  # the virtual kubelet still has the provider to clean
+        assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is not None
+        k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
+                                                       {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})
+        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        state = await handle.result()
+    deleted = state.deleted
+    assert deleted["virtual-node"] < deleted["virtual-kubelet"] < deleted["advertisement"]
+    assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None
+    assert _deployment(api, provider) is None
+
+
+async def test_an_advertisement_that_is_not_refreshed_expires_and_is_torn_down(
+    localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=5)
+    provider = f"prov-{unique}"
+    settings = worker_settings(localenv, consumer, f"cons-{unique}")
+    skipper = TimeSkipper(temporal_client)
+    apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, ttl=timedelta(minutes=30)))
+    patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider),
+                                {"phase": "Accepted", "reason": "WithinMaximum", "remoteRemappedPodCIDR": "None"})
+    async with running_worker(settings):
+        # The watcher starts the workflow; the skipper turns time skipping on for it and jumps its clock.
+        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
+        k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
+                                                       {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})
+        await skipper.fast_forward(handle, timedelta(minutes=31))
+        state = await handle.result()
+    assert state.teardown == "Expired"
+    assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None
+    assert _deployment(api, provider) is None

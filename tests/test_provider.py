@@ -1,0 +1,276 @@
+"""The provider side against real clusters: a home cluster of the test's own (so that its numbers are
+exactly the test's), cluster b as the foreign one, and the real worker of the home cluster."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.testing import TimeSkipper
+
+from activities.kube import apply_cluster_object, read_cluster_object
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    LABEL_NODE_TYPE,
+    LABEL_OFFLOADED,
+    PEERING_REQUESTS,
+    SYSTEM_NAMESPACE,
+    VIRTUAL_NODE_TYPE,
+    advertisement_name,
+    credentials_secret_name,
+    foreign_namespace,
+    peering_workflow_id,
+)
+from models.peering import PeeringInput, PeeringStatus, SecretRef
+from tests.conftest import Clusters
+from tests.kube import create_namespace, create_node, create_pod, create_runtime_class, wait_for
+from tests.replay import replay_all_runs
+from tests.running import eventually, running_worker, worker_settings
+from workers.peer import cancel_peering, request_peering, request_secret_name
+from workflows.peering import PeeringWorkflow
+
+pytestmark = [pytest.mark.env, pytest.mark.provider]
+
+
+def _config(api: k8s.ApiClient, **outgoing: Any) -> None:
+    apply_cluster_object(api, CLUSTER_CONFIGS, {
+        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"outgoing": outgoing},
+    })  # fmt: skip
+
+
+def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:
+    obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(home_id))
+    return None if obj is None else obj["spec"]["resourceQuota"]["hard"]
+
+
+def _peer(home: LocalCluster, foreign: LocalCluster, foreign_id: str) -> None:
+    request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+
+
+@pytest.fixture
+def home(make_cluster: Callable[[str], LocalCluster]) -> LocalCluster:
+    return make_cluster("home")
+
+
+def _populate(api: k8s.ApiClient) -> None:
+    """Two physical nodes (6 CPU, 12Gi, 220 pods), one virtual node, and pods of every kind that the
+    computation must count or leave out."""
+    create_node(api, "n1", cpu="4", memory="8Gi")
+    create_node(api, "n2", cpu="2", memory="4Gi")
+    create_node(api, "virtual", cpu="100", memory="100Gi", labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})
+    create_namespace(api, "work")
+    create_runtime_class(api, "sandboxed", overhead={"cpu": "100m", "memory": "64Mi"})
+    # Counted: max(containers 500m/1Gi, init 1/512Mi) + overhead 100m/64Mi = 1100m / 1Gi+64Mi.
+    create_pod(api, "work", "running", node_name="n1", requests={"cpu": "500m", "memory": "1Gi"},
+               init_requests=[{"cpu": "1", "memory": "512Mi"}], runtime_class="sandboxed")
+    # Counted: 250m / 256Mi, still holding its resources while it terminates.
+    create_pod(api, "work", "terminating", node_name="n2", requests={"cpu": "250m", "memory": "256Mi"})
+    core = k8s.CoreV1Api(api)
+    core.patch_namespaced_pod("terminating", "work", {"metadata": {"finalizers": ["tidepool.io/test-hold"]}})
+    core.delete_namespaced_pod("terminating", "work")
+    # Not counted: completed, offloaded from a consumer, on the virtual node, not yet scheduled.
+    create_pod(api, "work", "completed", node_name="n2", requests={"cpu": "1", "memory": "1Gi"})
+    # kwok starts every pod on its nodes; once it has, the pod "completes".
+    wait_for(lambda: core.read_namespaced_pod("completed", "work").status.phase == "Running", timeout=30,
+             what="kwok to start the pod")
+    core.patch_namespaced_pod_status("completed", "work", {"status": {"phase": "Succeeded"}})
+    create_pod(api, "work", "offloaded", node_name="n2", requests={"cpu": "1", "memory": "1Gi"},
+               labels={LABEL_OFFLOADED: "true"})
+    create_pod(api, "work", "on-virtual", node_name="virtual", requests={"cpu": "3", "memory": "3Gi"})
+    # fmt: skip
+
+
+def _release_terminating(api: k8s.ApiClient) -> None:
+    k8s.CoreV1Api(api).patch_namespaced_pod("terminating", "work", {"metadata": {"finalizers": None}})
+
+
+async def test_the_advertisement_carries_exactly_the_shared_part_of_the_home_cluster(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    _populate(api)
+    _config(api, sharingPercentage=50)
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    try:
+        async with running_worker(worker_settings(localenv, home, home_id)):
+            hard = await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
+    finally:
+        _release_terminating(api)
+    # (6 − 1.35) CPU × 50% = 2325m; (12Gi − 1Gi − 64Mi − 256Mi) × 50% = 5472Mi; (220 − 2) pods × 50% = 109.
+    assert hard == {"cpu": "2325m", "memory": "5472Mi", "pods": "109"}
+
+
+async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    create_node(api, "n1", cpu="10", memory="10Gi", pods="100")
+    _config(api, sharingPercentage=10)
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    async with running_worker(worker_settings(localenv, home, home_id)):
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "1", what="10%")
+        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+
+        await handle.signal(PeeringWorkflow.set_sharing_percentage, 20)
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", timeout=10, what="signal")
+
+        status = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 30)
+        assert status.sharing_percentage == 30 and status.advertised is not None
+        assert (_advertised(foreign, home_id) or {}).get("cpu") == "3"  # on the foreign cluster when it returns
+
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 101)
+        assert "sharing_percentage must be an integer between 0 and 100, got 101" in str(refused.value.cause)
+        assert (await handle.query(PeeringWorkflow.status)).sharing_percentage == 30
+        assert (_advertised(foreign, home_id) or {}).get("cpu") == "3"  # nothing changed
+
+        _config(api, sharingPercentage=40)  # the ClusterConfig's new value wins over the update's
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=10, what="edit")
+        status = await handle.query(PeeringWorkflow.status)
+        assert status.sharing_percentage == 40 and status.phase == "Advertised"
+
+
+async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_yield_one_workflow(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    create_node(api, "n1", cpu="4", memory="4Gi")
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    settings = worker_settings(localenv, home, home_id)
+    async with running_worker(settings):
+        await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
+        # A user starting the same peering from the CLI finds the running one.
+        input = PeeringInput(foreign_cluster_id=foreign_id,
+                             kube_config_ref=SecretRef(name=request_secret_name(foreign_id), namespace=SYSTEM_NAMESPACE))
+        first = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        again = await temporal_client.start_workflow(
+            PeeringWorkflow.run, input, id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+        assert again.result_run_id == (await first.describe()).run_id
+        running = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{peering_workflow_id(foreign_id)}'")]
+        assert len(running) == 1
+
+        cancel_peering(api, consumer_id=foreign_id)
+        result = await first.result()
+        assert result.foreign_cleaned and result.home_cleaned
+    assert _advertised(foreign, home_id) is None
+    with pytest.raises(ApiException) as gone:
+        k8s.CoreV1Api(foreign).read_namespaced_secret(credentials_secret_name(home_id), SYSTEM_NAMESPACE)
+    assert gone.value.status == 404
+    await eventually(lambda: read_cluster_object(api, PEERING_REQUESTS, foreign_id) is None, what="request gone")
+    namespaces = {ns.metadata.name for ns in k8s.CoreV1Api(api).list_namespace().items}
+    await eventually(lambda: foreign_namespace(foreign_id) not in
+                     {ns.metadata.name for ns in k8s.CoreV1Api(api).list_namespace().items}, what="namespace gone")
+    del namespaces
+
+
+def _can(api: k8s.ApiClient, namespace: str, verb: str, resource: str, subresource: str = "") -> bool:
+    review = k8s.AuthorizationV1Api(api).create_self_subject_access_review({"spec": {"resourceAttributes": {
+        "namespace": namespace, "verb": verb, "resource": resource, "subresource": subresource}}})  # fmt: skip
+    return bool(review.status.allowed)
+
+
+async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_needs(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    create_node(api, "n1", cpu="4", memory="4Gi")
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    async with running_worker(worker_settings(localenv, home, home_id)):
+        await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
+    secret = k8s.CoreV1Api(foreign).read_namespaced_secret(credentials_secret_name(home_id), SYSTEM_NAMESPACE)
+    kubeconfig = yaml.safe_load(base64.b64decode(secret.data["kubeconfig"]))
+    from kubernetes import config as k8s_config
+
+    granted = k8s_config.new_client_from_config_dict(kubeconfig)
+    own = foreign_namespace(foreign_id)
+    for resource in ("pods", "configmaps", "secrets", "services"):
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+            assert _can(granted, own, verb, resource), f"{verb} {resource} should be allowed"
+    assert _can(granted, own, "patch", "pods", "status")
+    assert _can(granted, own, "create", "events")
+    # Nothing else: not other namespaces, not nodes, not RBAC, not exec into pods.
+    assert not _can(granted, "default", "get", "pods")
+    assert not _can(granted, own, "create", "pods", "exec")
+    assert not _can(granted, own, "create", "roles")
+    assert not _can(granted, "", "list", "nodes")
+    assert not _can(granted, own, "get", "deployments")
+    # ...and the token really is accepted by the home API server.
+    k8s.CoreV1Api(granted).list_namespaced_pod(own)
+    with pytest.raises(ApiException) as forbidden:
+        k8s.CoreV1Api(granted).list_namespaced_pod("default")
+    assert forbidden.value.status == 403
+
+
+async def test_the_status_query_reports_the_push(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = home.api_client()
+    create_node(api, "n1", cpu="2", memory="2Gi")
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    async with running_worker(worker_settings(localenv, home, home_id)):
+        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+
+        async def pushed() -> PeeringStatus | None:
+            status = await handle.query(PeeringWorkflow.status)
+            return status if status.pushes >= 1 else None
+
+        status = await eventually(pushed, what="first push")
+    assert status.phase == "Advertised" and status.sharing_percentage == 30  # the ClusterConfig default
+    assert status.advertised == {"cpu": "600m", "memory": "644245094", "pods": "33"}
+    request = read_cluster_object(api, PEERING_REQUESTS, foreign_id)
+    assert request is not None and request["status"]["phase"] == "Advertised"
+
+
+async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_new(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = home.api_client()
+    create_node(api, "n1", cpu="2", memory="2Gi")
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    secret = "foreign-credentials"
+    create_namespace(api, SYSTEM_NAMESPACE)
+    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, {
+        "metadata": {"name": secret},
+        "data": {"kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()},
+    })  # fmt: skip
+    settings = worker_settings(localenv, home, home_id)
+    skipper = TimeSkipper(temporal_client)
+    async with running_worker(settings):
+        # Started as a user would from the CLI: no PeeringRequest, credentials by reference.
+        handle = await skipper.client.start_workflow(
+            PeeringWorkflow.run,
+            PeeringInput(foreign_cluster_id=foreign_id, kube_config_ref=SecretRef(name=secret, namespace=SYSTEM_NAMESPACE),
+                         sharing_percentage=50),
+            id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
+        )  # fmt: skip
+        first_run = (await handle.describe()).run_id
+        assert await skipper.fast_forward(handle, timedelta(minutes=35))
+        status = await handle.query(PeeringWorkflow.status)
+        runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        await handle.signal(PeeringWorkflow.withdraw)
+        await handle.result()
+    assert status.pushes == 4  # at 0, 10, 20 and 30 minutes
+    assert status.sharing_percentage == 50  # state carried over continue-as-new
+    assert len(runs) > 1 and (await handle.describe()).run_id != first_run
+    await replay_all_runs(temporal_client, handle.id)

@@ -1,0 +1,112 @@
+"""The `tidepool` command: what the `temporal` CLI cannot show in one view.
+
+  tidepool status [--cluster NAME=KUBECONFIG ...]   peerings, advertisements, virtual nodes, pool placements
+  tidepool peer --provider KUBECONFIG --consumer KUBECONFIG --consumer-id ID
+  tidepool unpeer --provider KUBECONFIG --consumer-id ID
+
+Without --cluster, `status` reads the clusters of the running local environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from activities.kube import client_from_kubeconfig_file
+from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState
+from models.names import ADVERTISEMENTS, GROUP, LABEL_NODE_TYPE, PEERING_REQUESTS, VERSION, VIRTUAL_NODE_TYPE
+from workers.peer import cancel_peering, request_peering
+
+PLACEMENT_ANNOTATION = "pool.tidepool.io/placements"
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return f"{title}: none\n"
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
+    lines = [title, "  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False))]
+    lines += ["  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
+    try:
+        return list(k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)["items"])
+    except k8s.ApiException:
+        return []
+
+
+def status(clusters: dict[str, Path]) -> str:
+    peerings, adverts, nodes, placements = [], [], [], []
+    for name, kubeconfig in clusters.items():
+        api = client_from_kubeconfig_file(str(kubeconfig))
+        for request in _list(api, PEERING_REQUESTS):
+            st = request.get("status") or {}
+            peerings.append([name, request["spec"]["clusterIdentity"]["clusterId"], st.get("phase", "—"),
+                             st.get("advertisementStatus") or "—", st.get("lastPushTime", "—")])  # fmt: skip
+        for adv in _list(api, ADVERTISEMENTS):
+            hard = (adv["spec"].get("resourceQuota") or {}).get("hard") or {}
+            st = adv.get("status") or {}
+            adverts.append([name, adv["spec"].get("clusterId", "?"), st.get("phase", "Pending"), st.get("reason", ""),
+                            hard.get("cpu", "—"), hard.get("memory", "—"), adv["spec"].get("timeToLive", "—")])  # fmt: skip
+        core = k8s.CoreV1Api(api)
+        for node in core.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items:
+            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+            pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
+            nodes.append([name, node.metadata.name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
+                          node.status.allocatable.get("cpu", "—"), node.status.allocatable.get("memory", "—"),
+                          str(len(pods))])  # fmt: skip
+        for ns in core.list_namespace().items:
+            annotation = (ns.metadata.annotations or {}).get(PLACEMENT_ANNOTATION)
+            if annotation:
+                placements.append([name, ns.metadata.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
+    return "".join([
+        _table("Peerings (provider side)", ["provider", "foreign", "phase", "foreign decision", "last push"], peerings),
+        _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],
+               adverts),
+        _table("Virtual nodes", ["cluster", "node", "ready", "cpu", "memory", "pods"], nodes),
+        _table("Pool placements", ["tenant", "namespace", "slices per super cluster"], placements),
+    ])  # fmt: skip
+
+
+def _clusters(args: argparse.Namespace) -> dict[str, Path]:
+    if args.cluster:
+        return {name: Path(path) for name, path in (item.split("=", 1) for item in args.cluster)}
+    state = EnvState.load(args.state_dir)
+    if state is None:
+        raise SystemExit("no --cluster given and no local environment running (make demo)")
+    return {name: Path(path) for name, path in state.kubeconfigs.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidepool", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("status", help="one table across clusters")
+    show.add_argument("--cluster", action="append", metavar="NAME=KUBECONFIG")
+    show.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    peer = sub.add_parser("peer", help="ask a provider for resources (writes a PeeringRequest on it)")
+    peer.add_argument("--provider", required=True, help="kubeconfig of the provider cluster")
+    peer.add_argument("--consumer", required=True, help="kubeconfig the provider will use to reach the consumer")
+    peer.add_argument("--consumer-id", required=True)
+    unpeer = sub.add_parser("unpeer", help="withdraw a peering (deletes the PeeringRequest)")
+    unpeer.add_argument("--provider", required=True)
+    unpeer.add_argument("--consumer-id", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        print(status(_clusters(args)), end="")
+    elif args.command == "peer":
+        request_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id,
+                        consumer_kubeconfig=Path(args.consumer).read_text())  # fmt: skip
+        print(f"PeeringRequest {args.consumer_id} written on the provider")
+    else:
+        cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id)
+        print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

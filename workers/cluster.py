@@ -1,0 +1,90 @@
+"""A cluster's tidepool worker: `python -m workers.cluster`, configured by TIDEPOOL_* variables (see
+models/settings.py). It serves this cluster's task queue only, with the clients of this cluster, and
+runs the watchers that turn Kubernetes changes into workflow starts and signals."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from temporalio.client import Client, TLSConfig
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from activities.kube import client_from_kubeconfig_file
+from models.settings import TemporalSettings, WorkerSettings
+from workers.consumer import consumer_role
+from workers.provider import provider_role
+from workers.roles import Role, RoleContext
+
+log = logging.getLogger("tidepool.worker")
+
+# Activities are synchronous Kubernetes calls; each holds a thread while it waits on an API server.
+ACTIVITY_THREADS = 32
+
+
+async def connect(settings: TemporalSettings) -> Client:
+    """A Temporal client for self-hosted (optionally mTLS) or Temporal Cloud (API key); the pydantic
+    converter on every client, so models cross the wire as they validate."""
+    tls: TLSConfig | bool = False
+    if settings.tls_cert_file or settings.tls_ca_file:
+        tls = TLSConfig(
+            client_cert=Path(settings.tls_cert_file).read_bytes() if settings.tls_cert_file else None,
+            client_private_key=Path(settings.tls_key_file).read_bytes() if settings.tls_key_file else None,
+            server_root_ca_cert=Path(settings.tls_ca_file).read_bytes() if settings.tls_ca_file else None,
+        )
+    api_key = Path(settings.api_key_file).read_text().strip() if settings.api_key_file else None
+    return await Client.connect(
+        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter,
+        tls=tls or bool(api_key), api_key=api_key,
+    )  # fmt: skip
+
+
+ROLES: list[Callable[[RoleContext], Role]] = [provider_role, consumer_role]
+
+
+async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
+    client = await connect(settings.temporal)
+    ctx = RoleContext(
+        client=client, home=client_from_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
+        loop=asyncio.get_running_loop(),
+    )  # fmt: skip
+    roles = [build(ctx) for build in ROLES]
+    async with AsyncExitStack() as stack:
+        executor = stack.enter_context(ThreadPoolExecutor(ACTIVITY_THREADS, thread_name_prefix="activity"))
+        worker = Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[w for role in roles for w in role.workflows],
+            activities=[a for role in roles for a in role.activities],
+            activity_executor=executor,
+        )
+        await stack.enter_async_context(worker)
+        for role in roles:
+            role.start()
+            stack.callback(role.stop)
+        log.info("worker for cluster %s on task queue %s: %s", settings.cluster.cluster_id, settings.task_queue,
+                 ", ".join(role.name for role in roles))  # fmt: skip
+        await stop.wait()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = WorkerSettings.from_env()
+
+    async def _main() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await run(settings, stop=stop)
+
+    asyncio.run(_main())
+
+
+if __name__ == "__main__":
+    main()

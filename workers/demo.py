@@ -1,0 +1,190 @@
+"""The demo: `make demo` (python -m workers.demo up) runs the main job on the local environment.
+
+It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
+a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
+namespace), peers them (b consumes from a and from c, which share different percentages), deploys a
+sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, and prints a table.
+Everything keeps running for exploring; `make demo-down` (python -m workers.demo down) stops it all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from activities.kube import apply_cluster_object, client_from_kubeconfig_file
+from deploy.localenv.clusters import fake_node
+from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState, down, temporal_namespace, up
+from deploy.localenv.temporal import stop_process_group
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    GROUP,
+    LABEL_NODE_TYPE,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    VERSION,
+    VIRTUAL_NODE_TYPE,
+)
+from workers.cli import status
+from workers.peer import request_peering
+
+CLUSTERS = ["a", "b", "c", "tenant"]
+PEER_CLUSTERS = ["a", "b", "c"]
+# Each provider shares a different part of what it has.
+SHARING = {"a": 40, "b": 30, "c": 60}
+POD_CIDRS = {"a": "10.1.0.0/16", "b": "10.2.0.0/16", "c": "10.1.0.0/16"}  # c overlaps a: b remaps one of them
+NODES = {"a": [("a-node-1", "8", "32Gi"), ("a-node-2", "8", "32Gi")],
+         "b": [("b-node-1", "4", "8Gi")],
+         "c": [("c-node-1", "16", "64Gi")],
+         "tenant": []}  # fmt: skip
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def _env(state: EnvState, cluster: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "TIDEPOOL_CLUSTER_CLUSTER_ID": f"cluster-{cluster}",
+        "TIDEPOOL_CLUSTER_KUBECONFIG": state.kubeconfigs[cluster],
+        "TIDEPOOL_CLUSTER_POD_CIDR": POD_CIDRS[cluster],
+        "TIDEPOOL_TEMPORAL_ADDRESS": state.temporal_address,
+        "TIDEPOOL_TEMPORAL_NAMESPACE": temporal_namespace(cluster),
+        "TIDEPOOL_METRICS_PORT": str(9464 + PEER_CLUSTERS.index(cluster)),
+    })  # fmt: skip
+    return env
+
+
+def _spawn(state: EnvState, name: str, command: list[str], env: dict[str, str]) -> int:
+    log = Path(state.state_dir) / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, *command], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    return process.pid
+
+
+def _processes_file(state: EnvState) -> Path:
+    return Path(state.state_dir) / "processes.json"
+
+
+def _wait(what: str, predicate: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception:  # noqa: BLE001 - the demo waits through transient errors
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"the demo timed out waiting for {what}")
+
+
+def bring_up(state_dir: Path) -> None:
+    started = time.monotonic()
+    say("starting Temporal (Web UI on http://127.0.0.1:8233) and clusters a, b, c, tenant")
+    state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=True)
+    apis = {name: client_from_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
+
+    say("adding fake nodes and ClusterConfigs")
+    for name, nodes in NODES.items():
+        for node, cpu, memory in nodes:
+            k8s.CoreV1Api(apis[name]).create_node(fake_node(node, cpu=cpu, memory=memory))
+    for name in PEER_CLUSTERS:
+        k8s.CoreV1Api(apis[name]).create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+        apply_cluster_object(apis[name], CLUSTER_CONFIGS, {
+            "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
+            "spec": {"outgoing": {"sharingPercentage": SHARING[name]},
+                     "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5}},
+        })  # fmt: skip
+
+    say("starting a worker, a network module and a kubelet stand-in per cluster")
+    pids = {}
+    for name in PEER_CLUSTERS:
+        env = _env(state, name)
+        pids[f"worker-{name}"] = _spawn(state, f"worker-{name}", ["-m", "workers.cluster"], env)
+        pids[f"network-{name}"] = _spawn(state, f"network-{name}", ["-m", "workers.network"], env)
+        pids[f"kubelet-{name}"] = _spawn(state, f"kubelet-{name}", ["-m", "deploy.localenv.deployments",
+                                                                   "--kubeconfig", state.kubeconfigs[name]], env)
+    _processes_file(state).write_text(json.dumps(pids, indent=2))
+
+    say("b asks a and c for resources (PeeringRequests)")
+    for provider in ("a", "c"):
+        request_peering(apis[provider], consumer_id="cluster-b",
+                        consumer_kubeconfig=Path(state.kubeconfigs["b"]).read_text())  # fmt: skip
+    core_b = k8s.CoreV1Api(apis["b"])
+
+    def virtual_nodes_ready() -> bool:
+        nodes = core_b.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items
+        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+        return len(ready) == 2
+
+    _wait("two Accepted Advertisements on b", lambda: sum(
+        (a.get("status") or {}).get("phase") == "Accepted"
+        for a in k8s.CustomObjectsApi(apis["b"]).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
+    ) == 2)  # fmt: skip
+    say("Advertisements accepted; waiting for the virtual nodes")
+    _wait("two Ready virtual nodes on b", virtual_nodes_ready)
+
+    say("deploying a sample workload in b: 6 pods, of which the ones that fit nowhere else run in a and c")
+    core_b.create_namespace({"metadata": {"name": "shop"}})
+    k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx",
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                     "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
+    })  # fmt: skip
+    _wait("the sample workload Running", lambda: sum(
+        p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
+
+    say(f"ready in {time.monotonic() - started:.0f} s")
+    print()
+    print(status({name: Path(state.kubeconfigs[name]) for name in CLUSTERS}))
+    ui = state.temporal_ui
+    print(f"Web UI, peerings of a: {ui}/namespaces/{temporal_namespace('a')}/workflows?query=WorkflowType%3D%27PeeringWorkflow%27")
+    print(f"Web UI, advertisements of b: {ui}/namespaces/{temporal_namespace('b')}/workflows?query=WorkflowType%3D%27AdvertisementWorkflow%27")
+    print("Everything keeps running. `make demo-down` stops it.")
+
+
+def tear_down(state_dir: Path) -> None:
+    state = EnvState.load(state_dir)
+    if state is not None and _processes_file(state).exists():
+        for pid in json.loads(_processes_file(state).read_text()).values():
+            stop_process_group(pid)
+    down(state_dir)
+    say("demo stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    if args.command == "down":
+        tear_down(args.state_dir)
+    elif EnvState.load(args.state_dir):
+        say("the demo is already running; tearing it down (run `make demo` again to start afresh)")
+        tear_down(args.state_dir)
+    else:
+        bring_up(args.state_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

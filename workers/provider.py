@@ -1,0 +1,159 @@
+"""The provider's watchers: they turn Kubernetes changes in the home cluster into Temporal calls.
+
+- a PeeringRequest that appears starts its peering workflow (a second start finds the running one);
+  one that is deleted signals `withdraw`;
+- a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
+  which re-reads it in its next push;
+- allocatable capacity that moves by more than the ClusterConfig's threshold signals
+  `capacity_changed`.
+
+Level-triggered: every (re)list replays the whole state, and the workflows drop what they already know
+(an unchanged generation, a peering that already runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from kubernetes import client as k8s
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.capacity import HomeCapacity
+from activities.informer import Informer
+from activities.peering import PeeringActivities
+from models.api import ClusterConfig, PeeringRequest
+from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, GROUP, PEERING_REQUESTS, VERSION, peering_workflow_id
+from models.peering import PeeringInput, SecretRef
+from models.resources import Resources
+from models.settings import WorkerSettings
+from models.sharing import capacity_changed
+from workers.roles import Role, RoleContext
+from workflows.peering import PeeringWorkflow
+
+log = logging.getLogger(__name__)
+
+
+class ProviderWatchers:
+    def __init__(self, *, home: k8s.ApiClient, client: Client, settings: WorkerSettings,
+                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+        self._client = client
+        self._settings = settings
+        self._loop = loop
+        self._config_generation: int | None = None
+        self._threshold_percent = ClusterConfig.default().spec.outgoing.capacity_change_threshold_percent
+        self._capacity_baseline: Resources | None = None
+        custom = k8s.CustomObjectsApi(home)
+        self._informers = [
+            Informer("peeringrequests", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
+                     plural=PEERING_REQUESTS, on_sync=self._sync_requests, on_event=self._request_event),
+            Informer("clusterconfig", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
+                     plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}",
+                     on_sync=self._sync_config, on_event=lambda _kind, obj: self._sync_config([obj])),
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        for informer in self._informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+    def _submit(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Informers run in threads; Temporal calls belong to the worker's event loop."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
+
+    # PeeringRequests ---------------------------------------------------------------------------------
+    def _sync_requests(self, objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            self._request_event("MODIFIED", obj)
+
+    def _request_event(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            request = PeeringRequest.from_kubernetes(obj)
+        except ValueError as e:  # the CRD validates; this only guards against an older schema
+            log.warning("ignored PeeringRequest %s: %s", obj.get("metadata", {}).get("name"), e)
+            return
+        foreign = request.spec.cluster_identity.cluster_id
+        if kind == "DELETED" or request.metadata.deletion_timestamp:
+            self._submit(self._signal(peering_workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
+            return
+        ref = request.spec.kube_config_ref
+        self._submit(self._start_peering(PeeringInput(
+            foreign_cluster_id=foreign,
+            kube_config_ref=SecretRef(name=ref.name, namespace=ref.namespace),
+            peering_request=request.metadata.name,
+        )))  # fmt: skip
+
+    async def _start_peering(self, input: PeeringInput) -> None:
+        await self._client.start_workflow(
+            PeeringWorkflow.run, input,
+            id=peering_workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one peering per foreign cluster, ever
+            static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
+        )  # fmt: skip
+
+    async def _signal(self, workflow_id: str, signal: str, *args: Any) -> None:
+        handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(workflow_id)
+        try:
+            await handle.signal(signal, *args) if args else await handle.signal(signal)
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:  # nothing runs for it: nothing to tell
+                raise
+
+    # ClusterConfig and capacity ------------------------------------------------------------------------
+    def _sync_config(self, objects: list[dict[str, Any]]) -> None:
+        if not objects:
+            return
+        obj = objects[0]
+        try:
+            self._threshold_percent = ClusterConfig.from_kubernetes(obj).spec.outgoing.capacity_change_threshold_percent
+        except ValueError as e:
+            log.warning("ClusterConfig is invalid, keeping the last threshold: %s", e)
+        generation = int(obj.get("metadata", {}).get("generation", 0))
+        if generation != self._config_generation:
+            self._config_generation = generation
+            self._submit(self._signal_peerings("cluster_config_changed", generation))
+
+    def on_allocatable_change(self, allocatable: Resources) -> None:
+        """Called by HomeCapacity on node changes (in an informer thread)."""
+        if self._capacity_baseline is None:
+            self._capacity_baseline = allocatable
+            return
+        if capacity_changed(self._capacity_baseline, allocatable, self._threshold_percent):
+            self._capacity_baseline = allocatable
+            self._submit(self._signal_peerings("capacity_changed"))
+
+    async def _signal_peerings(self, signal: str, *args: Any) -> None:
+        query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"
+        async for execution in self._client.list_workflows(query):
+            await self._signal(execution.id, signal, *args)
+
+
+def provider_role(ctx: RoleContext) -> Role:
+    """The provider: peering workflows, their activities, the capacity aggregate and the watchers."""
+    watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop)
+    capacity = HomeCapacity(ctx.home, on_allocatable_change=watchers.on_allocatable_change)
+    peering = PeeringActivities(home=ctx.home, capacity=capacity, settings=ctx.settings)
+
+    def start() -> None:
+        capacity.start()
+        watchers.start()
+
+    def stop() -> None:
+        watchers.stop()
+        capacity.stop()
+
+    return Role(
+        name="provider",
+        workflows=[PeeringWorkflow],
+        activities=[peering.push_advertisement, peering.read_foreign_decision, peering.withdraw_peering],
+        start=start,
+        stop=stop,
+    )

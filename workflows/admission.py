@@ -1,0 +1,73 @@
+"""AdmissionWorkflow: the one place a consumer cluster decides which Advertisements it accepts, id
+`admission-<cluster id>`. Watchers signal `reconcile` whenever an Advertisement or the ClusterConfig
+changes; signals that arrive while a pass runs are folded into the next pass. One pass at a time is
+what keeps twenty Advertisements arriving at once from overshooting the maximum: the decision itself
+is a pure function of the cluster's Advertisements (models/admission.py), never a counter that drifts.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.consumer import ConsumerActivities
+    from models.consumer import AdmissionInput, AdmissionResult
+
+ADMIT_TIMEOUT = timedelta(seconds=60)
+ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# An expired Advertisement frees its place even if nothing else happens; look again now and then.
+IDLE_RECHECK = timedelta(minutes=10)
+
+
+@workflow.defn
+class AdmissionWorkflow:
+    @workflow.init
+    def __init__(self, input: AdmissionInput) -> None:
+        self._input = input
+        self._pending = True
+        self._last: AdmissionResult | None = None
+
+    @workflow.run
+    async def run(self, input: AdmissionInput) -> None:
+        while True:
+            self._pending = False
+            self._last = await workflow.execute_activity_method(
+                ConsumerActivities.admit_advertisements, input.cluster_id,
+                start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT_RETRY, summary="admission pass",
+            )  # fmt: skip
+            self._input.reconciles += 1
+            workflow.set_current_details(_details(self._last, self._input.reconciles))
+            try:
+                await workflow.wait_condition(lambda: self._pending, timeout=IDLE_RECHECK, timeout_summary="recheck")
+            except TimeoutError:
+                pass
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._input)
+
+    @workflow.signal
+    def reconcile(self) -> None:
+        self._pending = True
+
+    @workflow.query
+    def last_pass(self) -> AdmissionResult | None:
+        return self._last
+
+
+def _details(result: AdmissionResult, passes: int) -> str:
+    lines = [
+        f"**Admission** — policy **{result.policy}**, accepted {result.total_accepted}"
+        + (f" of at most {result.maximum}" if result.maximum is not None else ""),
+        f"- passes: {passes}",
+    ]
+    if result.accepted:
+        lines.append(f"- accepted in the last pass: {', '.join(result.accepted)}")
+    if result.refused:
+        lines += ["", "| refused | reason |", "|---|---|"]
+        lines += [f"| {name} | {reason} |" for name, reason in sorted(result.refused.items())]
+    if result.pending:
+        lines.append(f"- pending a manual decision: {', '.join(result.pending)}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""AdvertisementWorkflow: the consumer's side of one provider's Advertisement, id
+`advertisement-<provider cluster id>`, started (or signalled) by the consumer worker's watchers.
+
+Seed 000's steps, each a visible stage (current details and the AdvertisementPhase search attribute):
+1. the admission workflow decides (this one only waits, or carries a manual accept/refuse update);
+2. accepted: hold the Advertisement with a finalizer, wait for the PodCIDR remapping;
+3. create the virtual kubelet Deployment (again, if anyone deletes it);
+4. teardown, when the Advertisement is deleted, expires or its provider stays unreachable: virtual node
+   first, then (once the provider namespace is clean) the virtual kubelet, then the Advertisement.
+
+Every wake re-reads the cluster and derives the next step (models/consumer.py), so a crash at any step
+resumes at that step.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from activities.consumer import ConsumerActivities
+    from models.consumer import (
+        AdvertisementInput,
+        AdvertisementObservation,
+        AdvertisementState,
+        AdvertisementStep,
+        ManualDecision,
+        Step,
+        next_step,
+        render_details,
+        wake_after,
+    )
+
+PROVIDER_CLUSTER = SearchAttributeKey.for_keyword("ProviderCluster")
+ADVERTISEMENT_PHASE = SearchAttributeKey.for_keyword("AdvertisementPhase")
+
+# Reads and writes on the consumer's own API server: quick, retried without end (the API server will be
+# back), each attempt bounded.
+KUBE_TIMEOUT = timedelta(seconds=30)
+KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# Steps that change nothing but the observation: no action is needed, so go round again at once.
+ACTING_STEPS: frozenset[Step] = frozenset(
+    {"EnsureFinalizer", "EnsureVirtualKubelet", "MarkDeleting", "DeleteVirtualNode", "DeleteVirtualKubelet",
+     "ReleaseAdvertisement"}
+)  # fmt: skip
+
+
+@workflow.defn
+class AdvertisementWorkflow:
+    @workflow.init
+    def __init__(self, input: AdvertisementInput) -> None:
+        self._input = input
+        self._state = input.state or AdvertisementState()
+        self._changed = True
+        self._observation: AdvertisementObservation | None = None
+        self._step: Step | None = None
+
+    @workflow.run
+    async def run(self, input: AdvertisementInput) -> AdvertisementState:
+        workflow.upsert_search_attributes([PROVIDER_CLUSTER.value_set(input.provider_id)])
+        while True:
+            self._changed = False
+            obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
+                                       summary="observe")  # fmt: skip
+            now = workflow.now()
+            step = next_step(obs, self._state, now)
+            self._observation, self._step = obs, step
+            if obs.phase == "Accepted" and self._state.accepted_at is None:
+                self._state.accepted_at = now
+            self._publish(obs, step)
+            if step == "Done":
+                return self._state
+            if step in ACTING_STEPS:
+                await self._act(step)
+                continue
+            await self._wait(obs, step)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+
+    async def _act(self, step: Step) -> None:
+        request = AdvertisementStep(provider_id=self._input.provider_id, advertisement=self._input.advertisement,
+                                    step=step, teardown=self._state.teardown)  # fmt: skip
+        await self._activity(ConsumerActivities.run_step, request, summary=step)
+        now = workflow.now()
+        if step == "DeleteVirtualNode":
+            self._state.deleted["virtual-node"] = now
+            self._state.clean_wait_started = now
+        elif step == "DeleteVirtualKubelet":
+            self._state.deleted["virtual-kubelet"] = now
+        elif step == "ReleaseAdvertisement":
+            self._state.deleted["advertisement"] = now
+        elif step == "EnsureVirtualKubelet":
+            self._state.virtual_kubelet_created += 1
+
+    async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
+        timeout = wake_after(obs, self._state, step, workflow.now())
+        try:
+            await workflow.wait_condition(lambda: self._changed, timeout=timeout, timeout_summary=f"{step}: deadline")
+        except TimeoutError:
+            if step == "AwaitPodCIDR" and self._state.accepted_at is not None:
+                self._state.pod_cidr_timed_out = True
+                await self._activity(ConsumerActivities.report_pod_cidr_timeout, self._input.advertisement,
+                                     summary="PodCIDR wait timed out")  # fmt: skip
+
+    async def _activity(self, method, arg, *, summary: str):  # type: ignore[no-untyped-def]
+        return await workflow.execute_activity_method(
+            method, arg, start_to_close_timeout=KUBE_TIMEOUT, retry_policy=KUBE_RETRY, summary=summary
+        )
+
+    def _publish(self, obs: AdvertisementObservation, step: Step) -> None:
+        phase = obs.phase or "Pending"
+        if workflow.info().typed_search_attributes.get(ADVERTISEMENT_PHASE) != phase:
+            workflow.upsert_search_attributes([ADVERTISEMENT_PHASE.value_set(phase)])
+        workflow.set_current_details(render_details(self._input.provider_id, obs, self._state, step))
+
+    # Handlers -----------------------------------------------------------------------------------------
+    @workflow.signal
+    def changed(self) -> None:
+        """From the watchers: the Advertisement, its Deployment or its node changed; look again."""
+        self._changed = True
+
+    @workflow.update
+    async def accept(self, reason: str) -> str:
+        """Manual acceptance: recorded on the Advertisement (annotation), decided by the admission
+        workflow; returns the phase once decided."""
+        return await self._decide("accept", reason)
+
+    @workflow.update
+    async def refuse(self, reason: str) -> str:
+        return await self._decide("refuse", reason)
+
+    async def _decide(self, decision: str, reason: str) -> str:
+        await self._activity(ConsumerActivities.record_manual_decision,
+                             ManualDecision(advertisement=self._input.advertisement, decision=decision, reason=reason),
+                             summary=f"manual {decision}")  # fmt: skip
+        wanted = "Accepted" if decision == "accept" else "Refused"
+        await workflow.wait_condition(lambda: self._observation is not None and self._observation.phase == wanted)
+        return wanted
+
+    @accept.validator
+    def _validate_accept(self, reason: str) -> None:
+        self._validate_decision(reason)
+
+    @refuse.validator
+    def _validate_refuse(self, reason: str) -> None:
+        self._validate_decision(reason)
+
+    def _validate_decision(self, reason: str) -> None:
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 256:
+            raise ValueError("reason must be a non-empty string of at most 256 characters")
+        if self._state.teardown is not None:
+            raise ValueError(f"the Advertisement is being torn down ({self._state.teardown})")
+        if self._observation is not None and self._observation.phase not in (None, "Pending"):
+            raise ValueError(f"the Advertisement is already {self._observation.phase}; only a Pending one is decided by hand")
+
+    @workflow.query
+    def status(self) -> AdvertisementState:
+        return self._state

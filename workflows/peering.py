@@ -1,0 +1,264 @@
+"""PeeringWorkflow: the provider's side of one peering, one workflow per foreign cluster, ever
+(id `peering-<foreign cluster id>`). It reads like seed 001:
+
+1. compute what the home cluster shares and push the Advertisement and fresh credentials to the
+   foreign cluster (one activity, so a cycle costs one activity and one timer);
+2. follow the foreign cluster's decision, looking again with backoff while it is pending;
+3. wait for the period, or less when the sharing percentage, the ClusterConfig or the capacity changes;
+4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete.
+
+An unreachable foreign cluster is retried with backoff for ever; the reason shows in the current
+details and in the PeeringPhase search attribute.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.peering import PeeringActivities
+    from models.peering import (
+        DecisionRequest,
+        ForeignDecision,
+        PeeringInput,
+        PeeringState,
+        PeeringStatus,
+        PushRequest,
+        WithdrawReason,
+        WithdrawRequest,
+        WithdrawResult,
+        decision_pending,
+        next_wait,
+        phase_after_push,
+        render_details,
+    )
+    from models.settings import ProviderSettings
+
+FOREIGN_CLUSTER = SearchAttributeKey.for_keyword("ForeignCluster")
+PEERING_PHASE = SearchAttributeKey.for_keyword("PeeringPhase")
+SHARING_PERCENTAGE = SearchAttributeKey.for_int("SharingPercentage")
+
+# A push talks to two API servers; a minute is ample. Three quick attempts, then the workflow's own
+# backoff takes over so that the Web UI shows the failure instead of a silent retry loop.
+PUSH_TIMEOUT = timedelta(seconds=60)
+PUSH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=3)
+CHECK_TIMEOUT = timedelta(seconds=20)
+CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
+# Withdrawal keeps trying for as long as an Advertisement could live (3 periods by default): after that
+# the foreign cluster expires it on its own.
+WITHDRAW_TIMEOUT = timedelta(seconds=60)
+WITHDRAW_SCHEDULE_TIMEOUT = timedelta(minutes=30)
+WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60))
+
+PROVIDER = ProviderSettings()
+
+
+@workflow.defn
+class PeeringWorkflow:
+    @workflow.init
+    def __init__(self, input: PeeringInput) -> None:
+        self._input = input
+        self._state = input.state or PeeringState(sharing_percentage=input.sharing_percentage)
+        self._withdraw: WithdrawReason | None = None
+
+    @workflow.run
+    async def run(self, input: PeeringInput) -> WithdrawResult:
+        self._publish()
+        while self._withdraw is None:
+            due = self._state.push_requested or self._state.next_push is None or workflow.now() >= self._state.next_push
+            if due or self._state.consecutive_failures:
+                await self._push()
+            elif decision_pending(self._state):
+                await self._check_decision()
+            if self._withdraw is not None:
+                break
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+            await self._sleep()
+        return await self._withdraw_peering(self._withdraw)
+
+    async def _push(self) -> None:
+        self._state.push_requested = False
+        request = PushRequest(
+            foreign_cluster_id=self._input.foreign_cluster_id,
+            kube_config_ref=self._input.kube_config_ref,
+            peering_request=self._input.peering_request,
+            sharing_percentage=self._state.sharing_percentage,
+            phase=self._state.phase,
+        )
+        try:
+            result = await workflow.execute_activity_method(
+                PeeringActivities.push_advertisement, request,
+                start_to_close_timeout=PUSH_TIMEOUT, retry_policy=PUSH_RETRY,
+                summary=f"push Advertisement to {self._input.foreign_cluster_id}",
+            )  # fmt: skip
+        except ActivityError as e:
+            self._failed(e)
+            return
+        state = self._state
+        if result.withdraw is not None:
+            self._withdraw = result.withdraw
+            return
+        state.last_push, state.pushes, state.last_error, state.consecutive_failures = result, state.pushes + 1, None, 0
+        state.sharing_percentage, state.config_generation = result.sharing_percentage, result.config_generation
+        foreign = ForeignDecision(phase=result.foreign_phase, remote_remapped_pod_cidr=result.remote_remapped_pod_cidr)
+        if state.foreign is None or foreign.phase != state.foreign.phase:
+            state.pending_checks = 0  # a new decision to wait for: look again soon
+        state.foreign, state.phase = foreign, phase_after_push(foreign)
+        self._state.next_push = workflow.now() + timedelta(seconds=result.period_seconds)
+        self._publish()
+
+    async def _check_decision(self) -> None:
+        request = DecisionRequest(
+            foreign_cluster_id=self._input.foreign_cluster_id,
+            kube_config_ref=self._input.kube_config_ref,
+            peering_request=self._input.peering_request,
+            phase=self._state.phase,
+        )
+        try:
+            decision = await workflow.execute_activity_method(
+                PeeringActivities.read_foreign_decision, request,
+                start_to_close_timeout=CHECK_TIMEOUT, retry_policy=CHECK_RETRY,
+                summary=f"read decision of {self._input.foreign_cluster_id}",
+            )  # fmt: skip
+        except ActivityError:
+            self._state.pending_checks += 1  # the next push will tell; a check is only a shortcut
+            return
+        self._state.foreign, self._state.pending_checks = decision, self._state.pending_checks + 1
+        if not decision.exists:
+            self._state.push_requested = True  # gone on the foreign side (expired or deleted): put it back
+        self._state.phase = phase_after_push(decision) if decision.exists else self._state.phase
+        self._publish()
+
+    def _failed(self, error: ActivityError) -> None:
+        cause = error.cause or error
+        self._state.consecutive_failures += 1
+        self._state.last_error = str(cause)
+        self._state.phase = "Unreachable"
+        workflow.logger.warning("push to %s failed: %s", self._input.foreign_cluster_id, cause)
+        self._publish()
+
+    async def _sleep(self) -> None:
+        wait = next_wait(
+            state=self._state,
+            now=workflow.now(),
+            next_push=self._state.next_push or workflow.now(),
+            poll_max_seconds=PROVIDER.decision_poll_max_seconds,
+            unreachable_max_seconds=PROVIDER.unreachable_backoff_max_seconds,
+        )
+        if wait <= timedelta(0):
+            return
+        summary = "retry" if self._state.consecutive_failures else "next check" if decision_pending(self._state) else "next push"
+        try:
+            await workflow.wait_condition(
+                lambda: self._state.push_requested or self._withdraw is not None, timeout=wait, timeout_summary=summary
+            )
+        except TimeoutError:
+            pass
+
+    async def _withdraw_peering(self, reason: WithdrawReason) -> WithdrawResult:
+        self._state.phase = "Withdrawn"
+        self._publish()
+        request = WithdrawRequest(
+            foreign_cluster_id=self._input.foreign_cluster_id,
+            kube_config_ref=self._input.kube_config_ref,
+            peering_request=self._input.peering_request,
+            reason=reason,
+        )
+        try:
+            return await self._execute_withdraw(request, WITHDRAW_SCHEDULE_TIMEOUT)
+        except ActivityError as e:
+            # The foreign cluster stayed out of reach: clean at home and let the Advertisement expire there.
+            workflow.logger.warning("withdrawal from %s incomplete: %s", self._input.foreign_cluster_id, e.cause or e)
+            return await self._execute_withdraw(request.model_copy(update={"skip_foreign": True}), None)
+
+    async def _execute_withdraw(self, request: WithdrawRequest, schedule_timeout: timedelta | None) -> WithdrawResult:
+        return await workflow.execute_activity_method(
+            PeeringActivities.withdraw_peering, request,
+            start_to_close_timeout=WITHDRAW_TIMEOUT, schedule_to_close_timeout=schedule_timeout,
+            retry_policy=WITHDRAW_RETRY, summary=f"withdraw from {self._input.foreign_cluster_id} ({request.reason})",
+        )  # fmt: skip
+
+    def _publish(self) -> None:
+        """Search attributes (only when they change: each upsert is a history event) and live details."""
+        wanted = [
+            SearchAttributePair(FOREIGN_CLUSTER, self._input.foreign_cluster_id),
+            SearchAttributePair(PEERING_PHASE, self._state.phase),
+        ]
+        if self._state.sharing_percentage is not None:
+            wanted.append(SearchAttributePair(SHARING_PERCENTAGE, self._state.sharing_percentage))
+        current = workflow.info().typed_search_attributes
+        changes = [pair.key.value_set(pair.value) for pair in wanted if current.get(pair.key) != pair.value]
+        if changes:
+            workflow.upsert_search_attributes(changes)
+        workflow.set_current_details(
+            render_details(self._state, foreign_cluster_id=self._input.foreign_cluster_id, next_push=self._state.next_push)
+        )
+
+    # Handlers -----------------------------------------------------------------------------------------
+    @workflow.signal
+    def set_sharing_percentage(self, value: int) -> None:
+        """Change the share at once. Out-of-range values are ignored with a warning (a signal cannot be
+        refused: use the update `update_sharing_percentage` to get an error back)."""
+        if not 0 <= value <= 100:
+            workflow.logger.warning("ignored sharing percentage %s: must be between 0 and 100", value)
+            return
+        self._state.sharing_percentage = value
+        self._state.push_requested = True
+
+    @workflow.update
+    async def update_sharing_percentage(self, value: int) -> PeeringStatus:
+        """Change the share and return the status once the new Advertisement is on the foreign cluster."""
+        pushes = self._state.pushes
+        self._state.sharing_percentage = value
+        self._state.push_requested = True
+        await workflow.wait_condition(
+            lambda: self._state.pushes > pushes or self._state.consecutive_failures > 0 or self._withdraw is not None
+        )
+        return self.status()
+
+    @update_sharing_percentage.validator
+    def _validate_sharing_percentage(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+            raise ValueError(f"sharing_percentage must be an integer between 0 and 100, got {value!r}")
+        if self._withdraw is not None:
+            raise ValueError("the peering is being withdrawn")
+
+    @workflow.signal
+    def cluster_config_changed(self, generation: int) -> None:
+        """From the worker's ClusterConfig watcher: push now if this generation is news to us. The push
+        re-reads the ClusterConfig (level-triggered); a replayed old generation is dropped."""
+        if generation > self._state.config_generation:
+            self._state.sharing_percentage = None  # the ClusterConfig's new value wins
+            self._state.push_requested = True
+
+    @workflow.signal
+    def capacity_changed(self) -> None:
+        """From the worker's capacity watcher: allocatable moved by more than the threshold."""
+        self._state.push_requested = True
+
+    @workflow.signal
+    def withdraw(self, reason: WithdrawReason = "Requested") -> None:
+        self._withdraw = reason
+
+    @workflow.query
+    def status(self) -> PeeringStatus:
+        push = self._state.last_push
+        foreign = self._state.foreign
+        return PeeringStatus(
+            foreign_cluster_id=self._input.foreign_cluster_id,
+            phase=self._state.phase,
+            sharing_percentage=self._state.sharing_percentage,
+            pushes=self._state.pushes,
+            advertised=push.advertised if push else None,
+            last_push=push.timestamp if push else None,
+            next_push=self._state.next_push,
+            foreign_phase=foreign.phase if foreign else None,
+            remote_remapped_pod_cidr=foreign.remote_remapped_pod_cidr if foreign else None,
+            last_error=self._state.last_error,
+        )

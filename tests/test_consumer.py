@@ -116,16 +116,14 @@ async def test_deny_and_allow_lists_and_invalid_advertisements_are_refused_with_
     api = consumer.api_client()
     allowed, denied, stranger = f"friend-{unique}", f"foe-{unique}", f"stranger-{unique}"
     _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=10,
-              allowedClusters=[allowed, denied], deniedClusters=[denied])  # fmt: skip
+              allowedClusters=[allowed, denied, f"empty-{unique}", f"expired-{unique}"],
+              deniedClusters=[denied])  # fmt: skip
     empty = advertisement(f"empty-{unique}")
     empty["spec"]["resourceQuota"]["hard"] = {}
     expired = advertisement(f"expired-{unique}", ttl=timedelta(seconds=-60))
     expired["spec"]["timestamp"] = _rfc3339(datetime.now(UTC) - timedelta(minutes=5))
     async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
-        for body in (advertisement(allowed), advertisement(denied), advertisement(stranger)):
-            apply_cluster_object(api, ADVERTISEMENTS, body)
-        _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=10)  # lists cleared for the next ones
-        for body in (empty, expired):
+        for body in (advertisement(allowed), advertisement(denied), advertisement(stranger), empty, expired):
             apply_cluster_object(api, ADVERTISEMENTS, body)
 
         def reason(provider: str) -> str | None:

@@ -44,8 +44,9 @@ class AdmissionWorkflow:
                 await workflow.wait_condition(lambda: self._pending, timeout=IDLE_RECHECK, timeout_summary="recheck")
             except TimeoutError:
                 pass
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            # Updates wait for the loop's next pass, so never block on them: continue-as-new only
+            # between them (a suggestion is not a deadline).
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(self._input)
 
     @workflow.signal

@@ -76,8 +76,9 @@ class AdvertisementWorkflow:
                 await self._act(step)
                 continue
             await self._wait(obs, step)
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            # Updates wait for the loop's next pass, so never block on them: continue-as-new only
+            # between them (a suggestion is not a deadline).
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     async def _act(self, step: Step) -> None:

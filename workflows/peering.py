@@ -76,8 +76,9 @@ class PeeringWorkflow:
                 await self._check_decision()
             if self._withdraw is not None:
                 break
-            if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            # Updates wait for the loop's next pass, so never block on them: continue-as-new only
+            # between them (a suggestion is not a deadline).
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
             await self._sleep()
         return await self._withdraw_peering(self._withdraw)

@@ -130,9 +130,13 @@ class Resources(Mapping[str, Decimal]):
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
         quantity_map = handler.generate_schema(dict[str, Quantity])
+        # A Resources passes through as its dict, so that a bad quantity is reported at `<field>.<resource>`.
+        as_dict = core_schema.no_info_before_validator_function(
+            lambda value: dict(value) if isinstance(value, Resources) else value, quantity_map
+        )
         return core_schema.no_info_after_validator_function(
-            lambda items: items if isinstance(items, Resources) else Resources(items),
-            core_schema.union_schema([core_schema.is_instance_schema(Resources), quantity_map]),
+            Resources,
+            as_dict,
             serialization=core_schema.plain_serializer_function_ser_schema(
                 lambda value: value.to_kubernetes(), return_schema=core_schema.dict_schema()
             ),

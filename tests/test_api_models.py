@@ -1,0 +1,76 @@
+"""The pydantic models: the defaults pinned, bad values refused with the camelCase path of the field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
+
+pytestmark = pytest.mark.api
+
+
+def advertisement(**spec: Any) -> dict[str, Any]:
+    base = {
+        "clusterId": "provider-a", "resourceQuota": {"hard": {"cpu": "2", "memory": "4Gi"}},
+        "network": {"podCIDR": "10.1.0.0/16"}, "kubeConfigRef": {"name": "creds", "namespace": "tidepool-system"},
+        "timestamp": "2026-01-01T00:00:00Z", "timeToLive": "2026-01-01T00:30:00Z",
+    }  # fmt: skip
+    return {"metadata": {"name": "advertisement-provider-a"}, "spec": {**base, **spec}}
+
+
+def test_an_empty_cluster_config_takes_every_default() -> None:
+    assert ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}}).to_kubernetes()["spec"] == {
+        "outgoing": {"sharingPercentage": 30, "enableBroadcaster": True, "advertisementPeriodSeconds": 600,
+                     "advertisementTimeToLiveSeconds": 1800, "capacityChangeThresholdPercent": 10},
+        "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5, "allowedClusters": [],
+                     "deniedClusters": [], "podCIDRWaitTimeoutSeconds": 300},
+        "keepalive": {"thresholdFailures": 3, "retrySeconds": 20},
+    }  # fmt: skip
+
+
+INVALID = [
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"sharingPercentage": 101}}}, "spec.outgoing.sharingPercentage",
+                 id="sharing above 100"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"sharingPercentage": -1}}}, "spec.outgoing.sharingPercentage",
+                 id="sharing below 0"),
+    pytest.param(ClusterConfig, {"spec": {"incoming": {"acceptPolicy": "AcceptAll"}}}, "spec.incoming.acceptPolicy",
+                 id="an unknown accept policy"),
+    pytest.param(ClusterConfig, {"spec": {"incoming": {"maxAcceptableAdvertisements": 1000001}}},
+                 "spec.incoming.maxAcceptableAdvertisements", id="a maximum above a million"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"advertisementPeriodSeconds": 600,
+                                                       "advertisementTimeToLiveSeconds": 600}}},
+                 "spec.outgoing", id="a time to live not longer than the period"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"sharingPercent": 50}}}, "spec.outgoing.sharingPercent",
+                 id="an unknown field"),
+    pytest.param(PeeringRequest, {"spec": {"clusterIdentity": {"clusterId": "Bad_ID"},
+                                           "kubeConfigRef": {"name": "s", "namespace": "n"}}},
+                 "spec.clusterIdentity.clusterId", id="a cluster id that is not a DNS label"),
+    pytest.param(PeeringRequest, {"spec": {"clusterIdentity": {"clusterId": "b"}}}, "spec.kubeConfigRef",
+                 id="a request without credentials"),
+    pytest.param(Advertisement, advertisement(resourceQuota={"hard": {"cpu": "two"}}), "spec.resourceQuota.hard.cpu",
+                 id="a quantity that is not one"),
+    pytest.param(Advertisement, advertisement(timeToLive="2025-12-31T23:00:00Z"), "spec",
+                 id="a time to live before the timestamp"),
+    pytest.param(Advertisement, advertisement(network={"podCIDR": "not-a-cidr"}), "spec.network.podCIDR",
+                 id="a PodCIDR that is not a CIDR"),
+    pytest.param(SuperCluster, {"spec": {"headroom": {"cpu": "1"}}}, "spec.kubeConfigRef",
+                 id="a super cluster without a kubeconfig"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "obj", "field"), INVALID)
+def test_a_bad_value_is_refused_with_the_path_of_its_field(kind: Any, obj: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as error:
+        kind.from_kubernetes({"metadata": {"name": "x"}, **obj})
+    paths = {".".join(str(p) for p in e["loc"]) for e in error.value.errors()}
+    assert any(p == field or p.startswith(field + ".") or field.startswith(p) for p in paths), paths
+
+
+def test_an_advertisement_round_trips_through_its_kubernetes_form() -> None:
+    obj = Advertisement.from_kubernetes(advertisement())
+    again = Advertisement.from_kubernetes(obj.to_kubernetes())
+    assert again == obj
+    assert again.to_kubernetes()["spec"]["resourceQuota"] == {"hard": {"cpu": "2", "memory": "4Gi"}}

@@ -4,9 +4,21 @@ workers/virtual_kubelet)."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from typing import Any
 
-from models.names import LABEL_MANAGED_BY, LABEL_PROVIDER, MANAGED_BY, SYSTEM_NAMESPACE, virtual_kubelet_name
+from models.names import (
+    LABEL_MANAGED_BY,
+    LABEL_NODE_TYPE,
+    LABEL_PROVIDER,
+    MANAGED_BY,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    VIRTUAL_NODE_TYPE,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
 
@@ -46,5 +58,134 @@ def virtual_kubelet_deployment(
                     "volumes": [{"name": "provider-kubeconfig", "secret": {"secretName": kubeconfig_secret}}],
                 },
             },
+        },
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reflection: a consumer pod made safe to run in the provider's namespace, and names that cannot collide.
+
+ORIGIN_NAMESPACE = "tidepool.io/origin-namespace"
+ORIGIN_NAME = "tidepool.io/origin-name"
+ORIGIN_UID = "tidepool.io/origin-uid"
+REFLECTED_ANNOTATION = "tidepool.io/reflected"
+MAX_NAME = 63
+
+
+def reflected_name(namespace: str, name: str) -> str:
+    """`<namespace>-<name>`, shortened with a hash of the whole when too long: two consumer namespaces
+    share one provider namespace, so the namespace must be part of the name."""
+    full = f"{namespace}-{name}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    return f"{full[: MAX_NAME - 11].rstrip('-.')}-{digest}"
+
+
+def referenced_objects(pod_spec: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """Names of the ConfigMaps and Secrets a pod spec uses (volumes, env, envFrom, projected)."""
+    config_maps: set[str] = set()
+    secrets: set[str] = set()
+    for volume in pod_spec.get("volumes") or []:
+        if _is_service_account_token(volume):
+            continue  # dropped from the provider's copy, with the kube-root-ca.crt it projects
+        if (volume.get("configMap") or {}).get("name"):
+            config_maps.add(volume["configMap"]["name"])
+        if (volume.get("secret") or {}).get("secretName"):
+            secrets.add(volume["secret"]["secretName"])
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if (source.get("configMap") or {}).get("name"):
+                config_maps.add(source["configMap"]["name"])
+            if (source.get("secret") or {}).get("name"):
+                secrets.add(source["secret"]["name"])
+    for container in [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]:
+        for env in container.get("env") or []:
+            ref = env.get("valueFrom") or {}
+            if (ref.get("configMapKeyRef") or {}).get("name"):
+                config_maps.add(ref["configMapKeyRef"]["name"])
+            if (ref.get("secretKeyRef") or {}).get("name"):
+                secrets.add(ref["secretKeyRef"]["name"])
+        for source in container.get("envFrom") or []:
+            if (source.get("configMapRef") or {}).get("name"):
+                config_maps.add(source["configMapRef"]["name"])
+            if (source.get("secretRef") or {}).get("name"):
+                secrets.add(source["secretRef"]["name"])
+    return config_maps, secrets
+
+
+def _is_service_account_token(volume: dict[str, Any]) -> bool:
+    sources = (volume.get("projected") or {}).get("sources") or []
+    return volume.get("name", "").startswith("kube-api-access-") or any("serviceAccountToken" in s for s in sources)
+
+
+def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The spec the provider runs: unbound (its scheduler places it), without the consumer's service
+    account and its token, without what only makes sense in the consumer (tolerations for the virtual
+    node, selectors, affinity, priority class), and with ConfigMaps and Secrets renamed to their
+    reflections."""
+    spec = copy.deepcopy(pod_spec)
+    for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "priority",
+                "serviceAccountName", "serviceAccount", "schedulerName", "preemptionPolicy", "runtimeClassName",
+                "overhead", "topologySpreadConstraints"):  # fmt: skip
+        spec.pop(key, None)
+    spec["automountServiceAccountToken"] = False
+    dropped = {v["name"] for v in spec.get("volumes") or [] if _is_service_account_token(v)}
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] not in dropped]
+    for volume in spec["volumes"]:
+        if (volume.get("configMap") or {}).get("name"):
+            volume["configMap"]["name"] = reflected_name(namespace, volume["configMap"]["name"])
+        if (volume.get("secret") or {}).get("secretName"):
+            volume["secret"]["secretName"] = reflected_name(namespace, volume["secret"]["secretName"])
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            for kind in ("configMap", "secret"):
+                if (source.get(kind) or {}).get("name"):
+                    source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        container["volumeMounts"] = [m for m in container.get("volumeMounts") or [] if m["name"] not in dropped]
+        for env in container.get("env") or []:
+            for kind in ("configMapKeyRef", "secretKeyRef"):
+                ref = (env.get("valueFrom") or {}).get(kind)
+                if ref and ref.get("name"):
+                    ref["name"] = reflected_name(namespace, ref["name"])
+        for source in container.get("envFrom") or []:
+            for kind in ("configMapRef", "secretRef"):
+                if (source.get(kind) or {}).get("name"):
+                    source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
+    if not spec["volumes"]:
+        spec.pop("volumes")
+    return spec
+
+
+def status_for_consumer(provider_status: dict[str, Any]) -> dict[str, Any]:
+    """What of the provider pod's status the consumer pod shows."""
+    keys = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
+            "reason", "message")  # fmt: skip
+    return {k: provider_status[k] for k in keys if k in provider_status}
+
+
+def virtual_node(
+    *, provider_id: str, resources: dict[str, str], ready: bool, reason: str, message: str, heartbeat: str,
+    transition: str,
+) -> dict[str, Any]:  # fmt: skip
+    """The virtual node standing for the provider: its capacity is the Advertisement's, and only pods
+    that tolerate its taint land on it."""
+    name = virtual_node_name(provider_id)
+    capacity = {"pods": "110", **resources}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE, LABEL_PROVIDER: provider_id, "type": VIRTUAL_NODE_TYPE,
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/role": "agent"}},
+        "spec": {"taints": [{"key": TAINT_VIRTUAL_NODE, "value": "true", "effect": "NoExecute"}]},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": reason,
+                            "message": message, "lastHeartbeatTime": heartbeat, "lastTransitionTime": transition}],
+            "nodeInfo": {"kubeletVersion": "tidepool", "operatingSystem": "linux", "architecture": "amd64",
+                         "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "tidepool",
+                         "containerRuntimeVersion": "tidepool://provider", "kubeProxyVersion": ""},
+            "addresses": [{"type": "Hostname", "address": name}],
         },
     }  # fmt: skip

@@ -1,0 +1,153 @@
+"""End to end on real clusters: a provider and a consumer of the test's own, each with its real worker,
+the consumer's network module and its kubelet stand-in running the real virtual kubelet program."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from activities.kube import apply_cluster_object, read_cluster_object
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.deployments import DeploymentRunner
+from deploy.localenv.env import EnvState
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    LABEL_OFFLOADED,
+    LABEL_PROVIDER,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    advertisement_name,
+    foreign_namespace,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
+from tests.kube import create_namespace, create_node
+from tests.running import eventually, running_worker, worker_settings
+from workers.network import NetworkModule
+from workers.peer import request_peering
+
+pytestmark = [pytest.mark.env, pytest.mark.vk]
+
+
+@dataclass
+class Peering:
+    provider: LocalCluster
+    consumer: LocalCluster
+    provider_id: str
+    consumer_id: str
+    runner: DeploymentRunner
+
+    @property
+    def node(self) -> str:
+        return virtual_node_name(self.provider_id)
+
+    @property
+    def remote_namespace(self) -> str:
+        return foreign_namespace(self.consumer_id)
+
+
+def _sharing(api: k8s.ApiClient, percent: int) -> None:
+    apply_cluster_object(api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+                                                "metadata": {"name": CLUSTER_CONFIG_NAME},
+                                                "spec": {"outgoing": {"sharingPercentage": percent}}})  # fmt: skip
+
+
+def _ready_node(core: k8s.CoreV1Api, name: str) -> Any:
+    node = core.read_node(name)
+    return node if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) else None
+
+
+@pytest.fixture
+async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Peering]:
+    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
+    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
+    _sharing(provider.api_client(), 50)
+    create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
+    network = NetworkModule(consumer.api_client(), local_pod_cidr="10.2.0.0/16").start()
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
+        await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
+        runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig))
+        stack.callback(network.stop)
+        request_peering(provider.api_client(), consumer_id=consumer_id,
+                        consumer_kubeconfig=consumer.kubeconfig.read_text())  # fmt: skip
+        yield Peering(provider, consumer, provider_id, consumer_id, runner)
+
+
+def _remote(peering: Peering, kind: str) -> list[str]:
+    core = k8s.CoreV1Api(peering.provider.api_client())
+    lister = {"pods": core.list_namespaced_pod, "configmaps": core.list_namespaced_config_map}[kind]
+    return sorted(o.metadata.name for o in lister(peering.remote_namespace, label_selector=f"{LABEL_OFFLOADED}=true").items)
+
+
+async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leaves_it_clean(peering: Peering) -> None:
+    core = k8s.CoreV1Api(peering.consumer.api_client())
+    node = await eventually(lambda: _ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
+    assert node.status.allocatable["cpu"] == "4"  # 50% of the provider's 8 CPU
+    assert TAINT_VIRTUAL_NODE in [t.key for t in node.spec.taints]
+
+    create_namespace(peering.consumer.api_client(), "app")
+    core.create_namespaced_config_map("app", {"metadata": {"name": "settings"}, "data": {"mode": "offloaded"}})
+    core.create_namespaced_pod("app", {
+        "metadata": {"name": "job"},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}},
+                            "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}]}],
+            "volumes": [{"name": "settings", "configMap": {"name": "settings"}}],
+            "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
+            "nodeSelector": {LABEL_PROVIDER: peering.provider_id},
+        },
+    })  # fmt: skip
+    pod = await eventually(lambda: (p := core.read_namespaced_pod("job", "app")).status.phase == "Running" and p,
+                           timeout=60, what="the pod Running in the consumer")  # fmt: skip
+    assert pod.spec.node_name == peering.node  # bound by kube-scheduler
+    assert pod.status.pod_ip  # the provider's pod IP, brought back
+    assert _remote(peering, "pods") == ["app-job"]
+    assert _remote(peering, "configmaps") == ["app-settings"]
+
+    # A crash of the virtual kubelet: the stand-in restarts it; it adopts what exists.
+    pid = await eventually(lambda: peering.runner.pid(virtual_kubelet_name(peering.provider_id)), what="vk pid")
+    os.kill(pid, signal.SIGKILL)
+    await eventually(lambda: (p := peering.runner.pid(virtual_kubelet_name(peering.provider_id))) and p != pid,
+                     timeout=30, what="the virtual kubelet restarted")  # fmt: skip
+    core.create_namespaced_pod("app", {"metadata": {"name": "second"}, "spec": {
+        "containers": [{"name": "main", "image": "busybox"}],
+        "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
+        "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}})  # fmt: skip
+    await eventually(lambda: core.read_namespaced_pod("second", "app").status.phase == "Running", what="second pod")
+    assert _remote(peering, "pods") == ["app-job", "app-second"]  # exactly one copy of each
+    assert _remote(peering, "configmaps") == ["app-settings"]
+
+    # Capacity follows the Advertisement without a restart.
+    _sharing(peering.provider.api_client(), 25)
+    await eventually(lambda: core.read_node(peering.node).status.allocatable["cpu"] == "2", timeout=30,
+                     what="the node's capacity to follow")  # fmt: skip
+
+    # Deleting in the consumer deletes in the provider.
+    core.delete_namespaced_pod("job", "app")
+    await eventually(lambda: _remote(peering, "pods") == ["app-second"], what="the provider copy gone")
+    await eventually(lambda: "job" not in {p.metadata.name for p in core.list_namespaced_pod("app").items},
+                     what="the consumer pod gone")  # fmt: skip
+    await eventually(lambda: _remote(peering, "configmaps") == [], what="the unused ConfigMap collected")
+
+    # Teardown from the consumer side: node, then virtual kubelet (once the provider is clean), then Advertisement.
+    api = peering.consumer.api_client()
+    k8s.CustomObjectsApi(api).delete_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS,
+                                                           advertisement_name(peering.provider_id))  # fmt: skip
+    await eventually(lambda: read_cluster_object(api, ADVERTISEMENTS, advertisement_name(peering.provider_id)) is None,
+                     timeout=90, what="the Advertisement gone after teardown")  # fmt: skip
+    assert _remote(peering, "pods") == [] and _remote(peering, "configmaps") == []
+    assert peering.node not in {n.metadata.name for n in core.list_node().items}
+    deployments = k8s.AppsV1Api(api).list_namespaced_deployment(SYSTEM_NAMESPACE).items
+    assert [d.metadata.name for d in deployments] == []

@@ -18,10 +18,10 @@ binaries:
 
 # The main job on the local environment; leaves everything running. `make demo-down` stops it.
 demo: $(STAMP) binaries
-	$(PY) -m deploy.localenv up
+	$(PY) -m workers.demo up
 
 demo-down: $(STAMP)
-	$(PY) -m deploy.localenv down
+	$(PY) -m workers.demo down
 
 # Every test, the integration ones against real Temporal and Kubernetes included.
 test: $(STAMP) binaries
@@ -32,9 +32,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m 'not env' $(PYTEST_ARGS)
 
 env-up: $(STAMP) binaries
-	$(PY) -m deploy.localenv up
+	$(PY) -m workers.demo up
 env-down: $(STAMP)
-	$(PY) -m deploy.localenv down
+	$(PY) -m workers.demo down
 env-status: $(STAMP)
 	$(PY) -m deploy.localenv status
 

@@ -17,10 +17,18 @@ from pydantic_core import core_schema
 
 from models.quantities import _EXACT, Quantity, format_quantity, parse_quantity
 
-# Resources whose natural unit is fractional: Kubernetes schedules CPU in thousandths of a core.
-# Everything else (memory, pods, storage, extended resources) is counted in whole units.
-_MILLI_RESOURCES = frozenset({"cpu"})
+# The unit a share is rounded down to: Kubernetes schedules CPU in thousandths of a core; bytes are
+# shared in whole mebibytes (an advertised 27487790694 helps nobody); everything else in whole units.
 _MILLI = Decimal("0.001")
+_MEBI = Decimal(2**20)
+
+
+def _share_unit(name: str) -> Decimal:
+    if name == "cpu":
+        return _MILLI
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return _MEBI
+    return Decimal(1)
 
 
 class Resources(Mapping[str, Decimal]):
@@ -78,13 +86,13 @@ class Resources(Mapping[str, Decimal]):
         return Resources({n: max(v, Decimal(0)) for n, v in self._items.items()})
 
     def scale(self, percent: int | Decimal) -> Resources:
-        """`percent`% of every resource, rounded down to the resource's unit (1m of CPU, one byte,
+        """`percent`% of every resource, rounded down to the resource's unit (1m of CPU, 1Mi of memory,
         one pod), so that a provider never advertises more than it has."""
         with decimal.localcontext(_EXACT):
             factor = Decimal(percent) / 100
             scaled: dict[str, Decimal] = {}
             for name, value in self._items.items():
-                unit = _MILLI if name in _MILLI_RESOURCES else Decimal(1)
+                unit = _share_unit(name)
                 scaled[name] = ((value * factor) / unit).to_integral_value(decimal.ROUND_FLOOR) * unit
             return Resources(scaled)
 

@@ -237,7 +237,7 @@ async def test_the_status_query_reports_the_push(
 
         status = await eventually(pushed, what="first push")
     assert status.phase == "Advertised" and status.sharing_percentage == 30  # the ClusterConfig default
-    assert status.advertised == {"cpu": "600m", "memory": "644245094", "pods": "33"}
+    assert status.advertised == {"cpu": "600m", "memory": "614Mi", "pods": "33"}
     request = read_cluster_object(api, PEERING_REQUESTS, foreign_id)
     assert request is not None and request["status"]["phase"] == "Advertised"
 

@@ -117,8 +117,9 @@ def bring_up(state_dir: Path) -> None:
         env = _env(state, name)
         pids[f"worker-{name}"] = _spawn(state, f"worker-{name}", ["-m", "workers.cluster"], env)
         pids[f"network-{name}"] = _spawn(state, f"network-{name}", ["-m", "workers.network"], env)
-        pids[f"kubelet-{name}"] = _spawn(state, f"kubelet-{name}", ["-m", "deploy.localenv.deployments",
-                                                                   "--kubeconfig", state.kubeconfigs[name]], env)
+        pids[f"kubelet-{name}"] = _spawn(state, f"kubelet-{name}", [
+            "-m", "deploy.localenv.deployments", "--kubeconfig", state.kubeconfigs[name],
+            "--log-dir", str(Path(state.state_dir) / "logs")], env)
     _processes_file(state).write_text(json.dumps(pids, indent=2))
 
     say("b asks a and c for resources (PeeringRequests)")

@@ -1,0 +1,53 @@
+"""The consumer's next step, derived from what was observed: accepted → finalizer → PodCIDR → virtual
+kubelet; teardown node → clean → virtual kubelet → Advertisement."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from models.consumer import PROVIDER_CLEAN_TIMEOUT, AdvertisementObservation, AdvertisementState, next_step
+
+pytestmark = pytest.mark.consumer
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+LATER = NOW + timedelta(minutes=30)
+
+
+def observed(**fields: Any) -> AdvertisementObservation:
+    base: dict[str, Any] = {"exists": True, "phase": "Accepted", "has_finalizer": True,
+                            "remote_remapped_pod_cidr": "None", "time_to_live": LATER, "virtual_kubelet_exists": True}
+    return AdvertisementObservation(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("obs", "step"),
+    [
+        pytest.param(observed(phase="Pending"), "AwaitDecision", id="a pending one waits for the decision"),
+        pytest.param(observed(phase="Refused"), "AwaitDecision", id="a refused one builds nothing"),
+        pytest.param(observed(has_finalizer=False), "EnsureFinalizer", id="accepted: hold it first"),
+        pytest.param(observed(remote_remapped_pod_cidr=None), "AwaitPodCIDR", id="then wait for the remapping"),
+        pytest.param(observed(virtual_kubelet_exists=False), "EnsureVirtualKubelet", id="then the virtual kubelet"),
+        pytest.param(observed(), "Steady", id="then wait for changes"),
+        pytest.param(observed(deleting=True), "MarkDeleting", id="deleted: teardown begins by saying so"),
+        pytest.param(observed(time_to_live=NOW - timedelta(seconds=1)), "MarkDeleting", id="expired: teardown too"),
+        pytest.param(observed(provider_unreachable_since=NOW - timedelta(minutes=5), keepalive_seconds=60),
+                     "MarkDeleting", id="unreachable past the keepalive: teardown"),
+        pytest.param(observed(provider_unreachable_since=NOW - timedelta(seconds=10), keepalive_seconds=60),
+                     "Steady", id="unreachable for a moment: not yet"),
+    ],
+)  # fmt: skip
+def test_the_next_step(obs: AdvertisementObservation, step: str) -> None:
+    assert next_step(obs, AdvertisementState(), NOW) == step
+
+
+def test_teardown_goes_node_then_virtual_kubelet_then_advertisement() -> None:
+    state = AdvertisementState(teardown="Deleted", clean_wait_started=NOW)
+    deleting = {"phase": "Deleting", "deleting": True}
+    assert next_step(observed(**deleting, virtual_node_exists=True), state, NOW) == "DeleteVirtualNode"
+    assert next_step(observed(**deleting), state, NOW) == "AwaitProviderClean"
+    assert next_step(observed(**deleting, provider_clean=True), state, NOW) == "DeleteVirtualKubelet"
+    assert next_step(observed(**deleting), state, NOW + PROVIDER_CLEAN_TIMEOUT) == "DeleteVirtualKubelet"
+    assert next_step(observed(**deleting, virtual_kubelet_exists=False), state, NOW) == "ReleaseAdvertisement"
+    assert next_step(AdvertisementObservation(exists=False), state, NOW) == "Done"

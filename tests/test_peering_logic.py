@@ -1,0 +1,61 @@
+"""The peering loop's pure decisions: when to wake, how to back off, what the Web UI shows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from models.peering import ForeignDecision, PeeringState, backoff_seconds, next_wait, phase_after_push, render_details
+
+pytestmark = pytest.mark.provider
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("failures", "seconds"),
+    [pytest.param(0, 0, id="no failure no wait"), pytest.param(1, 5, id="first retry after 5 s"),
+     pytest.param(3, 20, id="doubling"), pytest.param(30, 300, id="never above the ceiling")],
+)  # fmt: skip
+def test_backoff_doubles_up_to_its_ceiling(failures: int, seconds: int) -> None:
+    assert backoff_seconds(failures, ceiling=300) == seconds
+
+
+def test_an_unreachable_cluster_is_retried_after_the_backoff_not_in_a_tight_loop() -> None:
+    state = PeeringState(consecutive_failures=2, phase="Unreachable")
+    wait = next_wait(state=state, now=NOW, next_push=NOW - timedelta(minutes=5), poll_max_seconds=300,
+                     unreachable_max_seconds=300)  # fmt: skip
+    assert wait == timedelta(seconds=10)
+
+
+def test_a_pending_decision_is_looked_at_again_sooner_than_the_next_push() -> None:
+    state = PeeringState(phase="Advertised", pending_checks=0)
+    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), poll_max_seconds=300,
+                     unreachable_max_seconds=300)  # fmt: skip
+    assert wait == timedelta(seconds=5)
+
+
+def test_a_decided_peering_sleeps_until_the_next_push() -> None:
+    state = PeeringState(phase="Accepted")
+    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), poll_max_seconds=300,
+                     unreachable_max_seconds=300)  # fmt: skip
+    assert wait == timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(
+    ("decision", "phase"),
+    [pytest.param(None, "Advertised", id="no decision yet"),
+     pytest.param(ForeignDecision(phase="Accepted"), "Accepted", id="accepted"),
+     pytest.param(ForeignDecision(phase="Refused"), "Refused", id="refused"),
+     pytest.param(ForeignDecision(phase="Pending"), "Advertised", id="pending is still advertised")],
+)  # fmt: skip
+def test_the_phase_follows_the_foreign_decision(decision: ForeignDecision | None, phase: str) -> None:
+    assert phase_after_push(decision) == phase
+
+
+def test_the_details_say_the_phase_the_decision_and_the_last_error() -> None:
+    state = PeeringState(phase="Unreachable", sharing_percentage=40, consecutive_failures=2,
+                         last_error="connection refused", foreign=ForeignDecision(phase="Accepted"))  # fmt: skip
+    details = render_details(state, foreign_cluster_id="b", next_push=None)
+    assert "phase **Unreachable**" in details and "40%" in details
+    assert "connection refused" in details and "foreign decision: Accepted" in details

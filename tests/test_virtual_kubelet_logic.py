@@ -1,0 +1,80 @@
+"""The virtual kubelet's pure parts: names, what a pod uses, the safe spec, the node."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.virtual_kubelet import (
+    referenced_objects,
+    reflected_name,
+    safe_pod_spec,
+    status_for_consumer,
+    virtual_kubelet_deployment,
+    virtual_node,
+)
+
+pytestmark = pytest.mark.vk
+
+SPEC = {
+    "nodeName": "tidepool-a", "serviceAccountName": "builder", "priorityClassName": "high",
+    "tolerations": [{"key": "tidepool.io/virtual-node", "operator": "Exists"}], "nodeSelector": {"x": "y"},
+    "containers": [{
+        "name": "main", "image": "busybox",
+        "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}],
+        "envFrom": [{"configMapRef": {"name": "env"}}],
+        "volumeMounts": [{"name": "settings", "mountPath": "/s"}, {"name": "kube-api-access-abcde", "mountPath": "/t"}],
+    }],
+    "volumes": [
+        {"name": "settings", "configMap": {"name": "settings"}},
+        {"name": "kube-api-access-abcde", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}},
+                                                                    {"configMap": {"name": "kube-root-ca.crt"}}]}},
+    ],
+}  # fmt: skip
+
+
+def test_reflected_names_carry_the_namespace_and_stay_short_and_distinct() -> None:
+    assert reflected_name("shop", "web") == "shop-web"
+    long_a, long_b = reflected_name("n" * 40, "a" * 40), reflected_name("n" * 40, "a" * 39 + "b")
+    assert len(long_a) <= 63 and len(long_b) <= 63 and long_a != long_b
+
+
+def test_a_pod_uses_its_config_maps_and_secrets_but_not_the_service_account_token() -> None:
+    assert referenced_objects(SPEC) == ({"settings", "env"}, {"db"})
+
+
+def test_the_provider_copy_is_unbound_tokenless_and_renamed() -> None:
+    spec = safe_pod_spec(SPEC, "shop")
+    for gone in ("nodeName", "serviceAccountName", "priorityClassName", "tolerations", "nodeSelector"):
+        assert gone not in spec
+    assert spec["automountServiceAccountToken"] is False
+    assert [v["name"] for v in spec["volumes"]] == ["settings"]
+    assert spec["volumes"][0]["configMap"]["name"] == "shop-settings"
+    container = spec["containers"][0]
+    assert [m["name"] for m in container["volumeMounts"]] == ["settings"]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "shop-db"
+    assert container["envFrom"][0]["configMapRef"]["name"] == "shop-env"
+    assert SPEC["nodeName"] == "tidepool-a"  # the consumer's spec is untouched
+
+
+def test_the_consumer_sees_the_provider_pods_running_state() -> None:
+    status = {"phase": "Running", "podIP": "10.0.0.7", "hostIP": "192.168.1.1", "qosClass": "BestEffort"}
+    assert status_for_consumer(status) == {"phase": "Running", "podIP": "10.0.0.7"}
+
+
+def test_the_virtual_node_carries_the_advertised_capacity_and_the_taint() -> None:
+    node = virtual_node(provider_id="a", resources={"cpu": "4", "memory": "8Gi"}, ready=False, reason="PodCIDRNotSet",
+                        message="waiting", heartbeat="t1", transition="t0")  # fmt: skip
+    assert node["metadata"]["name"] == "tidepool-a"
+    assert node["metadata"]["labels"]["tidepool.io/type"] == "virtual-node"
+    assert node["spec"]["taints"] == [{"key": "tidepool.io/virtual-node", "value": "true", "effect": "NoExecute"}]
+    assert node["status"]["allocatable"] == {"pods": "110", "cpu": "4", "memory": "8Gi"}
+    assert node["status"]["conditions"][0]["reason"] == "PodCIDRNotSet"
+
+
+def test_the_deployment_mounts_the_providers_secret_and_never_runs_two() -> None:
+    deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                            kubeconfig_secret="tidepool-kubeconfig-a")  # fmt: skip
+    assert deployment["metadata"]["name"] == "virtual-kubelet-a"
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "provider-kubeconfig", "secret": {"secretName": "tidepool-kubeconfig-a"}}]

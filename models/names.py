@@ -97,3 +97,20 @@ SEARCH_ATTRIBUTES: Final = {
     "TenantNamespace": "Keyword",
     "SuperClusters": "KeywordList",
 }
+
+
+# The super cluster pool (virtualcluster's keys, under tidepool's own prefix).
+SLICE_ANNOTATION: Final = "pool.tidepool.io/slice"  # JSON ResourceList; default cpu 2 / memory 4Gi
+PLACEMENTS_ANNOTATION: Final = "pool.tidepool.io/placements"  # JSON {super cluster: slice count}
+PLACED_SLICE_ANNOTATION: Final = "pool.tidepool.io/placed-slice"  # the slice the placement was made with
+PLACEMENT_STATUS_ANNOTATION: Final = "pool.tidepool.io/placement-status"  # why a namespace is not placed
+POD_CLUSTER_ANNOTATION: Final = "pool.tidepool.io/super-cluster"
+LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
+FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"
+POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
+POOL_TASK_QUEUE: Final = "tidepool-pool"
+
+
+def super_cluster_namespace(tenant: str, namespace: str) -> str:
+    """A tenant namespace's name in a super cluster: prefixed, so that two tenants cannot collide."""
+    return f"{tenant}-{namespace}"

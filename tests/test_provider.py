@@ -128,7 +128,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
         handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
 
         await handle.signal(PeeringWorkflow.set_sharing_percentage, 20)
-        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", timeout=10, what="signal")
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", timeout=30, what="signal")
 
         status = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 30)
         assert status.sharing_percentage == 30 and status.advertised is not None
@@ -141,7 +141,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
         assert (_advertised(foreign, home_id) or {}).get("cpu") == "3"  # nothing changed
 
         _config(api, sharingPercentage=40)  # the ClusterConfig's new value wins over the update's
-        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=10, what="edit")
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=30, what="edit")
         status = await handle.query(PeeringWorkflow.status)
         assert status.sharing_percentage == 40 and status.phase == "Advertised"
 

@@ -1,0 +1,151 @@
+"""The pool's pure logic: slices (virtualcluster's vectors), namespace placement, pod placement."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.pool.placement import ClusterSnapshot, PlacementRequest, first_fit_whole_quota, schedule
+from models.pool.pods import choose_cluster
+from models.pool.slicing import SliceError, default_slice, namespace_quota, parse_slice, slice_count
+from models.resources import Resources
+
+pytestmark = pytest.mark.pool
+QUOTA = Resources(cpu="1000m", memory="2Gi")
+
+
+@pytest.mark.parametrize(
+    ("slice_", "count"),
+    [
+        pytest.param({"cpu": "500m", "memory": "1Gi"}, 2, id="500m/1Gi gives 2"),
+        pytest.param({"cpu": "10m", "memory": "1Gi"}, 100, id="10m/1Gi gives 100 (milli-CPU exact)"),
+        pytest.param({"cpu": "200m", "memory": "50Mi"}, 41, id="200m/50Mi gives 41"),
+        pytest.param({"cpu": "800m", "memory": "800Mi"}, 3, id="800m/800Mi gives 3"),
+    ],
+)
+def test_the_slice_vectors_of_virtualcluster(slice_: dict[str, str], count: int) -> None:
+    assert slice_count(QUOTA, Resources(slice_)) == count
+
+
+@pytest.mark.parametrize(
+    ("slice_", "message"),
+    [
+        pytest.param({"cpu": "2", "memory": "1Gi"}, "bigger than the quota", id="a slice bigger than the quota"),
+        pytest.param({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}, "not in the namespace's quota",
+                     id="an extra resource"),
+        pytest.param({"cpu": "500m"}, "has no slice size", id="a missing resource"),
+        pytest.param({"cpu": "0", "memory": "1Gi"}, "must be positive", id="a zero slice"),
+    ],
+)  # fmt: skip
+def test_bad_slices_are_refused_with_the_rule(slice_: dict[str, str], message: str) -> None:
+    with pytest.raises(SliceError, match=message):
+        slice_count(QUOTA, Resources(slice_))
+
+
+def test_the_quota_is_the_largest_hard_over_the_namespaces_quotas_and_the_default_slice_is_fresh() -> None:
+    assert namespace_quota([{"cpu": "1", "memory": "1Gi"}, {"requests.cpu": "2", "pods": "10"}]) == Resources(
+        cpu="2", memory="1Gi")  # fmt: skip
+    default_slice()._items["cpu"] = 999  # type: ignore[index]  # a caller mutating its copy...
+    assert parse_slice(None) == Resources(cpu="2", memory="4Gi")  # ...changes nobody else's
+    with pytest.raises(SliceError, match="not a JSON ResourceList"):
+        parse_slice("{cpu: 1")
+
+
+def cluster(name: str, placed: str = "0", *, ready: bool = True, cpu: str = "2000m", memory: str = "4Gi",
+            headroom: dict[str, str] | None = None) -> ClusterSnapshot:  # fmt: skip
+    return ClusterSnapshot(name=name, ready=ready, allocatable=Resources(cpu=cpu, memory=memory),
+                           headroom=Resources(headroom or {}),
+                           placed=Resources(cpu=f"{int(placed) * 500}m", memory=f"{int(placed)}Gi"))  # fmt: skip
+
+
+SLICE = Resources(cpu="500m", memory="1Gi")
+
+
+@pytest.mark.parametrize(
+    ("clusters", "count", "expected"),
+    [
+        pytest.param([cluster("r1"), cluster("r2")], 2, {"r1": 1, "r2": 1}, id="2 slices spread 1+1"),
+        pytest.param([cluster("r1", "2"), cluster("r2", "4")], 2, {"r1": 2}, id="2+0 when only one has room"),
+        pytest.param([cluster("r1", "4"), cluster("r2", "4")], 1, None, id="4+4 is full"),
+        pytest.param([cluster("r1"), cluster("r2")], 8, {"r1": 4, "r2": 4}, id="8 fill both"),
+        pytest.param([cluster("r1"), cluster("r2")], 9, None, id="9 exceed both and nothing partial is returned"),
+    ],
+)
+def test_the_capacity_cases(clusters: list[ClusterSnapshot], count: int, expected: dict[str, int] | None) -> None:
+    assert schedule(PlacementRequest("ns", SLICE, count), clusters).placement == expected
+
+
+def test_pack_uses_the_fewest_clusters_and_spread_balances() -> None:
+    clusters = [cluster("r1", "1"), cluster("r2"), cluster("r3")]
+    assert schedule(PlacementRequest("ns", SLICE, 3, policy="pack"), clusters).placement == {"r1": 3}
+    # spread: every cluster ends with the same room left (2 slices each)
+    assert schedule(PlacementRequest("ns", SLICE, 3, policy="spread"), clusters).placement == {"r1": 1, "r2": 1, "r3": 1}
+
+
+def test_a_full_cluster_says_why_it_was_not_used() -> None:
+    result = schedule(PlacementRequest("ns", SLICE, 3), [cluster("r1", "4"), cluster("r2", "3"), cluster("r3", ready=False)])
+    assert result.placement is None
+    assert result.diagnosis["r3"].startswith("NotReady")
+    assert result.diagnosis["r1"].startswith("InsufficientCapacity: room for 0")
+    assert result.diagnosis["r2"].startswith("InsufficientCapacity: room for 1")
+
+
+def test_headroom_is_kept_free() -> None:
+    clusters = [cluster("r1", headroom={"cpu": "1", "memory": "2Gi"})]
+    assert schedule(PlacementRequest("ns", SLICE, 2), clusters).placement == {"r1": 2}
+    assert schedule(PlacementRequest("ns", SLICE, 3), clusters).placement is None
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        pytest.param(PlacementRequest("ns", SLICE, 4, previous={"r1": 2}), {"r1": 2, "r2": 1, "r3": 1},
+                     id="a grown quota keeps what is placed and adds"),
+        pytest.param(PlacementRequest("ns", SLICE, 1, previous={"r1": 1, "r2": 1}), {"r2": 1},
+                     id="a shrunk quota gives back slices"),
+        pytest.param(PlacementRequest("ns", SLICE, 2, mandatory={"r3": 5}), {"r3": 2},
+                     id="a user-edited placement is kept, capped to the slice count"),
+        pytest.param(PlacementRequest("ns", SLICE, 2), {"r2": 1, "r3": 1}, id="a cleared placement is scheduled afresh"),
+        pytest.param(PlacementRequest("ns", SLICE, 2, previous={"gone": 2}), {"r2": 1, "r3": 1},
+                     id="slices of a removed cluster move elsewhere"),
+    ],
+)  # fmt: skip
+def test_rescheduling(request_: PlacementRequest, expected: dict[str, int]) -> None:
+    assert schedule(request_, [cluster("r1", "1"), cluster("r2"), cluster("r3")]).placement == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=6), min_size=100, max_size=100), st.sampled_from(["spread", "pack"]))
+def test_a_hundred_namespaces_placed_one_after_another_never_overcommit(counts: list[int], policy: str) -> None:
+    clusters = {n: cluster(n, cpu="16", memory="32Gi", headroom={"cpu": "1", "memory": "2Gi"}) for n in ("a", "b", "c")}
+    for i, count in enumerate(counts):
+        result = schedule(PlacementRequest(f"ns{i}", SLICE, count, policy=policy), list(clusters.values()))  # type: ignore[arg-type]
+        for name, n in (result.placement or {}).items():
+            c = clusters[name]
+            clusters[name] = ClusterSnapshot(c.name, c.ready, c.allocatable, c.headroom,
+                                             c.placed + Resources(cpu=f"{n * 500}m", memory=f"{n}Gi"))  # fmt: skip
+    for c in clusters.values():
+        assert c.placed.fits_in(c.capacity)
+
+
+def test_whole_quota_first_fit_is_the_baseline_slices_beat() -> None:
+    clusters = [cluster("r1", "3"), cluster("r2", "3")]
+    assert first_fit_whole_quota(Resources(cpu="1", memory="2Gi"), clusters) is None  # 2 slices fit only split
+    assert schedule(PlacementRequest("ns", SLICE, 2), clusters).placement == {"r1": 1, "r2": 1}
+
+
+@pytest.mark.parametrize(
+    ("requests", "used", "expected"),
+    [
+        pytest.param({"cpu": "400m"}, {}, "r1", id="an empty namespace takes the first cluster with room"),
+        pytest.param({"cpu": "400m"}, {"r1": {"cpu": "900m"}}, "r2", id="the cluster with more room wins"),
+        pytest.param({"cpu": "2"}, {}, None, id="a pod bigger than any share fits nowhere"),
+    ],
+)
+def test_pod_placement(requests: dict[str, str], used: dict[str, dict[str, str]], expected: str | None) -> None:
+    result = choose_cluster(requests=Resources(requests), placement={"r1": 2, "r2": 1}, slice_=SLICE,
+                            used={k: Resources(v) for k, v in used.items()})  # fmt: skip
+    assert result.cluster == expected
+    if expected is None:
+        assert all(r.startswith("InsufficientQuota") for r in result.reasons.values())

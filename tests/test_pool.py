@@ -1,0 +1,114 @@
+"""The pool end to end on real clusters of the test's own: a tenant control plane and two super
+clusters, the real scheduler worker and one syncer per super cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client as k8s
+
+from activities.kube import apply_cluster_object
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from models.names import API_VERSION, PLACEMENT_STATUS_ANNOTATION, PLACEMENTS_ANNOTATION, POD_CLUSTER_ANNOTATION, SUPER_CLUSTERS
+from tests.kube import create_namespace, create_node
+from tests.running import eventually, worker_settings
+from workers.pool import run
+from workers.syncer import Syncer
+
+pytestmark = [pytest.mark.env, pytest.mark.pool]
+
+
+@dataclass
+class Pool:
+    tenant: LocalCluster
+    supers: dict[str, LocalCluster]
+
+
+@pytest.fixture
+async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
+    tenant = make_cluster("tenant")
+    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
+    api = tenant.api_client()
+    create_namespace(api, "tidepool-system")
+    for name, cluster in supers.items():
+        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
+        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", {"metadata": {"name": f"super-{name}"},
+            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}})  # fmt: skip
+        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
+            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+    syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
+    stop = asyncio.Event()
+    task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
+                                   task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
+    try:
+        yield Pool(tenant, supers)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+        for syncer in syncers:
+            syncer.stop()
+
+
+def _tenant_namespace(api: k8s.ApiClient, name: str, *, cpu: str, memory: str) -> None:
+    core = k8s.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "annotations": {"pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}})
+    core.create_namespaced_resource_quota(name, {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": cpu, "memory": memory}}})
+
+
+def _placement(api: k8s.ApiClient, name: str) -> dict[str, int]:
+    return json.loads((k8s.CoreV1Api(api).read_namespace(name).metadata.annotations or {}).get(PLACEMENTS_ANNOTATION) or "{}")
+
+
+def _has_namespace(cluster: LocalCluster, name: str) -> bool:
+    return name in {n.metadata.name for n in k8s.CoreV1Api(cluster.api_client()).list_namespace().items
+                    if not n.metadata.deletion_timestamp}  # fmt: skip
+
+
+async def test_a_namespace_is_placed_as_slices_its_objects_follow_and_its_pod_runs_on_one_cluster(pool: Pool) -> None:
+    api = pool.tenant.api_client()
+    core = k8s.CoreV1Api(api)
+    _tenant_namespace(api, "shop", cpu="6", memory="12Gi")  # 6 slices: more than one cluster holds
+    placement = await eventually(lambda: _placement(api, "shop"), timeout=60, what="the placement")
+    assert sum(placement.values()) == 6 and set(placement) == {"s1", "s2"}
+    core.create_namespaced_config_map("shop", {"metadata": {"name": "settings"}, "data": {"a": "b"}})
+    for name, cluster in pool.supers.items():
+        await eventually(lambda c=cluster: "settings" in {m.metadata.name for m in
+                         k8s.CoreV1Api(c.api_client()).list_namespaced_config_map("t1-shop").items},
+                         timeout=30, what=f"the ConfigMap on {name}")  # fmt: skip
+
+    core.create_namespaced_pod("shop", {"metadata": {"name": "web"}, "spec": {
+        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+    chosen = await eventually(lambda: (core.read_namespaced_pod("web", "shop").metadata.annotations or {}).get(
+        POD_CLUSTER_ANNOTATION), timeout=30, what="the pod's super cluster")  # fmt: skip
+    pod = await eventually(lambda: (p := core.read_namespaced_pod("web", "shop")).status.phase == "Running" and p,
+                           timeout=60, what="the tenant to see the pod Running")  # fmt: skip
+    assert pod.status.pod_ip
+    others = [n for n in pool.supers if n != chosen]
+    for name in others:  # exactly one super cluster runs it
+        assert "web" not in {p.metadata.name for p in k8s.CoreV1Api(pool.supers[name].api_client())
+                             .list_namespaced_pod("t1-shop").items}  # fmt: skip
+
+    # Shrinking the quota shrinks the placement; a cluster that leaves it loses its copy.
+    core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "2", "memory": "4Gi"}}})
+    shrunk = await eventually(lambda: (p := _placement(api, "shop")) and sum(p.values()) == 2 and p, timeout=60,
+                              what="the placement to shrink")  # fmt: skip
+    for name, cluster in pool.supers.items():
+        if name not in shrunk:
+            await eventually(lambda c=cluster: not _has_namespace(c, "t1-shop"), timeout=60, what=f"{name}'s copy gone")
+
+
+async def test_a_namespace_that_fits_nowhere_is_not_placed_and_says_why(pool: Pool) -> None:
+    api = pool.tenant.api_client()
+    _tenant_namespace(api, "huge", cpu="20", memory="40Gi")
+    status = await eventually(lambda: (k8s.CoreV1Api(api).read_namespace("huge").metadata.annotations or {}).get(
+        PLACEMENT_STATUS_ANNOTATION), timeout=60, what="the placement status")  # fmt: skip
+    assert json.loads(status)["reason"] == "InsufficientCapacity"
+    assert _placement(api, "huge") == {}
+    for cluster in pool.supers.values():
+        assert not _has_namespace(cluster, "t1-huge")  # nothing partial

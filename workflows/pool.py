@@ -1,0 +1,68 @@
+"""PoolSchedulerWorkflow: the one place the pool's capacity is decided, id `pool-scheduler` on the pool's
+task queue. Watchers of the tenant control plane and the SuperClusters signal `changed`; each pass (one
+activity) places namespaces as quota slices and pods into their namespace's clusters. One pass at a
+time is what keeps a hundred namespaces created at once from overcommitting any cluster; a pass also
+runs now and then without a signal, so that capacity that appears is used."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from activities.pool import PoolActivities, PoolPassResult
+
+PASS_TIMEOUT = timedelta(minutes=2)
+PASS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+RECHECK = timedelta(minutes=1)
+SUPER_CLUSTERS = SearchAttributeKey.for_keyword_list("SuperClusters")
+
+
+@workflow.defn
+class PoolSchedulerWorkflow:
+    def __init__(self) -> None:
+        self._changed = True
+        self._last: PoolPassResult | None = None
+        self._history: list[str] = []
+
+    @workflow.run
+    async def run(self, passes: int = 0) -> None:
+        while True:
+            self._changed = False
+            result = await workflow.execute_activity_method(
+                PoolActivities.schedule_pool, start_to_close_timeout=PASS_TIMEOUT, retry_policy=PASS_RETRY,
+                summary="place namespaces and pods",
+            )  # fmt: skip
+            passes += 1
+            self._record(result)
+            try:
+                await workflow.wait_condition(lambda: self._changed, timeout=RECHECK, timeout_summary="recheck")
+            except TimeoutError:
+                pass
+            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+                workflow.continue_as_new(passes)
+
+    def _record(self, result: PoolPassResult) -> None:
+        self._last = result
+        for decision in result.decisions:
+            where = ", ".join(f"{c}×{n}" for c, n in (decision.placement or {}).items()) or "not placed"
+            self._history = [f"| {decision.namespace} | {where} | {decision.reason} |", *self._history][:30]
+        clusters = sorted(result.clusters)
+        if workflow.info().typed_search_attributes.get(SUPER_CLUSTERS) != clusters:
+            workflow.upsert_search_attributes([SUPER_CLUSTERS.value_set(clusters)])
+        lines = ["**Super cluster pool**", "", "| super cluster | state |", "|---|---|"]
+        lines += [f"| {name} | {state} |" for name, state in sorted(result.clusters.items())]
+        lines += ["", "Recent namespace decisions:", "", "| namespace | placement | why |", "|---|---|---|", *self._history]
+        if result.pods_unplaced:
+            lines += ["", "Pods waiting:", *[f"- {pod}: {why}" for pod, why in sorted(result.pods_unplaced.items())]]
+        workflow.set_current_details("\n".join(lines))
+
+    @workflow.signal
+    def changed(self) -> None:
+        self._changed = True
+
+    @workflow.query
+    def last_pass(self) -> PoolPassResult | None:
+        return self._last

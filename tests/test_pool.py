@@ -112,3 +112,26 @@ async def test_a_namespace_that_fits_nowhere_is_not_placed_and_says_why(pool: Po
     assert _placement(api, "huge") == {}
     for cluster in pool.supers.values():
         assert not _has_namespace(cluster, "t1-huge")  # nothing partial
+
+
+async def test_a_hundred_namespaces_created_at_once_never_overcommit_a_cluster(pool: Pool) -> None:
+    api = pool.tenant.api_client()
+    apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": "s1"},
+        "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": "tidepool-system"},
+                 "headroom": {"cpu": "1", "memory": "2Gi"}}})  # fmt: skip
+    for i in range(100):
+        _tenant_namespace(api, f"burst-{i}", cpu="1", memory="2Gi")  # one slice each; the pool holds 3 + 4
+
+    def settled() -> dict[str, int] | None:
+        per_cluster: dict[str, int] = {}
+        decided = 0
+        for i in range(100):
+            annotations = k8s.CoreV1Api(api).read_namespace(f"burst-{i}").metadata.annotations or {}
+            if PLACEMENTS_ANNOTATION in annotations or PLACEMENT_STATUS_ANNOTATION in annotations:
+                decided += 1
+            for cluster, count in json.loads(annotations.get(PLACEMENTS_ANNOTATION) or "{}").items():
+                per_cluster[cluster] = per_cluster.get(cluster, 0) + count
+        return per_cluster if decided == 100 else None
+
+    per_cluster = await eventually(settled, timeout=120, interval=1, what="every namespace decided")
+    assert per_cluster == {"s1": 3, "s2": 4}  # full, and never beyond capacity minus headroom

@@ -3,13 +3,16 @@
 It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
 a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
 namespace), peers them (b consumes from a and from c, which share different percentages), deploys a
-sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, and prints a table.
+sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, runs the super
+cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
+running in its super cluster), and prints a table.
 Everything keeps running for exploring; `make demo-down` (python -m workers.demo down) stops it all.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import subprocess
@@ -32,6 +35,8 @@ from models.names import (
     GROUP,
     LABEL_NODE_TYPE,
     SYSTEM_NAMESPACE,
+    PLACEMENTS_ANNOTATION,
+    SUPER_CLUSTERS,
     TAINT_VIRTUAL_NODE,
     VERSION,
     VIRTUAL_NODE_TYPE,
@@ -153,11 +158,42 @@ def bring_up(state_dir: Path) -> None:
     _wait("the sample workload Running", lambda: sum(
         p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
 
+    say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
+    pool_env = dict(os.environ, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
+                    TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
+                    TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"))  # fmt: skip
+    core_t = k8s.CoreV1Api(apis["tenant"])
+    core_t.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+    for name in PEER_CLUSTERS:
+        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": f"super-{name}"}, "data": {
+            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}})  # fmt: skip
+        apply_cluster_object(apis["tenant"], SUPER_CLUSTERS, {
+            "apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": name},
+            "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
+                     "headroom": {"cpu": "1", "memory": "2Gi"}},
+        })  # fmt: skip
+        pids[f"syncer-{name}"] = _spawn(state, f"syncer-{name}", [
+            "-m", "workers.syncer", "--tenant-kubeconfig", state.kubeconfigs["tenant"],
+            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)
+    pids["pool-scheduler"] = _spawn(state, "pool-scheduler", ["-m", "workers.pool"], pool_env)
+    _processes_file(state).write_text(json.dumps(pids, indent=2))
+    for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):
+        core_t.create_namespace({"metadata": {"name": team}})
+        core_t.create_namespaced_resource_quota(team, {"metadata": {"name": "quota"},
+                                                       "spec": {"hard": {"cpu": cpu, "memory": memory}}})
+    _wait("the tenant namespaces placed", lambda: all(
+        PLACEMENTS_ANNOTATION in (core_t.read_namespace(t).metadata.annotations or {}) for t in ("team-red", "team-blue")))
+    core_t.create_namespaced_pod("team-red", {"metadata": {"name": "api"}, "spec": {
+        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}})
+    _wait("the tenant pod Running in its super cluster",
+          lambda: core_t.read_namespaced_pod("api", "team-red").status.phase == "Running")
+
     say(f"ready in {time.monotonic() - started:.0f} s")
     print()
     print(status({name: Path(state.kubeconfigs[name]) for name in CLUSTERS}))
     ui = state.temporal_ui
     print(f"Web UI, peerings of a: {ui}/namespaces/{temporal_namespace('a')}/workflows?query=WorkflowType%3D%27PeeringWorkflow%27")
+    print(f"Web UI, the pool scheduler: {ui}/namespaces/{temporal_namespace('tenant')}/workflows?query=WorkflowType%3D%27PoolSchedulerWorkflow%27")
     print(f"Web UI, advertisements of b: {ui}/namespaces/{temporal_namespace('b')}/workflows?query=WorkflowType%3D%27AdvertisementWorkflow%27")
     print("Everything keeps running. `make demo-down` stops it.")
 

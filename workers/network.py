@@ -17,7 +17,7 @@ from kubernetes import client as k8s
 from activities.informer import Informer
 from activities.kube import client_from_kubeconfig_file, patch_cluster_object_status, record_event
 from models.names import ADVERTISEMENTS, GROUP, VERSION
-from models.network import RemapError, remap_pod_cidr
+from models.network import NO_REMAPPING, RemapError, remap_pod_cidr
 from models.settings import WorkerSettings
 
 log = logging.getLogger("tidepool.network")
@@ -45,7 +45,7 @@ class NetworkModule:
         with self._lock:
             if objects is None:
                 objects = k8s.CustomObjectsApi(self._api).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
-            taken = [str((o.get("status") or {}).get("remoteRemappedPodCIDR") or "") for o in objects]
+            taken = [_effective_cidr(o) for o in objects]
             for obj in objects:
                 status = obj.get("status") or {}
                 if status.get("phase") != "Accepted" or status.get("remoteRemappedPodCIDR"):
@@ -60,6 +60,14 @@ class NetworkModule:
                                             {"remoteRemappedPodCIDR": remapped})  # fmt: skip
                 taken.append(remapped)
                 log.info("%s: PodCIDR %s remapped to %s", obj["metadata"]["name"], advertised, remapped)
+
+
+def _effective_cidr(obj: dict[str, Any]) -> str:
+    """The block a provider's pods are reached at here: its remapping, or its own PodCIDR when none."""
+    remapped = str((obj.get("status") or {}).get("remoteRemappedPodCIDR") or "")
+    if remapped and remapped != NO_REMAPPING:
+        return remapped
+    return str(((obj.get("spec") or {}).get("network") or {}).get("podCIDR") or "") if remapped else ""
 
 
 def main() -> None:

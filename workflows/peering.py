@@ -106,7 +106,11 @@ class PeeringWorkflow:
             self._withdraw = result.withdraw
             return
         state.last_push, state.pushes, state.last_error, state.consecutive_failures = result, state.pushes + 1, None, 0
-        state.sharing_percentage, state.config_generation = result.sharing_percentage, result.config_generation
+        if state.sharing_percentage == request.sharing_percentage:
+            # Adopt the effective percentage, unless a signal or update changed it during the push: that
+            # one wins, and the push it requested follows.
+            state.sharing_percentage = result.sharing_percentage
+        state.config_generation = max(state.config_generation, result.config_generation)
         foreign = ForeignDecision(phase=result.foreign_phase, remote_remapped_pod_cidr=result.remote_remapped_pod_cidr)
         if state.foreign is None or foreign.phase != state.foreign.phase:
             state.pending_checks = 0  # a new decision to wait for: look again soon

@@ -19,6 +19,7 @@ from kubernetes import config as k8s_config
 from deploy.localenv.binaries import Binaries
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
+CREATE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,24 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
     kubeconfig = workdir / f"kubeconfig-{name}.yaml"
     env = _kwokctl_env(binaries, workdir)
     log = workdir / f"kwokctl-{name}.log"
-    with open(log, "ab") as out:
-        subprocess.run(
-            [str(binaries.kwokctl), "create", "cluster", "--name", name, "--config", str(config_file),
-             "--kubeconfig", str(kubeconfig), "--wait", "120s"],
-            env=env, check=True, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+    command = [
+        str(binaries.kwokctl), "create", "cluster", "--name", name, "--config", str(config_file),
+        "--kubeconfig", str(kubeconfig), "--timeout", "90s", "--wait", "90s",
+        # kwok fakes only the nodes annotated as fake: tidepool's virtual nodes are run by its own
+        # virtual kubelet, whose conditions and pods kwok must not touch.
+        "--extra-args", "kwok-controller=manage-all-nodes=false",
+        "--extra-args", "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+    ]  # fmt: skip
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        with open(log, "ab") as out:
+            created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if created.returncode == 0:
+            break
+        # kwokctl picks its ports when it creates a cluster and binds them only later: another process
+        # taking one meanwhile makes etcd or the API server fail. A fresh start picks fresh ports.
+        delete_cluster(name, binaries=binaries, workdir=workdir)
+        if attempt == CREATE_ATTEMPTS:
+            raise RuntimeError(f"kwokctl could not create cluster {name} in {attempt} attempts; see {log}")
     cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
     install_crds(cluster, binaries=binaries)
     return cluster

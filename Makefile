@@ -42,4 +42,5 @@ crds: $(STAMP)
 	$(PY) -m deploy.crdgen
 
 lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports

@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import yaml

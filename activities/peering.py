@@ -14,7 +14,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.capacity import HomeCapacity
-from activities.credentials import ensure_foreign_access, issue_kubeconfig, revoke_foreign_access
+from activities.credentials import (
+    ensure_foreign_access,
+    issue_kubeconfig,
+    revoke_foreign_access,
+)
 from activities.kube import (
     SecretClients,
     apply_cluster_object,

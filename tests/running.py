@@ -9,7 +9,12 @@ from contextlib import asynccontextmanager
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from models.settings import ClusterSettings, MetricsSettings, TemporalSettings, WorkerSettings
+from models.settings import (
+    ClusterSettings,
+    MetricsSettings,
+    TemporalSettings,
+    WorkerSettings,
+)
 from workers.cluster import run
 
 

@@ -64,7 +64,7 @@ async def test_a_user_starts_signals_queries_and_lists_a_peering_with_the_tempor
             status = json.loads(out)["queryResult"][0]
             return status if status["sharing_percentage"] == 20 and (status["advertised"] or {}).get("cpu") == "2" else None
 
-        status = await eventually(shared, timeout=30, what="the signalled percentage pushed")
+        await eventually(shared, timeout=30, what="the signalled percentage pushed")
         async def listed() -> list[dict[str, object]]:
             out = await temporal(localenv, "workflow", "list", "--query", f"ForeignCluster='{foreign}'", "-o", "json")
             return json.loads(out) if out.strip() else []

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from models.consumer import PROVIDER_CLEAN_TIMEOUT, AdvertisementObservation, AdvertisementState, next_step
+from models.consumer import (
+    PROVIDER_CLEAN_TIMEOUT,
+    AdvertisementObservation,
+    AdvertisementState,
+    next_step,
+)
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+
 import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
@@ -11,8 +12,14 @@ from temporalio.worker import Worker
 
 from deploy.localenv.env import EnvState
 from tests.conftest import Clusters
+from tests.kube import (
+    create_namespace,
+    create_node,
+    create_pod,
+    delete_quietly,
+    wait_for,
+)
 from tests.smoke_workflow import GreetingWorkflow, greet
-from tests.kube import create_namespace, create_node, create_pod, delete_quietly, wait_for
 
 pytestmark = pytest.mark.env
 

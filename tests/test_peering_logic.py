@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.peering import ForeignDecision, PeeringState, backoff_seconds, next_wait, phase_after_push, render_details
+from models.peering import (
+    ForeignDecision,
+    PeeringState,
+    backoff_seconds,
+    next_wait,
+    phase_after_push,
+    render_details,
+)
 
 pytestmark = pytest.mark.provider
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

@@ -15,7 +15,13 @@ from kubernetes import client as k8s
 from activities.kube import apply_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from models.names import API_VERSION, PLACEMENT_STATUS_ANNOTATION, PLACEMENTS_ANNOTATION, POD_CLUSTER_ANNOTATION, SUPER_CLUSTERS
+from models.names import (
+    API_VERSION,
+    PLACEMENT_STATUS_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POD_CLUSTER_ANNOTATION,
+    SUPER_CLUSTERS,
+)
 from tests.kube import create_namespace, create_node
 from tests.running import eventually, worker_settings
 from workers.pool import run

@@ -6,9 +6,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.pool.placement import ClusterSnapshot, PlacementRequest, first_fit_whole_quota, schedule
+from models.pool.placement import (
+    ClusterSnapshot,
+    PlacementRequest,
+    first_fit_whole_quota,
+    schedule,
+)
 from models.pool.pods import choose_cluster
-from models.pool.slicing import SliceError, default_slice, namespace_quota, parse_slice, slice_count
+from models.pool.slicing import (
+    SliceError,
+    default_slice,
+    namespace_quota,
+    parse_slice,
+    slice_count,
+)
 from models.resources import Resources
 
 pytestmark = pytest.mark.pool

@@ -36,7 +36,13 @@ from models.names import (
 )
 from models.peering import PeeringInput, PeeringStatus, SecretRef
 from tests.conftest import Clusters
-from tests.kube import create_namespace, create_node, create_pod, create_runtime_class, wait_for
+from tests.kube import (
+    create_namespace,
+    create_node,
+    create_pod,
+    create_runtime_class,
+    wait_for,
+)
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import cancel_peering, request_peering, request_secret_name

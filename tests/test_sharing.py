@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.resources import Resources
-from models.sharing import CapacityAggregate, capacity_changed, counts_against_capacity, pod_requests, shared_resources
+from models.sharing import (
+    CapacityAggregate,
+    capacity_changed,
+    counts_against_capacity,
+    pod_requests,
+    shared_resources,
+)
 
 pytestmark = pytest.mark.provider
 

@@ -18,7 +18,14 @@ from kubernetes import client as k8s
 
 from activities.kube import client_from_kubeconfig_file
 from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState
-from models.names import ADVERTISEMENTS, GROUP, LABEL_NODE_TYPE, PEERING_REQUESTS, VERSION, VIRTUAL_NODE_TYPE
+from models.names import (
+    ADVERTISEMENTS,
+    GROUP,
+    LABEL_NODE_TYPE,
+    PEERING_REQUESTS,
+    VERSION,
+    VIRTUAL_NODE_TYPE,
+)
 from workers.peer import cancel_peering, request_peering
 
 PLACEMENT_ANNOTATION = "pool.tidepool.io/placements"

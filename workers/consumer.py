@@ -11,9 +11,7 @@ Identity only: the workflows re-read the objects through activities.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
 from typing import Any
 
 from kubernetes import client as k8s
@@ -40,17 +38,18 @@ from models.names import (
     advertisement_workflow_id,
 )
 from workers.roles import Role, RoleContext
+from workers.watching import Watchers
 from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import AdvertisementWorkflow
 
 log = logging.getLogger(__name__)
 
 
-class ConsumerWatchers:
+class ConsumerWatchers(Watchers):
     def __init__(self, ctx: RoleContext) -> None:
+        super().__init__(ctx.loop)
         self._client: Client = ctx.client
         self._settings = ctx.settings
-        self._loop = ctx.loop
         custom, apps, core = k8s.CustomObjectsApi(ctx.home), k8s.AppsV1Api(ctx.home), k8s.CoreV1Api(ctx.home)
         self._informers = [
             Informer("advertisements", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
@@ -64,18 +63,6 @@ class ConsumerWatchers:
             Informer("virtual-nodes", core.list_node, label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}",
                      on_sync=self._sync_children, on_event=self._child_event),
         ]  # fmt: skip
-
-    def start(self) -> None:
-        for informer in self._informers:
-            informer.start()
-
-    def stop(self) -> None:
-        for informer in self._informers:
-            informer.stop()
-
-    def _submit(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
 
     def _reconcile(self) -> None:
         cluster_id = self._settings.cluster.cluster_id

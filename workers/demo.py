@@ -25,7 +25,13 @@ from kubernetes import client as k8s
 
 from activities.kube import apply_cluster_object, client_from_kubeconfig_file
 from deploy.localenv.clusters import fake_node
-from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState, down, temporal_namespace, up
+from deploy.localenv.env import (
+    DEFAULT_STATE_DIR,
+    EnvState,
+    down,
+    temporal_namespace,
+    up,
+)
 from deploy.localenv.temporal import stop_process_group
 from models.names import (
     ADVERTISEMENTS,
@@ -34,9 +40,9 @@ from models.names import (
     CLUSTER_CONFIGS,
     GROUP,
     LABEL_NODE_TYPE,
-    SYSTEM_NAMESPACE,
     PLACEMENTS_ANNOTATION,
     SUPER_CLUSTERS,
+    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     VERSION,
     VIRTUAL_NODE_TYPE,

@@ -8,17 +8,21 @@ writes the same field; tidepool only waits for it.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from typing import Any
 
 from kubernetes import client as k8s
 
 from activities.informer import Informer
-from activities.kube import client_from_kubeconfig_file, patch_cluster_object_status, record_event
+from activities.kube import (
+    client_from_kubeconfig_file,
+    patch_cluster_object_status,
+    record_event,
+)
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.network import NO_REMAPPING, RemapError, remap_pod_cidr
 from models.settings import WorkerSettings
+from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.network")
 
@@ -75,10 +79,7 @@ def main() -> None:
     settings = WorkerSettings.from_env()
     module = NetworkModule(client_from_kubeconfig_file(settings.cluster.kubeconfig),
                            local_pod_cidr=settings.cluster.pod_cidr).start()  # fmt: skip
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    wait_for_termination()
     module.stop()
 
 

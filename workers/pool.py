@@ -20,18 +20,26 @@ from temporalio.worker import Worker
 from activities.informer import Informer
 from activities.kube import client_from_kubeconfig_file
 from activities.pool import PoolActivities
-from models.names import GROUP, POOL_SCHEDULER_WORKFLOW_ID, POOL_TASK_QUEUE, SUPER_CLUSTERS, VERSION
+from models.names import (
+    GROUP,
+    POOL_SCHEDULER_WORKFLOW_ID,
+    POOL_TASK_QUEUE,
+    SUPER_CLUSTERS,
+    VERSION,
+)
 from models.settings import WorkerSettings
 from workers.cluster import connect
+from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
 
 log = logging.getLogger("tidepool.pool")
 
 
-class PoolWatchers:
+class PoolWatchers(Watchers):
     def __init__(self, *, tenant: k8s.ApiClient, client: Client, task_queue: str, workflow_id: str,
                  loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
-        self._client, self._task_queue, self._workflow_id, self._loop = client, task_queue, workflow_id, loop
+        super().__init__(loop)
+        self._client, self._task_queue, self._workflow_id = client, task_queue, workflow_id
         core, custom = k8s.CoreV1Api(tenant), k8s.CustomObjectsApi(tenant)
         self._informers = [
             Informer("pool-namespaces", core.list_namespace, on_sync=self._changed, on_event=self._changed),
@@ -42,21 +50,12 @@ class PoolWatchers:
                      plural=SUPER_CLUSTERS, on_sync=self._changed, on_event=self._changed),
         ]  # fmt: skip
 
-    def start(self) -> None:
-        for informer in self._informers:
-            informer.start()
-
-    def stop(self) -> None:
-        for informer in self._informers:
-            informer.stop()
-
     def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         if kind == "ADDED" or kind == "DELETED":  # a pod's status moves often; only arrivals and departures count
             self._changed()
 
     def _changed(self, *_: Any) -> None:
-        future = asyncio.run_coroutine_threadsafe(self._signal(), self._loop)
-        future.add_done_callback(lambda f: f.exception() and log.warning("signal failed: %s", f.exception()))
+        self._submit(self._signal())
 
     async def _signal(self) -> None:
         await self._client.start_workflow(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,23 +26,31 @@ from activities.capacity import HomeCapacity
 from activities.informer import Informer
 from activities.peering import PeeringActivities
 from models.api import ClusterConfig, PeeringRequest
-from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, GROUP, PEERING_REQUESTS, VERSION, peering_workflow_id
+from models.names import (
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    GROUP,
+    PEERING_REQUESTS,
+    VERSION,
+    peering_workflow_id,
+)
 from models.peering import PeeringInput, SecretRef
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import capacity_changed
 from workers.roles import Role, RoleContext
+from workers.watching import Watchers
 from workflows.peering import PeeringWorkflow
 
 log = logging.getLogger(__name__)
 
 
-class ProviderWatchers:
+class ProviderWatchers(Watchers):
     def __init__(self, *, home: k8s.ApiClient, client: Client, settings: WorkerSettings,
                  loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+        super().__init__(loop)
         self._client = client
         self._settings = settings
-        self._loop = loop
         self._config_generation: int | None = None
         self._threshold_percent = ClusterConfig.default().spec.outgoing.capacity_change_threshold_percent
         self._capacity_baseline: Resources | None = None
@@ -55,19 +62,6 @@ class ProviderWatchers:
                      plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}",
                      on_sync=self._sync_config, on_event=lambda _kind, obj: self._sync_config([obj])),
         ]  # fmt: skip
-
-    def start(self) -> None:
-        for informer in self._informers:
-            informer.start()
-
-    def stop(self) -> None:
-        for informer in self._informers:
-            informer.stop()
-
-    def _submit(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        """Informers run in threads; Temporal calls belong to the worker's event loop."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
 
     # PeeringRequests ---------------------------------------------------------------------------------
     def _sync_requests(self, objects: list[dict[str, Any]]) -> None:

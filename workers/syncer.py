@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 from typing import Any
@@ -31,7 +30,14 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
-from models.pool.sync import SYNCED_KINDS, copy_for_super, in_scope, pod_for_super, pod_goes_here
+from models.pool.sync import (
+    SYNCED_KINDS,
+    copy_for_super,
+    in_scope,
+    pod_for_super,
+    pod_goes_here,
+)
+from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 10
@@ -185,10 +191,7 @@ def main() -> int:
     syncer = Syncer(tenant=client_from_kubeconfig_file(args.tenant_kubeconfig),
                     super_cluster=client_from_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
                     tenant_name=args.tenant_name, pooling=gates.get("SuperClusterPooling", "true") == "true").start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    wait_for_termination()
     syncer.stop()
     return 0
 

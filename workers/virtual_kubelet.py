@@ -29,7 +29,11 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from activities.informer import Informer
-from activities.kube import client_from_kubeconfig_file, ignore_not_found, read_cluster_object
+from activities.kube import (
+    client_from_kubeconfig_file,
+    ignore_not_found,
+    read_cluster_object,
+)
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,

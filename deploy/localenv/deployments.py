@@ -28,6 +28,7 @@ from kubernetes import client as k8s
 from activities.informer import Informer
 from activities.kube import client_from_kubeconfig_file
 from models.names import LABEL_MANAGED_BY, MANAGED_BY, SYSTEM_NAMESPACE
+from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.localenv.kubelet")
 RESTART_BACKOFF_SECONDS = 2.0
@@ -186,10 +187,7 @@ def main() -> int:
     parser.add_argument("--log-dir", type=Path)
     args = parser.parse_args()
     runner = DeploymentRunner(args.kubeconfig, log_dir=args.log_dir).start()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    wait_for_termination()
     runner.stop()
     return 0
 

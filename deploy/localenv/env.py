@@ -12,7 +12,11 @@ from pathlib import Path
 
 from deploy.localenv.binaries import Binaries, ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
-from deploy.localenv.temporal import TemporalEndpoint, start_temporal, stop_process_group
+from deploy.localenv.temporal import (
+    TemporalEndpoint,
+    start_temporal,
+    stop_process_group,
+)
 
 DEFAULT_STATE_DIR = Path(__file__).resolve().parents[2] / ".tidepool" / "localenv"
 DEMO_UI_PORT = 8233

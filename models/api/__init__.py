@@ -1,11 +1,25 @@
 """tidepool's API (group tidepool.io, version v1alpha1), the single source of truth: the CRDs in
 deploy/crds are generated from these models (python -m deploy.crdgen)."""
 
-from models.api.advertisement import Advertisement, AdvertisementSpec, AdvertisementStatus
-from models.api.clusterconfig import ClusterConfig, ClusterConfigSpec, IncomingConfig, KeepaliveConfig, OutgoingConfig
+from models.api.advertisement import (
+    Advertisement,
+    AdvertisementSpec,
+    AdvertisementStatus,
+)
+from models.api.clusterconfig import (
+    ClusterConfig,
+    ClusterConfigSpec,
+    IncomingConfig,
+    KeepaliveConfig,
+    OutgoingConfig,
+)
 from models.api.common import ObjectMeta, ObjectReference, SecretReference
 from models.api.conditions import Condition, set_condition
-from models.api.peeringrequest import PeeringRequest, PeeringRequestSpec, PeeringRequestStatus
+from models.api.peeringrequest import (
+    PeeringRequest,
+    PeeringRequestSpec,
+    PeeringRequestStatus,
+)
 from models.api.supercluster import SuperCluster, SuperClusterSpec
 
 KINDS = (ClusterConfig, PeeringRequest, Advertisement, SuperCluster)

@@ -7,7 +7,13 @@ from typing import ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
-from models.api.common import DNS_LABEL, ApiModel, KubernetesObject, ObjectReference, SecretReference
+from models.api.common import (
+    DNS_LABEL,
+    ApiModel,
+    KubernetesObject,
+    ObjectReference,
+    SecretReference,
+)
 from models.api.conditions import Condition
 from models.resources import Resources
 

@@ -1,0 +1,44 @@
+"""What every set of watchers shares: informers started and stopped together, and Temporal calls
+handed from the informers' threads to the worker's event loop. Also how the thread-based programs
+(network module, syncer, kubelet stand-in) wait for SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from activities.informer import Informer
+
+log = logging.getLogger(__name__)
+
+
+class Watchers:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._informers: list[Informer] = []
+
+    def start(self) -> None:
+        for informer in self._informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+    def _submit(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Informers run in threads; Temporal calls belong to the worker's event loop."""
+        assert self._loop is not None, "watchers that call Temporal need the worker's loop"
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
+
+
+def wait_for_termination() -> None:
+    """Blocks until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()

@@ -18,6 +18,7 @@ from activities.kube import (
     patch_cluster_object_status,
     read_cluster_object,
     record_event,
+    with_condition,
 )
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
@@ -59,15 +60,6 @@ def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def _condition(kind: str, status: bool, reason: str, message: str, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
-    value = "True" if status else "False"
-    old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == value else _rfc3339(_now())
-    new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
-    return [c for c in previous if c.get("type") != kind] + [new]
-
-
 class ConsumerActivities:
     def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings, image: str = "tidepool:latest") -> None:
         self._home = home
@@ -93,7 +85,7 @@ class ConsumerActivities:
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})
-            conditions = _condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message,
+            conditions = with_condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message,
                                     list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
@@ -168,7 +160,7 @@ class ConsumerActivities:
             self._ensure_virtual_kubelet(obj, provider)
         elif step == "MarkDeleting" and obj is not None:
             status = obj.get("status") or {}
-            conditions = _condition("Ready", False, "Deleting", f"tearing down: {request.teardown}",
+            conditions = with_condition("Ready", False, "Deleting", f"tearing down: {request.teardown}",
                                     list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, name,
                                         {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
@@ -193,7 +185,7 @@ class ConsumerActivities:
         if obj is None:
             return
         status = obj.get("status") or {}
-        conditions = _condition(
+        conditions = with_condition(
             "PodCIDRReady", False, "RemappingTimedOut",
             "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
             list(status.get("conditions") or []),
@@ -224,7 +216,7 @@ class ConsumerActivities:
                                          field_manager="tidepool", force=True,
                                          _content_type="application/apply-patch+yaml")  # fmt: skip
         status = obj.get("status") or {}
-        conditions = _condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists",
+        conditions = with_condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists",
                                 list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, obj["metadata"]["name"], {
             "vkReference": {"name": deployment["metadata"]["name"], "namespace": ref["namespace"]},

@@ -146,3 +146,18 @@ def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, messag
         "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         "reportingComponent": "tidepool", "reportingInstance": "tidepool",
     })  # fmt: skip
+
+
+def with_condition(
+    kind: str, status: bool, reason: str, message: str, previous: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
+    value = "True" if status else "False"
+    old = next((c for c in previous if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == value else _rfc3339(datetime.now(UTC))
+    new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
+    return [c for c in previous if c.get("type") != kind] + [new]
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

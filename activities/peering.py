@@ -28,6 +28,7 @@ from activities.kube import (
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
+    with_condition,
 )
 from models.api import ClusterConfig
 from models.names import (
@@ -225,7 +226,8 @@ class PeeringActivities:
         message: str = "",
     ) -> None:
         """Mirror the peering's phase into its PeeringRequest status, for kubectl users."""
-        if peering_request is None or read_cluster_object(self._home, PEERING_REQUESTS, peering_request) is None:
+        current = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
+        if peering_request is None or current is None:
             return
         status: dict[str, Any] = {"phase": phase}
         if decision is not None:
@@ -233,11 +235,10 @@ class PeeringActivities:
             status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
             status["lastPushTime"] = _rfc3339(pushed)
-        ready = phase in ("Advertised", "Accepted")
-        status["conditions"] = [{
-            "type": "Ready", "status": "True" if ready else "False", "reason": phase,
-            "message": message or f"peering is {phase}", "lastTransitionTime": _rfc3339(_now()),
-        }]  # fmt: skip
+        status["conditions"] = with_condition(
+            "Ready", phase in ("Advertised", "Accepted"), phase, message or f"peering is {phase}",
+            list((current.get("status") or {}).get("conditions") or []),
+        )
         patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)
 
 

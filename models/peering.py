@@ -73,6 +73,8 @@ class PeeringState(_Model):
     pending_checks: int = 0
     next_push: datetime | None = None
     push_requested: bool = False
+    pushes_started: int = 0  # attempts begun, failed ones included: an update waits for its own
+    pushes_finished: int = 0
 
 
 class PeeringInput(_Model):

@@ -11,10 +11,13 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.admission import AdmissionWorkflow
+from workflows.advertisement import AdvertisementWorkflow
 from workflows.peering import PeeringWorkflow
+from workflows.pool import PoolSchedulerWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")
-WORKFLOWS = [PeeringWorkflow]
+WORKFLOWS = [PeeringWorkflow, AdmissionWorkflow, AdvertisementWorkflow, PoolSchedulerWorkflow]
 
 
 def replayer() -> Replayer:

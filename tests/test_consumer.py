@@ -28,12 +28,14 @@ from models.names import (
     DECISION_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
+    admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
     virtual_kubelet_name,
     virtual_node_name,
 )
 from tests.kube import create_namespace, create_node
+from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
 from workflows.advertisement import AdvertisementWorkflow
 
@@ -242,6 +244,8 @@ async def test_teardown_deletes_the_node_then_the_virtual_kubelet_then_the_adver
         state = await handle.result()
     deleted = state.deleted
     assert deleted["virtual-node"] < deleted["virtual-kubelet"] < deleted["advertisement"]
+    await replay_all_runs(temporal_client, advertisement_workflow_id(provider))
+    await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))
     assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None
     assert _deployment(api, provider) is None
 

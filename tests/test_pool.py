@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 from kubernetes import client as k8s
+from temporalio.client import Client
 
 from activities.kube import apply_cluster_object
 from deploy.localenv.clusters import LocalCluster
@@ -23,6 +24,7 @@ from models.names import (
     SUPER_CLUSTERS,
 )
 from tests.kube import create_namespace, create_node
+from tests.replay import replay_all_runs
 from tests.running import eventually, worker_settings
 from workers.pool import run
 from workers.syncer import Syncer
@@ -118,6 +120,12 @@ async def test_a_namespace_that_fits_nowhere_is_not_placed_and_says_why(pool: Po
     assert _placement(api, "huge") == {}
     for cluster in pool.supers.values():
         assert not _has_namespace(cluster, "t1-huge")  # nothing partial
+
+
+async def test_the_scheduler_history_replays(pool: Pool, temporal_client: Client, unique: str) -> None:
+    _tenant_namespace(pool.tenant.api_client(), "replayed", cpu="1", memory="2Gi")
+    await eventually(lambda: _placement(pool.tenant.api_client(), "replayed"), timeout=60, what="the placement")
+    await replay_all_runs(temporal_client, f"pool-scheduler-{unique}")
 
 
 async def test_a_hundred_namespaces_created_at_once_never_overcommit_a_cluster(pool: Pool) -> None:

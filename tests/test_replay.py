@@ -21,4 +21,6 @@ async def test_a_saved_history_replays_with_the_current_code(path: Path) -> None
 
 def test_saved_histories_exist_for_every_long_running_workflow() -> None:
     kinds = {path.stem.split("-")[0] for path in SAVED}
-    assert "peering" in kinds, "save histories with TIDEPOOL_SAVE_HISTORIES=1 (see tests/replay.py)"
+    assert {"peering", "admission", "advertisement", "pool"} <= kinds, (
+        "save histories with TIDEPOOL_SAVE_HISTORIES=1 (see tests/replay.py)"
+    )

@@ -40,6 +40,9 @@ ADVERTISEMENT_PHASE = SearchAttributeKey.for_keyword("AdvertisementPhase")
 # back), each attempt bounded.
 KUBE_TIMEOUT = timedelta(seconds=30)
 KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# How a manual decision waits for the admission workflow's verdict.
+DECISION_CHECKS = 30
+DECISION_CHECK_INTERVAL = timedelta(seconds=1)
 # Steps that change nothing but the observation: no action is needed, so go round again at once.
 ACTING_STEPS: frozenset[Step] = frozenset(
     {"EnsureFinalizer", "EnsureVirtualKubelet", "MarkDeleting", "DeleteVirtualNode", "DeleteVirtualKubelet",
@@ -137,9 +140,16 @@ class AdvertisementWorkflow:
         await self._activity(ConsumerActivities.record_manual_decision,
                              ManualDecision(advertisement=self._input.advertisement, decision=decision, reason=reason),
                              summary=f"manual {decision}")  # fmt: skip
-        wanted = "Accepted" if decision == "accept" else "Refused"
-        await workflow.wait_condition(lambda: self._observation is not None and self._observation.phase == wanted)
-        return wanted
+        # The admission workflow decides (the decision may still be a refusal, e.g. a denied cluster):
+        # look until it has, on our own, so that the answer never waits for the main loop's next wake.
+        for _ in range(DECISION_CHECKS):
+            obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
+                                       summary="decided?")  # fmt: skip
+            if obs.phase not in (None, "Pending"):
+                self._changed = True  # let the main loop build on it at once
+                return str(obs.phase)
+            await workflow.sleep(DECISION_CHECK_INTERVAL)
+        return "Pending"
 
     @accept.validator
     def _validate_accept(self, reason: str) -> None:

@@ -89,6 +89,7 @@ class PeeringWorkflow:
 
     async def _push(self) -> None:
         self._state.push_requested = False
+        self._state.pushes_started += 1
         request = PushRequest(
             foreign_cluster_id=self._input.foreign_cluster_id,
             kube_config_ref=self._input.kube_config_ref,
@@ -103,9 +104,11 @@ class PeeringWorkflow:
                 summary=f"push Advertisement to {self._input.foreign_cluster_id}",
             )  # fmt: skip
         except ActivityError as e:
+            self._state.pushes_finished = self._state.pushes_started
             self._failed(e)
             return
         state = self._state
+        self._state.pushes_finished = self._state.pushes_started
         if result.withdraw is not None:
             self._withdraw = result.withdraw
             return
@@ -223,11 +226,13 @@ class PeeringWorkflow:
     @workflow.update
     async def update_sharing_percentage(self, value: int) -> PeeringStatus:
         """Change the share and return the status once the new Advertisement is on the foreign cluster."""
-        pushes = self._state.pushes
+        # A push already under way started with the old value: wait for the one after it.
+        ours = self._state.pushes_started + 1
         self._state.sharing_percentage = value
         self._state.push_requested = True
         await workflow.wait_condition(
-            lambda: self._state.pushes > pushes or self._state.consecutive_failures > 0 or self._withdraw is not None
+            lambda: (self._state.pushes_started >= ours and self._state.pushes_finished >= ours)
+            or self._withdraw is not None
         )
         return self.status()
 

@@ -14,7 +14,7 @@ from models.api.clusterconfig import (
     OutgoingConfig,
 )
 from models.api.common import ObjectMeta, ObjectReference, SecretReference
-from models.api.conditions import Condition, set_condition
+from models.api.conditions import Condition
 from models.api.peeringrequest import (
     PeeringRequest,
     PeeringRequestSpec,
@@ -28,5 +28,5 @@ __all__ = [
     "KINDS", "Advertisement", "AdvertisementSpec", "AdvertisementStatus", "ClusterConfig", "ClusterConfigSpec",
     "Condition", "IncomingConfig", "KeepaliveConfig", "ObjectMeta", "ObjectReference", "OutgoingConfig",
     "PeeringRequest", "PeeringRequestSpec", "PeeringRequestStatus", "SecretReference", "SuperCluster",
-    "SuperClusterSpec", "set_condition",
+    "SuperClusterSpec",
 ]  # fmt: skip

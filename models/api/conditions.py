@@ -1,5 +1,6 @@
 """Status conditions, the Kubernetes convention: one type per question, a closed CamelCase reason, a
-message for people, and a lastTransitionTime that moves only when the status does."""
+message for people, and a lastTransitionTime that moves only when the status does (the activities write
+them with activities.kube.with_condition)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,3 @@ class Condition(ApiModel):
     message: str = Field(default="", max_length=32768)
     last_transition_time: datetime
     observed_generation: int | None = Field(default=None, ge=0)
-
-
-def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
-    """The list with `new` in place of its type; an unchanged status keeps its lastTransitionTime."""
-    old = next((c for c in conditions if c.type == new.type), None)
-    if old is not None and old.status == new.status:
-        new = new.model_copy(update={"last_transition_time": old.last_transition_time})
-    return [c for c in conditions if c.type != new.type] + [new]

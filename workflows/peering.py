@@ -104,11 +104,11 @@ class PeeringWorkflow:
                 summary=f"push Advertisement to {self._input.foreign_cluster_id}",
             )  # fmt: skip
         except ActivityError as e:
-            self._state.pushes_finished = self._state.pushes_started
             self._failed(e)
             return
+        finally:
+            self._state.pushes_finished = self._state.pushes_started
         state = self._state
-        self._state.pushes_finished = self._state.pushes_started
         if result.withdraw is not None:
             self._withdraw = result.withdraw
             return
@@ -122,7 +122,7 @@ class PeeringWorkflow:
         if state.foreign is None or foreign.phase != state.foreign.phase:
             state.pending_checks = 0  # a new decision to wait for: look again soon
         state.foreign, state.phase = foreign, phase_after_push(foreign)
-        self._state.next_push = workflow.now() + timedelta(seconds=result.period_seconds)
+        state.next_push = workflow.now() + timedelta(seconds=result.period_seconds)
         self._publish()
 
     async def _check_decision(self) -> None:

@@ -148,8 +148,13 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
 
         _config(api, sharingPercentage=40)  # the ClusterConfig's new value wins over the update's
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=30, what="edit")
-        status = await handle.query(PeeringWorkflow.status)
-        assert status.sharing_percentage == 40 and status.phase == "Advertised"
+        # The Advertisement is on b before the workflow has taken in its push's result: ask until it has.
+        async def adopted() -> PeeringStatus | None:
+            status = await handle.query(PeeringWorkflow.status)
+            return status if status.sharing_percentage == 40 else None
+
+        status = await eventually(adopted, timeout=30, what="the ClusterConfig's percentage adopted")
+        assert status.phase == "Advertised"
 
 
 async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_yield_one_workflow(

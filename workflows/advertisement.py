@@ -146,7 +146,8 @@ class AdvertisementWorkflow:
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="decided?")  # fmt: skip
             if obs.phase not in (None, "Pending"):
-                self._changed = True  # let the main loop build on it at once
+                self._observation = obs  # the validators judge the next decision by what we saw here
+                self._changed = True  # and the main loop builds on it at once
                 return str(obs.phase)
             await workflow.sleep(DECISION_CHECK_INTERVAL)
         return "Pending"

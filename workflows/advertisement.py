@@ -59,6 +59,7 @@ class AdvertisementWorkflow:
         self._changed = True
         self._observation: AdvertisementObservation | None = None
         self._step: Step | None = None
+        self._decided: str | None = None
 
     @workflow.run
     async def run(self, input: AdvertisementInput) -> AdvertisementState:
@@ -146,9 +147,9 @@ class AdvertisementWorkflow:
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="decided?")  # fmt: skip
             if obs.phase not in (None, "Pending"):
-                self._observation = obs  # the validators judge the next decision by what we saw here
-                self._changed = True  # and the main loop builds on it at once
-                return str(obs.phase)
+                self._decided = str(obs.phase)  # the validators refuse a second decision
+                self._changed = True  # the main loop builds on it at once
+                return self._decided
             await workflow.sleep(DECISION_CHECK_INTERVAL)
         return "Pending"
 
@@ -165,8 +166,9 @@ class AdvertisementWorkflow:
             raise ValueError("reason must be a non-empty string of at most 256 characters")
         if self._state.teardown is not None:
             raise ValueError(f"the Advertisement is being torn down ({self._state.teardown})")
-        if self._observation is not None and self._observation.phase not in (None, "Pending"):
-            raise ValueError(f"the Advertisement is already {self._observation.phase}; only a Pending one is decided by hand")
+        phase = self._decided or (self._observation.phase if self._observation is not None else None)
+        if phase not in (None, "Pending"):
+            raise ValueError(f"the Advertisement is already {phase}; only a Pending one is decided by hand")
 
     @workflow.query
     def status(self) -> AdvertisementState:

@@ -1,62 +1,103 @@
 """The consumer's acceptance policy, as a pure function of a snapshot of the cluster's Advertisements
 and its ClusterConfig (seeds 000/003, and their future work: manual acceptance, allow/deny lists).
+Called by activities/consumer.py in the admission pass of the one AdmissionWorkflow per cluster.
 
 The number accepted is always counted from the Advertisements themselves, never kept as a counter
-(Liqo's counter was never decremented). Only one admission workflow per cluster calls `decide`, one
-pass at a time, so concurrent arrivals cannot overshoot the maximum.
+(Liqo's counter was never decremented, so deleted Advertisements held their places forever). Only one
+admission workflow per cluster calls `decide`, one pass at a time, so twenty arrivals at once cannot
+overshoot the maximum.
+
+Rules, in the order they apply to every Advertisement that is not Accepted and not being deleted:
+
+1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message;
+2. provider in deniedClusters → Refused/Denied (deny wins over allow);
+3. allowedClusters not empty and provider not in it → Refused/NotAllowed;
+4. a manual decision (annotation names.DECISION_ANNOTATION = accept|refuse, written by kubectl or by
+   the Advertisement workflow's accept/refuse update) → Accepted/ManuallyAccepted or
+   Refused/ManuallyRefused, under either policy: a person's explicit word wins over the automatic
+   policy, though not over the lists above, which the same person wrote;
+5. acceptPolicy Manual → Pending/AwaitingManualDecision;
+6. AutoAcceptMax → Accepted/WithinMaximum in arrival order (creationTimestamp, then name) while the
+   accepted count is below maxAcceptableAdvertisements, else Refused/MaxReached.
+
+Accepted Advertisements stay accepted whatever changes (a lowered maximum, a new deny entry, an
+expired timeToLive): only their deletion ends them, through the ordered teardown, which is also how a
+cluster is revoked. A Deleting Advertisement holds no place. Rules are re-applied to Refused ones at
+every pass, so a raised maximum accepts MaxReached ones in arrival order, and a cluster taken off the
+deny list, or an Advertisement its provider has corrected, is reconsidered like a new arrival.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, get_args
 
 from models.api import ClusterConfig
-from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION
+from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, advertisement_name
 from models.quantities import QuantityError, parse_quantity
 
+Policy = Literal["AutoAcceptMax", "Manual"]
 Phase = Literal["Pending", "Accepted", "Refused", "Deleting"]
-# The closed set of reasons, one per outcome.
-ACCEPTED_REASONS = ("WithinMaximum", "ManuallyAccepted")
-REFUSED_REASONS = ("MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused")
-PENDING_REASONS = ("AwaitingManualDecision",)
+ManualVerdict = Literal["accept", "refuse"]
+# The closed set of reasons, one per outcome, grouped by the phase they come with.
+AcceptedReason = Literal["WithinMaximum", "ManuallyAccepted"]
+RefusedReason = Literal["MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused"]
+PendingReason = Literal["AwaitingManualDecision"]
+Reason = AcceptedReason | RefusedReason | PendingReason
+REASONS: Final[Mapping[str, frozenset[str]]] = {
+    "Accepted": frozenset(get_args(AcceptedReason)),
+    "Refused": frozenset(get_args(RefusedReason)),
+    "Pending": frozenset(get_args(PendingReason)),
+}
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Where an Advertisement without a readable creationTimestamp queues: last (the API server always
+# sets one, so only hand-made objects get here).
+_NEVER = datetime.max.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """One Advertisement as admission sees it."""
+
     name: str
-    provider: str
-    phase: Phase | None
-    reason: str | None
-    arrival: tuple[str, str]  # (creationTimestamp, name): arrival order
-    problems: tuple[str, ...] = ()
-    manual: Literal["accept", "refuse"] | None = None
+    provider: str  # spec.clusterId ("" when missing)
+    phase: str | None  # status.phase as found (None for a new arrival)
+    reason: str | None  # status.reason as found
+    arrival: tuple[datetime, str]  # (creationTimestamp, name): arrival order
+    problems: tuple[str, ...] = ()  # why it is invalid; empty when valid
+    manual: ManualVerdict | None = None
     manual_reason: str = ""
     deleting: bool = False
 
 
 @dataclass(frozen=True)
 class Decision:
+    """A change to write on an Advertisement's status: phase and reason, and a sentence for people
+    (the Accepted condition's message and the Event)."""
+
     name: str
     provider: str
     phase: Phase
-    reason: str
+    reason: Reason
     message: str
 
 
 @dataclass(frozen=True)
 class AdmissionSnapshot:
-    policy: Literal["AutoAcceptMax", "Manual"]
+    policy: Policy
     maximum: int
     allowed: frozenset[str]
     denied: frozenset[str]
-    candidates: tuple[Candidate, ...] = field(default_factory=tuple)
+    candidates: tuple[Candidate, ...] = ()
 
     @classmethod
     def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]],
                         now: datetime) -> AdmissionSnapshot:  # fmt: skip
+        """From the ClusterConfig and the Advertisements as the API server lists them (JSON dicts)."""
         incoming = config.spec.incoming
         return cls(
             policy=incoming.accept_policy,
@@ -67,90 +108,143 @@ class AdmissionSnapshot:
         )
 
 
-def validate_advertisement(adv: Mapping[str, Any], now: datetime) -> list[str]:
-    """Why an arriving Advertisement cannot be accepted; empty when it can. Never raises: a foreign
-    cluster may write anything the CRD lets through (and an older CRD lets through more)."""
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _time(value: Any) -> datetime | None:
+    """An RFC 3339 time as the API server writes it; None for anything else, including a time without
+    a zone, which cannot be compared with now."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    else:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _check_resources(hard: Any) -> list[str]:
+    if hard is None:
+        return ["spec.resourceQuota.hard is missing: an Advertisement must offer resources"]
+    if not isinstance(hard, Mapping):
+        return [f"spec.resourceQuota.hard must be a map of resource name to quantity, got {type(hard).__name__}"]
+    if not hard:
+        return ["spec.resourceQuota.hard is empty: an Advertisement must offer resources"]
     problems: list[str] = []
+    amounts = []
+    for name, value in hard.items():
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            problems.append(f"spec.resourceQuota.hard.{name} is not a quantity ({value!r})")
+            continue
+        if amount < 0:
+            problems.append(f"spec.resourceQuota.hard.{name} must not be negative, got {value}")
+        amounts.append(amount)
+    if not problems and all(a == 0 for a in amounts):
+        problems.append("spec.resourceQuota.hard offers nothing: every amount is zero")
+    return problems
+
+
+def validate_advertisement(adv: Any, now: datetime) -> list[str]:
+    """Why an arriving Advertisement cannot be accepted, one sentence per problem naming the field;
+    empty when it can. Never raises: a foreign cluster may write anything the CRD lets through (and an
+    older CRD, or none, lets through more). `now` must carry a time zone."""
+    if not isinstance(adv, Mapping):
+        return [f"the Advertisement must be an object, got {type(adv).__name__}"]
     spec = adv.get("spec")
     if not isinstance(spec, Mapping):
-        return ["spec is missing"]
-    if not isinstance(spec.get("clusterId"), str) or not spec.get("clusterId"):
-        problems.append("spec.clusterId is missing")
-    hard = (spec.get("resourceQuota") or {}).get("hard") if isinstance(spec.get("resourceQuota"), Mapping) else None
-    if not isinstance(hard, Mapping) or not hard:
-        problems.append("spec.resourceQuota.hard offers no resources")
+        return ["spec is missing" if spec is None else f"spec must be an object, got {type(spec).__name__}"]
+    problems: list[str] = []
+    provider = spec.get("clusterId")
+    if provider is None or provider == "":
+        problems.append("spec.clusterId is missing: the provider's cluster id is required")
+    elif not isinstance(provider, str):
+        problems.append(f"spec.clusterId must be a string, got {type(provider).__name__}")
+    elif len(provider) > 63 or not _DNS_LABEL.match(provider):
+        problems.append(f"spec.clusterId {provider!r} must be a DNS-1123 label (lower-case alphanumerics and '-', "
+                        "at most 63 characters)")  # fmt: skip
     else:
-        for name, value in hard.items():
-            try:
-                if parse_quantity(value) < 0:
-                    problems.append(f"spec.resourceQuota.hard.{name} is negative ({value})")
-            except QuantityError:
-                problems.append(f"spec.resourceQuota.hard.{name} is not a quantity ({value!r})")
-        if not problems and all(parse_quantity(v) == 0 for v in hard.values()):
-            problems.append("spec.resourceQuota.hard offers no resources (all zero)")
+        # One Advertisement per provider: its name is derived from the id, so a second object claiming
+        # the same provider cannot exist, and two virtual kubelets never fight over one virtual node.
+        name = _mapping(adv.get("metadata")).get("name")
+        if name != advertisement_name(provider):
+            problems.append(f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}")
+    quota = spec.get("resourceQuota")
+    if quota is not None and not isinstance(quota, Mapping):
+        problems.append(f"spec.resourceQuota must be an object, got {type(quota).__name__}")
+    else:
+        problems += _check_resources(_mapping(quota).get("hard"))
     ttl = spec.get("timeToLive")
-    try:
-        expires = datetime.fromisoformat(str(ttl).replace("Z", "+00:00"))
-        if expires <= now:
-            problems.append(f"spec.timeToLive {ttl} has passed")
-    except ValueError:
-        problems.append(f"spec.timeToLive is not a time ({ttl!r})")
+    expires = _time(ttl)
+    if ttl is None:
+        problems.append("spec.timeToLive is missing")
+    elif expires is None:
+        problems.append(f"spec.timeToLive must be an RFC 3339 time with a zone, got {ttl!r}")
+    elif expires <= now:
+        problems.append(f"spec.timeToLive {ttl} has passed")
     return problems
 
 
 def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
-    meta = adv.get("metadata") or {}
-    status = adv.get("status") or {}
-    annotations = meta.get("annotations") or {}
-    manual = annotations.get(DECISION_ANNOTATION)
-    spec = adv.get("spec") if isinstance(adv.get("spec"), Mapping) else {}
+    """An Advertisement as the API server serves it, read without ever raising."""
+    adv = _mapping(adv)
+    meta, status, spec = _mapping(adv.get("metadata")), _mapping(adv.get("status")), _mapping(adv.get("spec"))
+    annotations = _mapping(meta.get("annotations"))
+    name = str(meta.get("name") or "")
+    verdict = annotations.get(DECISION_ANNOTATION)
+    phase, reason = status.get("phase"), status.get("reason")
     return Candidate(
-        name=str(meta.get("name", "")),
-        provider=str(spec.get("clusterId") or ""),
-        phase=status.get("phase"),
-        reason=status.get("reason"),
-        arrival=(str(meta.get("creationTimestamp") or ""), str(meta.get("name", ""))),
+        name=name,
+        provider=spec["clusterId"] if isinstance(spec.get("clusterId"), str) else "",
+        phase=phase if isinstance(phase, str) else None,
+        reason=reason if isinstance(reason, str) else None,
+        arrival=(_time(meta.get("creationTimestamp")) or _NEVER, name),
         problems=tuple(validate_advertisement(adv, now)),
-        manual=manual if manual in ("accept", "refuse") else None,
+        manual=verdict if verdict in ("accept", "refuse") else None,
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
-        deleting=bool(meta.get("deletionTimestamp")) or status.get("phase") == "Deleting",
+        deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
     )
 
 
 def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
-    """The changes to make, in arrival order. Accepted ones stay accepted (a lowered maximum applies to
-    new arrivals only); refused-for-room ones are accepted in arrival order when room appears."""
-    wanted: dict[str, tuple[Phase, str, str]] = {}
+    """The changes to make, in arrival order: only the Advertisements whose phase or reason differs
+    from what they have (see the module docstring for the rules)."""
     ordered = sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival)
     accepted = sum(1 for c in ordered if c.phase == "Accepted")
+    decisions: list[Decision] = []
     for c in ordered:
         if c.phase == "Accepted":
-            continue  # once accepted, only teardown ends it
-        if c.problems:
-            wanted[c.name] = ("Refused", "Invalid", "; ".join(c.problems))
-        elif c.provider in snapshot.denied:
-            wanted[c.name] = ("Refused", "Denied", f"cluster {c.provider} is in deniedClusters")
-        elif snapshot.allowed and c.provider not in snapshot.allowed:
-            wanted[c.name] = ("Refused", "NotAllowed", f"cluster {c.provider} is not in allowedClusters")
-        elif snapshot.policy == "Manual":
-            if c.manual == "accept":
-                wanted[c.name] = ("Accepted", "ManuallyAccepted", c.manual_reason or "accepted by hand")
-                accepted += 1
-            elif c.manual == "refuse":
-                wanted[c.name] = ("Refused", "ManuallyRefused", c.manual_reason or "refused by hand")
-            else:
-                wanted[c.name] = ("Pending", "AwaitingManualDecision",
-                                  "acceptPolicy is Manual: accept or refuse it (update or annotation)")  # fmt: skip
-        elif accepted < snapshot.maximum:
-            wanted[c.name] = ("Accepted", "WithinMaximum",
-                              f"accepted as number {accepted + 1} of at most {snapshot.maximum}")  # fmt: skip
+            continue
+        phase, reason, message = _rule(snapshot, c, accepted)
+        if phase == "Accepted":
             accepted += 1
-        else:
-            wanted[c.name] = ("Refused", "MaxReached",
-                              f"{accepted} Advertisements accepted, maxAcceptableAdvertisements is {snapshot.maximum}")
-    by_name = {c.name: c for c in ordered}
-    return [
-        Decision(name=name, provider=by_name[name].provider, phase=phase, reason=reason, message=message)
-        for name, (phase, reason, message) in wanted.items()
-        if (by_name[name].phase, by_name[name].reason) != (phase, reason)
-    ]
+        if (c.phase, c.reason) != (phase, reason):
+            decisions.append(Decision(name=c.name, provider=c.provider, phase=phase, reason=reason, message=message))
+    return decisions
+
+
+def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Phase, Reason, str]:
+    who = f"cluster {c.provider!r}"
+    if c.problems:
+        return "Refused", "Invalid", "invalid Advertisement: " + "; ".join(c.problems)
+    if c.provider in snapshot.denied:
+        return "Refused", "Denied", f"{who} is in deniedClusters"
+    if snapshot.allowed and c.provider not in snapshot.allowed:
+        return "Refused", "NotAllowed", f"{who} is not in allowedClusters"
+    if c.manual == "accept":
+        return "Accepted", "ManuallyAccepted", f"accepted by hand: {c.manual_reason or 'no reason given'}"
+    if c.manual == "refuse":
+        return "Refused", "ManuallyRefused", f"refused by hand: {c.manual_reason or 'no reason given'}"
+    if snapshot.policy == "Manual":
+        return ("Pending", "AwaitingManualDecision",
+                f"acceptPolicy is Manual: waiting for someone to accept or refuse the offer of {who}")  # fmt: skip
+    if accepted < snapshot.maximum:
+        return ("Accepted", "WithinMaximum",
+                f"accepted as number {accepted + 1} of at most {snapshot.maximum} (maxAcceptableAdvertisements)")  # fmt: skip
+    return ("Refused", "MaxReached",
+            f"{accepted} Advertisements are accepted and maxAcceptableAdvertisements is {snapshot.maximum}")  # fmt: skip

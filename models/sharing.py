@@ -1,77 +1,192 @@
-"""What a provider can share: (allocatable of physical nodes − requests of the pods that run on them)
-× sharing percentage, clamped at zero per resource, with exact quantities (seed 001, Liqo's formula
-without its bugs). Works on objects as the API server serves them in JSON (camelCase dicts), so that
-activities/capacity.py can feed it from raw list and watch responses.
+"""What a provider can share: (allocatable of its physical nodes − requests of the pods that hold them)
+× sharing percentage, clamped at zero per resource after subtracting, with exact quantities (seed 001,
+Liqo's formula without its bugs).
 
-`CapacityAggregate` keeps the two totals current event by event, O(1) per event, so that a push reads
-two sums instead of listing every pod of the cluster.
+Everything here works on objects as the API server serves them in JSON (camelCase dicts, e.g. the
+items of `json.loads` of a list response or the objects of watch events), so that
+activities/capacity.py can feed it without deserialising into client models (100,000 pods take 31 s
+that way). `CapacityAggregate` keeps the two totals current event by event, O(1) per event, so that
+activities/peering.py reads two sums at each push instead of listing every pod of the cluster, and
+workers/provider.py uses `capacity_changed` to push early when allocatable moves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import decimal
+from collections.abc import Iterable, Mapping, Set
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from models.names import LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
+from models.quantities import _EXACT, parse_quantity
 from models.resources import Resources
 
 Obj = Mapping[str, Any]
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-# Every pod that counts holds one of its node's pod slots.
-POD_SLOT = Resources(pods=1)
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+# Liqo's own label for its virtual nodes, accepted too so that a cluster peered by both is not
+# counted twice.
+LIQO_NODE_TYPE_LABEL: Final = "type"
+# Every pod that holds capacity also holds one of its node's pod slots (allocatable "pods").
+POD_SLOT: Final = Resources(pods=1)
+# Resources a pod may request at pod level (spec.resources, PodLevelResources, beta and on by default
+# since Kubernetes 1.34); other names keep the containers' aggregate.
+_POD_LEVEL_RESOURCES: Final = frozenset({"cpu", "memory"})
+_HUGEPAGES_PREFIX: Final = "hugepages-"
+
+_Amounts = dict[str, Decimal]
 
 
-def _requests(container: Obj) -> Resources:
-    return Resources.from_kubernetes(((container.get("resources") or {}).get("requests")) or {})
+# Quantity strings repeat endlessly across pods ("100m", "128Mi"); parsing one costs ~7 µs, so a
+# cluster of 100,000 pods would spend seconds re-parsing the same few dozen strings.
+@lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> Decimal:
+    return parse_quantity(text)
+
+
+def _amounts(resource_list: Any) -> _Amounts:
+    if not isinstance(resource_list, Mapping):
+        return {}
+    return {
+        str(name): _parse_cached(value) if isinstance(value, str) else parse_quantity(value)
+        for name, value in resource_list.items()
+    }
+
+
+def _add(into: _Amounts, other: Mapping[str, Decimal]) -> None:
+    for name, value in other.items():
+        into[name] = into.get(name, Decimal(0)) + value
+
+
+def _max(into: _Amounts, other: Mapping[str, Decimal]) -> None:
+    for name, value in other.items():
+        if name not in into or value > into[name]:
+            into[name] = value
+
+
+def _resize_infeasible(status: Obj) -> bool:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "PodResizePending":
+            return condition.get("reason") == "Infeasible"
+    return False
+
+
+def _effective(container: Obj, statuses: Mapping[str, Obj], infeasible: bool) -> _Amounts:
+    """A container's requests. While an in-place resize is under way the node already holds the
+    larger of what the spec asks, what the kubelet allocated and what runs (an infeasible resize holds
+    only the latter two), so that is what counts."""
+    spec = _amounts((container.get("resources") or {}).get("requests"))
+    status = statuses.get(str(container.get("name")))
+    if status is None or not isinstance(status.get("resources"), Mapping):
+        return spec
+    effective = {} if infeasible else dict(spec)
+    _max(effective, _amounts(status["resources"].get("requests")))
+    _max(effective, _amounts(status.get("allocatedResources")))
+    return effective
 
 
 def pod_requests(pod: Obj) -> Resources:
-    """kubectl's rule (PodRequestsAndLimits), as the scheduler applies it since Kubernetes 1.29: the sum
-    of the containers, and of restartable init containers (sidecars, restartPolicy Always) which run
-    alongside them; at least each regular init container plus the sidecars started before it; plus the
-    pod overhead."""
+    """What a pod holds on its node, by the rule of Kubernetes 1.36 (k8s.io/component-helpers
+    resource.PodRequests, as `kubectl describe node` calls it: pod-level requests and status
+    resources on):
+
+    - the sum of the regular containers;
+    - restartable init containers (sidecars, `restartPolicy: Always`, Kubernetes 1.29+) run alongside
+      the containers for the pod's whole life, so they are added like regular containers;
+    - each regular init container runs alone with the sidecars started before it: the pod needs at
+      least that much, per resource;
+    - pod-level requests (spec.resources.requests, cpu/memory/hugepages) replace the containers'
+      aggregate for the resources they name;
+    - plus the pod overhead (RuntimeClass), which the node pays on top.
+    """
     spec = pod.get("spec") or {}
-    total = Resources.total(_requests(c) for c in spec.get("containers") or [])
-    sidecars = Resources()
-    for init in spec.get("initContainers") or []:
-        if init.get("restartPolicy") == "Always":
-            sidecars = sidecars + _requests(init)
-            total = total + _requests(init)
-        else:
-            total = total.maximum(_requests(init) + sidecars)
-    return total + Resources.from_kubernetes(spec.get("overhead") or {})
+    status = pod.get("status") or {}
+    statuses = {
+        str(s.get("name")): s
+        for key in ("containerStatuses", "initContainerStatuses")
+        for s in status.get(key) or []
+        if isinstance(s, Mapping)
+    }
+    infeasible = bool(statuses) and _resize_infeasible(status)
+    with decimal.localcontext(_EXACT):
+        total: _Amounts = {}
+        for container in spec.get("containers") or []:
+            _add(total, _effective(container, statuses, infeasible))
+        sidecars: _Amounts = {}
+        init_floor: _Amounts = {}
+        for init in spec.get("initContainers") or []:
+            if init.get("restartPolicy") == "Always":
+                requests = _effective(init, statuses, infeasible)
+                _add(total, requests)
+                _add(sidecars, requests)
+                _max(init_floor, sidecars)
+            else:
+                # Status resources are not considered for regular init containers: they have finished.
+                alone = _amounts((init.get("resources") or {}).get("requests"))
+                _add(alone, sidecars)
+                _max(init_floor, alone)
+        _max(total, init_floor)
+        pod_level = _amounts((spec.get("resources") or {}).get("requests"))
+        for name, value in pod_level.items():
+            if name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
+                total[name] = value
+        _add(total, _amounts(spec.get("overhead")))
+    return Resources(total)
 
 
 def is_physical_node(node: Obj) -> bool:
+    """False for virtual nodes (tidepool's label, or Liqo's `type=virtual-node`): their capacity is
+    another cluster's, and sharing it again would advertise what this cluster does not have."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(LABEL_NODE_TYPE) != VIRTUAL_NODE_TYPE and labels.get("type") != VIRTUAL_NODE_TYPE
+    return labels.get(LABEL_NODE_TYPE) != VIRTUAL_NODE_TYPE and labels.get(LIQO_NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE
 
 
 def node_allocatable(node: Obj) -> Resources:
-    return Resources.from_kubernetes((node.get("status") or {}).get("allocatable") or {})
+    """status.allocatable, or status.capacity when a node reports no allocatable (as kubectl does)."""
+    status = node.get("status") or {}
+    return Resources(_amounts(status.get("allocatable") or status.get("capacity")))
 
 
-def counts_against_capacity(pod: Obj, virtual_nodes: Iterable[str] = ()) -> bool:
-    """A pod holds capacity of a physical node when it is bound to one and has not finished. Pods not
-    yet scheduled hold nothing yet; pods on virtual nodes run elsewhere; pods offloaded into this
-    cluster from a consumer are counted by nobody (counting them made Liqo's advertised size change at
-    every push, PR 445). A terminating pod still holds its resources until it is gone."""
-    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()) -> bool:
+    """Whether a pod holds capacity of this cluster's physical nodes.
+
+    - Succeeded/Failed pods hold nothing any more.
+    - Pods not yet scheduled (no spec.nodeName) hold nothing yet: they consume capacity only once
+      bound, and counting them would subtract the same demand twice once they are.
+    - Pods bound to a virtual node run in another cluster.
+    - Pods offloaded into this cluster by a consumer are counted by nobody: counting them made the
+      advertised size change at every push in Liqo (PR 445) — a consumer's own pods would shrink the
+      offer it then uses.
+    - A terminating pod (deletionTimestamp set) still counts: its containers run, and hold their
+      resources, until the kubelet has stopped them and the pod is gone.
+    """
+    spec = pod.get("spec") or {}
     node = spec.get("nodeName")
-    if not node or node in virtual_nodes or status.get("phase") in FINISHED_PHASES:
+    if not node or node in virtual_node_names:
+        return False
+    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
         return False
     labels = (pod.get("metadata") or {}).get("labels") or {}
     return labels.get(LABEL_OFFLOADED) != "true"
 
 
 def shared_resources(*, allocatable: Resources, used: Resources, percent: int) -> Resources:
-    """Clamped after subtracting, never before: Liqo clamped first and advertised negative memory."""
+    """(allocatable − used), clamped at zero per resource, then `percent`% of it rounded down
+    (Resources.scale). Clamped after subtracting, never before: Liqo clamped first and advertised
+    negative memory. Only resources the nodes offer are shared: a request for a resource no node has
+    (an extended resource of a deleted node) must not become a negative offer."""
+    if not 0 <= percent <= 100:
+        raise ValueError(f"percent must be between 0 and 100, got {percent}")
     return (allocatable - used.only(allocatable)).clamp_at_zero().scale(percent)
 
 
 def capacity_changed(previous: Resources, current: Resources, threshold_percent: int) -> bool:
-    """True when any resource moved by more than `threshold_percent` of its previous value, or appeared
-    or vanished."""
+    """True when any resource moved by more than `threshold_percent` of its previous value, or
+    appeared or vanished (a zero amount counts as absent)."""
     for name in set(previous) | set(current):
         before, after = previous.get_or_zero(name), current.get_or_zero(name)
         if before == 0 or after == 0:
@@ -83,21 +198,54 @@ def capacity_changed(previous: Resources, current: Resources, threshold_percent:
     return False
 
 
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
+def _without_zeros(resources: Resources) -> Resources:
+    # Totals lose a resource when its last holder goes, instead of carrying "nvidia.com/gpu: 0" forever.
+    return resources if all(resources.values()) else Resources({n: v for n, v in resources.items() if v})
+
+
+def _pod_key(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
     return meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def _check_event(event_type: str) -> None:
+    if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+        raise ValueError(f"event_type must be ADDED, MODIFIED or DELETED, got {event_type!r}")
+
+
+class CapacitySnapshot(BaseModel):
+    """The aggregate's totals at one moment (what a push or the Web UI shows)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allocatable: Resources
+    used: Resources
+    physical_nodes: int
+    virtual_nodes: int
+    counted_pods: int
+
+
 class CapacityAggregate:
-    """Totals of allocatable (physical nodes) and used (counted pods), kept per object so that a
-    MODIFIED or DELETED event takes back exactly what the object had added."""
+    """Totals of allocatable (physical nodes) and used (pods that count, on physical nodes), kept
+    current from list and watch events.
+
+    A pod counts when `counts_against_capacity` says so and its node is a known physical node: a pod
+    bound to a node that is gone (or not listed yet) holds none of the allocatable summed here. Pods
+    are summed per node, so that a node turning virtual (or back, or being deleted) moves its pods in
+    or out of `used` in one step, O(number of resources), whatever the number of pods. Every object
+    remembers what it added, so that MODIFIED and DELETED take back exactly that: repeated events
+    are idempotent and a pod leaving the count (Running → Succeeded) subtracts what it had added.
+    Not thread-safe: activities/capacity.py holds a lock around it.
+    """
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[str, Resources]] = {}  # key -> (node name, allocatable if physical)
-        self._virtual_nodes: set[str] = set()
-        self._pods: dict[str, tuple[str, Resources]] = {}  # key -> (node name, requests if counted)
+        self._nodes: dict[str, tuple[bool, Resources]] = {}  # name -> (physical, allocatable if physical)
+        self._pods: dict[str, tuple[str, Resources]] = {}  # key -> (node name, what it holds), counted pods only
+        self._by_node: dict[str, tuple[int, Resources]] = {}  # node name -> (pods, sum of what they hold)
         self._allocatable = Resources()
         self._used = Resources()
+        self._physical = 0
+        self._counted = 0  # counted pods on physical nodes
 
     @classmethod
     def from_lists(cls, nodes: Iterable[Obj], pods: Iterable[Obj]) -> CapacityAggregate:
@@ -107,55 +255,87 @@ class CapacityAggregate:
         return aggregate
 
     def reset_nodes(self, nodes: Iterable[Obj]) -> None:
+        """Replace every node with a fresh list (an informer's initial list or relist)."""
         self._nodes.clear()
-        self._virtual_nodes.clear()
-        self._allocatable = Resources()
+        self._allocatable, self._used, self._physical, self._counted = Resources(), Resources(), 0, 0
         for node in nodes:
             self.apply_node("ADDED", node)
 
     def reset_pods(self, pods: Iterable[Obj]) -> None:
+        """Replace every pod with a fresh list (an informer's initial list or relist)."""
         self._pods.clear()
-        self._used = Resources()
+        self._by_node.clear()
+        self._used, self._counted = Resources(), 0
         for pod in pods:
             self.apply_pod("ADDED", pod)
 
-    def apply_node(self, event: str, node: Obj) -> None:
-        key = _key(node)
-        old = self._nodes.pop(key, None)
-        if old is not None:
-            self._allocatable = self._allocatable - old[1]
-            self._virtual_nodes.discard(old[0])
-        if event == "DELETED":
+    def _is_physical(self, node_name: str) -> bool:
+        known = self._nodes.get(node_name)
+        return known is not None and known[0]
+
+    def apply_node(self, event_type: str, node: Obj) -> None:
+        _check_event(event_type)
+        # Nodes by name: a node's name is what pods are bound to, and it is unique in a cluster.
+        name = str((node.get("metadata") or {}).get("name", ""))
+        pods_here, held_here = self._by_node.get(name, (0, Resources()))
+        old = self._nodes.pop(name, None)
+        if old is not None and old[0]:
+            self._allocatable = _without_zeros(self._allocatable - old[1])
+            self._used = _without_zeros(self._used - held_here)
+            self._physical -= 1
+            self._counted -= pods_here
+        if event_type == "DELETED":
             return
-        name = (node.get("metadata") or {}).get("name", "")
         if is_physical_node(node):
             allocatable = node_allocatable(node)
-            self._nodes[key] = (name, allocatable)
-            self._allocatable = self._allocatable + allocatable
+            self._nodes[name] = (True, allocatable)
+            self._allocatable = _without_zeros(self._allocatable + allocatable)
+            self._used = _without_zeros(self._used + held_here)
+            self._physical += 1
+            self._counted += pods_here
         else:
-            self._nodes[key] = (name, Resources())
-            self._virtual_nodes.add(name)
-        # Pods already bound to a node that turned out virtual no longer count (rare: a relabelled node).
-        if not is_physical_node(node):
-            for pod_key, (pod_node, requests) in list(self._pods.items()):
-                if pod_node == name and requests:
-                    self._used = self._used - requests
-                    self._pods[pod_key] = (pod_node, Resources())
+            self._nodes[name] = (False, Resources())
 
-    def apply_pod(self, event: str, pod: Obj) -> None:
-        key = _key(pod)
+    def apply_pod(self, event_type: str, pod: Obj) -> None:
+        _check_event(event_type)
+        key = _pod_key(pod)
         old = self._pods.pop(key, None)
         if old is not None:
-            self._used = self._used - old[1]
-        if event == "DELETED":
+            self._hold(old[0], old[1], sign=-1)
+        if event_type == "DELETED" or not counts_against_capacity(pod):
             return
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        requests = pod_requests(pod) + POD_SLOT if counts_against_capacity(pod, self._virtual_nodes) else Resources()
-        self._pods[key] = (node, requests)
-        self._used = self._used + requests
+        # Whether its node is virtual is the node's business (see _is_physical), not the pod's.
+        node = str((pod.get("spec") or {}).get("nodeName"))
+        holds = pod_requests(pod) + POD_SLOT
+        self._pods[key] = (node, holds)
+        self._hold(node, holds, sign=1)
+
+    def _hold(self, node: str, holds: Resources, *, sign: Literal[1, -1]) -> None:
+        pods_here, held_here = self._by_node.get(node, (0, Resources()))
+        pods_here += sign
+        held_here = held_here + holds if sign > 0 else held_here - holds
+        if pods_here:
+            self._by_node[node] = (pods_here, held_here)
+        else:
+            self._by_node.pop(node, None)
+        if self._is_physical(node):
+            self._used = _without_zeros(self._used + holds if sign > 0 else self._used - holds)
+            self._counted += sign
 
     def allocatable(self) -> Resources:
         return self._allocatable
 
     def used(self) -> Resources:
         return self._used
+
+    def virtual_node_names(self) -> frozenset[str]:
+        return frozenset(name for name, (physical, _) in self._nodes.items() if not physical)
+
+    def snapshot(self) -> CapacitySnapshot:
+        return CapacitySnapshot(
+            allocatable=self._allocatable,
+            used=self._used,
+            physical_nodes=self._physical,
+            virtual_nodes=len(self._nodes) - self._physical,
+            counted_pods=self._counted,
+        )

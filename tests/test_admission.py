@@ -2,29 +2,44 @@
 
 from __future__ import annotations
 
+import random
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from models.admission import AdmissionSnapshot, decide, validate_advertisement
+from models.admission import REASONS, AdmissionSnapshot, Decision, decide, validate_advertisement
 from models.api import ClusterConfig
+from models.api.conditions import REASON_PATTERN
+from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
-def adv(provider: str, *, order: int, phase: str | None = None, reason: str | None = None,
-        hard: dict[str, Any] | None = None, ttl: timedelta = timedelta(minutes=30), decision: str | None = None,
-        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
-    meta: dict[str, Any] = {"name": f"advertisement-{provider}", "creationTimestamp": f"2026-11-22T11:{order:02d}:00Z",
-                            "annotations": {"tidepool.io/decision": decision} if decision else {}}
+def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str | None = None,
+        hard: Any = None, ttl: Any = timedelta(minutes=30), decision: str | None = None, why: str | None = None,
+        deleting: bool = False, name: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds)."""
+    annotations = {DECISION_ANNOTATION: decision} if decision else {}
+    if why:
+        annotations[DECISION_REASON_ANNOTATION] = why
+    created = NOW - timedelta(hours=1) + timedelta(seconds=order)
+    meta: dict[str, Any] = {"name": name or f"advertisement-{provider}", "annotations": annotations,
+                            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
     if deleting:
-        meta["deletionTimestamp"] = "2026-11-22T12:00:00Z"
-    return {"metadata": meta,
-            "spec": {"clusterId": provider, "resourceQuota": {"hard": hard if hard is not None else {"cpu": "1"}},
-                     "timeToLive": (NOW + ttl).isoformat()},
-            "status": {"phase": phase, "reason": reason} if phase else {}}  # fmt: skip
+        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "tidepool.io/v1alpha1", "kind": "Advertisement", "metadata": meta,
+        "spec": {"clusterId": provider, "resourceQuota": {"hard": {"cpu": "1", "memory": "1Gi"} if hard is None else hard},
+                 "network": {"podCIDR": "10.1.0.0/16"}, "kubeConfigRef": {"name": "creds", "namespace": "tidepool-system"},
+                 "timestamp": (NOW - timedelta(minutes=1)).isoformat(),
+                 "timeToLive": (NOW + ttl).isoformat() if isinstance(ttl, timedelta) else ttl},
+        "status": {"phase": phase, "reason": reason} if phase else {},
+    }  # fmt: skip
 
 
 def snapshot(advertisements: list[dict[str, Any]], **incoming: Any) -> AdmissionSnapshot:
@@ -33,73 +48,315 @@ def snapshot(advertisements: list[dict[str, Any]], **incoming: Any) -> Admission
 
 
 def outcome(advertisements: list[dict[str, Any]], **incoming: Any) -> dict[str, tuple[str, str]]:
+    """The decisions, by provider: (phase, reason)."""
     return {d.provider: (d.phase, d.reason) for d in decide(snapshot(advertisements, **incoming))}
 
 
-def test_auto_accept_max_accepts_in_arrival_order_up_to_the_maximum() -> None:
-    arriving = [adv(f"p{i}", order=i) for i in range(20)]
+def applied(advertisements: list[dict[str, Any]], decisions: list[Decision]) -> list[dict[str, Any]]:
+    """The Advertisements after the admission pass wrote its decisions."""
+    by_name = {d.name: d for d in decisions}
+    result = []
+    for a in advertisements:
+        d = by_name.get(a["metadata"]["name"])
+        result.append({**a, "status": {"phase": d.phase, "reason": d.reason}} if d else a)
+    return result
+
+
+def accepted(advertisements: list[dict[str, Any]], **incoming: Any) -> set[str]:
+    """Who is accepted once this pass's decisions are written."""
+    after = applied(advertisements, decide(snapshot(advertisements, **incoming)))
+    return {a["spec"]["clusterId"] for a in after if (a.get("status") or {}).get("phase") == "Accepted"}
+
+
+# AutoAcceptMax ------------------------------------------------------------------------------------------
+
+
+def test_twenty_arriving_at_once_with_a_maximum_of_five_accept_exactly_the_first_five() -> None:
+    arriving = [adv(f"p{i:02d}", order=i) for i in range(20)]
+    random.Random(7).shuffle(arriving)  # the list order of the API server is not the arrival order
     decisions = outcome(arriving, maxAcceptableAdvertisements=5)
-    assert {p for p, (phase, _) in decisions.items() if phase == "Accepted"} == {f"p{i}" for i in range(5)}
-    assert all(decisions[f"p{i}"] == ("Refused", "MaxReached") for i in range(5, 20))
+    assert {p for p, (phase, _) in decisions.items() if phase == "Accepted"} == {f"p{i:02d}" for i in range(5)}
+    assert {p: d for p, d in decisions.items() if d[0] != "Accepted"} == {f"p{i:02d}": ("Refused", "MaxReached")
+                                                                          for i in range(5, 20)}  # fmt: skip
+    assert decide(snapshot(applied(arriving, decide(snapshot(arriving, maxAcceptableAdvertisements=5))),
+                           maxAcceptableAdvertisements=5)) == []  # fmt: skip
 
 
-def test_a_raised_maximum_accepts_refused_ones_in_arrival_order() -> None:
+def test_arrivals_in_the_same_second_are_ordered_by_name() -> None:
+    same_second = [adv("b", order=1), adv("a", order=1), adv("c", order=0)]
+    assert accepted(same_second, maxAcceptableAdvertisements=2) == {"a", "c"}
+
+
+@pytest.mark.parametrize(
+    ("maximum", "expected"),
+    [
+        pytest.param(3, {"a", "c", "b"}, id="raised by one accepts the earliest refused for lack of room"),
+        pytest.param(10, {"a", "c", "b", "d"}, id="raised well above accepts every one refused for lack of room"),
+        pytest.param(2, {"a", "c"}, id="unchanged accepts nobody"),
+    ],
+)
+def test_a_raised_maximum_accepts_refused_ones_in_arrival_order(maximum: int, expected: set[str]) -> None:
     state = [adv("a", order=1, phase="Accepted", reason="WithinMaximum"),
+             adv("d", order=4, phase="Refused", reason="MaxReached"),
              adv("b", order=3, phase="Refused", reason="MaxReached"),
-             adv("c", order=2, phase="Refused", reason="MaxReached")]  # fmt: skip
-    assert outcome(state, maxAcceptableAdvertisements=2) == {"c": ("Accepted", "WithinMaximum")}
+             adv("c", order=2, phase="Accepted", reason="WithinMaximum"),
+             adv("x", order=0, phase="Refused", reason="Denied"),
+             adv("y", order=0, phase="Refused", reason="Invalid", hard={}),
+             adv("z", order=0, phase="Refused", reason="ManuallyRefused", decision="refuse")]  # fmt: skip
+    assert accepted(state, maxAcceptableAdvertisements=maximum, deniedClusters=["x"]) == expected
 
 
-def test_a_lowered_maximum_keeps_the_accepted_and_refuses_new_arrivals() -> None:
+def test_a_lowered_maximum_keeps_every_accepted_one_and_refuses_new_arrivals() -> None:
     state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
-    assert outcome([*state, adv("d", order=9)], maxAcceptableAdvertisements=1) == {"d": ("Refused", "MaxReached")}
+    state += [adv("d", order=9), adv("e", order=10, phase="Refused", reason="MaxReached")]
+    assert outcome(state, maxAcceptableAdvertisements=1) == {"d": ("Refused", "MaxReached")}
+    assert accepted(state, maxAcceptableAdvertisements=1) == {"a", "b", "c"}
 
 
-def test_a_deleting_advertisement_frees_its_place() -> None:
-    state = [adv("a", order=1, phase="Deleting", reason="Deleted", deleting=True),
-             adv("b", order=2, phase="Refused", reason="MaxReached")]  # fmt: skip
+def test_a_lowered_maximum_accepts_again_only_once_below_it() -> None:
+    state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
+    state += [adv("d", order=9, phase="Refused", reason="MaxReached")]
+    state[0] = adv("a", order=0, phase="Accepted", reason="WithinMaximum", deleting=True)
+    assert outcome(state, maxAcceptableAdvertisements=2) == {}  # b and c still fill both places
+    state[1] = adv("b", order=1, phase="Deleting", reason="WithinMaximum", deleting=True)
+    assert outcome(state, maxAcceptableAdvertisements=2) == {"d": ("Accepted", "WithinMaximum")}
+
+
+@pytest.mark.parametrize(
+    "going",
+    [
+        pytest.param(adv("a", order=1, phase="Accepted", reason="WithinMaximum", deleting=True),
+                     id="an accepted Advertisement with a deletion timestamp frees its place"),
+        pytest.param(adv("a", order=1, phase="Deleting", reason="WithinMaximum"),
+                     id="a Deleting Advertisement frees its place"),
+    ],
+)
+def test_a_deleting_advertisement_does_not_hold_a_place(going: dict[str, Any]) -> None:
+    state = [going, adv("b", order=2, phase="Refused", reason="MaxReached")]
     assert outcome(state, maxAcceptableAdvertisements=1) == {"b": ("Accepted", "WithinMaximum")}
 
 
+def test_a_deleting_advertisement_is_never_decided_on() -> None:
+    assert outcome([adv("a", order=1, deleting=True)], maxAcceptableAdvertisements=5) == {}
+
+
+def test_an_accepted_advertisement_stays_accepted_when_it_expires_or_its_cluster_is_denied() -> None:
+    state = [adv("a", order=1, phase="Accepted", reason="WithinMaximum", ttl=timedelta(minutes=-5))]
+    assert outcome(state, deniedClusters=["a"], allowedClusters=["b"], maxAcceptableAdvertisements=0) == {}
+
+
+def test_an_unchanged_decision_is_not_written_again() -> None:
+    state = [adv("a", order=1, phase="Refused", reason="MaxReached"),
+             adv("b", order=2, phase="Refused", reason="Denied"),
+             adv("c", order=3, phase="Accepted", reason="WithinMaximum")]  # fmt: skip
+    assert outcome(state, maxAcceptableAdvertisements=1, deniedClusters=["b"]) == {}
+
+
+def test_a_changed_reason_is_written_even_when_the_phase_stays() -> None:
+    state = [adv("a", order=1, phase="Refused", reason="MaxReached")]
+    assert outcome(state, maxAcceptableAdvertisements=0, deniedClusters=["a"]) == {"a": ("Refused", "Denied")}
+
+
+# Lists and policies -----------------------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize(
-    ("incoming", "provider", "expected"),
+    ("incoming", "advertisement", "expected"),
     [
-        pytest.param({"deniedClusters": ["x"], "allowedClusters": ["x"]}, "x", ("Refused", "Denied"), id="deny wins over allow"),
-        pytest.param({"allowedClusters": ["y"]}, "x", ("Refused", "NotAllowed"), id="an allow list refuses the others"),
-        pytest.param({"allowedClusters": ["x"]}, "x", ("Accepted", "WithinMaximum"), id="an allowed cluster is accepted"),
-        pytest.param({"acceptPolicy": "Manual"}, "x", ("Pending", "AwaitingManualDecision"), id="manual waits"),
+        pytest.param({"deniedClusters": ["x"], "allowedClusters": ["x"]}, adv("x"), ("Refused", "Denied"),
+                     id="deny wins over allow"),
+        pytest.param({"allowedClusters": ["y"]}, adv("x"), ("Refused", "NotAllowed"), id="an allow list refuses the others"),
+        pytest.param({"allowedClusters": ["x"]}, adv("x"), ("Accepted", "WithinMaximum"), id="an allowed cluster is accepted"),
+        pytest.param({"deniedClusters": ["y"]}, adv("x"), ("Accepted", "WithinMaximum"),
+                     id="a deny list leaves the others alone"),
+        pytest.param({"maxAcceptableAdvertisements": 0}, adv("x"), ("Refused", "MaxReached"),
+                     id="a maximum of zero refuses every arrival"),
+        pytest.param({"acceptPolicy": "Manual"}, adv("x"), ("Pending", "AwaitingManualDecision"),
+                     id="the manual policy waits for a decision"),
+        pytest.param({"acceptPolicy": "Manual"}, adv("x", phase="Refused", reason="MaxReached"),
+                     ("Pending", "AwaitingManualDecision"),
+                     id="under the manual policy one refused for lack of room waits for a decision"),
+        pytest.param({"acceptPolicy": "Manual", "maxAcceptableAdvertisements": 0}, adv("x", decision="accept"),
+                     ("Accepted", "ManuallyAccepted"), id="a manual acceptance is not bound by the maximum"),
+        pytest.param({"acceptPolicy": "Manual"}, adv("x", decision="refuse"), ("Refused", "ManuallyRefused"),
+                     id="a manual refusal is applied under the manual policy"),
+        pytest.param({}, adv("x", decision="refuse"), ("Refused", "ManuallyRefused"),
+                     id="a manual refusal is applied under AutoAcceptMax too"),
+        pytest.param({"maxAcceptableAdvertisements": 0}, adv("x", decision="accept", phase="Refused", reason="MaxReached"),
+                     ("Accepted", "ManuallyAccepted"), id="a manual acceptance overrides AutoAcceptMax's maximum"),
+        pytest.param({"acceptPolicy": "Manual", "deniedClusters": ["x"]}, adv("x", decision="accept"),
+                     ("Refused", "Denied"), id="a manual acceptance does not override the deny list"),
+        pytest.param({"acceptPolicy": "Manual"}, adv("x", decision="accept", hard={}), ("Refused", "Invalid"),
+                     id="a manual acceptance does not make an invalid Advertisement valid"),
+        pytest.param({"acceptPolicy": "Manual"}, adv("x", decision="maybe"), ("Pending", "AwaitingManualDecision"),
+                     id="a decision annotation other than accept or refuse is no decision"),
+        pytest.param({"deniedClusters": []}, adv("x", phase="Refused", reason="Denied"), ("Accepted", "WithinMaximum"),
+                     id="a cluster taken off the deny list is reconsidered"),
     ],
 )  # fmt: skip
-def test_lists_and_policies(incoming: dict[str, Any], provider: str, expected: tuple[str, str]) -> None:
-    assert outcome([adv(provider, order=1)], **incoming)[provider] == expected
+def test_lists_and_policies(incoming: dict[str, Any], advertisement: dict[str, Any], expected: tuple[str, str]) -> None:
+    assert outcome([advertisement], **incoming)["x"] == expected
 
 
 @pytest.mark.parametrize(
-    ("decision", "expected"),
-    [pytest.param("accept", ("Accepted", "ManuallyAccepted"), id="accepted by annotation"),
-     pytest.param("refuse", ("Refused", "ManuallyRefused"), id="refused by annotation")],
+    ("decision", "phase", "reason"),
+    [pytest.param("accept", "Accepted", "ManuallyAccepted", id="accepted by annotation with its reason"),
+     pytest.param("refuse", "Refused", "ManuallyRefused", id="refused by annotation with its reason")],
 )  # fmt: skip
-def test_a_manual_decision_is_applied_under_the_manual_policy(decision: str, expected: tuple[str, str]) -> None:
-    assert outcome([adv("x", order=1, decision=decision)], acceptPolicy="Manual")["x"] == expected
+def test_a_manual_decision_is_recorded_with_its_reason(decision: str, phase: str, reason: str) -> None:
+    decisions = decide(snapshot([adv("x", decision=decision, why="capacity for the batch jobs")], acceptPolicy="Manual"))
+    assert [(d.name, d.provider, d.phase, d.reason) for d in decisions] == [("advertisement-x", "x", phase, reason)]
+    assert "capacity for the batch jobs" in decisions[0].message
+
+
+def test_manual_acceptances_count_against_the_maximum_when_the_policy_turns_automatic() -> None:
+    state = [adv("a", order=1, phase="Accepted", reason="ManuallyAccepted"), adv("b", order=2, phase="Pending",
+             reason="AwaitingManualDecision"), adv("c", order=3, phase="Pending", reason="AwaitingManualDecision")]  # fmt: skip
+    assert outcome(state, maxAcceptableAdvertisements=2) == {"b": ("Accepted", "WithinMaximum"),
+                                                             "c": ("Refused", "MaxReached")}  # fmt: skip
+
+
+# Validation ------------------------------------------------------------------------------------------------
+
+
+def test_a_well_formed_advertisement_is_valid() -> None:
+    assert validate_advertisement(adv("x"), NOW) == []
+
+
+def with_spec(**spec: Any) -> dict[str, Any]:
+    a = adv("x")
+    a["spec"] = {**a["spec"], **spec}
+    return a
 
 
 @pytest.mark.parametrize(
     ("advertisement", "problem"),
     [
-        pytest.param(adv("x", order=1, hard={}), "offers no resources", id="no resources"),
-        pytest.param(adv("x", order=1, hard={"cpu": "-1"}), "is negative", id="negative resources"),
-        pytest.param(adv("x", order=1, hard={"cpu": "lots"}), "is not a quantity", id="garbage quantity"),
-        pytest.param(adv("x", order=1, hard={"cpu": "0"}), "all zero", id="only zeros"),
-        pytest.param(adv("x", order=1, ttl=timedelta(seconds=-1)), "has passed", id="expired"),
-        pytest.param({"metadata": {"name": "advertisement-x"}, "spec": "nonsense"}, "spec is missing", id="a spec that is not one"),
+        pytest.param(adv("x", hard={}), "spec.resourceQuota.hard is empty", id="no resources offered"),
+        pytest.param(with_spec(resourceQuota={}), "spec.resourceQuota.hard is missing", id="no hard at all"),
+        pytest.param(with_spec(resourceQuota=["cpu"]), "spec.resourceQuota must be an object", id="a quota that is a list"),
+        pytest.param(adv("x", hard=["cpu", "1"]), "spec.resourceQuota.hard must be a map", id="hard that is a list"),
+        pytest.param(adv("x", hard={"cpu": "-1"}), "spec.resourceQuota.hard.cpu must not be negative",
+                     id="a negative resource"),
+        pytest.param(adv("x", hard={"cpu": "lots"}), "spec.resourceQuota.hard.cpu is not a quantity",
+                     id="an unparsable quantity"),
+        pytest.param(adv("x", hard={"cpu": 1.5}), "spec.resourceQuota.hard.cpu is not a quantity",
+                     id="a float that has lost its exact value"),
+        pytest.param(adv("x", hard={"cpu": None}), "spec.resourceQuota.hard.cpu is not a quantity", id="a null quantity"),
+        pytest.param(adv("x", hard={"cpu": "0", "memory": "0"}), "every amount is zero", id="only zeros offered"),
+        pytest.param(adv("x", ttl=timedelta(seconds=-1)), "spec.timeToLive", id="an expired timeToLive"),
+        pytest.param(adv("x", ttl=timedelta(0)), "has passed", id="a timeToLive of exactly now has passed"),
+        pytest.param(adv("x", ttl=None), "spec.timeToLive is missing", id="no timeToLive"),
+        pytest.param(adv("x", ttl="tomorrow"), "spec.timeToLive must be an RFC 3339 time", id="a timeToLive that is no time"),
+        pytest.param(adv("x", ttl="2099-01-01T00:00:00"), "with a zone", id="a timeToLive without a zone"),
+        pytest.param(adv("x", ttl=1700000000), "spec.timeToLive must be an RFC 3339 time", id="a timeToLive that is a number"),
+        pytest.param(with_spec(clusterId=None), "spec.clusterId is missing", id="no clusterId"),
+        pytest.param(with_spec(clusterId=""), "spec.clusterId is missing", id="an empty clusterId"),
+        pytest.param(with_spec(clusterId=42), "spec.clusterId must be a string", id="a clusterId that is a number"),
+        pytest.param(adv("Bad_Id", name="advertisement-Bad_Id"), "must be a DNS-1123 label", id="a clusterId that is no DNS label"),
+        pytest.param(adv("x", name="advertisement-y"), "metadata.name 'advertisement-y' must be 'advertisement-x'",
+                     id="a name that does not match the clusterId"),
+        pytest.param({"metadata": {"name": "advertisement-x"}}, "spec is missing", id="no spec"),
+        pytest.param({"metadata": {"name": "advertisement-x"}, "spec": "nonsense"}, "spec must be an object",
+                     id="a spec that is not an object"),
     ],
 )  # fmt: skip
-def test_invalid_advertisements_are_refused_with_their_reason_and_never_crash(advertisement: dict[str, Any],
-                                                                             problem: str) -> None:  # fmt: skip
-    assert any(problem in p for p in validate_advertisement(advertisement, NOW))
+def test_invalid_advertisements_are_refused_with_their_reason(advertisement: dict[str, Any], problem: str) -> None:
+    problems = validate_advertisement(advertisement, NOW)
+    assert any(problem in p for p in problems), problems
     decisions = decide(snapshot([advertisement]))
     assert [(d.phase, d.reason) for d in decisions] == [("Refused", "Invalid")]
+    assert problem in decisions[0].message
 
 
-def test_an_unchanged_decision_is_not_written_again() -> None:
-    assert outcome([adv("a", order=1, phase="Refused", reason="MaxReached")], maxAcceptableAdvertisements=0) == {}
+def test_every_problem_is_reported_at_once() -> None:
+    problems = validate_advertisement(adv("x", hard={"cpu": "-1", "memory": "x"}, ttl=timedelta(hours=-1)), NOW)
+    assert len(problems) == 3, problems
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+advertisement_keys = st.sampled_from(["metadata", "spec", "status"])
+spec_keys = st.sampled_from(["clusterId", "resourceQuota", "timeToLive"])
+
+
+@st.composite
+def garbage(draw: st.DrawFn) -> Any:
+    """Arbitrary JSON, often shaped like an Advertisement, with any part replaced by anything."""
+    if draw(st.booleans()):
+        return draw(json_values)
+    a = adv(draw(st.sampled_from(["x", "y"])), order=draw(st.integers(0, 5)))
+    for key in draw(st.lists(advertisement_keys, max_size=2)):
+        a[key] = draw(json_values)
+    if isinstance(a.get("spec"), dict):
+        for key in draw(st.lists(spec_keys, max_size=2)):
+            a["spec"][key] = draw(json_values)
+    return a
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(garbage(), max_size=4))
+def test_garbage_never_raises_and_is_refused_as_invalid(advertisements: list[Any]) -> None:
+    for a in advertisements:
+        assert isinstance(validate_advertisement(a, NOW), list)
+    for d in decide(snapshot(advertisements)):
+        assert d.reason in REASONS[d.phase]
+
+
+# Properties of every pass ------------------------------------------------------------------------------------
+
+PHASES = [(None, None), ("Pending", "AwaitingManualDecision"), ("Accepted", "WithinMaximum"),
+          ("Accepted", "ManuallyAccepted"), ("Refused", "MaxReached"), ("Refused", "Denied"),
+          ("Refused", "NotAllowed"), ("Refused", "ManuallyRefused"), ("Refused", "Invalid")]  # fmt: skip
+advertisement_states = st.lists(
+    st.tuples(st.integers(0, 9), st.sampled_from(PHASES), st.sampled_from([None, "accept", "refuse"]),
+              st.booleans(), st.booleans()),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(advertisement_states, st.sampled_from(["AutoAcceptMax", "Manual"]), st.integers(0, 6),
+       st.lists(st.sampled_from([f"p{i}" for i in range(12)]), max_size=3),
+       st.lists(st.sampled_from([f"p{i}" for i in range(12)]), max_size=3))  # fmt: skip
+def test_a_pass_is_final_bounded_and_fair(states: list[Any], policy: str, maximum: int, denied: list[str],
+                                          allowed: list[str]) -> None:  # fmt: skip
+    advertisements = [adv(f"p{i}", order=order, phase=phase, reason=reason, decision=verdict, deleting=deleting,
+                          hard={"cpu": "-1"} if invalid else None)
+                      for i, (order, (phase, reason), verdict, deleting, invalid) in enumerate(states)]  # fmt: skip
+    incoming = {"acceptPolicy": policy, "maxAcceptableAdvertisements": maximum, "deniedClusters": denied,
+                "allowedClusters": allowed}  # fmt: skip
+    decisions = decide(snapshot(advertisements, **incoming))
+    after = applied(advertisements, decisions)
+    live = [a for a in after if "deletionTimestamp" not in a["metadata"]]
+
+    # Final: a second pass over what the first wrote changes nothing.
+    assert decide(snapshot(after, **incoming)) == []
+    # Only changes are returned, each with a reason of its phase's closed set, CamelCase.
+    for d in decisions:
+        before = next(a for a in advertisements if a["metadata"]["name"] == d.name).get("status") or {}
+        assert (before.get("phase"), before.get("reason")) != (d.phase, d.reason)
+        assert d.reason in REASONS[d.phase] and re.fullmatch(REASON_PATTERN, d.reason) and d.message
+    # Accepted ones stay accepted; Deleting ones are never decided on.
+    assert all(d.name not in {a["metadata"]["name"] for a in advertisements
+                              if a["status"].get("phase") == "Accepted" or "deletionTimestamp" in a["metadata"]}
+               for d in decisions)  # fmt: skip
+    # Bounded: the policy accepts only within the maximum.
+    auto = [a for a in live if a["status"].get("reason") == "WithinMaximum"]
+    newly_auto = [d for d in decisions if d.reason == "WithinMaximum"]
+    was_accepted = sum(1 for a in live if a["status"].get("phase") == "Accepted") - len(
+        [d for d in decisions if d.phase == "Accepted"])
+    assert not newly_auto or was_accepted + len(newly_auto) <= maximum
+    # Fair: nobody refused for lack of room arrived before one accepted for being within it this pass.
+    if newly_auto:
+        last_in = max(next(a for a in after if a["metadata"]["name"] == d.name)["metadata"]["creationTimestamp"]
+                      for d in newly_auto)  # fmt: skip
+        assert all(a["metadata"]["creationTimestamp"] >= last_in for a in live if a["status"].get("reason") == "MaxReached")
+    # Work-conserving: room left means nobody waits for room.
+    accepted_now = sum(1 for a in live if a["status"].get("phase") == "Accepted")
+    if accepted_now < maximum:
+        assert not [a for a in live if a["status"].get("reason") == "MaxReached"]
+    assert len(auto) <= max(maximum, len(auto))

@@ -285,3 +285,18 @@ async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_n
     assert status.sharing_percentage == 50  # state carried over continue-as-new
     assert len(runs) > 1 and (await handle.describe()).run_id != first_run
     await replay_all_runs(temporal_client, handle.id)
+
+
+async def test_capacity_that_moves_past_the_threshold_is_pushed_without_waiting_for_the_period(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    create_node(api, "n1", cpu="4", memory="8Gi")
+    _config(api, sharingPercentage=50, capacityChangeThresholdPercent=10)
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    async with running_worker(worker_settings(localenv, home, home_id)):
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", what="the first push")
+        create_node(api, "n2", cpu="4", memory="8Gi")  # allocatable doubles: far past 10%
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=30,
+                         what="the early push")  # fmt: skip

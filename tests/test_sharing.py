@@ -1,4 +1,4 @@
-"""What a provider shares, computed from pods and nodes as the API server serves them."""
+"""What a provider shares, computed from pods and nodes as the API server serves them (JSON dicts)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from models.names import LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
 from models.resources import Resources
 from models.sharing import (
+    POD_SLOT,
     CapacityAggregate,
     capacity_changed,
     counts_against_capacity,
+    is_physical_node,
+    node_allocatable,
     pod_requests,
     shared_resources,
 )
@@ -20,103 +24,324 @@ from models.sharing import (
 pytestmark = pytest.mark.provider
 
 
-def pod(*containers: dict[str, str], init: list[dict[str, Any]] | None = None, overhead: dict[str, str] | None = None,
-        node: str | None = "n1", phase: str = "Running", labels: dict[str, str] | None = None, uid: str = "u1") -> dict[str, Any]:  # fmt: skip
-    spec: dict[str, Any] = {"containers": [{"resources": {"requests": c}} for c in containers]}
+def container(name: str = "c", restart: str | None = None, **requests: str) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
+    if restart:
+        c["restartPolicy"] = restart
+    return c
+
+
+def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None, overhead: dict[str, str] | None = None,
+        node: str | None = "n1", phase: str = "Running", labels: dict[str, str] | None = None, uid: str = "u1",
+        pod_level: dict[str, str] | None = None, status: dict[str, Any] | None = None,
+        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+    spec: dict[str, Any] = {"containers": list(containers)}
     if init:
         spec["initContainers"] = init
     if overhead:
         spec["overhead"] = overhead
+    if pod_level:
+        spec["resources"] = {"requests": pod_level}
     if node:
         spec["nodeName"] = node
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "ns", "labels": labels or {}}, "spec": spec,
-            "status": {"phase": phase}}  # fmt: skip
+    meta: dict[str, Any] = {"uid": uid, "name": uid, "namespace": "ns", "labels": labels or {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T12:00:00Z"
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase, **(status or {})}}
+
+
+def node(name: str, labels: dict[str, str] | None = None, **allocatable: str) -> dict[str, Any]:
+    return {"metadata": {"uid": f"uid-{name}", "name": name, "labels": labels or {}},
+            "status": {"allocatable": allocatable}}  # fmt: skip
+
+
+VIRTUAL = {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE}
+
+
+# pod_requests ---------------------------------------------------------------------------------------
+
+
+def resized(requests: dict[str, str], allocated: dict[str, str], *, infeasible: bool = False) -> dict[str, Any]:
+    """The status of a pod whose only container "c" is being resized in place."""
+    status: dict[str, Any] = {"containerStatuses": [{"name": "c", "resources": {"requests": requests},
+                                                     "allocatedResources": allocated}]}  # fmt: skip
+    if infeasible:
+        status["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]
+    return status
 
 
 @pytest.mark.parametrize(
     ("p", "expected"),
     [
-        pytest.param(pod({"cpu": "500m"}, {"cpu": "250m", "memory": "1Gi"}), {"cpu": "750m", "memory": "1Gi"},
-                     id="containers are summed"),
-        pytest.param(pod({"cpu": "500m"}, init=[{"resources": {"requests": {"cpu": "2"}}}]), {"cpu": "2"},
+        pytest.param(pod(container(cpu="500m"), container("d", cpu="250m", memory="1Gi")),
+                     {"cpu": "750m", "memory": "1Gi"}, id="the regular containers are summed"),
+        pytest.param(pod(container(cpu="500m"), {"name": "d"}), {"cpu": "500m"},
+                     id="a container without requests adds nothing"),
+        pytest.param({"metadata": {"name": "empty"}}, {}, id="a pod without a spec requests nothing"),
+        pytest.param(pod(container(cpu="500m"), init=[container("i", cpu="2")]), {"cpu": "2"},
                      id="an init container larger than the containers sets the floor"),
-        pytest.param(pod({"cpu": "500m"}, init=[{"resources": {"requests": {"cpu": "100m"}}}]), {"cpu": "500m"},
+        pytest.param(pod(container(cpu="500m"), init=[container("i", cpu="100m")]), {"cpu": "500m"},
                      id="a smaller init container changes nothing"),
-        pytest.param(pod({"cpu": "500m"}, init=[{"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}]),
-                     {"cpu": "600m"}, id="a sidecar runs alongside and adds"),
-        pytest.param(pod({"cpu": "1"}, overhead={"cpu": "100m", "memory": "64Mi"}), {"cpu": "1100m", "memory": "64Mi"},
-                     id="the pod overhead adds"),
+        pytest.param(pod(container(cpu="1", memory="1Gi"), init=[container("i", cpu="2", memory="512Mi")]),
+                     {"cpu": "2", "memory": "1Gi"}, id="the init floor applies per resource"),
+        pytest.param(pod(container(cpu="1"), init=[container("i", cpu="3"), container("j", cpu="2")]), {"cpu": "3"},
+                     id="init containers run one after another so only the largest counts"),
+        pytest.param(pod(container(cpu="500m"), init=[container("s", "Always", cpu="100m")]), {"cpu": "600m"},
+                     id="a sidecar runs alongside the containers and adds like one of them"),
+        pytest.param(pod(container(cpu="1"), init=[container("s", "Always", cpu="1"), container("i", cpu="3")]),
+                     {"cpu": "4"}, id="an init container after a sidecar needs itself plus that sidecar"),
+        pytest.param(pod(container(cpu="1"), init=[container("i", cpu="5"), container("s", "Always", cpu="1")]),
+                     {"cpu": "5"}, id="an init container before a sidecar runs without it"),
+        pytest.param(pod(container(cpu="1"), init=[container("i", "OnFailure", cpu="2")]), {"cpu": "2"},
+                     id="only restartPolicy Always makes a sidecar"),
+        pytest.param(pod(container(cpu="1"), overhead={"cpu": "100m", "memory": "64Mi"}),
+                     {"cpu": "1100m", "memory": "64Mi"}, id="the pod overhead adds"),
+        pytest.param(pod(container(cpu="1"), init=[container("i", cpu="2")], overhead={"cpu": "100m"}),
+                     {"cpu": "2100m"}, id="the overhead adds on top of the init floor"),
+        pytest.param(pod(container(cpu="1", memory="1Gi", **{"ephemeral-storage": "1Gi"}),
+                         pod_level={"cpu": "3", "memory": "2Gi"}),
+                     {"cpu": "3", "memory": "2Gi", "ephemeral-storage": "1Gi"},
+                     id="pod-level requests replace the containers for cpu and memory only"),
+        pytest.param(pod(container(cpu="1"), pod_level={"cpu": "2"}, overhead={"cpu": "100m"}), {"cpu": "2100m"},
+                     id="the overhead adds to pod-level requests too"),
+        pytest.param(pod(container(cpu="1"), status=resized({"cpu": "1"}, {"cpu": "2"})), {"cpu": "2"},
+                     id="a resize the kubelet allocated counts before the spec catches up"),
+        pytest.param(pod(container(cpu="2"), status=resized({"cpu": "1"}, {"cpu": "1"})), {"cpu": "2"},
+                     id="a resize asked for in the spec counts before it is actuated"),
+        pytest.param(pod(container(cpu="4"), status=resized({"cpu": "1"}, {"cpu": "1"}, infeasible=True)),
+                     {"cpu": "1"}, id="an infeasible resize counts what runs not what was asked"),
     ],
 )  # fmt: skip
-def test_pod_requests_follow_the_schedulers_rule(p: dict[str, Any], expected: dict[str, str]) -> None:
+def test_pod_requests_follow_the_kubernetes_rule(p: dict[str, Any], expected: dict[str, str]) -> None:
     assert pod_requests(p) == Resources(expected)
+
+
+def test_pod_requests_are_exact_decimal_sums() -> None:
+    many = pod(*(container(f"c{i}", cpu="1m", memory="1Ki") for i in range(1000)))
+    assert pod_requests(many).to_kubernetes() == {"cpu": "1", "memory": "1000Ki"}
+
+
+# Nodes and pods that count ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("labels", "physical"),
+    [
+        pytest.param({}, True, id="a node without labels is physical"),
+        pytest.param(VIRTUAL, False, id="a tidepool virtual node is not"),
+        pytest.param({"type": "virtual-node"}, False, id="a Liqo virtual node is not"),
+        pytest.param({LABEL_NODE_TYPE: "worker", "type": "gpu"}, True, id="other values of the labels do not matter"),
+    ],
+)
+def test_virtual_nodes_are_not_physical(labels: dict[str, str], physical: bool) -> None:
+    assert is_physical_node(node("n", labels, cpu="1")) is physical
+
+
+def test_a_node_without_allocatable_offers_its_capacity() -> None:
+    assert node_allocatable({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "2"}}}) == Resources(cpu="2")
 
 
 @pytest.mark.parametrize(
     ("p", "counts"),
     [
-        pytest.param(pod({"cpu": "1"}), True, id="a running pod counts"),
-        pytest.param(pod({"cpu": "1"}, phase="Pending"), True, id="a bound pod not yet running counts"),
-        pytest.param(pod({"cpu": "1"}, phase="Succeeded"), False, id="a completed pod does not"),
-        pytest.param(pod({"cpu": "1"}, phase="Failed"), False, id="a failed pod does not"),
-        pytest.param(pod({"cpu": "1"}, node=None), False, id="an unscheduled pod holds nothing yet"),
-        pytest.param(pod({"cpu": "1"}, node="virtual"), False, id="a pod on a virtual node runs elsewhere"),
-        pytest.param(pod({"cpu": "1"}, labels={"tidepool.io/offloaded": "true"}), False,
+        pytest.param(pod(container(cpu="1")), True, id="a running pod counts"),
+        pytest.param(pod(container(cpu="1"), phase="Pending"), True, id="a bound pod not yet running counts"),
+        pytest.param(pod(container(cpu="1"), phase="Unknown"), True, id="a pod of an unreachable node still counts"),
+        pytest.param(pod(container(cpu="1"), phase="Succeeded"), False, id="a completed pod does not count"),
+        pytest.param(pod(container(cpu="1"), phase="Failed"), False, id="a failed pod does not count"),
+        pytest.param(pod(container(cpu="1"), node=None, phase="Pending"), False,
+                     id="an unscheduled pod holds nothing yet"),
+        pytest.param(pod(container(cpu="1"), node="virtual"), False, id="a pod on a virtual node runs elsewhere"),
+        pytest.param(pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true"}), False,
                      id="a pod offloaded into this cluster is counted by nobody"),
+        pytest.param(pod(container(cpu="1"), labels={LABEL_OFFLOADED: "false"}), True,
+                     id="only the offloaded value true excludes a pod"),
+        pytest.param(pod(container(cpu="1"), deleting=True), True,
+                     id="a terminating pod holds its resources until it is gone"),
     ],
 )
 def test_which_pods_hold_capacity(p: dict[str, Any], counts: bool) -> None:
     assert counts_against_capacity(p, {"virtual"}) is counts
 
 
-def test_shared_resources_are_clamped_after_subtracting_then_scaled() -> None:
-    shared = shared_resources(allocatable=Resources(cpu="4", memory="4Gi"), used=Resources(cpu="1", memory="6Gi"),
-                              percent=50)  # fmt: skip
-    assert shared.to_kubernetes() == {"cpu": "1500m", "memory": "0"}
+# The formula ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("allocatable", "used", "percent", "expected"),
+    [
+        pytest.param({"cpu": "4", "memory": "4Gi"}, {"cpu": "1", "memory": "6Gi"}, 50, {"cpu": "1500m", "memory": "0"},
+                     id="memory used beyond allocatable shares zero and never a negative amount"),
+        pytest.param({"cpu": "4", "memory": "4Gi"}, {"cpu": "1", "memory": "1Gi"}, 100, {"cpu": "3", "memory": "3Gi"},
+                     id="one hundred percent shares everything free"),
+        pytest.param({"cpu": "4", "memory": "4Gi"}, {"cpu": "1"}, 0, {"cpu": "0", "memory": "0"},
+                     id="zero percent shares nothing"),
+        pytest.param({"cpu": "1", "memory": "1Gi", "pods": "110"}, {}, 33, {"cpu": "330m", "memory": "337Mi", "pods": "36"},
+                     id="shares round down to a millicore a mebibyte and a whole pod"),
+        pytest.param({"cpu": "4"}, {"cpu": "1", "nvidia.com/gpu": "1"}, 100, {"cpu": "3"},
+                     id="a request for a resource no node offers is not shared as a negative amount"),
+    ],
+)  # fmt: skip
+def test_shared_resources_subtract_then_clamp_then_scale(allocatable: dict[str, str], used: dict[str, str],
+                                                         percent: int, expected: dict[str, str]) -> None:  # fmt: skip
+    shared = shared_resources(allocatable=Resources(allocatable), used=Resources(used), percent=percent)
+    assert shared.to_kubernetes() == expected
+
+
+@pytest.mark.parametrize("percent", [pytest.param(-1, id="below zero"), pytest.param(101, id="above one hundred")])
+def test_a_percentage_outside_zero_to_one_hundred_is_refused(percent: int) -> None:
+    with pytest.raises(ValueError, match="percent must be between 0 and 100"):
+        shared_resources(allocatable=Resources(cpu="1"), used=Resources(), percent=percent)
 
 
 @pytest.mark.parametrize(
     ("before", "after", "moved"),
     [
         pytest.param({"cpu": "10"}, {"cpu": "10500m"}, False, id="five percent is within a ten percent threshold"),
-        pytest.param({"cpu": "10"}, {"cpu": "12"}, True, id="twenty percent is not"),
+        pytest.param({"cpu": "10"}, {"cpu": "11"}, False, id="exactly the threshold is not more than it"),
+        pytest.param({"cpu": "10"}, {"cpu": "11001m"}, True, id="just above the threshold is a change"),
+        pytest.param({"cpu": "10"}, {"cpu": "8"}, True, id="a fall counts like a rise"),
+        pytest.param({"cpu": "10", "memory": "1Gi"}, {"cpu": "10", "memory": "2Gi"}, True,
+                     id="one resource moving is enough"),
         pytest.param({"cpu": "10"}, {"cpu": "10", "nvidia.com/gpu": "1"}, True, id="a new resource is a change"),
+        pytest.param({"cpu": "10", "nvidia.com/gpu": "1"}, {"cpu": "10"}, True, id="a vanished resource is a change"),
+        pytest.param({"cpu": "10", "hugepages-2Mi": "0"}, {"cpu": "10"}, False, id="a zero amount is like none"),
+        pytest.param({}, {}, False, id="nothing before and after is no change"),
     ],
 )
-def test_capacity_changed_compares_with_the_threshold(before: dict[str, str], after: dict[str, str], moved: bool) -> None:
+def test_capacity_changed_compares_each_resource_with_the_threshold(before: dict[str, str], after: dict[str, str],
+                                                                    moved: bool) -> None:  # fmt: skip
     assert capacity_changed(Resources(before), Resources(after), 10) is moved
 
 
-def node(name: str, cpu: str, virtual: bool = False) -> dict[str, Any]:
-    labels = {"tidepool.io/type": "virtual-node"} if virtual else {}
-    return {"metadata": {"uid": f"node-{name}", "name": name, "labels": labels}, "status": {"allocatable": {"cpu": cpu}}}
+# The aggregate ------------------------------------------------------------------------------------------------
 
 
-events = st.lists(st.tuples(st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), st.integers(0, 5),
-                            st.sampled_from(["Running", "Succeeded"]), st.sampled_from(["n1", "virtual", None]),
-                            st.integers(1, 4)), max_size=40)  # fmt: skip
+def used_by(*pods: dict[str, Any]) -> Resources:
+    return Resources.total(pod_requests(p) + POD_SLOT for p in pods)
 
 
-@settings(max_examples=60)
-@given(events)
+def test_from_lists_sums_physical_nodes_and_the_pods_that_hold_them() -> None:
+    nodes = [node("n1", cpu="4", memory="8Gi", pods="110"), node("n2", cpu="2", memory="4Gi", pods="110"),
+             node("virtual", VIRTUAL, cpu="100", memory="1Ti", pods="1000")]  # fmt: skip
+    running = pod(container(cpu="1", memory="1Gi"), uid="a")
+    pods = [running, pod(container(cpu="1"), uid="b", node="virtual"), pod(container(cpu="1"), uid="c", phase="Succeeded"),
+            pod(container(cpu="1"), uid="d", node=None), pod(container(cpu="1"), uid="e", labels={LABEL_OFFLOADED: "true"})]  # fmt: skip
+    snapshot = CapacityAggregate.from_lists(nodes, pods).snapshot()
+    assert snapshot.allocatable == Resources(cpu="6", memory="12Gi", pods="220")
+    assert snapshot.used == Resources(cpu="1", memory="1Gi", pods="1")
+    assert (snapshot.physical_nodes, snapshot.virtual_nodes, snapshot.counted_pods) == (2, 1, 1)
+
+
+Step = tuple[str, str, dict[str, Any]]  # ("node" | "pod", event type, object)
+
+
+@pytest.mark.parametrize(
+    ("steps", "used", "allocatable"),
+    [
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("pod", "MODIFIED", pod(container(cpu="1"), phase="Succeeded"))],
+                     {}, {"cpu": "8"}, id="a pod that completes gives its resources back"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), phase="Succeeded")), ("pod", "MODIFIED", pod(container(cpu="1")))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "8"}, id="a pod that starts counting again is added once"),
+        pytest.param([("pod", "MODIFIED", pod(container(cpu="1")))] * 3, {"cpu": "1", "pods": "1"}, {"cpu": "8"},
+                     id="a repeated MODIFIED event is counted once"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("pod", "DELETED", pod(container(cpu="1"))),
+                      ("pod", "DELETED", pod(container(cpu="1")))], {}, {"cpu": "8"},
+                     id="a pod deleted twice is subtracted once"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), node=None, phase="Pending")),
+                      ("pod", "MODIFIED", pod(container(cpu="1"), phase="Pending"))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "8"}, id="a pod counts once it is bound"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), deleting=True))], {"cpu": "1", "pods": "1"}, {"cpu": "8"},
+                     id="a terminating pod counts until its DELETED event"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("pod", "MODIFIED", pod(container(cpu="3")))],
+                     {"cpu": "3", "pods": "1"}, {"cpu": "8"}, id="a resized pod replaces what it held"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("node", "MODIFIED", node("n1", VIRTUAL, cpu="8"))],
+                     {}, {}, id="a node that becomes virtual stops counting and so do its pods"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("node", "MODIFIED", node("n1", VIRTUAL, cpu="8")),
+                      ("node", "MODIFIED", node("n1", cpu="8"))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "8"}, id="a node that becomes physical again counts its pods again"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"))), ("node", "DELETED", node("n1", cpu="8"))], {}, {},
+                     id="a deleted node takes its pods out of the count"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), node="n2")), ("node", "ADDED", node("n2", cpu="2"))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "10"}, id="a pod listed before its node counts once the node is"),
+        pytest.param([("node", "MODIFIED", node("n1", cpu="6"))], {}, {"cpu": "6"},
+                     id="a node whose allocatable changes replaces what it offered"),
+        pytest.param([("node", "ADDED", node("gpu", **{"nvidia.com/gpu": "2"})), ("node", "DELETED", node("gpu"))],
+                     {}, {"cpu": "8"}, id="a resource whose last node leaves is dropped from the totals"),
+    ],
+)  # fmt: skip
+def test_the_aggregate_follows_watch_events(steps: list[Step], used: dict[str, str], allocatable: dict[str, str]) -> None:
+    aggregate = CapacityAggregate.from_lists([node("n1", cpu="8")], [])
+    for kind, event, obj in steps:
+        (aggregate.apply_node if kind == "node" else aggregate.apply_pod)(event, obj)
+    assert aggregate.used().to_kubernetes() == Resources(used).to_kubernetes()
+    assert aggregate.allocatable().to_kubernetes() == Resources(allocatable).to_kubernetes()
+
+
+@pytest.mark.parametrize("event", [pytest.param("BOOKMARK", id="a bookmark"), pytest.param("added", id="lower case")])
+def test_an_unknown_event_type_is_refused_by_name(event: str) -> None:
+    with pytest.raises(ValueError, match="event_type must be ADDED, MODIFIED or DELETED"):
+        CapacityAggregate().apply_pod(event, pod(container(cpu="1")))
+
+
+def test_reset_replaces_everything_a_relist_no_longer_has() -> None:
+    aggregate = CapacityAggregate.from_lists([node("n1", cpu="8"), node("n2", cpu="8")],
+                                             [pod(container(cpu="1"), uid="a"), pod(container(cpu="2"), uid="b")])  # fmt: skip
+    aggregate.reset_nodes([node("n1", cpu="8")])
+    aggregate.reset_pods([pod(container(cpu="1"), uid="a")])
+    assert (aggregate.allocatable(), aggregate.used()) == (Resources(cpu="8"), Resources(cpu="1", pods="1"))
+
+
+NODE_NAMES = ["n1", "n2", "n3"]
+node_events = st.tuples(st.just("node"), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), st.sampled_from(NODE_NAMES),
+                        st.booleans(), st.integers(0, 8), st.sampled_from(["", "nvidia.com/gpu"]))  # fmt: skip
+pod_events = st.tuples(st.just("pod"), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), st.integers(0, 6),
+                       st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+                       st.sampled_from([*NODE_NAMES, "gone", None]), st.booleans(), st.integers(0, 4),
+                       st.booleans())  # fmt: skip
+
+
+def make_node(name: str, virtual: bool, cpu: int, extra: str) -> dict[str, Any]:
+    allocatable = {"cpu": str(cpu), "memory": f"{cpu}Gi", "pods": "110", **({extra: "1"} if extra else {})}
+    return node(name, VIRTUAL if virtual else None, **allocatable)
+
+
+def make_pod(i: int, phase: str, where: str | None, offloaded: bool, cpu: int, sidecar: bool) -> dict[str, Any]:
+    init = [container("s", "Always", cpu="100m")] if sidecar else [container("i", cpu="3", memory="1Mi")]
+    return pod(container(cpu=f"{cpu}00m", memory=f"{cpu}Mi"), init=init, node=where, phase=phase, uid=f"p{i}",
+               labels={LABEL_OFFLOADED: "true"} if offloaded else None)  # fmt: skip
+
+
+def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[Resources, Resources]:
+    """The definition, computed directly: physical nodes' allocatable; requests of the pods that count
+    and are bound to one of those nodes."""
+    physical = [n for n in nodes if is_physical_node(n)]
+    physical_names = {n["metadata"]["name"] for n in physical}
+    virtual_names = {n["metadata"]["name"] for n in nodes} - physical_names
+    counted = [p for p in pods if counts_against_capacity(p, virtual_names) and p["spec"]["nodeName"] in physical_names]
+    return Resources.total(node_allocatable(n) for n in physical), used_by(*counted)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(node_events, pod_events), max_size=60))
 def test_the_aggregate_equals_recomputing_from_scratch_after_any_events(sequence: list[Any]) -> None:
-    nodes = [node("n1", "8"), node("virtual", "100", virtual=True)]
-    aggregate = CapacityAggregate.from_lists(nodes, [])
-    live: dict[str, dict[str, Any]] = {}
-    for kind, i, phase, where, cpu in sequence:
-        p = pod({"cpu": str(cpu)}, node=where, phase=phase, uid=f"p{i}")
-        aggregate.apply_pod(kind, p)
-        if kind == "DELETED":
-            live.pop(f"p{i}", None)
+    nodes = {"n1": make_node("n1", False, 8, "")}
+    pods: dict[str, dict[str, Any]] = {}
+    aggregate = CapacityAggregate.from_lists(nodes.values(), [])
+    for kind, event, *args in sequence:
+        if kind == "node":
+            obj = make_node(*args)
+            aggregate.apply_node(event, obj)
+            live = nodes
         else:
-            live[f"p{i}"] = p
-    fresh = CapacityAggregate.from_lists(nodes, list(live.values()))
-    assert aggregate.used() == fresh.used()
-    assert aggregate.allocatable() == fresh.allocatable() == Resources(cpu="8")
-
-
-def test_a_node_that_becomes_virtual_stops_counting_and_so_do_its_pods() -> None:
-    aggregate = CapacityAggregate.from_lists([node("n2", "4")], [pod({"cpu": "1"}, node="n2")])
-    assert aggregate.used() == Resources(cpu="1", pods="1")
-    aggregate.apply_node("MODIFIED", node("n2", "4", virtual=True))
-    assert aggregate.allocatable() == Resources() and aggregate.used() == Resources()
+            obj = make_pod(*args)
+            aggregate.apply_pod(event, obj)
+            live = pods
+        if event == "DELETED":
+            live.pop(obj["metadata"]["name"], None)
+        else:
+            live[obj["metadata"]["name"]] = obj
+    allocatable, used = from_scratch(list(nodes.values()), list(pods.values()))
+    assert (aggregate.allocatable(), aggregate.used()) == (allocatable, used)
+    fresh = CapacityAggregate.from_lists(nodes.values(), pods.values())
+    assert aggregate.snapshot() == fresh.snapshot()

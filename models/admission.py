@@ -173,7 +173,9 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
         # the same provider cannot exist, and two virtual kubelets never fight over one virtual node.
         name = _mapping(adv.get("metadata")).get("name")
         if name != advertisement_name(provider):
-            problems.append(f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}")
+            problems.append(
+                f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}"
+            )
     quota = spec.get("resourceQuota")
     if quota is not None and not isinstance(quota, Mapping):
         problems.append(f"spec.resourceQuota must be an object, got {type(quota).__name__}")

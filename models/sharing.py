@@ -16,7 +16,7 @@ import decimal
 from collections.abc import Iterable, Mapping, Set
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,7 +25,6 @@ from models.quantities import _EXACT, parse_quantity
 from models.resources import Resources
 
 Obj = Mapping[str, Any]
-EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 # Liqo's own label for its virtual nodes, accepted too so that a cluster peered by both is not
@@ -103,6 +102,10 @@ def pod_requests(pod: Obj) -> Resources:
       aggregate for the resources they name;
     - plus the pod overhead (RuntimeClass), which the node pays on top.
     """
+    return Resources(_pod_amounts(pod))
+
+
+def _pod_amounts(pod: Obj) -> _Amounts:
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     statuses = {
@@ -135,7 +138,7 @@ def pod_requests(pod: Obj) -> Resources:
             if name in _POD_LEVEL_RESOURCES or name.startswith(_HUGEPAGES_PREFIX):
                 total[name] = value
         _add(total, _amounts(spec.get("overhead")))
-    return Resources(total)
+    return total
 
 
 def is_physical_node(node: Obj) -> bool:
@@ -147,8 +150,12 @@ def is_physical_node(node: Obj) -> bool:
 
 def node_allocatable(node: Obj) -> Resources:
     """status.allocatable, or status.capacity when a node reports no allocatable (as kubectl does)."""
+    return Resources(_node_amounts(node))
+
+
+def _node_amounts(node: Obj) -> _Amounts:
     status = node.get("status") or {}
-    return Resources(_amounts(status.get("allocatable") or status.get("capacity")))
+    return _amounts(status.get("allocatable") or status.get("capacity"))
 
 
 def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()) -> bool:
@@ -198,9 +205,15 @@ def capacity_changed(previous: Resources, current: Resources, threshold_percent:
     return False
 
 
-def _without_zeros(resources: Resources) -> Resources:
-    # Totals lose a resource when its last holder goes, instead of carrying "nvidia.com/gpu: 0" forever.
-    return resources if all(resources.values()) else Resources({n: v for n, v in resources.items() if v})
+def _shift(into: _Amounts, amounts: Mapping[str, Decimal], sign: int) -> None:
+    """Add (sign 1) or take back (sign -1) amounts in place, in the exact context. A resource whose
+    total comes back to zero is dropped, so that totals do not carry "nvidia.com/gpu: 0" forever."""
+    for name, value in amounts.items():
+        total = into.get(name, Decimal(0)) + value if sign > 0 else into.get(name, Decimal(0)) - value
+        if total:
+            into[name] = total
+        else:
+            into.pop(name, None)
 
 
 def _pod_key(pod: Obj) -> str:
@@ -235,15 +248,17 @@ class CapacityAggregate:
     or out of `used` in one step, O(number of resources), whatever the number of pods. Every object
     remembers what it added, so that MODIFIED and DELETED take back exactly that: repeated events
     are idempotent and a pod leaving the count (Running → Succeeded) subtracts what it had added.
-    Not thread-safe: activities/capacity.py holds a lock around it.
+    Totals are plain dicts of exact Decimals changed in place (building a Resources per event would
+    triple the cost of a relist of 100,000 pods); readers get Resources. Not thread-safe:
+    activities/capacity.py holds a lock around it.
     """
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[bool, Resources]] = {}  # name -> (physical, allocatable if physical)
-        self._pods: dict[str, tuple[str, Resources]] = {}  # key -> (node name, what it holds), counted pods only
-        self._by_node: dict[str, tuple[int, Resources]] = {}  # node name -> (pods, sum of what they hold)
-        self._allocatable = Resources()
-        self._used = Resources()
+        self._nodes: dict[str, _Amounts | None] = {}  # name -> allocatable if physical, None if virtual
+        self._pods: dict[str, tuple[str, _Amounts]] = {}  # key -> (node name, what it holds); counted pods only
+        self._by_node: dict[str, tuple[int, _Amounts]] = {}  # node name -> (pods, what they hold together)
+        self._allocatable: _Amounts = {}
+        self._used: _Amounts = {}
         self._physical = 0
         self._counted = 0  # counted pods on physical nodes
 
@@ -257,7 +272,7 @@ class CapacityAggregate:
     def reset_nodes(self, nodes: Iterable[Obj]) -> None:
         """Replace every node with a fresh list (an informer's initial list or relist)."""
         self._nodes.clear()
-        self._allocatable, self._used, self._physical, self._counted = Resources(), Resources(), 0, 0
+        self._allocatable, self._used, self._physical, self._counted = {}, {}, 0, 0
         for node in nodes:
             self.apply_node("ADDED", node)
 
@@ -265,76 +280,75 @@ class CapacityAggregate:
         """Replace every pod with a fresh list (an informer's initial list or relist)."""
         self._pods.clear()
         self._by_node.clear()
-        self._used, self._counted = Resources(), 0
+        self._used, self._counted = {}, 0
         for pod in pods:
             self.apply_pod("ADDED", pod)
-
-    def _is_physical(self, node_name: str) -> bool:
-        known = self._nodes.get(node_name)
-        return known is not None and known[0]
 
     def apply_node(self, event_type: str, node: Obj) -> None:
         _check_event(event_type)
         # Nodes by name: a node's name is what pods are bound to, and it is unique in a cluster.
         name = str((node.get("metadata") or {}).get("name", ""))
-        pods_here, held_here = self._by_node.get(name, (0, Resources()))
-        old = self._nodes.pop(name, None)
-        if old is not None and old[0]:
-            self._allocatable = _without_zeros(self._allocatable - old[1])
-            self._used = _without_zeros(self._used - held_here)
-            self._physical -= 1
-            self._counted -= pods_here
-        if event_type == "DELETED":
-            return
-        if is_physical_node(node):
-            allocatable = node_allocatable(node)
-            self._nodes[name] = (True, allocatable)
-            self._allocatable = _without_zeros(self._allocatable + allocatable)
-            self._used = _without_zeros(self._used + held_here)
+        pods_here, held_here = self._by_node.get(name, (0, {}))
+        with decimal.localcontext(_EXACT):
+            old = self._nodes.pop(name, None)
+            if old is not None:
+                _shift(self._allocatable, old, -1)
+                _shift(self._used, held_here, -1)
+                self._physical -= 1
+                self._counted -= pods_here
+            if event_type == "DELETED":
+                return
+            if not is_physical_node(node):
+                self._nodes[name] = None
+                return
+            allocatable = _node_amounts(node)
+            self._nodes[name] = allocatable
+            _shift(self._allocatable, allocatable, 1)
+            _shift(self._used, held_here, 1)
             self._physical += 1
             self._counted += pods_here
-        else:
-            self._nodes[name] = (False, Resources())
 
     def apply_pod(self, event_type: str, pod: Obj) -> None:
         _check_event(event_type)
         key = _pod_key(pod)
-        old = self._pods.pop(key, None)
-        if old is not None:
-            self._hold(old[0], old[1], sign=-1)
-        if event_type == "DELETED" or not counts_against_capacity(pod):
-            return
-        # Whether its node is virtual is the node's business (see _is_physical), not the pod's.
-        node = str((pod.get("spec") or {}).get("nodeName"))
-        holds = pod_requests(pod) + POD_SLOT
-        self._pods[key] = (node, holds)
-        self._hold(node, holds, sign=1)
+        with decimal.localcontext(_EXACT):
+            old = self._pods.pop(key, None)
+            if old is not None:
+                self._hold(old[0], old[1], -1)
+            if event_type == "DELETED" or not counts_against_capacity(pod):
+                return
+            # Whether its node is virtual is the node's business (apply_node), not the pod's.
+            node = str((pod.get("spec") or {}).get("nodeName"))
+            holds = _pod_amounts(pod)
+            _shift(holds, POD_SLOT, 1)
+            self._pods[key] = (node, holds)
+            self._hold(node, holds, 1)
 
-    def _hold(self, node: str, holds: Resources, *, sign: Literal[1, -1]) -> None:
-        pods_here, held_here = self._by_node.get(node, (0, Resources()))
+    def _hold(self, node: str, holds: _Amounts, sign: int) -> None:
+        pods_here, held_here = self._by_node.get(node, (0, {}))
         pods_here += sign
-        held_here = held_here + holds if sign > 0 else held_here - holds
+        _shift(held_here, holds, sign)
         if pods_here:
             self._by_node[node] = (pods_here, held_here)
         else:
             self._by_node.pop(node, None)
-        if self._is_physical(node):
-            self._used = _without_zeros(self._used + holds if sign > 0 else self._used - holds)
+        if self._nodes.get(node) is not None:  # a known physical node
+            _shift(self._used, holds, sign)
             self._counted += sign
 
     def allocatable(self) -> Resources:
-        return self._allocatable
+        return Resources(self._allocatable)
 
     def used(self) -> Resources:
-        return self._used
+        return Resources(self._used)
 
     def virtual_node_names(self) -> frozenset[str]:
-        return frozenset(name for name, (physical, _) in self._nodes.items() if not physical)
+        return frozenset(name for name, allocatable in self._nodes.items() if allocatable is None)
 
     def snapshot(self) -> CapacitySnapshot:
         return CapacitySnapshot(
-            allocatable=self._allocatable,
-            used=self._used,
+            allocatable=self.allocatable(),
+            used=self.used(),
             physical_nodes=self._physical,
             virtual_nodes=len(self._nodes) - self._physical,
             counted_pods=self._counted,

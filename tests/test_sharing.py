@@ -13,6 +13,7 @@ from models.resources import Resources
 from models.sharing import (
     POD_SLOT,
     CapacityAggregate,
+    CapacitySnapshot,
     capacity_changed,
     counts_against_capacity,
     is_physical_node,
@@ -149,15 +150,23 @@ def test_a_node_without_allocatable_offers_its_capacity() -> None:
         pytest.param(pod(container(cpu="1"), phase="Unknown"), True, id="a pod of an unreachable node still counts"),
         pytest.param(pod(container(cpu="1"), phase="Succeeded"), False, id="a completed pod does not count"),
         pytest.param(pod(container(cpu="1"), phase="Failed"), False, id="a failed pod does not count"),
-        pytest.param(pod(container(cpu="1"), node=None, phase="Pending"), False,
-                     id="an unscheduled pod holds nothing yet"),
+        pytest.param(
+            pod(container(cpu="1"), node=None, phase="Pending"), False, id="an unscheduled pod holds nothing yet"
+        ),
         pytest.param(pod(container(cpu="1"), node="virtual"), False, id="a pod on a virtual node runs elsewhere"),
-        pytest.param(pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true"}), False,
-                     id="a pod offloaded into this cluster is counted by nobody"),
-        pytest.param(pod(container(cpu="1"), labels={LABEL_OFFLOADED: "false"}), True,
-                     id="only the offloaded value true excludes a pod"),
-        pytest.param(pod(container(cpu="1"), deleting=True), True,
-                     id="a terminating pod holds its resources until it is gone"),
+        pytest.param(
+            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true"}),
+            False,
+            id="a pod offloaded into this cluster is counted by nobody",
+        ),
+        pytest.param(
+            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "false"}),
+            True,
+            id="only the offloaded value true excludes a pod",
+        ),
+        pytest.param(
+            pod(container(cpu="1"), deleting=True), True, id="a terminating pod holds its resources until it is gone"
+        ),
     ],
 )
 def test_which_pods_hold_capacity(p: dict[str, Any], counts: bool) -> None:
@@ -201,8 +210,9 @@ def test_a_percentage_outside_zero_to_one_hundred_is_refused(percent: int) -> No
         pytest.param({"cpu": "10"}, {"cpu": "11"}, False, id="exactly the threshold is not more than it"),
         pytest.param({"cpu": "10"}, {"cpu": "11001m"}, True, id="just above the threshold is a change"),
         pytest.param({"cpu": "10"}, {"cpu": "8"}, True, id="a fall counts like a rise"),
-        pytest.param({"cpu": "10", "memory": "1Gi"}, {"cpu": "10", "memory": "2Gi"}, True,
-                     id="one resource moving is enough"),
+        pytest.param(
+            {"cpu": "10", "memory": "1Gi"}, {"cpu": "10", "memory": "2Gi"}, True, id="one resource moving is enough"
+        ),
         pytest.param({"cpu": "10"}, {"cpu": "10", "nvidia.com/gpu": "1"}, True, id="a new resource is a change"),
         pytest.param({"cpu": "10", "nvidia.com/gpu": "1"}, {"cpu": "10"}, True, id="a vanished resource is a change"),
         pytest.param({"cpu": "10", "hugepages-2Mi": "0"}, {"cpu": "10"}, False, id="a zero amount is like none"),
@@ -270,7 +280,9 @@ Step = tuple[str, str, dict[str, Any]]  # ("node" | "pod", event type, object)
                      {}, {"cpu": "8"}, id="a resource whose last node leaves is dropped from the totals"),
     ],
 )  # fmt: skip
-def test_the_aggregate_follows_watch_events(steps: list[Step], used: dict[str, str], allocatable: dict[str, str]) -> None:
+def test_the_aggregate_follows_watch_events(
+    steps: list[Step], used: dict[str, str], allocatable: dict[str, str]
+) -> None:
     aggregate = CapacityAggregate.from_lists([node("n1", cpu="8")], [])
     for kind, event, obj in steps:
         (aggregate.apply_node if kind == "node" else aggregate.apply_pod)(event, obj)
@@ -312,14 +324,20 @@ def make_pod(i: int, phase: str, where: str | None, offloaded: bool, cpu: int, s
                labels={LABEL_OFFLOADED: "true"} if offloaded else None)  # fmt: skip
 
 
-def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[Resources, Resources]:
+def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> CapacitySnapshot:
     """The definition, computed directly: physical nodes' allocatable; requests of the pods that count
     and are bound to one of those nodes."""
     physical = [n for n in nodes if is_physical_node(n)]
     physical_names = {n["metadata"]["name"] for n in physical}
     virtual_names = {n["metadata"]["name"] for n in nodes} - physical_names
     counted = [p for p in pods if counts_against_capacity(p, virtual_names) and p["spec"]["nodeName"] in physical_names]
-    return Resources.total(node_allocatable(n) for n in physical), used_by(*counted)
+    return CapacitySnapshot(
+        allocatable=Resources.total(node_allocatable(n) for n in physical),
+        used=used_by(*counted),
+        physical_nodes=len(physical),
+        virtual_nodes=len(virtual_names),
+        counted_pods=len(counted),
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -341,7 +359,7 @@ def test_the_aggregate_equals_recomputing_from_scratch_after_any_events(sequence
             live.pop(obj["metadata"]["name"], None)
         else:
             live[obj["metadata"]["name"]] = obj
-    allocatable, used = from_scratch(list(nodes.values()), list(pods.values()))
-    assert (aggregate.allocatable(), aggregate.used()) == (allocatable, used)
-    fresh = CapacityAggregate.from_lists(nodes.values(), pods.values())
-    assert aggregate.snapshot() == fresh.snapshot()
+    expected = from_scratch(list(nodes.values()), list(pods.values()))
+    assert aggregate.snapshot() == expected
+    assert (aggregate.allocatable(), aggregate.used()) == (expected.allocatable, expected.used)
+    assert CapacityAggregate.from_lists(nodes.values(), pods.values()).snapshot() == expected

@@ -4,7 +4,6 @@ would write them; the consumer's real worker admits them and runs their lifecycl
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any

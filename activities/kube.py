@@ -154,10 +154,11 @@ def with_condition(
     """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
     value = "True" if status else "False"
     old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == value else _rfc3339(datetime.now(UTC))
+    since = old["lastTransitionTime"] if old and old.get("status") == value else rfc3339(datetime.now(UTC))
     new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
     return [c for c in previous if c.get("type") != kind] + [new]
 
 
-def _rfc3339(moment: datetime) -> str:
+def rfc3339(moment: datetime) -> str:
+    """A time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

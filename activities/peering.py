@@ -28,6 +28,7 @@ from activities.kube import (
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
+    rfc3339,
     with_condition,
 )
 from models.api import ClusterConfig
@@ -61,10 +62,6 @@ from models.sharing import shared_resources
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class PeeringActivities:
@@ -130,8 +127,8 @@ class PeeringActivities:
                     "resourceQuota": {"hard": advertised.to_kubernetes()},
                     "network": {"podCIDR": self._settings.cluster.pod_cidr},
                     "kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE},
-                    "timestamp": _rfc3339(now),
-                    "timeToLive": _rfc3339(ttl),
+                    "timestamp": rfc3339(now),
+                    "timeToLive": rfc3339(ttl),
                 },
             })  # fmt: skip
         except Exception as e:
@@ -234,7 +231,7 @@ class PeeringActivities:
             status["advertisementStatus"] = decision.phase
             status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
-            status["lastPushTime"] = _rfc3339(pushed)
+            status["lastPushTime"] = rfc3339(pushed)
         status["conditions"] = with_condition(
             "Ready", phase in ("Advertised", "Accepted"), phase, message or f"peering is {phase}",
             list((current.get("status") or {}).get("conditions") or []),

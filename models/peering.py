@@ -156,7 +156,7 @@ def backoff_seconds(failures: int, *, ceiling: int, base: int = 5) -> int:
     return int(min(ceiling, base * 2 ** min(failures - 1, 20)))
 
 
-def render_details(state: PeeringState, *, foreign_cluster_id: str, next_push: datetime | None) -> str:
+def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
     """The markdown the Web UI shows as the workflow's current details."""
     lines = [
         f"**Peering with `{foreign_cluster_id}`** — phase **{state.phase}**",
@@ -167,8 +167,8 @@ def render_details(state: PeeringState, *, foreign_cluster_id: str, next_push: d
     push = state.last_push
     if push is not None:
         lines.append(f"- last push: {push.timestamp:%Y-%m-%d %H:%M:%S} UTC (expires {push.time_to_live:%H:%M:%S})")
-    if next_push is not None:
-        lines.append(f"- next push: {next_push:%Y-%m-%d %H:%M:%S} UTC")
+    if state.next_push is not None:
+        lines.append(f"- next push: {state.next_push:%Y-%m-%d %H:%M:%S} UTC")
     foreign = state.foreign
     if foreign is not None:
         reason = f" ({foreign.reason})" if foreign.reason else ""

@@ -63,6 +63,6 @@ def test_the_phase_follows_the_foreign_decision(decision: ForeignDecision | None
 def test_the_details_say_the_phase_the_decision_and_the_last_error() -> None:
     state = PeeringState(phase="Unreachable", sharing_percentage=40, consecutive_failures=2,
                          last_error="connection refused", foreign=ForeignDecision(phase="Accepted"))  # fmt: skip
-    details = render_details(state, foreign_cluster_id="b", next_push=None)
+    details = render_details(state, foreign_cluster_id="b")
     assert "phase **Unreachable**" in details and "40%" in details
     assert "connection refused" in details and "foreign decision: Accepted" in details

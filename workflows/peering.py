@@ -209,7 +209,7 @@ class PeeringWorkflow:
         if changes:
             workflow.upsert_search_attributes(changes)
         workflow.set_current_details(
-            render_details(self._state, foreign_cluster_id=self._input.foreign_cluster_id, next_push=self._state.next_push)
+            render_details(self._state, foreign_cluster_id=self._input.foreign_cluster_id)
         )
 
     # Handlers -----------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-down test test-fast binaries env-up env-down env-status crds lint
+.PHONY: demo demo-down test test-fast binaries system-packages env-up env-down env-status crds lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,15 +16,19 @@ $(STAMP): pyproject.toml
 binaries:
 	bash deploy/localenv/build-binaries.sh
 
+# Debian packages (deploy/system/packages.txt) that only a missing one triggers an install of.
+system-packages:
+	bash deploy/system/install.sh
+
 # The main job on the local environment; leaves everything running. `make demo-down` stops it.
-demo: $(STAMP) binaries
+demo: $(STAMP) binaries system-packages
 	$(PY) -m workers.demo up
 
 demo-down: $(STAMP)
 	$(PY) -m workers.demo down
 
 # Every test, the integration ones against real Temporal and Kubernetes included.
-test: $(STAMP) binaries
+test: $(STAMP) binaries system-packages
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Only the tests that need no local environment.

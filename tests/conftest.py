@@ -1,8 +1,10 @@
-"""Session fixtures: the real local environment (a Temporal dev server in memory and clusters a, b, c
-and tenant), started once per run and only when a test asks for it. Tests of pure logic use none.
+"""Session fixtures: the real local environment (a Temporal dev server in memory, in a container started
+through testcontainers on Podman, and clusters a, b, c and tenant), started once per run and only when a
+test asks for it. Tests of pure logic use none.
 
 Set TIDEPOOL_TEST_STATE to the state directory of an environment started with
-`python -m deploy.localenv --state-dir DIR up` to reuse it across runs (it is then left running)."""
+`python -m deploy.localenv --state-dir DIR up` to reuse it across runs (it is then left running, and its
+Temporal is the binary run directly)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from deploy.containers.podman import TESTCONTAINERS_SETTINGS, PodmanService, remove_containers, start_service
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
-from deploy.localenv.env import EnvState, down, up
+from deploy.localenv.env import EnvState, down, temporal_namespaces, up
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
 
 CLUSTER_NAMES = ("a", "b", "c", "tenant")
@@ -32,8 +35,35 @@ class Clusters:
     tenant: LocalCluster
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # testcontainers reads its settings when imported, which test modules do at collection.
+    for key, value in TESTCONTAINERS_SETTINGS.items():
+        os.environ.setdefault(key, value)
+
+
 @pytest.fixture(scope="session")
-def localenv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvState]:
+def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
+    """Podman's Docker API on a private socket, for testcontainers; at the end, whatever container this
+    run started and a test left behind is removed before the service stops."""
+    run = tmp_path_factory.mktemp("podman")
+    service = start_service(run / "podman.sock", log_file=run / "service.log")
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = service.docker_host
+    try:
+        yield service
+    finally:
+        from testcontainers.core.labels import LABEL_SESSION_ID, SESSION_ID
+
+        remove_containers(f"{LABEL_SESSION_ID}={SESSION_ID}")
+        service.stop()
+        if previous is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = previous
+
+
+@pytest.fixture(scope="session")
+def localenv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvState]:
     reuse = os.environ.get("TIDEPOOL_TEST_STATE")
     if reuse:
         state = EnvState.load(Path(reuse))
@@ -41,13 +71,19 @@ def localenv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvState]:
             raise RuntimeError(f"TIDEPOOL_TEST_STATE={reuse} holds no running environment")
         yield state
         return
+    from tests.containers import temporal_container  # imports testcontainers: only once it is configured
+
+    request.getfixturevalue("podman_service")
     state_dir = tmp_path_factory.mktemp("localenv")
-    try:
-        state = up(clusters=list(CLUSTER_NAMES), state_dir=state_dir, persistent=False,
-                   dynamic_config=TEST_DYNAMIC_CONFIG)  # fmt: skip
-        yield state
-    finally:
-        down(state_dir)
+    names = list(CLUSTER_NAMES)
+    with temporal_container(namespaces=temporal_namespaces(names), dynamic_config=TEST_DYNAMIC_CONFIG) as temporal:
+        try:
+            state = up(clusters=names, state_dir=state_dir, persistent=False, temporal=temporal.endpoint)
+            state.startup_seconds["temporal"] = temporal.startup_seconds
+            state.save()
+            yield state
+        finally:
+            down(state_dir)
 
 
 @pytest.fixture(scope="session")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from deploy.localenv.clusters import fake_node, wait_for
 
-__all__ = ["create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly", "pod_spec", "wait_for"]
+__all__ = ["create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",
+           "flattened_kubeconfig", "pod_spec", "wait_for"]
 
 
 def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",
@@ -71,3 +75,15 @@ def delete_quietly(call: Any, *args: Any, **kwargs: Any) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def flattened_kubeconfig(path: Path) -> str:
+    """The kubeconfig with its certificate files embedded, as a Secret or a container gets it: kwok's
+    refer to files on this machine that only their owner can read."""
+    config = yaml.safe_load(path.read_text())
+    sections = [c["cluster"] for c in config.get("clusters", [])] + [u["user"] for u in config.get("users", [])]
+    for section in sections:
+        for key in ("certificate-authority", "client-certificate", "client-key"):
+            if key in section:
+                section[f"{key}-data"] = base64.b64encode(Path(section.pop(key)).read_bytes()).decode()
+    return str(yaml.safe_dump(config))

@@ -18,10 +18,13 @@ from models.settings import (
 from workers.cluster import run
 
 
-def worker_settings(localenv: EnvState, cluster: LocalCluster, cluster_id: str) -> WorkerSettings:
+def worker_settings(
+    localenv: EnvState, cluster: LocalCluster, cluster_id: str, *, temporal_address: str | None = None
+) -> WorkerSettings:
+    """A worker of `cluster` on the environment's Temporal, or on the server at `temporal_address`."""
     return WorkerSettings(
         cluster=ClusterSettings(cluster_id=cluster_id, kubeconfig=str(cluster.kubeconfig)),
-        temporal=TemporalSettings(address=localenv.temporal_address, namespace="default"),
+        temporal=TemporalSettings(address=temporal_address or localenv.temporal_address, namespace="default"),
         metrics=MetricsSettings(port=0),
     )
 

@@ -29,6 +29,11 @@ def temporal_namespace(cluster: str) -> str:
     return f"cluster-{cluster}"
 
 
+def temporal_namespaces(clusters: list[str], extra: list[str] | None = None) -> list[str]:
+    """The Temporal namespaces registered at the server's start (besides `default`)."""
+    return [temporal_namespace(c) for c in clusters] + list(extra or [])
+
+
 @dataclass
 class EnvState:
     state_dir: str
@@ -63,15 +68,17 @@ def up(
     extra_namespaces: list[str] | None = None,
     dynamic_config: dict[str, str] | None = None,
     binaries: Binaries | None = None,
+    temporal: TemporalEndpoint | None = None,
 ) -> EnvState:
     """Starts Temporal and the clusters. `persistent` is the demo's mode: a database file and the Web UI
-    on its usual port; otherwise in memory on free ports (tests)."""
+    on its usual port; otherwise in memory on free ports (tests). `temporal` is a server already running
+    (the tests' container, started with `temporal_namespaces`): it is used, and left to its owner."""
     state_dir.mkdir(parents=True, exist_ok=True)
     binaries = binaries or ensure_binaries()
     state = EnvState(state_dir=str(state_dir))
-    namespaces = [temporal_namespace(c) for c in clusters] + list(extra_namespaces or [])
+    namespaces = temporal_namespaces(clusters, extra_namespaces)
     started = time.monotonic()
-    endpoint: TemporalEndpoint = start_temporal(
+    endpoint: TemporalEndpoint = temporal or start_temporal(
         cli=binaries.temporal,
         namespaces=namespaces,
         log_file=state_dir / "temporal.log",

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,36 @@ class TemporalEndpoint:
     pid: int
 
 
+def start_dev_args(
+    *,
+    ip: str,
+    port: int,
+    namespaces: list[str],
+    ui_port: int | None = None,
+    http_port: int | None = None,
+    metrics_port: int | None = None,
+    db_file: str | None = None,
+    dynamic_config: dict[str, str] | None = None,
+) -> list[str]:
+    """The dev server's arguments, one way for the binary run directly and for the container: tidepool's
+    search attributes, the namespaces, the dynamic config; no `ui_port` means headless."""
+    args = ["server", "start-dev", "--ip", ip, "--port", str(port), "--log-level", "warn"]
+    if http_port is not None:
+        args += ["--http-port", str(http_port)]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
+    for namespace in namespaces:
+        args += ["--namespace", namespace]
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        args += ["--search-attribute", f"{name}={kind}"]
+    for key, value in (dynamic_config or {}).items():
+        args += ["--dynamic-config-value", f"{key}={value}"]
+    if db_file is not None:
+        args += ["--db-filename", db_file]
+    args += ["--headless"] if ui_port is None else ["--ui-port", str(ui_port)]
+    return args
+
+
 def start_temporal(
     *,
     cli: Path,
@@ -50,37 +81,27 @@ def start_temporal(
 ) -> TemporalEndpoint:
     """Starts the dev server in its own process group and waits until the frontend answers."""
     port = port or free_port()
-    cmd = [str(cli), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port), "--log-level", "warn"]
-    cmd += ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
-    for namespace in namespaces:
-        cmd += ["--namespace", namespace]
-    for name, kind in SEARCH_ATTRIBUTES.items():
-        cmd += ["--search-attribute", f"{name}={kind}"]
-    for key, value in (dynamic_config or {}).items():
-        cmd += ["--dynamic-config-value", f"{key}={value}"]
-    if db_file is not None:
-        cmd += ["--db-filename", str(db_file)]
-    ui_url = None
-    if headless:
-        cmd.append("--headless")
-    else:
-        ui_port = ui_port or free_port()
-        cmd += ["--ui-port", str(ui_port)]
-        ui_url = f"http://127.0.0.1:{ui_port}"
+    ui_port = None if headless else ui_port or free_port()
+    args = start_dev_args(ip="127.0.0.1", port=port, namespaces=namespaces, ui_port=ui_port,
+                          http_port=free_port(), metrics_port=free_port(),
+                          db_file=None if db_file is None else str(db_file), dynamic_config=dynamic_config)  # fmt: skip
+    ui_url = None if ui_port is None else f"http://127.0.0.1:{ui_port}"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen([str(cli), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     endpoint = TemporalEndpoint(address=f"127.0.0.1:{port}", ui_url=ui_url, pid=process.pid)
-    _wait_ready(endpoint, process, log_file)
+    wait_ready(endpoint, process.poll, log_file)
     return endpoint
 
 
-def _wait_ready(endpoint: TemporalEndpoint, process: subprocess.Popen[bytes], log_file: Path) -> None:
+def wait_ready(endpoint: TemporalEndpoint, exited: Callable[[], int | None], log: object) -> None:
+    """Waits until the frontend accepts connections and the Web UI (when there is one) answers; `exited`
+    returns the server's exit code once it has stopped, `log` says where to look then."""
     host, port = endpoint.address.split(":")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"temporal server exited with {process.returncode}; see {log_file}")
+        if (code := exited()) is not None:
+            raise RuntimeError(f"temporal server exited with {code}; see {log}")
         try:
             with socket.create_connection((host, int(port)), timeout=1):
                 pass
@@ -90,7 +111,7 @@ def _wait_ready(endpoint: TemporalEndpoint, process: subprocess.Popen[bytes], lo
                 return
         except OSError:
             time.sleep(0.2)
-    raise TimeoutError(f"temporal server did not answer on {endpoint.address} within 60 s; see {log_file}")
+    raise TimeoutError(f"temporal server did not answer on {endpoint.address} within 60 s; see {log}")
 
 
 def stop_process_group(pid: int, timeout: float = 20) -> None:

@@ -1,0 +1,136 @@
+"""Podman for the tests, configured by tidepool's own files: a private containers.conf and storage.conf
+(written from the templates beside this module into $TIDEPOOL_CACHE/podman, pointed to by CONTAINERS_CONF
+and CONTAINERS_STORAGE_CONF), the `podman` CLI run with them, and Podman's Docker-compatible API served on
+a private socket for testcontainers. Nothing global on the machine is read or changed.
+
+Used by deploy/containers/images.py (builds) and tests/conftest.py (the API service and testcontainers'
+environment)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+HERE = Path(__file__).resolve().parent
+
+# testcontainers' documented variables, besides DOCKER_HOST (the service's socket); it reads them when
+# imported, so they are set before any test module is. These machines carry Docker's marker file at the
+# root: testcontainers would believe it runs inside a container and look for a gateway, so it connects as
+# on a host. Its reaper image cannot be pulled here: it is off, and the fixtures remove what they start
+# (`remove_containers` catches whatever a test left).
+TESTCONTAINERS_SETTINGS = {
+    "TESTCONTAINERS_CONNECTION_MODE": "docker_host",
+    "TC_HOST": "127.0.0.1",
+    "TESTCONTAINERS_RYUK_DISABLED": "true",
+}
+
+
+def cache_dir() -> Path:
+    """Images and Podman's settings, kept across runs (beside the control-plane binaries)."""
+    base = os.environ.get("TIDEPOOL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidepool"
+    return Path(base) / "podman"
+
+
+def run_dir() -> Path:
+    """Podman's run-time state (locks, the running containers' state); not worth keeping after a reboot."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(base) / f"tidepool-podman-{os.getuid()}"
+
+
+def podman_environment() -> dict[str, str]:
+    """Writes the private configuration (when it changed) and returns the variables that point Podman at it."""
+    if shutil.which("podman") is None:
+        raise FileNotFoundError("podman is missing: `make system-packages` installs it (deploy/system/packages.txt)")
+    values = {"cache_dir": str(cache_dir()), "run_dir": str(run_dir())}
+    env = {}
+    for name, variable in (("containers.conf", "CONTAINERS_CONF"), ("storage.conf", "CONTAINERS_STORAGE_CONF")):
+        text = Template((HERE / name).read_text()).substitute(values)
+        target = cache_dir() / name
+        if not target.exists() or target.read_text() != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        env[variable] = str(target)
+    return env
+
+
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs the `podman` CLI with the private configuration; a failure raises with Podman's own message."""
+    env = {**os.environ, **podman_environment()}
+    result = subprocess.run(["podman", *args], env=env, text=True, capture_output=True)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"podman {' '.join(args[:2])} failed ({result.returncode}): {result.stderr.strip()[-3000:]}")
+    return result
+
+
+@dataclass
+class PodmanService:
+    """`podman system service` on a private socket: the Docker API that testcontainers drives."""
+
+    socket: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.socket.unlink(missing_ok=True)
+
+
+def start_service(socket: Path, *, log_file: Path) -> PodmanService:
+    """Starts the API service (never idling out: `--time=0`) and waits until it answers."""
+    socket.parent.mkdir(parents=True, exist_ok=True)
+    socket.unlink(missing_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
+                                   env={**os.environ, **podman_environment()}, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # fmt: skip
+    service = PodmanService(socket=socket, process=process)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"podman system service exited with {process.returncode}; see {log_file}")
+        if _answers(socket):
+            return service
+        time.sleep(0.1)
+    service.stop()
+    raise TimeoutError(f"podman system service did not answer on {socket} within 30 s; see {log_file}")
+
+
+def _answers(socket: Path) -> bool:
+    import http.client
+    import socket as sockets
+
+    class _Unix(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+            self.sock.connect(str(socket))
+
+    try:
+        connection = _Unix("localhost", timeout=2)
+        connection.request("GET", "/_ping")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def remove_containers(label: str) -> list[str]:
+    """Removes (forcibly, with their anonymous volumes) the containers carrying `label` (key=value); returns
+    their names. The safety net behind the fixtures' own clean-up, since the reaper is off."""
+    names = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}").stdout.split()
+    if names:
+        podman("rm", "-f", "-v", *names)
+    return names

@@ -44,7 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
     """Podman's Docker API on a private socket, for testcontainers; at the end, whatever container this
-    run started and a test left behind is removed before the service stops."""
+    run started and a test left behind is removed before the service stops (at the start, what runs that
+    were killed left)."""
+    remove_containers()
     run = tmp_path_factory.mktemp("podman")
     service = start_service(run / "podman.sock", log_file=run / "service.log")
     previous = os.environ.get("DOCKER_HOST")
@@ -52,9 +54,7 @@ def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanS
     try:
         yield service
     finally:
-        from testcontainers.core.labels import LABEL_SESSION_ID, SESSION_ID
-
-        remove_containers(f"{LABEL_SESSION_ID}={SESSION_ID}")
+        remove_containers(owner=os.getpid())
         service.stop()
         if previous is None:
             os.environ.pop("DOCKER_HOST", None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from testcontainers.core.container import DockerContainer
 
 from deploy.containers.images import temporal_image, tidepool_image
+from deploy.containers.podman import owner_labels
 from deploy.localenv.temporal import TemporalEndpoint, free_port, start_dev_args, wait_ready
 
 FRONTEND_PORT, UI_PORT = 7233, 8233
@@ -70,7 +71,7 @@ def temporal_container(
     args = start_dev_args(ip="0.0.0.0", port=FRONTEND_PORT, ui_port=UI_PORT, namespaces=namespaces,
                           dynamic_config=dynamic_config,
                           db_file=None if data_dir is None else f"{DATA_DIR}/temporal.db")  # fmt: skip
-    container = DockerContainer(temporal_image()).with_command(args)
+    container = DockerContainer(temporal_image()).with_command(args).with_kwargs(labels=owner_labels())
     # Published on loopback only: docker-py takes (host ip, host port), which with_bind_ports cannot express.
     container.ports.update({str(FRONTEND_PORT): ("127.0.0.1", port), str(UI_PORT): ("127.0.0.1", ui_port)})  # type: ignore[dict-item]
     if data_dir is not None:
@@ -92,7 +93,8 @@ def temporal_container(
 def worker_container(*, command: list[str], environment: dict[str, str], mounts: list[Path]) -> Iterator[DockerContainer]:
     """tidepool's own image running `command` on the host's network (the local clusters and Temporal
     listen on 127.0.0.1), with `mounts` bound read-only at the same paths. Removed on exit."""
-    container = DockerContainer(tidepool_image()).with_command(command).with_kwargs(network_mode="host")
+    container = DockerContainer(tidepool_image()).with_command(command)
+    container.with_kwargs(network_mode="host", labels=owner_labels())
     for key, value in environment.items():
         container.with_env(key, value)
     for path in mounts:

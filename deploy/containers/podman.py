@@ -22,8 +22,9 @@ HERE = Path(__file__).resolve().parent
 # testcontainers' documented variables, besides DOCKER_HOST (the service's socket); it reads them when
 # imported, so they are set before any test module is. These machines carry Docker's marker file at the
 # root: testcontainers would believe it runs inside a container and look for a gateway, so it connects as
-# on a host. Its reaper image cannot be pulled here: it is off, and the fixtures remove what they start
-# (`remove_containers` catches whatever a test left).
+# on a host. Its reaper (moby-ryuk) can be neither pulled nor built here (the Go module proxy does not
+# serve it): it is off. The fixtures remove what they start; every container carries its owner's pid
+# (OWNER_LABEL), the session removes its own at the end and, at the start, those of owners that died.
 TESTCONTAINERS_SETTINGS = {
     "TESTCONTAINERS_CONNECTION_MODE": "docker_host",
     "TC_HOST": "127.0.0.1",
@@ -127,10 +128,32 @@ def _answers(socket: Path) -> bool:
         return False
 
 
-def remove_containers(label: str) -> list[str]:
-    """Removes (forcibly, with their anonymous volumes) the containers carrying `label` (key=value); returns
-    their names. The safety net behind the fixtures' own clean-up, since the reaper is off."""
-    names = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}").stdout.split()
+OWNER_LABEL = "io.tidepool.owner-pid"
+
+
+def owner_labels() -> dict[str, str]:
+    """The label that ties a container to the process that started it."""
+    return {OWNER_LABEL: str(os.getpid())}
+
+
+def remove_containers(*, owner: int | None = None) -> list[str]:
+    """Removes (forcibly, with their anonymous volumes) the containers started by process `owner`, or, with
+    no owner, those whose owner is no longer running (a run that was killed); returns their names. The
+    safety net behind the fixtures' own clean-up, since the reaper is off."""
+    listed = podman("ps", "-a", "--filter", f"label={OWNER_LABEL}",
+                    "--format", f'{{{{.Names}}}} {{{{index .Labels "{OWNER_LABEL}"}}}}').stdout  # fmt: skip
+    names = [name for name, pid in (line.split() for line in listed.splitlines() if line.strip())
+             if (int(pid) == owner if owner is not None else not _alive(int(pid)))]  # fmt: skip
     if names:
         podman("rm", "-f", "-v", *names)
     return names
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

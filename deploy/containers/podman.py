@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -157,3 +158,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def main() -> int:
+    """`python -m deploy.containers.podman leftovers`: lists the tests' containers still there (any is a
+    defect: CI runs it after the tests) and fails when there is one."""
+    if sys.argv[1:] != ["leftovers"]:
+        print("usage: python -m deploy.containers.podman leftovers", file=sys.stderr)
+        return 2
+    listed = podman("ps", "-a", "--filter", f"label={OWNER_LABEL}", "--format", "{{.Names}} {{.Image}} {{.Status}}")
+    print(listed.stdout, end="")
+    return 1 if listed.stdout.strip() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Podman for the tests, configured by tidepool's own files: a private containers.conf and storage.conf
 (written from the templates beside this module into $TIDEPOOL_CACHE/podman, pointed to by CONTAINERS_CONF
 and CONTAINERS_STORAGE_CONF), the `podman` CLI run with them, and Podman's Docker-compatible API served on
-a private socket for testcontainers. Nothing global on the machine is read or changed.
+a private socket for testcontainers. No global configuration file is read or written.
 
 Used by deploy/containers/images.py (builds) and tests/conftest.py (the API service and testcontainers'
 environment)."""
@@ -56,7 +56,9 @@ def podman_environment() -> dict[str, str]:
         target = cache_dir() / name
         if not target.exists() or target.read_text() != text:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            partial = target.with_name(f".{name}.{os.getpid()}")
+            partial.write_text(text)
+            partial.replace(target)  # atomically: concurrent runs may read it meanwhile
         env[variable] = str(target)
     return env
 

@@ -94,7 +94,7 @@ def start_temporal(
     return endpoint
 
 
-def wait_ready(endpoint: TemporalEndpoint, exited: Callable[[], int | None], log: object) -> None:
+def wait_ready(endpoint: TemporalEndpoint, exited: Callable[[], int | None], log: str | Path) -> None:
     """Waits until the frontend accepts connections and the Web UI (when there is one) answers; `exited`
     returns the server's exit code once it has stopped, `log` says where to look then."""
     host, port = endpoint.address.split(":")

@@ -8,11 +8,11 @@ environment)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +40,11 @@ def cache_dir() -> Path:
 
 
 def run_dir() -> Path:
-    """Podman's run-time state (locks, the running containers' state); not worth keeping after a reboot."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"tidepool-podman-{os.getuid()}"
+    """Podman's run-time state (locks, the running containers' state), in /tmp: not worth keeping after a
+    reboot. A fixed path per storage, not $TMPDIR: the storage's database remembers it and refuses to
+    open with another, and no two storages may share one."""
+    storage = hashlib.sha256(str(cache_dir()).encode()).hexdigest()[:8]
+    return Path("/tmp") / f"tidepool-podman-{os.getuid()}-{storage}"
 
 
 def podman_environment() -> dict[str, str]:

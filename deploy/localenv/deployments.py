@@ -159,6 +159,7 @@ class DeploymentRunner:
                     value = local + value[len(mount_path):]
             env[item["name"]] = value
         env["TIDEPOOL_VK_CONSUMER_KUBECONFIG"] = str(self._kubeconfig)
+        env["TIDEPOOL_VK_METRICS_PORT"] = "0"  # processes on one host: the Deployment's port would collide
         command = list(container.get("command") or []) + list(container.get("args") or [])
         if command and command[0] in ("python", "python3"):
             command[0] = sys.executable

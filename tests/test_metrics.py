@@ -1,0 +1,108 @@
+"""The workers' Prometheus endpoints, scraped as Prometheus would: two real workers (a provider and a
+consumer, on clusters of the test's own) each with a metrics port; one peering, pushed and accepted;
+the tidepool series carry the numbers of the Advertisement and the decision, next to the SDK's own."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Callable
+from decimal import Decimal
+
+import pytest
+
+from activities.kube import apply_cluster_object, read_cluster_object
+from activities.metrics import ACCEPTANCE_DECISIONS, ADVERTISED_CPU, ADVERTISED_MEMORY, PUSH_LATENCY, PUSHES
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from deploy.localenv.temporal import free_port
+from models.names import ADVERTISEMENTS, API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, advertisement_name
+from models.quantities import parse_quantity
+from models.settings import MetricsSettings
+from tests.kube import create_node
+from tests.running import eventually, running_worker, worker_settings
+from workers.peer import request_peering
+
+pytestmark = [pytest.mark.env, pytest.mark.provider, pytest.mark.consumer]
+
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+
+
+def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    """The endpoint's samples as (name, labels, value), in the Prometheus text format."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = []
+    for line in text.splitlines():
+        match = SAMPLE.match(line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match["labels"] or ""))
+            samples.append((match["name"], labels, float(match["value"])))
+    return samples
+
+
+def value(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float | None:
+    found = [v for n, ls, v in samples if n == name and labels.items() <= ls.items()]
+    assert len(found) <= 1, f"{name}{labels} is ambiguous: {found}"
+    return found[0] if found else None
+
+
+def scraped(port: int, name: str, **labels: str) -> list[tuple[str, dict[str, str], float]] | None:
+    """All samples, once the series `name{labels}` is there."""
+    samples = scrape(port)
+    return samples if value(samples, name, **labels) is not None else None
+
+
+async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_metrics(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
+) -> None:
+    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
+    create_node(provider.api_client(), "n1", cpu="6", memory="12Gi")
+    apply_cluster_object(provider.api_client(), CLUSTER_CONFIGS, {
+        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"outgoing": {"sharingPercentage": 50}},
+    })  # fmt: skip
+    request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+    provider_port, consumer_port = free_port(), free_port()
+    provider_settings = worker_settings(localenv, provider, provider_id).model_copy(
+        update={"metrics": MetricsSettings(port=provider_port)}
+    )
+    consumer_settings = worker_settings(localenv, consumer, consumer_id).model_copy(
+        update={"metrics": MetricsSettings(port=consumer_port)}
+    )
+    foreign = consumer.api_client()
+
+    def accepted() -> dict[str, str] | None:
+        obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(provider_id))
+        if obj is None or (obj.get("status") or {}).get("phase") != "Accepted":
+            return None
+        return dict(obj["spec"]["resourceQuota"]["hard"])
+
+    async with running_worker(provider_settings), running_worker(consumer_settings):
+        hard = await eventually(accepted, timeout=60, what="the Advertisement accepted on the consumer")
+        # The gauges follow the push that carried this Advertisement; a later push may only repeat it.
+        provider_samples = await eventually(
+            lambda: scraped(provider_port, ADVERTISED_CPU, foreign_cluster=consumer_id), what="the advertised cpu"
+        )
+        consumer_samples = await eventually(
+            lambda: scraped(consumer_port, ACCEPTANCE_DECISIONS, provider=provider_id, phase="Accepted"),
+            what="the acceptance decision",
+        )
+
+    assert Decimal(str(value(provider_samples, ADVERTISED_CPU, foreign_cluster=consumer_id))) == parse_quantity(hard["cpu"])
+    assert Decimal(str(value(provider_samples, ADVERTISED_MEMORY, foreign_cluster=consumer_id))) == parse_quantity(
+        hard["memory"]
+    )
+    assert parse_quantity(hard["cpu"]) == Decimal(3)  # 6 CPU × 50%: the series carries the real share
+    pushes = value(provider_samples, PUSHES, foreign_cluster=consumer_id, outcome="ok")
+    assert pushes is not None and pushes >= 1
+    assert value(provider_samples, f"{PUSH_LATENCY}_count", foreign_cluster=consumer_id, outcome="ok") == pushes
+    assert value(provider_samples, PUSHES, foreign_cluster=consumer_id, outcome="failed") is None
+    # The decision is counted once, when it is written, with its closed reason.
+    assert value(consumer_samples, ACCEPTANCE_DECISIONS, provider=provider_id, phase="Accepted",
+                 reason="WithinMaximum") == 1  # fmt: skip
+    # The SDK's own metrics share the endpoint: the activities just run were counted there.
+    assert value(provider_samples, "temporal_activity_execution_latency_count",
+                 activity_type="push_advertisement", task_queue=provider_settings.task_queue)  # fmt: skip
+    assert any(name.startswith("temporal_") for name, _, _ in consumer_samples)

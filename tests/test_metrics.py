@@ -1,29 +1,51 @@
-"""The workers' Prometheus endpoints, scraped as Prometheus would: two real workers (a provider and a
-consumer, on clusters of the test's own) each with a metrics port; one peering, pushed and accepted;
-the tidepool series carry the numbers of the Advertisement and the decision, next to the SDK's own."""
+"""The workers' Prometheus endpoints, scraped as Prometheus would: two real cluster workers (a provider
+and a consumer, on clusters of the test's own) each with a metrics port, one peering pushed and accepted,
+and the tidepool series carry the numbers of the Advertisement and the decision next to the SDK's own;
+the pool worker's series count the slices it placed and the namespace it could not place."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import re
 import urllib.request
 from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
+from kubernetes import client as k8s
 
 from activities.kube import apply_cluster_object, read_cluster_object
-from activities.metrics import ACCEPTANCE_DECISIONS, ADVERTISED_CPU, ADVERTISED_MEMORY, PUSH_LATENCY, PUSHES
+from activities.metrics import (
+    ACCEPTANCE_DECISIONS,
+    ADVERTISED_CPU,
+    ADVERTISED_MEMORY,
+    PLACEMENT_FAILURES,
+    PLACEMENTS,
+    PUSH_LATENCY,
+    PUSHES,
+)
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from deploy.localenv.temporal import free_port
-from models.names import ADVERTISEMENTS, API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, advertisement_name
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    SLICE_ANNOTATION,
+    SUPER_CLUSTERS,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+)
 from models.quantities import parse_quantity
 from models.settings import MetricsSettings
-from tests.kube import create_node
+from tests.kube import create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
+from workers.pool import run as run_pool
 
-pytestmark = [pytest.mark.env, pytest.mark.provider, pytest.mark.consumer]
+pytestmark = [pytest.mark.env]
 
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 
@@ -53,6 +75,8 @@ def scraped(port: int, name: str, **labels: str) -> list[tuple[str, dict[str, st
     return samples if value(samples, name, **labels) is not None else None
 
 
+@pytest.mark.provider
+@pytest.mark.consumer
 async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_metrics(
     localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
 ) -> None:
@@ -106,3 +130,36 @@ async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_me
     assert value(provider_samples, "temporal_activity_execution_latency_count",
                  activity_type="push_advertisement", task_queue=provider_settings.task_queue)  # fmt: skip
     assert any(name.startswith("temporal_") for name, _, _ in consumer_samples)
+
+
+@pytest.mark.pool
+async def test_the_pool_worker_serves_placements_and_placement_failures(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
+) -> None:
+    tenant, super_cluster = make_cluster("tenant"), make_cluster("s1")
+    api, core = tenant.api_client(), k8s.CoreV1Api(tenant.api_client())
+    create_namespace(api, SYSTEM_NAMESPACE)
+    create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi
+    core.create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": "super-s1"},
+        "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}})  # fmt: skip
+    apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": "s1"},
+        "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
+    for name, cpu in (("shop", "3"), ("huge", "20")):  # 3 slices fit; 20 fit nowhere
+        core.create_namespace({"metadata": {"name": name, "annotations": {SLICE_ANNOTATION: '{"cpu": "1", "memory": "2Gi"}'}}})
+        core.create_namespaced_resource_quota(name, {"metadata": {"name": "quota"},
+                                                     "spec": {"hard": {"cpu": cpu, "memory": f"{2 * int(cpu)}Gi"}}})  # fmt: skip
+    port = free_port()
+    settings = worker_settings(localenv, tenant, f"pool-{unique}").model_copy(update={"metrics": MetricsSettings(port=port)})
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_pool(settings, stop=stop, task_queue=f"pool-{unique}",
+                                        workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
+    try:
+        samples = await eventually(lambda: scraped(port, PLACEMENT_FAILURES, reason="InsufficientCapacity")
+                                   and scraped(port, PLACEMENTS, super_cluster="s1"), timeout=60,
+                                   what="the pool's placement series")  # fmt: skip
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+    assert value(samples, PLACEMENTS, super_cluster="s1") == 3
+    # The refusal is counted once, however many passes find the namespace still unplaced.
+    assert value(samples, PLACEMENT_FAILURES, reason="InsufficientCapacity") == 1

@@ -173,9 +173,11 @@ class PoolActivities:
     def _refuse(self, ns: Any, message: str, reason: str, diagnosis: dict[str, str]) -> PoolDecision:
         status = json.dumps({"type": "Placed", "status": "False", "reason": reason, "message": message,
                              "clusters": diagnosis}, sort_keys=True)  # fmt: skip
-        if (ns.metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION) != status:
+        previous = (ns.metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION)
+        if previous != status:
             self._core.patch_namespace(ns.metadata.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}})
             self._event(ns, reason, message, warning=True)
+        if (_json(previous) or {}).get("reason") != reason:  # a new failure, not the same one said anew
             Metrics.of_activity().placement_failed(reason=reason)
         return PoolDecision(namespace=ns.metadata.name, placement=None, reason=f"{reason}: {message}", diagnosis=diagnosis)
 

@@ -22,10 +22,12 @@ from activities.credentials import (
     VIRTUAL_KUBELET_RULES,
     ensure_foreign_access,
     issue_kubeconfig,
+    revoke_foreign_access,
 )
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
-from models.names import SYSTEM_NAMESPACE
+from models.names import LABEL_NODE_TYPE, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
+from tests.kube import create_node, wait_for
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
@@ -160,3 +162,35 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert refused.value.status == 403
     binding = k8s.RbacAuthorizationV1Api(cluster.api_client()).read_namespaced_role_binding(SERVICE_ACCOUNT, foreign)
     assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", CLUSTER_ROLE)
+
+    # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
+    admin = k8s.CoreV1Api(cluster.api_client())
+    admin.create_namespace({"metadata": {"name": "victim"}})
+    create_node(cluster.api_client(), "physical", cpu="1", memory="1Gi")
+    create_node(cluster.api_client(), "tidepool-somewhere", cpu="1", memory="1Gi",
+                labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})  # fmt: skip
+    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, {"metadata": {"name": SERVICE_ACCOUNT}})
+    worker = k8s.CoreV1Api(as_worker)
+
+    def policy_in_force() -> bool:  # a new policy takes effect within seconds; a dry run asks without harm
+        try:
+            worker.delete_namespace("victim", dry_run="All")
+        except ApiException as e:
+            return e.status == 403
+        return False
+
+    wait_for(policy_in_force, timeout=30, what="the admission policy in force")
+    refusals = {
+        "namespace": lambda: worker.delete_namespace("victim"),
+        "node": lambda: worker.delete_node("physical"),
+        "cordon": lambda: worker.patch_node("physical", {"spec": {"unschedulable": True}}),
+        "token": lambda: worker.create_namespaced_service_account_token(SERVICE_ACCOUNT, SYSTEM_NAMESPACE,
+                                                                       {"spec": {"expirationSeconds": 600}}),
+    }  # fmt: skip
+    for what, call in refusals.items():
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403 and "tidepool worker" in str(refused.value.body), what
+    worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
+    revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
+    assert admin.read_namespace("victim").status.phase == "Active"

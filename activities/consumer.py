@@ -20,6 +20,7 @@ from activities.kube import (
     record_event,
     with_condition,
 )
+from activities.metrics import Metrics
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
 from models.consumer import (
@@ -57,10 +58,9 @@ def _parse_time(value: str | None) -> datetime | None:
 
 
 class ConsumerActivities:
-    def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings, image: str = "tidepool:latest") -> None:
+    def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings) -> None:
         self._home = home
         self._settings = settings
-        self._image = image
 
     def _config(self) -> ClusterConfig:
         obj = read_cluster_object(self._home, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
@@ -78,6 +78,7 @@ class ConsumerActivities:
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
         decisions = decide(snapshot)
+        metrics = Metrics.of_activity()
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})
@@ -87,6 +88,7 @@ class ConsumerActivities:
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
             record_event(self._home, obj, reason=decision.reason, message=decision.message,
                          warning=decision.phase == "Refused")  # fmt: skip
+            metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if decision.phase == "Accepted":
                 result.accepted.append(decision.name)
             elif decision.phase == "Refused":
@@ -205,7 +207,8 @@ class ConsumerActivities:
                                              "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})  # fmt: skip
         deployment = virtual_kubelet_deployment(
             provider_id=provider, consumer_id=self._settings.cluster.cluster_id, advertisement=obj["metadata"]["name"],
-            kubeconfig_secret=ref["name"], namespace=ref["namespace"], image=self._image,
+            kubeconfig_secret=ref["name"], namespace=ref["namespace"], image=self._settings.virtual_kubelet.image,
+            metrics_port=self._settings.virtual_kubelet.metrics_port,
         )  # fmt: skip
         apps = k8s.AppsV1Api(self._home)
         apps.patch_namespaced_deployment(deployment["metadata"]["name"], ref["namespace"], deployment,

@@ -6,6 +6,7 @@ that treats 'gone' as success, so a retried activity never leaves a second objec
 from __future__ import annotations
 
 import base64
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from activities.kube import (
     rfc3339,
     with_condition,
 )
+from activities.metrics import Metrics
 from models.api import ClusterConfig
 from models.names import (
     ADVERTISEMENTS,
@@ -56,6 +58,7 @@ from models.peering import (
     WithdrawResult,
     phase_after_push,
 )
+from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import shared_resources
 
@@ -109,6 +112,7 @@ class PeeringActivities:
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
+        metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
             namespace = ensure_foreign_access(self._home, request.foreign_cluster_id)
@@ -132,8 +136,13 @@ class PeeringActivities:
                 },
             })  # fmt: skip
         except Exception as e:
+            metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
+                           latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
             self._record(request.peering_request, "Unreachable", message=f"push failed: {e}")
             raise
+        metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
+                       latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
+        metrics.advertised(foreign_cluster=request.foreign_cluster_id, resources=advertised)
         decision = _decision(applied)
         self._record(request.peering_request, phase_after_push(decision), decision=decision, pushed=now)
         activity.logger.info("pushed %s to %s: %s", advertisement_name(self._home_id), request.foreign_cluster_id,
@@ -187,6 +196,7 @@ class PeeringActivities:
         """Home first (revoking the credentials cannot depend on the foreign cluster being up), then the
         Advertisement and the Secret on the foreign cluster."""
         revoke_foreign_access(self._home, request.foreign_cluster_id)
+        Metrics.of_activity().advertised(foreign_cluster=request.foreign_cluster_id, resources=Resources())
         self._record(request.peering_request, "Withdrawn", message=f"withdrawn: {request.reason}")
         foreign_cleaned, note = False, "the foreign cluster was not reached; its Advertisement expires on its own"
         if not request.skip_foreign:

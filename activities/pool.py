@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.kube import SecretClients, record_event
+from activities.metrics import Metrics
 from models.api import SuperCluster
 from models.names import (
     GROUP,
@@ -156,6 +157,7 @@ class PoolActivities:
                                                      "message": outcome.message}),
         }}})  # fmt: skip
         self._event(ns, "Scheduled", f"{count} slices placed: {placement_json} ({outcome.message})")
+        Metrics.of_activity().placed(clusters=outcome.placement)
         return PoolDecision(namespace=name, placement=outcome.placement, reason=outcome.message,
                             diagnosis=outcome.diagnosis)  # fmt: skip
 
@@ -171,9 +173,12 @@ class PoolActivities:
     def _refuse(self, ns: Any, message: str, reason: str, diagnosis: dict[str, str]) -> PoolDecision:
         status = json.dumps({"type": "Placed", "status": "False", "reason": reason, "message": message,
                              "clusters": diagnosis}, sort_keys=True)  # fmt: skip
-        if (ns.metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION) != status:
+        previous = (ns.metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION)
+        if previous != status:
             self._core.patch_namespace(ns.metadata.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}})
             self._event(ns, reason, message, warning=True)
+        if (_json(previous) or {}).get("reason") != reason:  # a new failure, not the same one said anew
+            Metrics.of_activity().placement_failed(reason=reason)
         return PoolDecision(namespace=ns.metadata.name, placement=None, reason=f"{reason}: {message}", diagnosis=diagnosis)
 
     def _place_pods(self, held: dict[str, dict[str, int]], slices: dict[str, Resources], result: PoolPassResult) -> None:

@@ -60,11 +60,22 @@ class MetricsSettings(_Part):
     port: int = Field(default=9464, ge=0, le=65535, description="Port of the Prometheus endpoint; 0 disables it.")
 
 
+class VirtualKubeletSettings(_Part):
+    image: str = Field(
+        default="tidepool:latest", min_length=1,
+        description="Container image of the virtual kubelet Deployments the consumer creates (a registry reference).",
+    )  # fmt: skip
+    metrics_port: int = Field(
+        default=9464, ge=0, le=65535, description="Port of each virtual kubelet's Prometheus endpoint; 0 disables it."
+    )
+
+
 class WorkerSettings(_Part):
     cluster: ClusterSettings = ClusterSettings()
     temporal: TemporalSettings = TemporalSettings()
     provider: ProviderSettings = ProviderSettings()
     metrics: MetricsSettings = MetricsSettings()
+    virtual_kubelet: VirtualKubeletSettings = VirtualKubeletSettings()
 
     @property
     def task_queue(self) -> str:

@@ -25,7 +25,7 @@ PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
 
 def virtual_kubelet_deployment(
     *, provider_id: str, consumer_id: str, advertisement: str, kubeconfig_secret: str,
-    namespace: str = SYSTEM_NAMESPACE, image: str = "tidepool:latest",
+    namespace: str = SYSTEM_NAMESPACE, image: str = "tidepool:latest", metrics_port: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     name = virtual_kubelet_name(provider_id)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}
@@ -35,7 +35,9 @@ def virtual_kubelet_deployment(
         "TIDEPOOL_VK_ADVERTISEMENT": advertisement,
         "TIDEPOOL_VK_NAMESPACE": namespace,
         "TIDEPOOL_VK_PROVIDER_KUBECONFIG": f"{PROVIDER_KUBECONFIG_DIR}/kubeconfig",
+        "TIDEPOOL_VK_METRICS_PORT": str(metrics_port),
     }
+    ports = [{"name": "metrics", "containerPort": metrics_port}] if metrics_port else []
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -52,6 +54,7 @@ def virtual_kubelet_deployment(
                         "name": "virtual-kubelet", "image": image,
                         "command": ["python", "-m", "workers.virtual_kubelet"],
                         "env": [{"name": k, "value": v} for k, v in env.items()],
+                        "ports": ports,
                         "volumeMounts": [{"name": "provider-kubeconfig", "mountPath": PROVIDER_KUBECONFIG_DIR,
                                           "readOnly": True}],
                     }],

@@ -16,6 +16,7 @@ def test_the_defaults_are_pinned() -> None:
         "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300,
                      "decision_poll_max_seconds": 300},
         "metrics": {"port": 9464},
+        "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464},
     }  # fmt: skip
 
 
@@ -24,6 +25,8 @@ def test_environment_variables_set_fields_by_part_and_name() -> None:
     assert settings.cluster.cluster_id == "east"
     assert settings.temporal.address == "t:7233"
     assert settings.task_queue == "tidepool-east"
+    image = WorkerSettings.from_env({"TIDEPOOL_VIRTUAL_KUBELET_IMAGE": "ghcr.io/tidepool/tidepool:0.1.0"})
+    assert image.virtual_kubelet.image == "ghcr.io/tidepool/tidepool:0.1.0"
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client as k8s
 
 from activities.kube import apply_cluster_object, read_cluster_object
+from activities.metrics import REFLECTED_PODS
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
@@ -33,6 +34,7 @@ from models.names import (
 )
 from tests.kube import create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
+from tests.scraping import scrape, value
 from workers.network import NetworkModule
 from workers.peer import request_peering
 
@@ -128,6 +130,11 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     await eventually(lambda: core.read_namespaced_pod("second", "app").status.phase == "Running", what="second pod")
     assert _remote(peering, "pods") == ["app-job", "app-second"]  # exactly one copy of each
     assert _remote(peering, "configmaps") == ["app-settings"]
+    # Its Prometheus endpoint counts them (the stand-in gives each process a port of its own).
+    port = await eventually(lambda: peering.runner.metrics_port(virtual_kubelet_name(peering.provider_id)),
+                            what="the virtual kubelet's metrics port")  # fmt: skip
+    await eventually(lambda: value(scrape(port), REFLECTED_PODS, provider=peering.provider_id) == 2, timeout=30,
+                     what="tidepool_reflected_pods = 2")  # fmt: skip
 
     # Capacity follows the Advertisement without a restart.
     _sharing(peering.provider.api_client(), 25)

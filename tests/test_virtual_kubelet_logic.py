@@ -78,3 +78,16 @@ def test_the_deployment_mounts_the_providers_secret_and_never_runs_two() -> None
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "provider-kubeconfig", "secret": {"secretName": "tidepool-kubeconfig-a"}}]
+
+
+def test_the_deployment_runs_the_configured_image_and_exposes_its_metrics_port() -> None:
+    deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                            kubeconfig_secret="k", image="ghcr.io/tidepool/tidepool:0.1.0",
+                                            metrics_port=9464)  # fmt: skip
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "ghcr.io/tidepool/tidepool:0.1.0"
+    assert {"name": "TIDEPOOL_VK_METRICS_PORT", "value": "9464"} in container["env"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9464}]
+    off = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                     kubeconfig_secret="k")  # fmt: skip
+    assert off["spec"]["template"]["spec"]["containers"][0]["ports"] == []

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from activities.kube import client_from_kubeconfig_file
 from models.settings import TemporalSettings, WorkerSettings
 from workers.consumer import consumer_role
+from workers.metrics import metrics_runtime
 from workers.provider import provider_role
 from workers.roles import Role, RoleContext
 
@@ -28,9 +30,10 @@ log = logging.getLogger("tidepool.worker")
 ACTIVITY_THREADS = 32
 
 
-async def connect(settings: TemporalSettings) -> Client:
+async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None) -> Client:
     """A Temporal client for self-hosted (optionally mTLS) or Temporal Cloud (API key); the pydantic
-    converter on every client, so models cross the wire as they validate."""
+    converter on every client, so models cross the wire as they validate. A worker built on it runs on
+    `runtime` (workers/metrics.py: the Prometheus endpoint)."""
     tls: TLSConfig | bool = False
     if settings.tls_cert_file or settings.tls_ca_file:
         tls = TLSConfig(
@@ -41,7 +44,7 @@ async def connect(settings: TemporalSettings) -> Client:
     api_key = Path(settings.api_key_file).read_text().strip() if settings.api_key_file else None
     return await Client.connect(
         settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter,
-        tls=tls or bool(api_key), api_key=api_key,
+        tls=tls or bool(api_key), api_key=api_key, runtime=runtime,
     )  # fmt: skip
 
 
@@ -49,7 +52,7 @@ ROLES: list[Callable[[RoleContext], Role]] = [provider_role, consumer_role]
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
-    client = await connect(settings.temporal)
+    client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     ctx = RoleContext(
         client=client, home=client_from_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
         loop=asyncio.get_running_loop(),

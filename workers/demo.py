@@ -167,7 +167,8 @@ def bring_up(state_dir: Path) -> None:
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
     pool_env = dict(os.environ, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
-                    TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"))  # fmt: skip
+                    TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
+                    TIDEPOOL_METRICS_PORT=str(9464 + len(PEER_CLUSTERS)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
     core_t.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
     for name in PEER_CLUSTERS:
@@ -201,6 +202,8 @@ def bring_up(state_dir: Path) -> None:
     print(f"Web UI, peerings of a: {ui}/namespaces/{temporal_namespace('a')}/workflows?query=WorkflowType%3D%27PeeringWorkflow%27")
     print(f"Web UI, the pool scheduler: {ui}/namespaces/{temporal_namespace('tenant')}/workflows?query=WorkflowType%3D%27PoolSchedulerWorkflow%27")
     print(f"Web UI, advertisements of b: {ui}/namespaces/{temporal_namespace('b')}/workflows?query=WorkflowType%3D%27AdvertisementWorkflow%27")
+    print("Metrics: " + ", ".join(f"http://127.0.0.1:{9464 + i}/metrics ({name})"
+                                  for i, name in enumerate([*PEER_CLUSTERS, "pool"])))  # fmt: skip
     print("Everything keeps running. `make demo-down` stops it.")
 
 

@@ -29,6 +29,7 @@ from models.names import (
 )
 from models.settings import WorkerSettings
 from workers.cluster import connect
+from workers.metrics import metrics_runtime
 from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
 
@@ -67,7 +68,7 @@ class PoolWatchers(Watchers):
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: str = "spread") -> None:  # fmt: skip
-    client = await connect(settings.temporal)
+    client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
     activities = PoolActivities(tenant=tenant, policy=policy)
     watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,

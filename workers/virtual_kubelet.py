@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+from temporalio.common import MetricMeter
 
 from activities.informer import Informer
 from activities.kube import (
@@ -34,6 +35,7 @@ from activities.kube import (
     ignore_not_found,
     read_cluster_object,
 )
+from activities.metrics import Metrics
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -54,6 +56,7 @@ from models.virtual_kubelet import (
     status_for_consumer,
     virtual_node,
 )
+from workers.metrics import metrics_runtime
 
 log = logging.getLogger("tidepool.virtual_kubelet")
 RESYNC_SECONDS = 10
@@ -72,6 +75,7 @@ class Config:
     namespace: str
     provider_kubeconfig: str
     consumer_kubeconfig: str | None
+    metrics_port: int = 0
 
     @classmethod
     def from_env(cls) -> Config:
@@ -83,6 +87,7 @@ class Config:
             namespace=env.get("TIDEPOOL_VK_NAMESPACE", SYSTEM_NAMESPACE),
             provider_kubeconfig=env["TIDEPOOL_VK_PROVIDER_KUBECONFIG"],
             consumer_kubeconfig=env.get("TIDEPOOL_VK_CONSUMER_KUBECONFIG"),
+            metrics_port=int(env.get("TIDEPOOL_VK_METRICS_PORT") or 0),
         )
 
 
@@ -97,6 +102,9 @@ class VirtualKubelet:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready_since: tuple[bool, str, str] | None = None  # (ready, reason, lastTransitionTime)
+        # No Temporal client here: the runtime only serves the Prometheus endpoint.
+        self._runtime = metrics_runtime(config.metrics_port)
+        self._metrics = Metrics(self._runtime.metric_meter if self._runtime else MetricMeter.noop)
         self._informers = [
             Informer("vk-consumer-pods", self.core.list_pod_for_all_namespaces,
                      field_selector=f"spec.nodeName={self.node}", on_sync=self._poke, on_event=self._poke),
@@ -223,6 +231,7 @@ class VirtualKubelet:
         for uid, copy in remote.items():
             if uid not in local:  # the consumer pod is gone: so goes its copy
                 ignore_not_found(self.remote.delete_namespaced_pod, copy["metadata"]["name"], self.remote_namespace)
+        self._metrics.reflected_pods(provider=self.config.provider_id, count=sum(1 for uid in remote if uid in local))
         self._collect_orphaned_objects(local.values())
 
     def _create_copy(self, pod: dict[str, Any]) -> None:

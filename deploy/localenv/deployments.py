@@ -27,6 +27,7 @@ from kubernetes import client as k8s
 
 from activities.informer import Informer
 from activities.kube import client_from_kubeconfig_file
+from deploy.localenv.temporal import free_port
 from models.names import LABEL_MANAGED_BY, MANAGED_BY, SYSTEM_NAMESPACE
 from workers.watching import wait_for_termination
 
@@ -43,6 +44,7 @@ class Running:
     failures: int = 0
     next_start: float = 0.0
     spec: dict[str, Any] = field(default_factory=dict)
+    metrics_port: int | None = None
 
 
 class DeploymentRunner:
@@ -79,6 +81,12 @@ class DeploymentRunner:
         with self._lock:
             for name in list(self._running):
                 self._kill(name)
+
+    def metrics_port(self, name: str) -> int | None:
+        """Where the running process of Deployment `name` serves its metrics, if it does."""
+        with self._lock:
+            running = self._running.get(name)
+            return running.metrics_port if running and running.process and running.process.poll() is None else None
 
     def pid(self, name: str) -> int | None:
         with self._lock:
@@ -129,13 +137,13 @@ class DeploymentRunner:
         if running.finished_ok or time.monotonic() < running.next_start:
             return
         try:
-            running.process = self._start(name, deployment, running.workdir)
+            running.process, running.metrics_port = self._start(name, deployment, running.workdir)
         except Exception as e:  # noqa: BLE001 - e.g. its Secret is not there yet: try again later
             log.warning("cannot start %s yet: %s", name, e)
             running.failures += 1
             running.next_start = time.monotonic() + RESTART_BACKOFF_SECONDS
 
-    def _start(self, name: str, deployment: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, deployment: dict[str, Any], workdir: Path) -> tuple[subprocess.Popen[bytes], int | None]:
         pod = deployment["spec"]["template"]["spec"]
         container = pod["containers"][0]
         mounts = {}
@@ -159,13 +167,17 @@ class DeploymentRunner:
                     value = local + value[len(mount_path):]
             env[item["name"]] = value
         env["TIDEPOOL_VK_CONSUMER_KUBECONFIG"] = str(self._kubeconfig)
+        # Processes share one host: each gets a free port instead of the Deployment's.
+        metrics_port = free_port() if int(env.get("TIDEPOOL_VK_METRICS_PORT") or 0) else None
+        env["TIDEPOOL_VK_METRICS_PORT"] = str(metrics_port or 0)
         command = list(container.get("command") or []) + list(container.get("args") or [])
         if command and command[0] in ("python", "python3"):
             command[0] = sys.executable
         out = subprocess.DEVNULL if self._log_dir is None else open(self._log_dir / f"{name}.log", "ab")  # noqa: SIM115
         log.info("starting %s: %s", name, " ".join(command))
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)  # fmt: skip
+        return process, metrics_port
 
     def _kill(self, name: str) -> None:
         running = self._running.pop(name)

@@ -1,0 +1,196 @@
+"""The production manifests (deploy/base, deploy/overlays, deploy/components): every overlay renders
+with the kubectl we build and passes a server-side dry-run on a real API server; installed for real,
+the worker's ServiceAccount can make the calls its activities make (some of them made as it) and no
+more, and the foreign virtual kubelet's ClusterRole is the one activities/credentials.py hands out."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from activities.credentials import (
+    CLUSTER_ROLE,
+    SERVICE_ACCOUNT,
+    VIRTUAL_KUBELET_RULES,
+    ensure_foreign_access,
+    issue_kubeconfig,
+    revoke_foreign_access,
+)
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster
+from models.names import LABEL_NODE_TYPE, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
+from tests.kube import create_node, wait_for
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
+WORKER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-worker"
+VIRTUAL_KUBELET = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-virtual-kubelet"
+
+
+@functools.cache
+def kubectl_path() -> Path:
+    return ensure_binaries().kubectl
+
+
+def kubectl(*args: str, kubeconfig: Path | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [str(kubectl_path()), *(["--kubeconfig", str(kubeconfig)] if kubeconfig else []), *args]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, check=False, timeout=120)
+
+
+def render(overlay: str) -> str:
+    result = kubectl("kustomize", str(DEPLOY / "overlays" / overlay))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.deploy
+def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out() -> None:
+    roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "virtual-kubelet-rbac.yaml")
+             if d["kind"] == "ClusterRole"}  # fmt: skip
+    assert roles[CLUSTER_ROLE]["rules"] == VIRTUAL_KUBELET_RULES
+
+
+@pytest.mark.env  # the kubectl we build renders the manifests
+@pytest.mark.deploy
+def test_the_worker_runs_the_cluster_worker_from_the_image_and_reads_its_settings_from_the_config_map() -> None:
+    rendered = list(yaml.safe_load_all(render("self-hosted")))
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "workers.cluster"]
+    assert container["image"] == "ghcr.io/tidepool/tidepool:0.1.0"
+    config = next(d for d in rendered if d["kind"] == "ConfigMap")
+    assert container["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
+    # The virtual kubelets the worker creates run the same image.
+    assert config["data"]["TIDEPOOL_VIRTUAL_KUBELET_IMAGE"] == container["image"]
+
+
+@pytest.mark.env
+@pytest.mark.deploy
+@pytest.mark.parametrize(
+    ("overlay", "files"),
+    [
+        pytest.param("temporal-cloud-api-key", {"TIDEPOOL_TEMPORAL_API_KEY_FILE": "tidepool-temporal-api-key"},
+                     id="an API key from its Secret"),
+        pytest.param("temporal-cloud-mtls", {"TIDEPOOL_TEMPORAL_TLS_CERT_FILE": "tidepool-temporal-tls",
+                                             "TIDEPOOL_TEMPORAL_TLS_KEY_FILE": "tidepool-temporal-tls"},
+                     id="a client certificate and key from their Secret"),
+    ],
+)  # fmt: skip
+def test_temporal_credentials_are_files_mounted_from_secrets(overlay: str, files: dict[str, str]) -> None:
+    deployment = next(d for d in yaml.safe_load_all(render(overlay)) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    for variable, secret in files.items():
+        directory = str(Path(env[variable]).parent)
+        assert secrets[mounts[directory]] == secret, f"{variable} is not read from Secret {secret}"
+    # No credential in the ConfigMap, none inlined in the manifests.
+    assert not [d for d in yaml.safe_load_all(render(overlay)) if d["kind"] == "Secret"]
+
+
+@pytest.mark.env
+@pytest.mark.deploy
+def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_it_does_and_no_more(
+    make_cluster: Callable[[str], LocalCluster],
+) -> None:
+    cluster = make_cluster("deploy")  # CRDs installed for real, so that the CRs and RBAC on them validate
+    kubeconfig = cluster.kubeconfig
+    assert kubectl("create", "namespace", SYSTEM_NAMESPACE, kubeconfig=kubeconfig).returncode == 0
+    for overlay in OVERLAYS:
+        dry = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", kubeconfig=kubeconfig,
+                      stdin=render(overlay))  # fmt: skip
+        assert dry.returncode == 0, f"{overlay}: {dry.stderr}"
+    real = kubectl("apply", "--server-side", "-f", "-", kubeconfig=kubeconfig, stdin=render("self-hosted"))
+    assert real.returncode == 0, real.stderr
+
+    def can(who: str, *args: str) -> bool:
+        result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=kubeconfig)
+        assert result.stdout.strip() in ("yes", "no"), result.stderr
+        return result.stdout.strip() == "yes"
+
+    foreign = "tidepool-foreign-somewhere"
+    worker_may = [
+        ("watch", "peeringrequests.tidepool.io"), ("patch", "peeringrequests.tidepool.io", "--subresource=status"),
+        ("list", "clusterconfigs.tidepool.io"), ("patch", "advertisements.tidepool.io", "--subresource=status"),
+        ("delete", "advertisements.tidepool.io"), ("watch", "nodes"), ("delete", "nodes"), ("list", "pods", "-A"),
+        ("delete", "namespaces"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("patch", "deployments.apps", "-n", SYSTEM_NAMESPACE), ("delete", "deployments.apps", "-n", SYSTEM_NAMESPACE),
+        ("create", f"serviceaccounts/{SERVICE_ACCOUNT}", "--subresource=token", "-n", foreign),
+        ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),
+    ]  # fmt: skip
+    worker_may_not = [
+        ("get", "secrets", "-A"), ("get", "secrets", "-n", "kube-system"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("create", "pods", "-n", "kube-system"), ("create", "deployments.apps", "-n", "kube-system"),
+        ("create", "serviceaccounts/default", "--subresource=token", "-n", "kube-system"),
+        ("bind", "clusterroles/cluster-admin"), ("escalate", "roles", "-n", foreign), ("create", "roles", "-n", foreign),
+        ("create", "clusterroles"), ("patch", f"clusterroles/{CLUSTER_ROLE}"),
+        ("patch", "rolebindings/admin", "-n", foreign), ("delete", "peeringrequests.tidepool.io"),
+    ]  # fmt: skip
+    assert [a for a in worker_may if not can(WORKER, *a)] == []
+    assert [a for a in worker_may_not if can(WORKER, *a)] == []
+    virtual_kubelet_may = [("create", "nodes"), ("patch", "nodes", "--subresource=status"),
+                           ("patch", "pods", "--subresource=status", "-n", "shop"), ("get", "secrets", "-n", "shop"),
+                           ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease")]  # fmt: skip
+    virtual_kubelet_may_not = [("delete", "nodes"), ("list", "secrets", "-A"), ("create", "pods", "-n", "shop"),
+                               ("patch", "advertisements.tidepool.io", "--subresource=status")]  # fmt: skip
+    assert [a for a in virtual_kubelet_may if not can(VIRTUAL_KUBELET, *a)] == []
+    assert [a for a in virtual_kubelet_may_not if can(VIRTUAL_KUBELET, *a)] == []
+
+    # The provider's grant, made for real as the worker: server-side applies that create, a binding of
+    # the ClusterRole (which the worker holds none of), a token.
+    as_worker = cluster.api_client()
+    as_worker.set_default_header("Impersonate-User", WORKER)
+    namespace = ensure_foreign_access(as_worker, "somewhere")
+    assert namespace == foreign
+    assert "token" in issue_kubeconfig(as_worker, namespace=namespace, lifetime_seconds=600, server=None)
+    with pytest.raises(ApiException) as refused:  # the same client is the worker, not the admin
+        k8s.CoreV1Api(as_worker).list_namespaced_secret("kube-system")
+    assert refused.value.status == 403
+    binding = k8s.RbacAuthorizationV1Api(cluster.api_client()).read_namespaced_role_binding(SERVICE_ACCOUNT, foreign)
+    assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", CLUSTER_ROLE)
+
+    # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
+    admin = k8s.CoreV1Api(cluster.api_client())
+    admin.create_namespace({"metadata": {"name": "victim"}})
+    create_node(cluster.api_client(), "physical", cpu="1", memory="1Gi")
+    create_node(cluster.api_client(), "tidepool-somewhere", cpu="1", memory="1Gi",
+                labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})  # fmt: skip
+    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, {"metadata": {"name": SERVICE_ACCOUNT}})
+    worker = k8s.CoreV1Api(as_worker)
+
+    def policy_in_force() -> bool:  # a new policy takes effect within seconds; a dry run asks without harm
+        try:
+            worker.delete_namespace("victim", dry_run="All")
+        except ApiException as e:
+            return e.status == 403
+        return False
+
+    wait_for(policy_in_force, timeout=30, what="the admission policy in force")
+    refusals = {
+        "namespace": lambda: worker.delete_namespace("victim"),
+        "node": lambda: worker.delete_node("physical"),
+        "cordon": lambda: worker.patch_node("physical", {"spec": {"unschedulable": True}}),
+        "token": lambda: worker.create_namespaced_service_account_token(SERVICE_ACCOUNT, SYSTEM_NAMESPACE,
+                                                                       {"spec": {"expirationSeconds": 600}}),
+    }  # fmt: skip
+    for what, call in refusals.items():
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403 and "tidepool worker" in str(refused.value.body), what
+    worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
+    revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
+    assert admin.read_namespace("victim").status.phase == "Active"

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-down test test-fast binaries system-packages env-up env-down env-status crds lint
+.PHONY: demo demo-down test test-fast binaries system-packages images env-up env-down env-status crds lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ binaries:
 system-packages:
 	bash deploy/system/install.sh
 
+# The tests' container images (Temporal, the Debian base, tidepool's own), built into Podman's storage in
+# the cache and again only when their inputs change: minutes once, a fraction of a second after.
+images: $(STAMP) system-packages
+	$(PY) -m deploy.containers.images
+
 # The main job on the local environment; leaves everything running. `make demo-down` stops it.
 demo: $(STAMP) binaries system-packages
 	$(PY) -m workers.demo up
@@ -28,7 +33,7 @@ demo-down: $(STAMP)
 	$(PY) -m workers.demo down
 
 # Every test, the integration ones against real Temporal and Kubernetes included.
-test: $(STAMP) binaries system-packages
+test: $(STAMP) binaries system-packages images
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Only the tests that need no local environment.

@@ -6,7 +6,8 @@ input changes. No registry is involved.
 - a Debian base made here with debootstrap from Debian's packages and imported into Podman;
 - tidepool's own image (deploy/image/Containerfile) on that base.
 
-Used by the tests (tests/containers.py); `python -m deploy.containers.images` builds all three."""
+Used by the tests (tests/containers.py); `python -m deploy.containers.images` (`make images`, which
+`make test` runs first, outside any test's timeout) builds all three."""
 
 from __future__ import annotations
 

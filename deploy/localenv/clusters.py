@@ -81,15 +81,16 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:
-            break
+            cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
+            try:
+                install_crds(cluster, binaries=binaries)
+                return cluster
+            except subprocess.CalledProcessError:
+                pass  # kwokctl gave up waiting and said yes: its port may be another cluster's (see below)
         # kwokctl picks its ports when it creates a cluster and binds them only later: another process
         # taking one meanwhile makes etcd or the API server fail. A fresh start picks fresh ports.
         delete_cluster(name, binaries=binaries, workdir=workdir)
-        if attempt == CREATE_ATTEMPTS:
-            raise RuntimeError(f"kwokctl could not create cluster {name} in {attempt} attempts; see {log}")
-    cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
-    install_crds(cluster, binaries=binaries)
-    return cluster
+    raise RuntimeError(f"kwokctl could not create cluster {name} in {CREATE_ATTEMPTS} attempts; see {log}")
 
 
 def _write_kubeconfig(name: str, *, binaries: Binaries, workdir: Path) -> Path:
@@ -109,6 +110,28 @@ def delete_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
         [str(binaries.kwokctl), "delete", "cluster", "--name", name],
         env=_kwokctl_env(binaries, workdir), check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def stop_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
+    """Stops every component of the cluster (etcd, API server, ...), keeping its data: its API server
+    refuses connections until `start_cluster`. Used by the fault tests."""
+    subprocess.run([str(binaries.kwokctl), "stop", "cluster", "--name", name],
+                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, timeout: float = 90) -> None:
+    """Starts a stopped cluster again, on the same ports with the same data, and waits until it serves."""
+    subprocess.run([str(binaries.kwokctl), "start", "cluster", "--name", cluster.name],
+                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+    def serving() -> bool:
+        try:
+            k8s.CoreV1Api(cluster.api_client()).list_namespace(limit=1)
+            return True
+        except Exception:  # noqa: BLE001 - not yet
+            return False
+
+    wait_for(serving, timeout=timeout, what=f"cluster {cluster.name} to serve again", interval=0.5)
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:

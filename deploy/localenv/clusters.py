@@ -77,7 +77,7 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
         "--extra-args", "kwok-controller=manage-all-nodes=false",
         "--extra-args", "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
     ]  # fmt: skip
-    for attempt in range(1, CREATE_ATTEMPTS + 1):
+    for _ in range(CREATE_ATTEMPTS):
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:
@@ -112,11 +112,15 @@ def delete_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
     )  # fmt: skip
 
 
-def stop_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
+def stop_cluster(name: str, *, binaries: Binaries, workdir: Path, timeout: float = 60) -> None:
     """Stops every component of the cluster (etcd, API server, ...), keeping its data: its API server
     refuses connections until `start_cluster`. Used by the fault tests."""
+    pids = [int(f.read_text().strip()) for f in (workdir / "clusters" / name / "pids").glob("*.pid")]
     subprocess.run([str(binaries.kwokctl), "stop", "cluster", "--name", name],
                    env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    # kwokctl only signals them: until they have exited, their ports are taken and a start fails.
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), timeout=timeout,
+             what=f"the components of cluster {name} to exit")  # fmt: skip
 
 
 def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, timeout: float = 90) -> None:

@@ -135,6 +135,14 @@ class PeeringStatus(_Model):
     last_error: str | None
 
 
+def sharing_percentage_problem(value: object) -> str | None:
+    """Why `value` cannot be a sharing percentage, or None. Signals and updates take their value untyped
+    and ask this: typed as int, the data converter would turn `true` into 1 and "50" into 50 first."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        return f"sharing_percentage must be an integer between 0 and 100, got {value!r}"
+    return None
+
+
 def phase_after_push(foreign: ForeignDecision | None) -> PeeringPhase:
     """The peering's phase once a push went through, from the foreign cluster's decision."""
     if foreign is None or not foreign.exists:

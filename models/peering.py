@@ -204,8 +204,12 @@ def next_wait(
     """How long the loop sleeps before it wakes on its own: until the next push, or sooner to retry an
     unreachable cluster or to look again at a decision still pending."""
     if state.consecutive_failures:
-        # The failed push is retried after the backoff, whatever the schedule says.
-        return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=unreachable_max_seconds))
+        # The failed push is retried after the backoff, whatever the schedule says; never later than a
+        # period, so that a cluster that comes back is advertised to again on the first cycle after.
+        ceiling = unreachable_max_seconds
+        if state.last_push is not None:
+            ceiling = min(ceiling, state.last_push.period_seconds)
+        return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=ceiling))
     until_push = max(timedelta(0), next_push - now)
     if decision_pending(state):
         return min(until_push, timedelta(seconds=backoff_seconds(state.pending_checks + 1, ceiling=poll_max_seconds)))

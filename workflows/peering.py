@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
@@ -63,7 +64,10 @@ WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_inte
 PROVIDER = ProviderSettings()
 
 
-@workflow.defn
+# An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
+# message naming the field, instead of failing its first task again and again. Every model the workflow
+# itself builds or receives from its activities was validated where it was made, so nothing else raises it.
+@workflow.defn(failure_exception_types=[ValidationError])
 class PeeringWorkflow:
     @workflow.init
     def __init__(self, input: PeeringInput) -> None:

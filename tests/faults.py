@@ -162,9 +162,12 @@ def convergence_problems(pair: Pair, *, peered: bool) -> list[str]:
         (f"credentials Secret {secret}", secret in secrets), (f"virtual kubelet Deployment {deployment}", deployment in deployments),
         (f"virtual node {node}", node in nodes),
         (f"PeeringRequest {pair.consumer_id}", read_cluster_object(provider, PEERING_REQUESTS, pair.consumer_id) is not None),
-        (f"foreign namespace {foreign_namespace(pair.consumer_id)}",
-         foreign_namespace(pair.consumer_id) in _names(p_core.list_namespace().items)),
     ) if present]  # fmt: skip
+    namespace = next((n for n in p_core.list_namespace().items if n.metadata.name == foreign_namespace(pair.consumer_id)), None)
+    if namespace is not None:  # say whether it is on its way out, and what holds it
+        left = _names(p_core.list_namespaced_pod(namespace.metadata.name).items)
+        problems.append(f"orphaned foreign namespace {namespace.metadata.name} (phase {namespace.status.phase}, "
+                        f"deletion requested: {namespace.metadata.deletion_timestamp is not None}, pods: {left})")  # fmt: skip
     problems += [f"orphaned reflected pod {p.metadata.namespace}/{p.metadata.name}" for p in reflected]
     return problems
 

@@ -64,7 +64,13 @@ class SecretClients:
             cached = self._cache.get((namespace, name))
             if cached and cached[0] == version:
                 return cached[1]
-            api = client_from_kubeconfig_text(base64.b64decode(data).decode())
+            try:
+                api = client_from_kubeconfig_text(base64.b64decode(data).decode())
+            except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
+                raise ApplicationError(
+                    f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
+                    type="MissingCredentials",
+                ) from None
             self._cache[(namespace, name)] = (version, api)
             return api
 

@@ -135,6 +135,14 @@ class PeeringStatus(_Model):
     last_error: str | None
 
 
+def sharing_percentage_problem(value: object) -> str | None:
+    """Why `value` cannot be a sharing percentage, or None. Signals and updates take their value untyped
+    and ask this: typed as int, the data converter would turn `true` into 1 and "50" into 50 first."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+        return f"sharing_percentage must be an integer between 0 and 100, got {value!r}"
+    return None
+
+
 def phase_after_push(foreign: ForeignDecision | None) -> PeeringPhase:
     """The peering's phase once a push went through, from the foreign cluster's decision."""
     if foreign is None or not foreign.exists:
@@ -196,8 +204,12 @@ def next_wait(
     """How long the loop sleeps before it wakes on its own: until the next push, or sooner to retry an
     unreachable cluster or to look again at a decision still pending."""
     if state.consecutive_failures:
-        # The failed push is retried after the backoff, whatever the schedule says.
-        return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=unreachable_max_seconds))
+        # The failed push is retried after the backoff, whatever the schedule says; never later than a
+        # period, so that a cluster that comes back is advertised to again on the first cycle after.
+        ceiling = unreachable_max_seconds
+        if state.last_push is not None:
+            ceiling = min(ceiling, state.last_push.period_seconds)
+        return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=ceiling))
     until_push = max(timedelta(0), next_push - now)
     if decision_pending(state):
         return min(until_push, timedelta(seconds=backoff_seconds(state.pending_checks + 1, ceiling=poll_max_seconds)))

@@ -9,6 +9,7 @@ import pytest
 from models.peering import (
     ForeignDecision,
     PeeringState,
+    PushResult,
     backoff_seconds,
     next_wait,
     phase_after_push,
@@ -33,6 +34,14 @@ def test_an_unreachable_cluster_is_retried_after_the_backoff_not_in_a_tight_loop
     wait = next_wait(state=state, now=NOW, next_push=NOW - timedelta(minutes=5), poll_max_seconds=300,
                      unreachable_max_seconds=300)  # fmt: skip
     assert wait == timedelta(seconds=10)
+
+
+def test_an_unreachable_cluster_is_retried_at_least_once_a_period() -> None:
+    push = PushResult(advertisement="a", advertised={}, allocatable={}, sharing_percentage=30, config_generation=1,
+                      period_seconds=10, capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW)  # fmt: skip
+    state = PeeringState(consecutive_failures=6, phase="Unreachable", last_push=push)
+    wait = next_wait(state=state, now=NOW, next_push=NOW, poll_max_seconds=300, unreachable_max_seconds=300)
+    assert wait == timedelta(seconds=10)  # not the 160 s the backoff alone would give
 
 
 def test_a_pending_decision_is_looked_at_again_sooner_than_the_next_push() -> None:

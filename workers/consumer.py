@@ -35,6 +35,7 @@ from models.names import (
     VERSION,
     VIRTUAL_NODE_TYPE,
     admission_workflow_id,
+    advertisement_name,
     advertisement_workflow_id,
 )
 from workers.roles import Role, RoleContext
@@ -79,8 +80,10 @@ class ConsumerWatchers(Watchers):
     def _advertisement_event(self, kind: str, obj: dict[str, Any]) -> None:
         self._reconcile()
         provider = str((obj.get("spec") or {}).get("clusterId") or "")
-        if not provider:
-            return  # malformed: admission refuses it with a reason; there is no lifecycle to run
+        if not provider or obj["metadata"]["name"] != advertisement_name(provider):
+            # Malformed, or misnamed (one Advertisement per provider, named after it): admission refuses it
+            # with a reason. No lifecycle: the provider's one would follow the wrong object.
+            return
         if kind == "DELETED":
             self._submit(self._signal(advertisement_workflow_id(provider), "changed"))
             return

@@ -14,7 +14,9 @@ details and in the PeeringPhase search attribute.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
@@ -39,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         next_wait,
         phase_after_push,
         render_details,
+        sharing_percentage_problem,
     )
     from models.settings import ProviderSettings
 
@@ -61,7 +64,10 @@ WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_inte
 PROVIDER = ProviderSettings()
 
 
-@workflow.defn
+# An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
+# message naming the field, instead of failing its first task again and again. Every model the workflow
+# itself builds or receives from its activities was validated where it was made, so nothing else raises it.
+@workflow.defn(failure_exception_types=[ValidationError])
 class PeeringWorkflow:
     @workflow.init
     def __init__(self, input: PeeringInput) -> None:
@@ -214,17 +220,18 @@ class PeeringWorkflow:
 
     # Handlers -----------------------------------------------------------------------------------------
     @workflow.signal
-    def set_sharing_percentage(self, value: int) -> None:
+    def set_sharing_percentage(self, value: Any) -> None:
         """Change the share at once. Out-of-range values are ignored with a warning (a signal cannot be
         refused: use the update `update_sharing_percentage` to get an error back)."""
-        if not 0 <= value <= 100:
-            workflow.logger.warning("ignored sharing percentage %s: must be between 0 and 100", value)
+        problem = sharing_percentage_problem(value)
+        if problem is not None:
+            workflow.logger.warning("ignored signal set_sharing_percentage: %s", problem)
             return
         self._state.sharing_percentage = value
         self._state.push_requested = True
 
     @workflow.update
-    async def update_sharing_percentage(self, value: int) -> PeeringStatus:
+    async def update_sharing_percentage(self, value: Any) -> PeeringStatus:
         """Change the share and return the status once the new Advertisement is on the foreign cluster."""
         # A push already under way started with the old value: wait for the one after it.
         ours = self._state.pushes_started + 1
@@ -237,9 +244,10 @@ class PeeringWorkflow:
         return self.status()
 
     @update_sharing_percentage.validator
-    def _validate_sharing_percentage(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-            raise ValueError(f"sharing_percentage must be an integer between 0 and 100, got {value!r}")
+    def _validate_sharing_percentage(self, value: Any) -> None:
+        problem = sharing_percentage_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         if self._withdraw is not None:
             raise ValueError("the peering is being withdrawn")
 

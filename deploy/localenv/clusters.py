@@ -6,6 +6,7 @@ Used by the local environment (demo and tests)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -77,19 +78,20 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
         "--extra-args", "kwok-controller=manage-all-nodes=false",
         "--extra-args", "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
     ]  # fmt: skip
-    for attempt in range(1, CREATE_ATTEMPTS + 1):
+    for _ in range(CREATE_ATTEMPTS):
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:
-            break
+            cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
+            try:
+                install_crds(cluster, binaries=binaries)
+                return cluster
+            except subprocess.CalledProcessError:
+                pass  # kwokctl gave up waiting and said yes: its port may be another cluster's (see below)
         # kwokctl picks its ports when it creates a cluster and binds them only later: another process
         # taking one meanwhile makes etcd or the API server fail. A fresh start picks fresh ports.
         delete_cluster(name, binaries=binaries, workdir=workdir)
-        if attempt == CREATE_ATTEMPTS:
-            raise RuntimeError(f"kwokctl could not create cluster {name} in {attempt} attempts; see {log}")
-    cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
-    install_crds(cluster, binaries=binaries)
-    return cluster
+    raise RuntimeError(f"kwokctl could not create cluster {name} in {CREATE_ATTEMPTS} attempts; see {log}")
 
 
 def _write_kubeconfig(name: str, *, binaries: Binaries, workdir: Path) -> Path:
@@ -109,6 +111,66 @@ def delete_cluster(name: str, *, binaries: Binaries, workdir: Path) -> None:
         [str(binaries.kwokctl), "delete", "cluster", "--name", name],
         env=_kwokctl_env(binaries, workdir), check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+# Ports of stopped clusters, held by sockets bound but not listening: connections are refused as if
+# nothing were there, and no cluster created meanwhile (kwokctl picks free ports) can take them.
+_HELD_PORTS: dict[str, list[socket.socket]] = {}
+
+
+def _ports(name: str, workdir: Path) -> set[int]:
+    config = list(yaml.safe_load_all((workdir / "clusters" / name / "kwok.yaml").read_text()))
+    options = next(d for d in config if isinstance(d, dict) and d.get("kind") == "KwokctlConfiguration")["options"]
+    return {v for k, v in options.items() if k.endswith("Port") and isinstance(v, int) and v >= 1024}
+
+
+def _hold(port: int, *, reuse: bool) -> socket.socket | None:
+    """A socket bound to `port`, not listening. Without SO_REUSEADDR nobody else can bind the port; but
+    the components' connections may leave it in TIME_WAIT, and then only a socket with it binds (a
+    weaker hold: another SO_REUSEADDR socket may bind too). None when someone holds the port already."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if reuse:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", port))
+    except OSError:
+        holder.close()
+        return None
+    return holder
+
+
+def stop_cluster(name: str, *, binaries: Binaries, workdir: Path, timeout: float = 60) -> None:
+    """Stops every component of the cluster (etcd, API server, ...), keeping its data and its ports: its
+    API server refuses connections until `start_cluster`. Used by the fault tests."""
+    pids = [int(f.read_text().strip()) for f in (workdir / "clusters" / name / "pids").glob("*.pid")]
+    subprocess.run([str(binaries.kwokctl), "stop", "cluster", "--name", name],
+                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    # kwokctl only signals them: until they have exited, their ports are taken and a start fails.
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), timeout=timeout,
+             what=f"the components of cluster {name} to exit")  # fmt: skip
+    held = []
+    for port in _ports(name, workdir):
+        holder = _hold(port, reuse=False) or _hold(port, reuse=True)
+        if holder is not None:
+            held.append(holder)
+    _HELD_PORTS[name] = held
+
+
+def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, timeout: float = 90) -> None:
+    """Starts a stopped cluster again, on the same ports with the same data, and waits until it serves."""
+    for holder in _HELD_PORTS.pop(cluster.name, []):
+        holder.close()
+    subprocess.run([str(binaries.kwokctl), "start", "cluster", "--name", cluster.name],
+                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+    def serving() -> bool:
+        try:
+            k8s.CoreV1Api(cluster.api_client()).list_namespace(limit=1)
+            return True
+        except Exception:  # noqa: BLE001 - not yet
+            return False
+
+    wait_for(serving, timeout=timeout, what=f"cluster {cluster.name} to serve again", interval=0.5)
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:

@@ -1,0 +1,166 @@
+"""Kill -9 of a cluster's worker at random points of a peering, an acceptance and a teardown.
+
+The workers are real separate processes (`python -m workers.cluster`), restarted at once after each
+SIGKILL as a supervisor would. The kill points are drawn from a fixed seed, printed (set
+TIDEPOOL_FAULT_SEED to replay another sequence). After every phase the pair must converge: exactly one
+Advertisement per provider while peered, nothing orphaned on either cluster after teardown, and no
+workflow history with a failed workflow task."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from activities.kube import apply_cluster_object, read_cluster_object
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.deployments import DeploymentRunner
+from deploy.localenv.env import EnvState
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    LABEL_OFFLOADED,
+    LABEL_PROVIDER,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    admission_workflow_id,
+    advertisement_name,
+    advertisement_workflow_id,
+    foreign_namespace,
+    peering_workflow_id,
+)
+from tests.faults import (
+    Pair,
+    WorkerProcess,
+    convergence_problems,
+    failed_workflow_tasks,
+    fault_seed,
+)
+from tests.kube import create_namespace, create_node, delete_quietly
+from tests.running import eventually
+from workers.network import NetworkModule
+from workers.peer import cancel_peering, request_peering
+
+pytestmark = [pytest.mark.env, pytest.mark.faults]
+
+CYCLES = 3  # each: 2 kills in the peering, 2 in the acceptance, 3 in the teardown: 21 points
+# A kill in the middle of an activity loses that attempt: it is retried only once its start-to-close
+# timeout has passed (60 s for a push), so every wait allows for one lost attempt.
+CONVERGE_TIMEOUT = 150
+
+
+class Killer:
+    """Kills a worker at a random moment (after it has started serving), restarts it, and keeps a log."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.points: list[str] = []
+
+    async def kill_within(self, worker: WorkerProcess, seconds: float, phase: str) -> None:
+        await eventually(worker.ready, timeout=60, what=f"worker {worker.cluster_id} serving")
+        delay = round(self.rng.uniform(0, seconds), 2)
+        await asyncio.sleep(delay)
+        assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
+        worker.kill()
+        self.points.append(f"{phase}: {worker.cluster_id} killed {delay} s in")
+        print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
+        worker.start()
+
+
+async def _converged(pair: Pair, *, peered: bool, what: str) -> None:
+    last: list[str] = []
+
+    def check() -> bool:
+        last[:] = convergence_problems(pair, peered=peered)
+        return not last
+
+    try:
+        await eventually(check, timeout=CONVERGE_TIMEOUT, interval=0.5, what=what)
+    except TimeoutError as e:
+        raise AssertionError(f"{what}: not converged: {last}") from e
+
+
+def _offload(pair: Pair, name: str) -> None:
+    k8s.CoreV1Api(pair.consumer.api_client()).create_namespaced_pod("app", {"metadata": {"name": name}, "spec": {
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+        "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
+        "nodeSelector": {LABEL_PROVIDER: pair.provider_id}}})  # fmt: skip
+
+
+def _reflected(pair: Pair) -> list[str]:
+    pods = k8s.CoreV1Api(pair.provider.api_client()).list_namespaced_pod(
+        foreign_namespace(pair.consumer_id), label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
+    return sorted(p.metadata.name for p in pods)
+
+
+@pytest.mark.timeout(720)
+async def test_workers_killed_at_random_points_converge_with_one_advertisement_and_nothing_orphaned(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
+    tmp_path: Path,
+) -> None:
+    seed = fault_seed()
+    print(f"kill points drawn with seed {seed} (TIDEPOOL_FAULT_SEED)", flush=True)
+    killer = Killer(seed)
+    pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
+    provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
+    create_node(provider, "big", cpu="8", memory="16Gi")
+    apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+                                                     "metadata": {"name": CLUSTER_CONFIG_NAME},
+                                                     "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
+    create_namespace(consumer, SYSTEM_NAMESPACE)
+    create_namespace(consumer, "app")
+    workers = {
+        "provider": WorkerProcess(cluster=pair.provider, cluster_id=pair.provider_id, pod_cidr="10.1.0.0/16",
+                                  temporal_address=localenv.temporal_address, log=tmp_path / "provider-worker.log"),
+        "consumer": WorkerProcess(cluster=pair.consumer, cluster_id=pair.consumer_id, pod_cidr="10.2.0.0/16",
+                                  temporal_address=localenv.temporal_address, log=tmp_path / "consumer-worker.log"),
+    }  # fmt: skip
+    network = NetworkModule(consumer, local_pod_cidr="10.2.0.0/16").start()
+    try:
+        for worker in workers.values():
+            worker.start()
+        with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
+            for cycle in range(CYCLES):
+                # The peering: the provider's worker dies while it starts the workflow and pushes.
+                request_peering(provider, consumer_id=pair.consumer_id,
+                                consumer_kubeconfig=pair.consumer.kubeconfig.read_text())  # fmt: skip
+                for _ in range(2):
+                    await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
+                await eventually(lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(pair.provider_id)),
+                                 timeout=CONVERGE_TIMEOUT, what="the Advertisement on the consumer")  # fmt: skip
+
+                # The acceptance: the consumer's worker dies while it admits and builds the virtual kubelet.
+                for _ in range(2):
+                    await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
+                await _converged(pair, peered=True, what=f"cycle {cycle}: accepted with its virtual kubelet and node")
+                _offload(pair, f"job-{cycle}")
+                await eventually(lambda c=cycle: _reflected(pair) == [f"app-job-{c}"], timeout=CONVERGE_TIMEOUT,
+                                 what="the offloaded pod reflected in the provider, once")  # fmt: skip
+
+                # The teardown: both workers die while the provider withdraws and the consumer tears down.
+                cancel_peering(provider, consumer_id=pair.consumer_id)
+                await killer.kill_within(workers["provider"], 2, f"cycle {cycle} teardown")
+                await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} teardown")
+                await killer.kill_within(workers[killer.rng.choice(["provider", "consumer"])], 4, f"cycle {cycle} teardown")
+                await _converged(pair, peered=False, what=f"cycle {cycle}: torn down, nothing orphaned")
+                # The consumer's pod was bound to the deleted virtual node: gone with it, as far as we care.
+                delete_quietly(k8s.CoreV1Api(consumer).delete_namespaced_pod, f"job-{cycle}", "app", grace_period_seconds=0)
+            assert all(w.alive() for w in workers.values()), "a worker exited on its own"
+    finally:
+        for worker in workers.values():
+            worker.stop()
+        network.stop()
+    print("\n".join(killer.points))
+    assert len(killer.points) >= 20
+    stuck = []
+    for workflow_id in (peering_workflow_id(pair.consumer_id), advertisement_workflow_id(pair.provider_id),
+                        admission_workflow_id(pair.consumer_id)):  # fmt: skip
+        stuck += await failed_workflow_tasks(temporal_client, workflow_id)
+    assert stuck == []

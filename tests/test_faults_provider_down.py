@@ -1,0 +1,186 @@
+"""A provider's API server stopped for longer than a cycle (kwokctl stops the whole control plane of the
+provider cluster, data kept), with a 10 s advertisement period.
+
+The peering must say so (current details and the PeeringPhase search attribute: Unreachable) and recover
+on the first cycle after the API server is back; the consumer must not tear down while the Advertisement's
+TTL has not passed, and must once it has.
+
+The consumer here runs no virtual kubelet, so its keepalive (a virtual node reporting ProviderUnreachable
+for keepalive.thresholdFailures × retrySeconds) is out of play: that is the documented other path to a
+teardown, and with a virtual kubelet it comes first whenever it is shorter than the TTL.
+
+kwokctl picks a cluster's ports when it creates it: while the cluster is stopped, a cluster created meanwhile
+by another environment on the same machine can take them, and the restart then fails (not in one test run,
+which creates no cluster during the outage)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client, WorkflowHandle
+
+from activities.kube import apply_cluster_object, read_cluster_object
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
+from deploy.localenv.env import EnvState
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+    advertisement_workflow_id,
+    peering_workflow_id,
+)
+from models.peering import PeeringStatus
+from tests.faults import failed_workflow_tasks
+from tests.kube import create_namespace, create_node
+from tests.running import eventually, running_worker, worker_settings
+from workers.peer import request_peering
+from workflows.advertisement import AdvertisementWorkflow
+from workflows.peering import PEERING_PHASE, PeeringWorkflow
+
+pytestmark = [pytest.mark.env, pytest.mark.faults]
+
+PERIOD = 10  # seconds: one cycle
+TTL = 45  # seconds: long enough that a short outage (and the recovery push) fits inside it
+SHORT_OUTAGE = 15  # seconds: longer than a cycle, shorter than what is left of the TTL
+# The first push after the API server is back comes within a cycle; the push itself, and scheduling it on a
+# busy machine, take a few seconds more.
+PUSH_SLACK = 8
+
+
+def _parse(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _advertisement(pair: dict[str, Any]) -> dict[str, Any] | None:
+    return read_cluster_object(pair["consumer"].api_client(), ADVERTISEMENTS, advertisement_name(pair["provider_id"]))
+
+
+async def _details(handle: WorkflowHandle[Any, Any]) -> str:
+    """The current details, as the Web UI reads them."""
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return str(metadata.current_details)
+
+
+async def _first_push_after(handle: WorkflowHandle[Any, Any], moment: datetime) -> datetime | None:
+    """When the first push that succeeded after `moment` completed (from the workflow's history)."""
+    history = await handle.fetch_history()
+    pushes = {e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+              and e.activity_task_scheduled_event_attributes.activity_type.name == "push_advertisement"}  # fmt: skip
+    for event in history.events:
+        if (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                and event.activity_task_completed_event_attributes.scheduled_event_id in pushes):  # fmt: skip
+            completed = event.event_time.ToDatetime(tzinfo=UTC)
+            if completed >= moment:
+                return completed
+    return None
+
+
+@pytest.mark.timeout(480)  # making the two clusters included
+async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_cycle_and_expires_only_after_ttl(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str
+) -> None:
+    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    pair = {"consumer": consumer, "provider_id": f"prov-{unique}"}
+    consumer_id = f"cons-{unique}"
+    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
+    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
+    apply_cluster_object(provider.api_client(), CLUSTER_CONFIGS, {
+        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"outgoing": {"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
+                              "advertisementTimeToLiveSeconds": TTL}},
+    })  # fmt: skip
+    create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
+    request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+    peering = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(consumer_id))
+    lifecycle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run,
+                                                        advertisement_workflow_id(pair["provider_id"]))  # fmt: skip
+
+    async def phase() -> str | None:
+        return (await peering.describe()).typed_search_attributes.get(PEERING_PHASE)
+
+    async def status() -> PeeringStatus:
+        return await peering.query(PeeringWorkflow.status)
+
+    async with (running_worker(worker_settings(localenv, provider, pair["provider_id"])),
+                running_worker(worker_settings(localenv, consumer, consumer_id))):  # fmt: skip
+        await eventually(lambda: ((_advertisement(pair) or {}).get("status") or {}).get("phase") == "Accepted",
+                         timeout=60, what="the Advertisement accepted")  # fmt: skip
+        await eventually(lambda: _is(phase(), "Accepted"), timeout=60, what="the peering Accepted")
+
+        # 1. An outage longer than a cycle, shorter than the TTL.
+        stop_cluster(provider.name, binaries=binaries, workdir=workdir)
+        stopped = datetime.now(UTC)
+        await eventually(lambda: _is(phase(), "Unreachable"), timeout=30, what="PeeringPhase Unreachable")
+        details = await _details(peering)
+        assert "phase **Unreachable**" in details and "last error" in details, details
+        assert (await status()).last_error
+        remaining = max(timedelta(0), stopped + timedelta(seconds=SHORT_OUTAGE) - datetime.now(UTC))
+        await asyncio.sleep(remaining.total_seconds())
+        adv = _advertisement(pair)
+        assert adv is not None and adv["status"]["phase"] == "Accepted" and not adv["metadata"].get("deletionTimestamp")
+        assert datetime.now(UTC) < _parse(adv["spec"]["timeToLive"]), "the outage outlived the TTL: lengthen TTL"
+        assert (await lifecycle.query(AdvertisementWorkflow.status)).teardown is None
+
+        starting = datetime.now(UTC)
+        start_cluster(provider, binaries=binaries, workdir=workdir)
+        back = datetime.now(UTC)
+        await eventually(lambda: _is(phase(), "Accepted"), timeout=PERIOD + PUSH_SLACK + 30, what="the peering recovered")
+        await _recovered_within_a_cycle(peering, starting, back)
+        assert "last error" not in await _details(peering)
+        assert (await lifecycle.query(AdvertisementWorkflow.status)).teardown is None  # never torn down
+
+        # 2. An outage that outlives the TTL: the consumer tears down once it has passed, not before.
+        stop_cluster(provider.name, binaries=binaries, workdir=workdir)
+        adv = _advertisement(pair)
+        assert adv is not None
+        expires = _parse(adv["spec"]["timeToLive"])
+
+        def torn_down() -> bool:
+            obj = _advertisement(pair)
+            gone = obj is None or bool(obj["metadata"].get("deletionTimestamp")) or obj["status"].get("phase") == "Deleting"
+            if gone:
+                assert datetime.now(UTC) >= expires, f"teardown began before the TTL ({expires}) passed"
+            return gone
+
+        await eventually(torn_down, timeout=TTL + 30, interval=0.5, what="the teardown after the TTL")
+        state = await asyncio.wait_for(lifecycle.result(), timeout=60)
+        assert state.teardown == "Expired"
+        assert min(state.deleted.values()) >= expires
+        starting = datetime.now(UTC)
+        start_cluster(provider, binaries=binaries, workdir=workdir)
+        back = datetime.now(UTC)
+        # The provider's next push puts a fresh Advertisement there; the consumer accepts it anew.
+        await eventually(lambda: ((_advertisement(pair) or {}).get("status") or {}).get("phase") == "Accepted",
+                         timeout=PERIOD + PUSH_SLACK + 60, what="a fresh Advertisement accepted")  # fmt: skip
+        await eventually(lambda: _is(phase(), "Accepted"), timeout=60, what="the peering Accepted again")
+        await _recovered_within_a_cycle(peering, starting, back)
+    stuck = []
+    for workflow_id in (peering.id, lifecycle.id):
+        stuck += await failed_workflow_tasks(temporal_client, workflow_id)
+    assert stuck == []
+
+
+async def _recovered_within_a_cycle(peering: WorkflowHandle[Any, Any], starting: datetime, back: datetime) -> None:
+    """The first push that succeeded since the API server was being started came at most a cycle after it
+    served again (`back`, when start_cluster saw it serve: a push may even beat that)."""
+    pushed = await eventually(lambda: _first_push_after(peering, starting), timeout=PERIOD + PUSH_SLACK + 30,
+                              what="a push that succeeded since the API server is back")  # fmt: skip
+    assert pushed - back <= timedelta(seconds=PERIOD + PUSH_SLACK), (
+        f"the first push after recovery succeeded {pushed - back} after the API server was back: more than a "
+        f"cycle ({PERIOD} s, + {PUSH_SLACK} s for the push itself)"
+    )
+
+
+async def _is(value: Any, expected: str) -> bool:
+    return await value == expected

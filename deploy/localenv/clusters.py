@@ -85,6 +85,7 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
             cluster = LocalCluster(name=name, kubeconfig=_write_kubeconfig(name, binaries=binaries, workdir=workdir))
             try:
                 install_crds(cluster, binaries=binaries)
+                _wait_default_service_account(cluster, binaries=binaries)
                 return cluster
             except subprocess.CalledProcessError:
                 pass  # kwokctl gave up waiting and said yes: its port may be another cluster's (see below)
@@ -182,6 +183,13 @@ def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def _wait_default_service_account(cluster: LocalCluster, *, binaries: Binaries) -> None:
+    """Pods are refused until the controller-manager has made the namespace's `default` ServiceAccount,
+    which under load comes seconds after the API server answers."""
+    subprocess.run([str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), "wait", "--for=create",
+                    "--timeout=60s", "-n", "default", "serviceaccount/default"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 
 
 def fake_node(

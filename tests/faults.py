@@ -11,7 +11,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,13 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from activities.kube import read_cluster_object
+from activities.kube import apply_cluster_object, read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from models.names import (
     ADVERTISEMENTS,
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
     GROUP,
     LABEL_MANAGED_BY,
     LABEL_OFFLOADED,
@@ -38,6 +41,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from tests.kube import create_namespace, create_node
 
 # The sequence of kill points is drawn from this seed (printed by the tests, overridable to replay one).
 DEFAULT_SEED = 20261123
@@ -115,6 +119,20 @@ class Pair:
     consumer: LocalCluster
     provider_id: str
     consumer_id: str
+
+
+def new_pair(make_cluster: Callable[[str], LocalCluster], unique: str) -> Pair:
+    """Two clusters of the test's own: a provider with one 8-CPU node sharing 50%, and a consumer with
+    tidepool's system namespace and an `app` namespace for workloads."""
+    pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
+    provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
+    create_node(provider, "big", cpu="8", memory="16Gi")
+    apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+                                                     "metadata": {"name": CLUSTER_CONFIG_NAME},
+                                                     "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
+    create_namespace(consumer, SYSTEM_NAMESPACE)
+    create_namespace(consumer, "app")
+    return pair
 
 
 def _names(items: Iterable[Any]) -> list[str]:

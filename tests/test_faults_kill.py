@@ -17,18 +17,14 @@ import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
-    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     admission_workflow_id,
     advertisement_name,
@@ -42,8 +38,9 @@ from tests.faults import (
     convergence_problems,
     failed_workflow_tasks,
     fault_seed,
+    new_pair,
 )
-from tests.kube import create_namespace, create_node, delete_quietly
+from tests.kube import delete_quietly
 from tests.running import eventually
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
@@ -108,14 +105,8 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
     seed = fault_seed()
     print(f"kill points drawn with seed {seed} (TIDEPOOL_FAULT_SEED)", flush=True)
     killer = Killer(seed)
-    pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
+    pair = new_pair(make_cluster, unique)
     provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
-    create_node(provider, "big", cpu="8", memory="16Gi")
-    apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-                                                     "metadata": {"name": CLUSTER_CONFIG_NAME},
-                                                     "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
-    create_namespace(consumer, SYSTEM_NAMESPACE)
-    create_namespace(consumer, "app")
     workers = {
         "provider": WorkerProcess(cluster=pair.provider, cluster_id=pair.provider_id, pod_cidr="10.1.0.0/16",
                                   temporal_address=localenv.temporal_address, log=tmp_path / "provider-worker.log"),

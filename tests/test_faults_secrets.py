@@ -29,15 +29,12 @@ from temporalio.api.sdk.v1 import UserMetadata
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState, temporal_namespace
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
@@ -51,10 +48,10 @@ from tests.faults import (
     SecretValues,
     WorkerProcess,
     convergence_problems,
+    new_pair,
     scan_history,
     scan_namespace,
 )
-from tests.kube import create_namespace, create_node
 from tests.running import eventually
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering, request_secret_name
@@ -148,14 +145,8 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
     localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
     tmp_path: Path,
 ) -> None:
-    pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
+    pair = new_pair(make_cluster, unique)
     provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
-    create_node(provider, "big", cpu="8", memory="16Gi")
-    apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-                                                     "metadata": {"name": CLUSTER_CONFIG_NAME},
-                                                     "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
-    create_namespace(consumer, SYSTEM_NAMESPACE)
-    create_namespace(consumer, "app")
     # Each worker in its own Temporal namespace, as in production.
     namespaces = {"provider": temporal_namespace("a"), "consumer": temporal_namespace("b")}
     assert set(namespaces.values()) <= set(localenv.temporal_namespaces)

@@ -477,7 +477,7 @@ GARBAGE_SLICES = [
     pytest.param("a slice", "not a JSON ResourceList", id="a slice that is no JSON"),
     pytest.param('["cpu", "1"]', "must be a JSON object of quantities", id="a slice that is a list"),
     pytest.param('{"cpu": "lots"}', "lots", id="a slice whose quantity is none"),
-    pytest.param('{"cpu": "0", "memory": "0"}', "", id="a slice of nothing"),
+    pytest.param('{"cpu": "0", "memory": "0"}', "must be positive", id="a slice of nothing"),
 ]  # fmt: skip
 
 

@@ -1,0 +1,33 @@
+"""`python -m bench <name> [--param value ...]`, or `python -m bench all`. Parameters are each
+benchmark's DEFAULTS, given as `--name value` (e.g. `--changes 50`); the figures go to stdout as JSON
+lines, progress to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+# In the order `all` runs them: cheap and pure first, the heavy API-server one last.
+BENCHMARKS = ("pool_placement",)
+
+
+def _params(name: str, overrides: list[str]) -> dict[str, Any]:
+    defaults: dict[str, Any] = importlib.import_module(f"bench.{name}").DEFAULTS
+    parser = argparse.ArgumentParser(prog=f"python -m bench {name}")
+    for key, value in defaults.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=type(value), default=value)
+    return vars(parser.parse_args(overrides))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("name", choices=[*BENCHMARKS, "all"])
+    args, rest = parser.parse_known_args(argv)
+    for name in BENCHMARKS if args.name == "all" else (args.name,):
+        params = _params(name, rest if args.name != "all" else [])
+        importlib.import_module(f"bench.{name}").run(params)
+
+
+if __name__ == "__main__":
+    main()

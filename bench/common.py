@@ -11,12 +11,18 @@ import math
 import os
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client as k8s
+
+from activities.informer import Informer
 from deploy.localenv.env import EnvState, down, up
+from models.names import ADVERTISEMENTS, GROUP, VERSION
 
 
 def figure_line(
@@ -74,3 +80,57 @@ def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = No
     finally:
         log("tearing the environment down")
         down(state_dir)  # also removes the state directory
+
+
+class AdvertisementWatch:
+    """Follows the Advertisements on a foreign cluster with the product's informer and records when each
+    version of one arrived (perf_counter) and the cpu it advertises, for latency measurements."""
+
+    def __init__(self, foreign: k8s.ApiClient, name: str) -> None:
+        self.name = name
+        self.seen: list[tuple[float, str | None]] = []
+        self._changed = threading.Condition()
+        custom = k8s.CustomObjectsApi(foreign)
+        self._informer = Informer(
+            f"advertisements-{name}", custom.list_cluster_custom_object, on_sync=self._sync, on_event=self._event,
+            group=GROUP, version=VERSION, plural=ADVERTISEMENTS,
+        )  # fmt: skip
+
+    def __enter__(self) -> AdvertisementWatch:
+        self._informer.start()
+        self._informer.wait_synced(60)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._informer.stop()
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        if obj.get("metadata", {}).get("name") != self.name:
+            return
+        cpu = ((obj.get("spec") or {}).get("resourceQuota") or {}).get("hard", {}).get("cpu")
+        with self._changed:
+            self.seen.append((time.perf_counter(), cpu))
+            self._changed.notify_all()
+
+    def _sync(self, objs: list[dict[str, Any]]) -> None:
+        for obj in objs:
+            self._record(obj)
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._record(obj)
+
+    def wait_for(self, cpu: str, *, after: float, timeout: float = 60) -> float:
+        """The perf_counter time at which a version advertising `cpu` arrived after `after`."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for at, seen in reversed(self.seen):
+                    if at < after:
+                        break
+                    if seen == cpu:
+                        return at
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no Advertisement {self.name} with cpu {cpu} within {timeout} s")
+                self._changed.wait(left)

@@ -33,7 +33,7 @@ def figure_line(
     return json.dumps(
         {"name": name, "value": _round(value), "unit": unit, "baseline": _round(baseline), "ratio": ratio,
          "params": params or {}},
-        sort_keys=False,
+        ensure_ascii=False,
     )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ def figure_line(
     name: str, value: float, unit: str, *, baseline: float | None, params: dict[str, Any] | None = None
 ) -> str:
     """One figure as a JSON line; `ratio` is value / baseline (None without a usable baseline)."""
-    ratio = None if baseline is None or baseline == 0 else round(value / baseline, 3)
+    ratio = None if baseline is None or baseline == 0 else float(f"{value / baseline:.4g}")
     return json.dumps(
         {"name": name, "value": _round(value), "unit": unit, "baseline": _round(baseline), "ratio": ratio,
          "params": params or {}},
@@ -42,7 +42,8 @@ def emit(name: str, value: float, unit: str, *, baseline: float | None, params: 
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 4)
+    """Four significant digits: more is noise on a shared machine."""
+    return None if value is None else float(f"{float(value):.4g}")
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -83,3 +83,16 @@ def test_generated_pool_workloads_ask_for_close_to_the_load_and_never_more(load:
     workload = generate(seed=1, clusters=6, load=load)
     assert load - 0.05 <= workload.load <= load
     assert workload == generate(seed=1, clusters=6, load=load)  # deterministic per seed
+
+
+def test_pool_placement_prints_figures_and_no_policy_beats_the_optimal_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.pool_placement import run
+
+    run({"seeds": 2, "clusters": 4, "loads": "90,100", "solver_seconds": 30, "max_slices": 12})
+    figures = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {tuple(sorted(f)) for f in figures} == {("baseline", "name", "params", "ratio", "unit", "value")}
+    shares = {f["name"]: f for f in figures if ".share." in f["name"]}
+    assert len(shares) == 6  # spread, pack and optimal at two loads
+    for figure in shares.values():
+        assert figure["value"] <= figure["params"]["optimal_percent"] + 0.01, figure  # both rounded for print
+        assert figure["params"]["optimal_proven"]

@@ -9,7 +9,14 @@ import importlib
 from typing import Any
 
 # In the order `all` runs them: cheap and pure first, the heavy API-server one last.
-BENCHMARKS = ("pool_placement", "push_latency", "actions_per_day", "offload_latency", "peering_scale", "resource_compute")
+BENCHMARKS = (
+    "pool_placement",
+    "push_latency",
+    "actions_per_day",
+    "offload_latency",
+    "peering_scale",
+    "resource_compute",
+)
 
 
 def _params(name: str, overrides: list[str]) -> dict[str, Any]:

@@ -85,7 +85,9 @@ def test_generated_pool_workloads_ask_for_close_to_the_load_and_never_more(load:
     assert workload == generate(seed=1, clusters=6, load=load)  # deterministic per seed
 
 
-def test_pool_placement_prints_figures_and_no_policy_beats_the_optimal_bound(capsys: pytest.CaptureFixture[str]) -> None:
+def test_pool_placement_prints_figures_and_no_policy_beats_the_optimal_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from bench.pool_placement import run
 
     run({"seeds": 2, "clusters": 4, "loads": "90,100", "solver_seconds": 30, "max_slices": 12})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
+import sys
 from typing import Any
 
 # In the order `all` runs them: cheap and pure first, the heavy API-server one last.
@@ -27,7 +29,12 @@ def _params(name: str, overrides: list[str]) -> dict[str, Any]:
     return vars(parser.parse_args(overrides))
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)  # unwinds like Ctrl-C, so each benchmark tears its environment down
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=[*BENCHMARKS, "all"])
     args, rest = parser.parse_known_args(argv)

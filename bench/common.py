@@ -73,14 +73,26 @@ def log(message: str) -> None:
 
 @contextmanager
 def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = None) -> Iterator[EnvState]:
-    """A Temporal dev server (in memory) and `clusters`, in a temporary state directory, for one benchmark."""
-    state_dir = Path(tempfile.mkdtemp(prefix="tidepool-bench-"))
-    log(f"starting Temporal and clusters {', '.join(clusters)} in {state_dir}")
-    try:
-        yield up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
-    finally:
-        log("tearing the environment down")
-        down(state_dir)  # also removes the state directory
+    """A Temporal dev server (in memory) and `clusters`, in a temporary state directory, for one benchmark.
+    On a loaded machine a cluster sometimes fails to come up (its API server not ready in time for the
+    CRDs): the environment is then started once more from scratch, as the figures do not depend on it."""
+    for attempt in (1, 2):
+        state_dir = Path(tempfile.mkdtemp(prefix="tidepool-bench-"))
+        log(f"starting Temporal and clusters {', '.join(clusters)} in {state_dir}")
+        try:
+            state = up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
+        except Exception as e:
+            down(state_dir)
+            if attempt == 2:
+                raise
+            log(f"the environment did not come up ({e}); starting it again")
+            continue
+        try:
+            yield state
+        finally:
+            log("tearing the environment down")
+            down(state_dir)  # also removes the state directory
+        return
 
 
 class AdvertisementWatch:

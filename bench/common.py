@@ -21,6 +21,8 @@ from typing import Any
 from kubernetes import client as k8s
 
 from activities.informer import Informer
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import delete_cluster
 from deploy.localenv.env import EnvState, down, up
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 
@@ -82,6 +84,10 @@ def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = No
         try:
             state = up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
         except Exception as e:
+            # down() knows only the clusters that came up; the one that failed may have left processes.
+            binaries = ensure_binaries()
+            for name in clusters:
+                delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
             down(state_dir)
             if attempt == 2:
                 raise

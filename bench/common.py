@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kubernetes import client as k8s
 
@@ -39,8 +39,13 @@ def figure_line(
     )  # fmt: skip
 
 
+# Where figures go: `python -m bench` points this at the original stdout and sends everything else
+# written to stdout (the Temporal core's own log lines among them) to stderr.
+figures_out: TextIO | None = None
+
+
 def emit(name: str, value: float, unit: str, *, baseline: float | None, params: dict[str, Any] | None = None) -> None:
-    print(figure_line(name, value, unit, baseline=baseline, params=params), flush=True)
+    print(figure_line(name, value, unit, baseline=baseline, params=params), file=figures_out or sys.stdout, flush=True)
 
 
 def _round(value: float | None) -> float | None:

@@ -93,7 +93,12 @@ def up(
     state.save()
     for name in clusters:
         started = time.monotonic()
-        cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
+        try:
+            cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
+        except BaseException:
+            # `down` knows only the clusters in the state: one that failed half-way is stopped here.
+            delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
+            raise
         state.kubeconfigs[name] = str(cluster.kubeconfig)
         state.startup_seconds[f"cluster-{name}"] = round(time.monotonic() - started, 2)
         state.save()

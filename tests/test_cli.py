@@ -79,5 +79,6 @@ def test_tidepool_status_shows_one_table_across_clusters(clusters: Clusters) -> 
                              "--cluster", f"b={clusters.b.kubeconfig}"], capture_output=True, text=True, timeout=60,
                             cwd=Path(__file__).resolve().parents[1])  # fmt: skip
     assert result.returncode == 0, result.stderr
-    for title in ("Peerings (provider side)", "Advertisements (consumer side)", "Virtual nodes", "Pool placements"):
+    for title in ("Peerings (provider side)", "Advertisements (consumer side)", "Virtual nodes", "Offloaded pods",
+                  "Pool placements", "Pool pods"):
         assert title in result.stdout

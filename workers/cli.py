@@ -1,6 +1,7 @@
 """The `tidepool` command: what the `temporal` CLI cannot show in one view.
 
-  tidepool status [--cluster NAME=KUBECONFIG ...]   peerings, advertisements, virtual nodes, pool placements
+  tidepool status [--cluster NAME=KUBECONFIG ...]   peerings, advertisements, virtual nodes, offloaded pods,
+                                                    pool placements and pool pods
   tidepool peer --provider KUBECONFIG --consumer KUBECONFIG --consumer-id ID
   tidepool unpeer --provider KUBECONFIG --consumer-id ID
 
@@ -21,14 +22,17 @@ from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState
 from models.names import (
     ADVERTISEMENTS,
     GROUP,
+    LABEL_CONSUMER,
     LABEL_NODE_TYPE,
+    LABEL_OFFLOADED,
     PEERING_REQUESTS,
+    PLACEMENTS_ANNOTATION,
+    POD_CLUSTER_ANNOTATION,
     VERSION,
     VIRTUAL_NODE_TYPE,
 )
+from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.peer import cancel_peering, request_peering
-
-PLACEMENT_ANNOTATION = "pool.tidepool.io/placements"
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -48,7 +52,7 @@ def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
 
 
 def status(clusters: dict[str, Path]) -> str:
-    peerings, adverts, nodes, placements = [], [], [], []
+    peerings, adverts, nodes, offloaded, placements, pool_pods = [], [], [], [], [], []
     for name, kubeconfig in clusters.items():
         api = client_from_kubeconfig_file(str(kubeconfig))
         for request in _list(api, PEERING_REQUESTS):
@@ -67,16 +71,29 @@ def status(clusters: dict[str, Path]) -> str:
             nodes.append([name, node.metadata.name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
                           node.status.allocatable.get("cpu", "—"), node.status.allocatable.get("memory", "—"),
                           str(len(pods))])  # fmt: skip
+        # A reflected pod says which consumer's pod it runs for: where offloaded pods really run.
+        for pod in core.list_pod_for_all_namespaces(label_selector=f"{LABEL_OFFLOADED}=true").items:
+            origin = pod.metadata.annotations or {}
+            offloaded.append([(pod.metadata.labels or {}).get(LABEL_CONSUMER, "?"),
+                              f"{origin.get(ORIGIN_NAMESPACE, '?')}/{origin.get(ORIGIN_NAME, '?')}", name,
+                              f"{pod.metadata.namespace}/{pod.metadata.name}", pod.status.phase or "Pending"])  # fmt: skip
         for ns in core.list_namespace().items:
-            annotation = (ns.metadata.annotations or {}).get(PLACEMENT_ANNOTATION)
+            annotation = (ns.metadata.annotations or {}).get(PLACEMENTS_ANNOTATION)
             if annotation:
                 placements.append([name, ns.metadata.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
+        for pod in core.list_pod_for_all_namespaces().items:
+            super_cluster = (pod.metadata.annotations or {}).get(POD_CLUSTER_ANNOTATION)
+            if super_cluster:
+                pool_pods.append([name, f"{pod.metadata.namespace}/{pod.metadata.name}", super_cluster,
+                                  pod.status.phase or "Pending"])  # fmt: skip
     return "".join([
         _table("Peerings (provider side)", ["provider", "foreign", "phase", "foreign decision", "last push"], peerings),
         _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],
                adverts),
         _table("Virtual nodes", ["cluster", "node", "ready", "cpu", "memory", "pods"], nodes),
+        _table("Offloaded pods", ["consumer", "pod", "runs in", "as", "phase there"], offloaded),
         _table("Pool placements", ["tenant", "namespace", "slices per super cluster"], placements),
+        _table("Pool pods", ["tenant", "pod", "super cluster", "phase"], pool_pods),
     ])  # fmt: skip
 
 

@@ -31,16 +31,31 @@ def worker_settings(
 
 @asynccontextmanager
 async def running_worker(settings: WorkerSettings) -> AsyncIterator[None]:
+    """The worker runs beside the test body; if it stops on its own, the body is cancelled and the test
+    fails with what stopped the worker, instead of waiting for a workflow nobody serves."""
     stop = asyncio.Event()
     task = asyncio.create_task(run(settings, stop=stop))
-    await asyncio.sleep(0.5)
-    if task.done():
-        task.result()  # raise what stopped it
+    body = asyncio.current_task()
+
+    def stopped(_: asyncio.Task[None]) -> None:
+        if not stop.is_set() and body is not None:
+            body.cancel("the worker stopped")
+
+    task.add_done_callback(stopped)
     try:
+        await asyncio.sleep(0.5)  # the worker's pollers and watchers start
         yield
+    except asyncio.CancelledError:
+        if task.done() and not stop.is_set():
+            raise RuntimeError("the worker stopped while the test ran") from _error_of(task)
+        raise
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=60)
+
+
+def _error_of(task: asyncio.Task[None]) -> BaseException | None:
+    return None if task.cancelled() else task.exception()
 
 
 async def eventually(check, *, timeout: float = 30, interval: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]

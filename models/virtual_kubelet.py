@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from models.names import (
@@ -157,6 +158,16 @@ def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
     if not spec["volumes"]:
         spec.pop("volumes")
     return spec
+
+
+# How long past its grace period a copy may stay Terminating in the provider before teardown force-deletes
+# it: a provider node that never confirms a deletion must not hold the teardown (and the namespace) for ever.
+FORCE_DELETE_AFTER_GRACE_SECONDS = 10
+
+
+def overdue_for_force_delete(deletion_deadline: datetime | None, *, now: datetime) -> bool:
+    """A pod's deletionTimestamp is the end of its grace period; past it by the margin, teardown stops waiting."""
+    return deletion_deadline is not None and (now - deletion_deadline).total_seconds() > FORCE_DELETE_AFTER_GRACE_SECONDS
 
 
 def status_for_consumer(provider_status: dict[str, Any]) -> dict[str, Any]:

@@ -242,7 +242,7 @@ async def test_teardown_deletes_the_node_then_the_virtual_kubelet_then_the_adver
         k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
                                                        {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})
         handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
-        state = await handle.result()
+        state = await asyncio.wait_for(handle.result(), timeout=180)
     deleted = state.deleted
     assert deleted["virtual-node"] < deleted["virtual-kubelet"] < deleted["advertisement"]
     await replay_all_runs(temporal_client, advertisement_workflow_id(provider))

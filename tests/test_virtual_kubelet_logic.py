@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from models.virtual_kubelet import (
+    overdue_for_force_delete,
     referenced_objects,
     reflected_name,
     safe_pod_spec,
@@ -91,3 +94,18 @@ def test_the_deployment_runs_the_configured_image_and_exposes_its_metrics_port()
     off = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
                                      kubeconfig_secret="k")  # fmt: skip
     assert off["spec"]["template"]["spec"]["containers"][0]["ports"] == []
+
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("deadline", "overdue"), [
+    pytest.param(None, False, id="not being deleted"),
+    pytest.param(NOW + timedelta(seconds=25), False, id="within its grace period"),
+    pytest.param(NOW - timedelta(seconds=5), False, id="just past it: the provider may still confirm"),
+    pytest.param(NOW - timedelta(seconds=11), True, id="past it by more than the margin"),
+])  # fmt: skip
+def test_teardown_force_deletes_a_copy_only_once_its_grace_period_is_well_past(
+    deadline: datetime | None, overdue: bool
+) -> None:
+    assert overdue_for_force_delete(deadline, now=NOW) is overdue

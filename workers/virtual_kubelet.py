@@ -50,6 +50,7 @@ from models.virtual_kubelet import (
     ORIGIN_NAMESPACE,
     ORIGIN_UID,
     REFLECTED_ANNOTATION,
+    overdue_for_force_delete,
     referenced_objects,
     reflected_name,
     safe_pod_spec,
@@ -314,8 +315,13 @@ class VirtualKubelet:
         for deleter in (self.remote.delete_collection_namespaced_pod, self.remote.delete_collection_namespaced_config_map,
                         self.remote.delete_collection_namespaced_secret):
             deleter(self.remote_namespace, label_selector=selector)
-        remaining = [p.metadata.name for p in self.remote.list_namespaced_pod(self.remote_namespace,
-                                                                               label_selector=selector).items]
+        remaining = self.remote.list_namespaced_pod(self.remote_namespace, label_selector=selector).items
+        now = datetime.now(UTC)
+        for pod in remaining:
+            if overdue_for_force_delete(pod.metadata.deletion_timestamp, now=now):
+                log.warning("teardown: %s still terminating past its grace period; deleting it at once", pod.metadata.name)
+                ignore_not_found(self.remote.delete_namespaced_pod, pod.metadata.name, self.remote_namespace,
+                                 grace_period_seconds=0)  # fmt: skip
         if remaining:
             log.info("teardown: %d pods still going in the provider", len(remaining))
             return False

@@ -21,23 +21,19 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from bench.common import emit, local_env, log, percentile
 from deploy.localenv.clusters import fake_node
 from deploy.localenv.deployments import DeploymentRunner
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     LABEL_PROVIDER,
-    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     advertisement_name,
     foreign_namespace,
     virtual_node_name,
 )
-from tests.kube import create_namespace, create_node
+from tests.faults import prepare_pair
 from tests.running import running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
@@ -94,12 +90,7 @@ async def _measure(params: dict[str, Any]) -> None:
         p_api, c_api = provider.api_client(), consumer.api_client()
         p_core, c_core = k8s.CoreV1Api(p_api), k8s.CoreV1Api(c_api)
         provider_id, consumer_id = "bench-provider", "bench-consumer"
-        create_node(p_api, "big", cpu="8", memory="16Gi")
-        apply_cluster_object(p_api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-                                                      "metadata": {"name": CLUSTER_CONFIG_NAME},
-                                                      "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
-        create_namespace(c_api, SYSTEM_NAMESPACE)
-        create_namespace(c_api, "app")
+        prepare_pair(p_api, c_api)
         node, adv = virtual_node_name(provider_id), advertisement_name(provider_id)
         network = NetworkModule(c_api, local_pod_cidr="10.2.0.0/16").start()
         async with AsyncExitStack() as stack:

@@ -125,14 +125,18 @@ def new_pair(make_cluster: Callable[[str], LocalCluster], unique: str) -> Pair:
     """Two clusters of the test's own: a provider with one 8-CPU node sharing 50%, and a consumer with
     tidepool's system namespace and an `app` namespace for workloads."""
     pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
-    provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
+    prepare_pair(pair.provider.api_client(), pair.consumer.api_client())
+    return pair
+
+
+def prepare_pair(provider: k8s.ApiClient, consumer: k8s.ApiClient) -> None:
+    """What a peering of the fault tests and benchmarks starts from, on two fresh clusters."""
     create_node(provider, "big", cpu="8", memory="16Gi")
     apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
                                                      "metadata": {"name": CLUSTER_CONFIG_NAME},
                                                      "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
     create_namespace(consumer, SYSTEM_NAMESPACE)
     create_namespace(consumer, "app")
-    return pair
 
 
 def _names(items: Iterable[Any]) -> list[str]:

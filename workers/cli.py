@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -65,27 +66,27 @@ def status(clusters: dict[str, Path]) -> str:
             adverts.append([name, adv["spec"].get("clusterId", "?"), st.get("phase", "Pending"), st.get("reason", ""),
                             hard.get("cpu", "—"), hard.get("memory", "—"), adv["spec"].get("timeToLive", "—")])  # fmt: skip
         core = k8s.CoreV1Api(api)
+        # One list of the cluster's pods serves the virtual nodes' counts, the offloaded and the pool pods.
+        pods = core.list_pod_for_all_namespaces().items
+        pods_per_node = Counter(pod.spec.node_name for pod in pods)
         for node in core.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items:
             ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
-            pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
             nodes.append([name, node.metadata.name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
                           node.status.allocatable.get("cpu", "—"), node.status.allocatable.get("memory", "—"),
-                          str(len(pods))])  # fmt: skip
-        # A reflected pod says which consumer's pod it runs for: where offloaded pods really run.
-        for pod in core.list_pod_for_all_namespaces(label_selector=f"{LABEL_OFFLOADED}=true").items:
-            origin = pod.metadata.annotations or {}
-            offloaded.append([(pod.metadata.labels or {}).get(LABEL_CONSUMER, "?"),
-                              f"{origin.get(ORIGIN_NAMESPACE, '?')}/{origin.get(ORIGIN_NAME, '?')}", name,
-                              f"{pod.metadata.namespace}/{pod.metadata.name}", pod.status.phase or "Pending"])  # fmt: skip
+                          str(pods_per_node[node.metadata.name])])  # fmt: skip
+        for pod in pods:
+            labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
+            where, phase = f"{pod.metadata.namespace}/{pod.metadata.name}", pod.status.phase or "Pending"
+            if labels.get(LABEL_OFFLOADED) == "true":  # a reflected pod: where a consumer's pod really runs
+                offloaded.append([labels.get(LABEL_CONSUMER, "?"),
+                                  f"{annotations.get(ORIGIN_NAMESPACE, '?')}/{annotations.get(ORIGIN_NAME, '?')}", name,
+                                  where, phase])  # fmt: skip
+            if POD_CLUSTER_ANNOTATION in annotations:
+                pool_pods.append([name, where, annotations[POD_CLUSTER_ANNOTATION], phase])
         for ns in core.list_namespace().items:
             annotation = (ns.metadata.annotations or {}).get(PLACEMENTS_ANNOTATION)
             if annotation:
                 placements.append([name, ns.metadata.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
-        for pod in core.list_pod_for_all_namespaces().items:
-            super_cluster = (pod.metadata.annotations or {}).get(POD_CLUSTER_ANNOTATION)
-            if super_cluster:
-                pool_pods.append([name, f"{pod.metadata.namespace}/{pod.metadata.name}", super_cluster,
-                                  pod.status.phase or "Pending"])  # fmt: skip
     return "".join([
         _table("Peerings (provider side)", ["provider", "foreign", "phase", "foreign decision", "last push"], peerings),
         _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],

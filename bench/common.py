@@ -21,8 +21,6 @@ from typing import Any, TextIO
 from kubernetes import client as k8s
 
 from activities.informer import Informer
-from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import delete_cluster
 from deploy.localenv.env import EnvState, down, up
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 
@@ -65,12 +63,12 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def rss_mb(pid: int | None = None) -> float:
-    """Resident memory of a process (this one by default), from /proc, in MiB."""
+def rss_mb(pid: int | None = None, *, field: str = "VmRSS") -> float:
+    """Resident memory of a process (this one by default), from /proc, in MiB: now (VmRSS) or its peak (VmHWM)."""
     for line in Path(f"/proc/{pid or os.getpid()}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
 
 
 def log(message: str) -> None:
@@ -80,30 +78,15 @@ def log(message: str) -> None:
 
 @contextmanager
 def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = None) -> Iterator[EnvState]:
-    """A Temporal dev server (in memory) and `clusters`, in a temporary state directory, for one benchmark.
-    On a loaded machine a cluster sometimes fails to come up (its API server not ready in time for the
-    CRDs): the environment is then started once more from scratch, as the figures do not depend on it."""
-    for attempt in (1, 2):
-        state_dir = Path(tempfile.mkdtemp(prefix="tidepool-bench-"))
-        log(f"starting Temporal and clusters {', '.join(clusters)} in {state_dir}")
-        try:
-            state = up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
-        except Exception as e:
-            # down() knows only the clusters that came up; the one that failed may have left processes.
-            binaries = ensure_binaries()
-            for name in clusters:
-                delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
-            down(state_dir)
-            if attempt == 2:
-                raise
-            log(f"the environment did not come up ({e}); starting it again")
-            continue
-        try:
-            yield state
-        finally:
-            log("tearing the environment down")
-            down(state_dir)  # also removes the state directory
-        return
+    """A Temporal dev server (in memory) and `clusters`, in a temporary state directory, for one benchmark;
+    torn down afterwards, or as far as it came up (`up` retries a cluster that fails to start)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="tidepool-bench-"))
+    log(f"starting Temporal and clusters {', '.join(clusters)} in {state_dir}")
+    try:
+        yield up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
+    finally:
+        log("tearing the environment down")
+        down(state_dir)  # also removes the state directory
 
 
 class AdvertisementWatch:

@@ -23,7 +23,6 @@ from kubernetes import client as k8s
 
 from activities.kube import read_cluster_object
 from bench.common import emit, local_env, log, percentile
-from deploy.localenv.clusters import fake_node
 from deploy.localenv.deployments import DeploymentRunner
 from models.names import (
     ADVERTISEMENTS,
@@ -34,7 +33,8 @@ from models.names import (
     virtual_node_name,
 )
 from tests.faults import prepare_pair
-from tests.running import running_worker, worker_settings
+from tests.kube import create_node, pod_spec
+from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
 
@@ -44,14 +44,10 @@ TIMEOUT = 180
 
 
 async def _until(check: Any, what: str) -> float:
-    """Polls `check` until truthy; returns the perf_counter time at which it first was."""
-    deadline = time.perf_counter() + TIMEOUT
-    while True:
-        if await asyncio.to_thread(check):
-            return time.perf_counter()
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"timed out after {TIMEOUT} s waiting for {what}")
-        await asyncio.sleep(POLL)
+    """Polls `check` (a blocking call, run in a thread) until truthy; returns the perf_counter time at which
+    it first was."""
+    return float(await eventually(lambda: asyncio.to_thread(lambda: check() and time.perf_counter()),
+                                  timeout=TIMEOUT, interval=POLL, what=what))  # fmt: skip
 
 
 def _ready(core: k8s.CoreV1Api, name: str) -> bool:
@@ -75,11 +71,9 @@ def _phase(api: k8s.ApiClient, name: str) -> str | None:
 
 
 def _pod(name: str, *, selector: dict[str, str], tolerate: bool) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
-                            "nodeSelector": selector}  # fmt: skip
-    if tolerate:
-        spec["tolerations"] = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]
-    return {"metadata": {"name": name}, "spec": spec}
+    tolerations = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}] if tolerate else None
+    return {"metadata": {"name": name},
+            "spec": pod_spec(requests={"cpu": "10m"}, node_selector=selector, tolerations=tolerations)}  # fmt: skip
 
 
 async def _measure(params: dict[str, Any]) -> None:
@@ -100,7 +94,7 @@ async def _measure(params: dict[str, Any]) -> None:
             stack.enter_context(DeploymentRunner(consumer.kubeconfig))
             for i in range(peerings):
                 started = time.perf_counter()
-                c_core.create_node(fake_node(f"local-{i}", cpu="8", memory="16Gi"))
+                create_node(c_api, f"local-{i}", cpu="8", memory="16Gi")
                 samples["node_base"].append(
                     await _until(lambda i=i: _ready(c_core, f"local-{i}"), "kwok node") - started
                 )

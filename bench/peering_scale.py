@@ -33,18 +33,15 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.kube import apply_cluster_object, patch_cluster_object_status
+from activities.kube import patch_cluster_object_status
 from bench.common import emit, local_env, log, percentile, rss_mb
 from bench.echo import EchoActivities, TickWorkflow
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     advertisement_name,
     peering_workflow_id,
 )
-from tests.kube import create_node
+from tests.kube import apply_cluster_config, create_node
 from tests.running import running_worker, worker_settings
 from workers.cluster import connect
 from workers.peer import request_peering
@@ -53,13 +50,6 @@ DEFAULTS: dict[str, Any] = {"peerings": 1000, "foreign_clusters": 2, "period": 6
 PUSH = "push_advertisement"
 # The baseline ticks often enough to have samples in any window, whatever the peerings' period.
 TICK_SECONDS = 30
-
-
-def _peak_mb() -> float:
-    for line in open("/proc/self/status").read().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def lateness(client: Client, workflow_id: str, *, since: float, activity: str) -> list[float]:
@@ -97,11 +87,8 @@ async def _measure(params: dict[str, Any]) -> None:
         home = env.cluster("home")
         home_api = home.api_client()
         create_node(home_api, "n1", cpu="64", memory="256Gi", pods="1000")
-        apply_cluster_object(home_api, CLUSTER_CONFIGS, {
-            "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-            "spec": {"outgoing": {"sharingPercentage": 10, "advertisementPeriodSeconds": period,
-                                  "advertisementTimeToLiveSeconds": 3 * period}},
-        })  # fmt: skip
+        apply_cluster_config(home_api, outgoing={"sharingPercentage": 10, "advertisementPeriodSeconds": period,
+                                                 "advertisementTimeToLiveSeconds": 3 * period})  # fmt: skip
         home_id = "bench-home"
         settings = worker_settings(env, home, home_id)
         client = await connect(settings.temporal)
@@ -133,7 +120,7 @@ async def _measure(params: dict[str, Any]) -> None:
                                             {"phase": "Accepted"})  # fmt: skip
             since = time.time() + settle  # pushes already under way finish, the decision checks see it
             await asyncio.sleep(settle + window)
-            rss_end, rss_peak = rss_mb(), _peak_mb()
+            rss_end, rss_peak = rss_mb(), rss_mb(field="VmHWM")
             log("window over; reading histories")
             samples: list[float] = []
             for i in range(0, n, 50):
@@ -158,11 +145,11 @@ async def _measure(params: dict[str, Any]) -> None:
 
 async def _count_pushed(client: Client, ids: list[str]) -> int:
     """Peerings whose workflow has completed a push (their PeeringPhase search attribute left the start)."""
-    wanted, count = set(ids), 0
+    wanted, count = {peering_workflow_id(i) for i in ids}, 0
     async for w in client.list_workflows(
         "WorkflowType = 'PeeringWorkflow' AND PeeringPhase IN ('Advertised', 'Accepted')"
     ):
-        count += w.id.removeprefix("peering-") in wanted
+        count += w.id in wanted
     return count
 
 

@@ -22,11 +22,10 @@ from typing import Any
 
 from temporalio.worker import Worker
 
-from activities.kube import apply_cluster_object
 from bench.common import AdvertisementWatch, emit, local_env, log, percentile
 from bench.echo import EchoActivities, EchoWorkflow
-from models.names import API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, advertisement_name, peering_workflow_id
-from tests.kube import create_node
+from models.names import advertisement_name, peering_workflow_id
+from tests.kube import apply_cluster_config, create_node
 from tests.running import running_worker, worker_settings
 from workers.cluster import connect
 from workers.peer import request_peering
@@ -47,10 +46,7 @@ async def _measure(params: dict[str, Any]) -> None:
         home, foreign = env.cluster("home"), env.cluster("foreign")
         home_api, foreign_api = home.api_client(), foreign.api_client()
         create_node(home_api, "n1", cpu=NODE_CPU, memory="100Gi", pods="1000")
-        apply_cluster_object(home_api, CLUSTER_CONFIGS, {
-            "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-            "spec": {"outgoing": {"sharingPercentage": 1}},
-        })  # fmt: skip
+        apply_cluster_config(home_api, outgoing={"sharingPercentage": 1})
         home_id, foreign_id = "bench-home", "bench-foreign"
         settings = worker_settings(env, home, home_id)
         client = await connect(settings.temporal)

@@ -22,13 +22,10 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     GROUP,
     LABEL_MANAGED_BY,
     LABEL_OFFLOADED,
@@ -41,7 +38,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from tests.kube import create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node
 
 # The sequence of kill points is drawn from this seed (printed by the tests, overridable to replay one).
 DEFAULT_SEED = 20261123
@@ -132,9 +129,7 @@ def new_pair(make_cluster: Callable[[str], LocalCluster], unique: str) -> Pair:
 def prepare_pair(provider: k8s.ApiClient, consumer: k8s.ApiClient) -> None:
     """What a peering of the fault tests and benchmarks starts from, on two fresh clusters."""
     create_node(provider, "big", cpu="8", memory="16Gi")
-    apply_cluster_object(provider, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-                                                     "metadata": {"name": CLUSTER_CONFIG_NAME},
-                                                     "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
+    apply_cluster_config(provider, outgoing={"sharingPercentage": 50})
     create_namespace(consumer, SYSTEM_NAMESPACE)
     create_namespace(consumer, "app")
 

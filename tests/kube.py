@@ -10,10 +10,18 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from activities.kube import apply_cluster_object
 from deploy.localenv.clusters import fake_node, wait_for
+from models.names import API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS
 
-__all__ = ["create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",
+__all__ = ["apply_cluster_config", "create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",
            "flattened_kubeconfig", "pod_spec", "wait_for"]
+
+
+def apply_cluster_config(api: k8s.ApiClient, **spec: dict[str, Any]) -> None:
+    """Server-side applies the cluster's ClusterConfig with these parts, e.g. outgoing={"sharingPercentage": 50}."""
+    apply_cluster_object(api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+                                                "metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": spec})  # fmt: skip
 
 
 def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",

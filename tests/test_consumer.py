@@ -24,8 +24,6 @@ from deploy.localenv.env import EnvState
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     DECISION_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
@@ -35,7 +33,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from tests.kube import create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
 from workflows.advertisement import AdvertisementWorkflow
@@ -59,10 +57,7 @@ def advertisement(provider: str, *, cpu: str = "2", ttl: timedelta = timedelta(m
 
 
 def _incoming(api: k8s.ApiClient, **incoming: Any) -> None:
-    apply_cluster_object(api, CLUSTER_CONFIGS, {
-        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"incoming": incoming},
-    })  # fmt: skip
+    apply_cluster_config(api, incoming=incoming)
 
 
 def _phases(api: k8s.ApiClient) -> dict[str, str | None]:

@@ -45,6 +45,7 @@ def kubectl(*args: str, kubeconfig: Path | None = None, stdin: str | None = None
     return subprocess.run(command, input=stdin, capture_output=True, text=True, check=False, timeout=120)
 
 
+@functools.cache  # several tests read the same overlay: kustomize renders each once
 def render(overlay: str) -> str:
     result = kubectl("kustomize", str(DEPLOY / "overlays" / overlay))
     assert result.returncode == 0, result.stderr

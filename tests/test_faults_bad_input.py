@@ -40,7 +40,6 @@ from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
     API_VERSION,
-    CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
     PEERING_REQUESTS,
     PLACEMENT_STATUS_ANNOTATION,
@@ -57,7 +56,7 @@ from models.names import (
 from models.peering import PeeringInput, PeeringStatus, SecretRef
 from tests.conftest import Clusters
 from tests.faults import WorkerProcess, failed_workflow_tasks
-from tests.kube import create_namespace, create_node, delete_quietly
+from tests.kube import apply_cluster_config, create_namespace, create_node, delete_quietly
 from tests.running import eventually, worker_settings
 from workers.peer import request_peering
 from workflows.advertisement import AdvertisementWorkflow
@@ -194,11 +193,9 @@ async def world(localenv: EnvState, peer_clusters: dict[str, LocalCluster],
     suffix = provider.name.rsplit("-", 1)[-1]
     provider_id, consumer_id = f"prov-{suffix}", f"cons-{suffix}"
     create_node(provider.api_client(), "big", cpu="10", memory="16Gi")
-    apply_cluster_object(provider.api_client(), CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-        "metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {"outgoing": {"sharingPercentage": 50}}})  # fmt: skip
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
-    apply_cluster_object(consumer.api_client(), CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-        "metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {"incoming": {"acceptPolicy": "Manual"}}})  # fmt: skip
+    apply_cluster_config(consumer.api_client(), incoming={"acceptPolicy": "Manual"})
     logs = tmp_path_factory.mktemp("bad-input")
     workers = [WorkerProcess(cluster=c, cluster_id=i, temporal_address=localenv.temporal_address, log=logs / f"{i}.log")
                for c, i in ((provider, provider_id), (consumer, consumer_id))]  # fmt: skip

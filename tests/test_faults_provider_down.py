@@ -7,11 +7,7 @@ TTL has not passed, and must once it has.
 
 The consumer here runs no virtual kubelet, so its keepalive (a virtual node reporting ProviderUnreachable
 for keepalive.thresholdFailures × retrySeconds) is out of play: that is the documented other path to a
-teardown, and with a virtual kubelet it comes first whenever it is shorter than the TTL.
-
-kwokctl picks a cluster's ports when it creates it: while the cluster is stopped, a cluster created meanwhile
-by another environment on the same machine can take them, and the restart then fails (not in one test run,
-which creates no cluster during the outage)."""
+teardown, and with a virtual kubelet it comes first whenever it is shorter than the TTL."""
 
 from __future__ import annotations
 
@@ -26,15 +22,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     SYSTEM_NAMESPACE,
     advertisement_name,
     advertisement_workflow_id,
@@ -42,7 +35,7 @@ from models.names import (
 )
 from models.peering import PeeringStatus
 from tests.faults import failed_workflow_tasks
-from tests.kube import create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
 from workflows.advertisement import AdvertisementWorkflow
@@ -95,11 +88,8 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
     consumer_id = f"cons-{unique}"
     binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
-    apply_cluster_object(provider.api_client(), CLUSTER_CONFIGS, {
-        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"outgoing": {"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
-                              "advertisementTimeToLiveSeconds": TTL}},
-    })  # fmt: skip
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
+                                                          "advertisementTimeToLiveSeconds": TTL})  # fmt: skip
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
     request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
     peering = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(consumer_id))

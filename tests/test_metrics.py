@@ -29,8 +29,6 @@ from deploy.localenv.temporal import free_port
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     SLICE_ANNOTATION,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
@@ -38,7 +36,7 @@ from models.names import (
 )
 from models.quantities import parse_quantity
 from models.settings import MetricsSettings
-from tests.kube import create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from tests.scraping import scrape, scraped, value
 from workers.peer import request_peering
@@ -54,10 +52,7 @@ async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_me
     provider, consumer = make_cluster("prov"), make_cluster("cons")
     provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
     create_node(provider.api_client(), "n1", cpu="6", memory="12Gi")
-    apply_cluster_object(provider.api_client(), CLUSTER_CONFIGS, {
-        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"outgoing": {"sharingPercentage": 50}},
-    })  # fmt: skip
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
     request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
     provider_port, consumer_port = free_port(), free_port()
     provider_settings = worker_settings(localenv, provider, provider_id).model_copy(

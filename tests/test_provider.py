@@ -16,14 +16,11 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import TimeSkipper
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     LABEL_NODE_TYPE,
     LABEL_OFFLOADED,
     PEERING_REQUESTS,
@@ -37,6 +34,7 @@ from models.names import (
 from models.peering import PeeringInput, PeeringStatus, SecretRef
 from tests.conftest import Clusters
 from tests.kube import (
+    apply_cluster_config,
     create_namespace,
     create_node,
     create_pod,
@@ -52,10 +50,7 @@ pytestmark = [pytest.mark.env, pytest.mark.provider]
 
 
 def _config(api: k8s.ApiClient, **outgoing: Any) -> None:
-    apply_cluster_object(api, CLUSTER_CONFIGS, {
-        "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"outgoing": outgoing},
-    })  # fmt: skip
+    apply_cluster_config(api, outgoing=outgoing)
 
 
 def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:

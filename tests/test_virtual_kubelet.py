@@ -13,16 +13,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from activities.kube import apply_cluster_object, read_cluster_object
+from activities.kube import read_cluster_object
 from activities.metrics import REFLECTED_PODS
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
@@ -32,7 +29,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from tests.kube import create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from tests.scraping import scrape, value
 from workers.network import NetworkModule
@@ -59,9 +56,7 @@ class Peering:
 
 
 def _sharing(api: k8s.ApiClient, percent: int) -> None:
-    apply_cluster_object(api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-                                                "metadata": {"name": CLUSTER_CONFIG_NAME},
-                                                "spec": {"outgoing": {"sharingPercentage": percent}}})  # fmt: skip
+    apply_cluster_config(api, outgoing={"sharingPercentage": percent})
 
 
 def _ready_node(core: k8s.CoreV1Api, name: str) -> Any:

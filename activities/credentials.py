@@ -12,6 +12,7 @@ namespace, so that a push knows without reading anything more whether to renew."
 from __future__ import annotations
 
 import base64
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +49,9 @@ WORKER_SERVICE_ACCOUNT = "tidepool-worker"
 # The token generation annotations are written by a manager of their own: the namespace's server-side
 # apply (manager "tidepool", every push) does not carry them, and so must not own them.
 RECORD_FIELD_MANAGER = f"{FIELD_MANAGER}-credentials"
+# How long a first rotation waits for the worker's new binding in a foreign namespace to take effect.
+ANCHOR_FORBIDDEN_ATTEMPTS = 10
+ANCHOR_FORBIDDEN_WAIT_SECONDS = 0.2
 
 # What a foreign virtual kubelet may do in its namespace, and nothing else (Liqo bound cluster-admin).
 VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
@@ -154,15 +158,21 @@ def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
     })  # fmt: skip
     core = k8s.CoreV1Api(home)
     name = token_anchor_name(generation)
-    try:
-        return core.create_namespaced_secret(namespace, {
-            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TOKEN_ANCHOR: str(generation)}},
-            "type": "Opaque",  # empty: only its existence (and uid) matters
-        })  # fmt: skip
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        return core.read_namespaced_secret(name, namespace)
+    # Empty: only its existence (and uid) matters.
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TOKEN_ANCHOR: str(generation)}
+    body = {"metadata": {"name": name, "labels": labels}, "type": "Opaque"}
+    for attempt in range(ANCHOR_FORBIDDEN_ATTEMPTS):
+        try:
+            return core.create_namespaced_secret(namespace, body)
+        except ApiException as e:
+            if e.status == 409:
+                return core.read_namespaced_secret(name, namespace)
+            if e.status != 403 or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
+                raise
+            # A binding just made takes effect once the API server's authorizer has seen it (milliseconds):
+            # wait for that here rather than fail the whole push over it.
+            time.sleep(ANCHOR_FORBIDDEN_WAIT_SECONDS)
+    raise AssertionError("unreachable")
 
 
 def record_token(home: k8s.ApiClient, namespace: str, generation: TokenGeneration) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -53,7 +54,8 @@ class KubeconfigFileClient(k8s.ApiClient):
 
     def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
         # Called for every request before its auth header is computed: the place to pick up a new file.
-        if _file_stamp(self._path) != self._stamp:
+        stamp = _file_stamp(self._path)
+        if stamp is not None and stamp != self._stamp:
             self.reload()
         return super().param_serialize(*args, **kwargs)
 
@@ -80,15 +82,23 @@ class KubeconfigFileClient(k8s.ApiClient):
         address or certificates may have changed with the credentials)."""
         with self._lock:
             stamp = _file_stamp(self._path)
-            configuration = _configuration_from_file(self._path)
+            try:
+                configuration = _configuration_from_file(self._path)
+            except Exception as e:  # noqa: BLE001 - a file caught mid-write or gone: keep what works
+                logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(e).__name__)
+                return
             self.configuration = configuration
             self.rest_client = rest.RESTClientObject(configuration)
             self._stamp = stamp
 
 
-def _file_stamp(path: str) -> tuple[int, int, int, int]:
-    """What changes when the file is rewritten or swapped (os.stat follows the kubelet's symlinks)."""
-    stat = os.stat(path)
+def _file_stamp(path: str) -> tuple[int, int, int, int] | None:
+    """What changes when the file is rewritten or swapped (os.stat follows the kubelet's symlinks); None
+    while it cannot be read (the client goes on with the credentials it has)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 

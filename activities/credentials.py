@@ -1,11 +1,20 @@
 """Least-privilege credentials a provider hands to a foreign cluster: a namespace of its own in the home
 cluster, a ServiceAccount bound there to the ClusterRole that allows only what a virtual kubelet needs,
 and a short-lived token in a kubeconfig. The kubeconfig is written straight to a Secret on the foreign cluster
-by activities/peering.py; it never leaves the activity (no workflow input, result or log carries it)."""
+by activities/peering.py; it never leaves the activity (no workflow input, result or log carries it).
+
+Rotation revokes: each token is bound (TokenRequest boundObjectRef) to an anchor Secret of its generation
+in the foreign namespace, and issuing generation N deletes the anchors before N-1 (models/credentials.py
+says when and which). The API server refuses a bound token once its object is gone (within its ~10 s
+authentication cache). The generation, its times and where it was written are annotations of the
+namespace, so that a push knows without reading anything more whether to renew."""
 
 from __future__ import annotations
 
 import base64
+import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +23,17 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import apply_core, ignore_not_found
-from models.names import LABEL_CONSUMER, LABEL_MANAGED_BY, MANAGED_BY, foreign_namespace
+from activities.kube import FIELD_MANAGER, apply_core, ignore_not_found
+from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
+from models.names import (
+    LABEL_CONSUMER,
+    LABEL_MANAGED_BY,
+    LABEL_TOKEN_ANCHOR,
+    MANAGED_BY,
+    SYSTEM_NAMESPACE,
+    foreign_namespace,
+    token_anchor_name,
+)
 
 SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
 BINDING = "tidepool-virtual-kubelet"
@@ -23,6 +41,17 @@ BINDING = "tidepool-virtual-kubelet"
 # this one role (RBAC verb `bind`, deploy/base/rbac.yaml) without holding its permissions itself,
 # and cannot widen what it hands out. deploy/ installs it; tests/test_deploy.py keeps it equal to the rules.
 CLUSTER_ROLE = "tidepool-foreign-virtual-kubelet"
+# The worker's own access to the anchor Secrets: bound to itself in each foreign namespace (by the same
+# `bind` verb), so that it holds no Secret rights anywhere else.
+CREDENTIALS_CLUSTER_ROLE = "tidepool-foreign-credentials"
+CREDENTIALS_BINDING = "tidepool-worker-credentials"
+WORKER_SERVICE_ACCOUNT = "tidepool-worker"
+# The token generation annotations are written by a manager of their own: the namespace's server-side
+# apply (manager "tidepool", every push) does not carry them, and so must not own them.
+RECORD_FIELD_MANAGER = f"{FIELD_MANAGER}-credentials"
+# How long a first rotation waits for the worker's new binding in a foreign namespace to take effect.
+ANCHOR_FORBIDDEN_ATTEMPTS = 10
+ANCHOR_FORBIDDEN_WAIT_SECONDS = 0.2
 
 # What a foreign virtual kubelet may do in its namespace, and nothing else (Liqo bound cluster-admin).
 VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
@@ -33,52 +62,71 @@ VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]  # fmt: skip
+# What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets.
+CREDENTIALS_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete"]},
+]
 
 
 def _labels(foreign_cluster_id: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: foreign_cluster_id}
 
 
-def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> str:
-    """Namespace, ServiceAccount and RoleBinding for the foreign cluster; returns the namespace.
-    Server-side apply, so every cycle re-ensures them (a hand-edited binding is put back)."""
-    _ensure_cluster_role(home)
+def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> tuple[str, TokenGeneration | None]:
+    """Namespace, ServiceAccount and RoleBinding for the foreign cluster; returns the namespace and the
+    token generation it records (read from the namespace's apply, at no extra call). Server-side apply,
+    so every cycle re-ensures them (a hand-edited binding is put back)."""
+    _ensure_cluster_role(home, CLUSTER_ROLE, VIRTUAL_KUBELET_RULES)
     namespace = foreign_namespace(foreign_cluster_id)
     labels = _labels(foreign_cluster_id)
     meta = {"name": BINDING, "namespace": namespace, "labels": labels}
-    apply_core(home, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}})
+    applied = apply_core(home, {"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": namespace, "labels": labels}})  # fmt: skip
     apply_core(home, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "name": SERVICE_ACCOUNT}})
     apply_core(home, {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
     })  # fmt: skip
-    return namespace
+    return namespace, TokenGeneration.from_annotations(applied["metadata"].get("annotations"))
 
 
-def _ensure_cluster_role(home: k8s.ApiClient) -> None:
+def _ensure_cluster_role(home: k8s.ApiClient, name: str, rules: list[dict[str, Any]]) -> None:
     """Installed with tidepool; created here only where it is missing and the worker may (a local
     cluster, where the worker is admin). Never updated here: the worker can read it, not write it."""
     rbac = k8s.RbacAuthorizationV1Api(home)
-    if ignore_not_found(rbac.read_cluster_role, CLUSTER_ROLE) is not None:
+    if ignore_not_found(rbac.read_cluster_role, name) is not None:
         return
     try:
-        rbac.create_cluster_role({"metadata": {"name": CLUSTER_ROLE, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-                                  "rules": VIRTUAL_KUBELET_RULES})  # fmt: skip
+        rbac.create_cluster_role({"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+                                  "rules": rules})  # fmt: skip
     except ApiException as e:
         if e.status == 409:  # another peering created it meanwhile
             return
         if e.status == 403:
             raise ApplicationError(
-                f"ClusterRole {CLUSTER_ROLE} is missing and the worker may not create it: install tidepool's "
+                f"ClusterRole {name} is missing and the worker may not create it: install tidepool's "
                 "manifests (kubectl apply -k deploy/overlays/...)", type="MissingClusterRole",
             ) from e  # fmt: skip
         raise
 
 
-def issue_kubeconfig(home: k8s.ApiClient, *, namespace: str, lifetime_seconds: int, server: str | None) -> str:
-    """A kubeconfig with a fresh token of the ServiceAccount (TokenRequest: bound, expiring)."""
-    request = {"spec": {"expirationSeconds": lifetime_seconds}}
+@dataclass(frozen=True)
+class IssuedKubeconfig:
+    text: str
+    expires_at: datetime
+
+
+def issue_kubeconfig(
+    home: k8s.ApiClient, *, namespace: str, generation: int, lifetime_seconds: int, server: str | None
+) -> IssuedKubeconfig:
+    """A kubeconfig with a fresh token of the ServiceAccount (TokenRequest: expiring, and bound to the
+    anchor Secret of `generation`, whose deletion revokes it)."""
+    anchor = _ensure_anchor(home, namespace, generation)
+    request = {"spec": {
+        "expirationSeconds": token_lifetime_seconds(lifetime_seconds),
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": anchor.metadata.name, "uid": anchor.metadata.uid},
+    }}  # fmt: skip
     token = k8s.CoreV1Api(home).create_namespaced_service_account_token(SERVICE_ACCOUNT, namespace, request)
     configuration = home.configuration
     cluster: dict[str, Any] = {"server": server or configuration.host}
@@ -95,7 +143,53 @@ def issue_kubeconfig(home: k8s.ApiClient, *, namespace: str, lifetime_seconds: i
                                                       "namespace": namespace}}],
         "current-context": "provider",
     }  # fmt: skip
-    return yaml.safe_dump(config)
+    return IssuedKubeconfig(text=yaml.safe_dump(config), expires_at=token.status.expiration_timestamp)
+
+
+def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
+    """The anchor Secret of `generation` (created, or found if a retried activity made it already).
+    The worker reaches it through a binding to itself in this namespace alone, made here on first need."""
+    _ensure_cluster_role(home, CREDENTIALS_CLUSTER_ROLE, CREDENTIALS_RULES)
+    apply_core(home, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": CREDENTIALS_BINDING, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+    })  # fmt: skip
+    core = k8s.CoreV1Api(home)
+    name = token_anchor_name(generation)
+    # Empty: only its existence (and uid) matters.
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TOKEN_ANCHOR: str(generation)}
+    body = {"metadata": {"name": name, "labels": labels}, "type": "Opaque"}
+    for attempt in range(ANCHOR_FORBIDDEN_ATTEMPTS):
+        try:
+            return core.create_namespaced_secret(namespace, body)
+        except ApiException as e:
+            if e.status == 409:
+                return core.read_namespaced_secret(name, namespace)
+            if e.status != 403 or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
+                raise
+            # A binding just made takes effect once the API server's authorizer has seen it (milliseconds):
+            # wait for that here rather than fail the whole push over it.
+            time.sleep(ANCHOR_FORBIDDEN_WAIT_SECONDS)
+    raise AssertionError("unreachable")
+
+
+def record_token(home: k8s.ApiClient, namespace: str, generation: TokenGeneration) -> None:
+    """Remember, on the namespace, which token the foreign cluster now holds (never the token)."""
+    k8s.CoreV1Api(home).patch_namespace(namespace, {"metadata": {"annotations": generation.to_annotations()}},
+                                        field_manager=RECORD_FIELD_MANAGER)  # fmt: skip
+
+
+def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int) -> list[int]:
+    """Delete the anchors before the previous generation: their tokens stop working. Returns which went."""
+    core = k8s.CoreV1Api(home)
+    anchors = core.list_namespaced_secret(namespace, label_selector=LABEL_TOKEN_ANCHOR).items
+    generations = [int(a.metadata.labels[LABEL_TOKEN_ANCHOR]) for a in anchors]
+    revoked = anchors_to_revoke(generations, current=current)
+    for generation in revoked:
+        ignore_not_found(core.delete_namespaced_secret, token_anchor_name(generation), namespace)
+    return revoked
 
 
 def revoke_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 from temporalio.exceptions import ApplicationError
 
@@ -25,12 +28,84 @@ T = TypeVar("T")
 
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
-    """A client for the cluster a kubeconfig file names; None means the in-cluster service account."""
+    """A client for the cluster a kubeconfig file names, following the file as it is renewed; None means
+    the in-cluster service account (whose loader already re-reads its projected token)."""
     if path is None:
         configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)
         return k8s.ApiClient(configuration)
-    return k8s_config.new_client_from_config(config_file=path)
+    return KubeconfigFileClient(path)
+
+
+class KubeconfigFileClient(k8s.ApiClient):
+    """An API client that follows its kubeconfig file: credentials that are renewed in place (a mounted
+    Secret, which the kubelet swaps atomically) are used from the next request on, without a restart.
+
+    Before each request a stat of the file (cheap) tells whether it changed; a changed file is loaded
+    again. A 401 makes it read the file once more and, if that gives other credentials, send the same
+    request again: a holder whose token was just rotated never shows the refusal to its callers. A 401
+    that survives the re-read is the caller's to see. Watches go through the same path when they start."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._stamp = _file_stamp(path)
+        super().__init__(_configuration_from_file(path))
+
+    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+        # Called for every request before its auth header is computed: the place to pick up a new file.
+        stamp = _file_stamp(self._path)
+        if stamp is not None and stamp != self._stamp:
+            self.reload()
+        return super().param_serialize(*args, **kwargs)
+
+    def call_api(self, method: str, url: str, header_params: dict[str, str] | None = None, body: Any = None,
+                 post_params: Any = None, _request_timeout: Any = None) -> rest.RESTResponse:  # fmt: skip
+        response = super().call_api(method, url, header_params, body, post_params, _request_timeout)
+        if response.status != 401:
+            return response
+        sent_host, sent_auth = self.configuration.host, (header_params or {}).get("authorization")
+        self.reload()
+        headers = {k: v for k, v in (header_params or {}).items() if k != "authorization"}
+        auth = self.configuration.auth_settings().get("BearerToken")
+        if auth:
+            headers["authorization"] = auth["value"]
+        if headers.get("authorization") == sent_auth and self.configuration.host == sent_host:
+            return response  # the same credentials again: the refusal stands
+        response.read()  # release the refused response's connection
+        if url.startswith(sent_host):
+            url = self.configuration.host + url[len(sent_host):]
+        return super().call_api(method, url, headers, body, post_params, _request_timeout)
+
+    def reload(self) -> None:
+        """Read the file again and use what it says from now on (a new connection pool too: the server's
+        address or certificates may have changed with the credentials)."""
+        with self._lock:
+            stamp = _file_stamp(self._path)
+            try:
+                configuration = _configuration_from_file(self._path)
+            except Exception as e:  # noqa: BLE001 - a file caught mid-write or gone: keep what works
+                logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(e).__name__)
+                return
+            self.configuration = configuration
+            self.rest_client = rest.RESTClientObject(configuration)
+            self._stamp = stamp
+
+
+def _file_stamp(path: str) -> tuple[int, int, int, int] | None:
+    """What changes when the file is rewritten or swapped (os.stat follows the kubelet's symlinks); None
+    while it cannot be read (the client goes on with the credentials it has)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _configuration_from_file(path: str) -> k8s.Configuration:
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
+    return configuration
 
 
 def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
@@ -121,10 +196,11 @@ def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | N
         raise
 
 
-def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> None:
-    """Server-side apply of a core or RBAC object by kind."""
+def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    """Server-side apply of a core or RBAC object by kind; returns the object as stored."""
     kind, meta = body["kind"], body["metadata"]
-    kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY,
+                              "_preload_content": False}  # fmt: skip
     core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
     namespaced: dict[str, Callable[..., Any]] = {
         "Secret": core.patch_namespaced_secret,
@@ -134,9 +210,11 @@ def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> None:
         "RoleBinding": rbac.patch_namespaced_role_binding,
     }
     if kind == "Namespace":
-        core.patch_namespace(meta["name"], body, **kwargs)
+        response = core.patch_namespace(meta["name"], body, **kwargs)
     else:
-        namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
+        response = namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
+    result: dict[str, Any] = json.loads(response.data)
+    return result
 
 
 def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:

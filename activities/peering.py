@@ -18,7 +18,9 @@ from activities.capacity import HomeCapacity
 from activities.credentials import (
     ensure_foreign_access,
     issue_kubeconfig,
+    record_token,
     revoke_foreign_access,
+    revoke_older_tokens,
 )
 from activities.kube import (
     SecretClients,
@@ -34,6 +36,7 @@ from activities.kube import (
 )
 from activities.metrics import Metrics
 from models.api import ClusterConfig
+from models.credentials import TokenGeneration, renewal_reason
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -44,6 +47,7 @@ from models.names import (
     MANAGED_BY,
     PEERING_FINALIZER,
     PEERING_REQUESTS,
+    PROVIDER_WITHDRAWN_ANNOTATION,
     SYSTEM_NAMESPACE,
     advertisement_name,
     credentials_secret_name,
@@ -115,13 +119,9 @@ class PeeringActivities:
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
-            namespace = ensure_foreign_access(self._home, request.foreign_cluster_id)
-            kubeconfig = issue_kubeconfig(
-                self._home, namespace=namespace, lifetime_seconds=self._settings.provider.token_lifetime_seconds,
-                server=self._settings.cluster.api_server_for_peers,
-            )  # fmt: skip
+            namespace, held = ensure_foreign_access(self._home, request.foreign_cluster_id)
             secret = credentials_secret_name(self._home_id)
-            self._write_credentials(foreign, secret, kubeconfig)
+            self._renew_credentials(foreign, secret=secret, namespace=namespace, held=held, now=now)
             applied = apply_cluster_object(foreign, ADVERTISEMENTS, {
                 "apiVersion": API_VERSION, "kind": "Advertisement",
                 "metadata": {"name": advertisement_name(self._home_id),
@@ -143,6 +143,10 @@ class PeeringActivities:
         metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
                        latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
         metrics.advertised(foreign_cluster=request.foreign_cluster_id, resources=advertised)
+        if PROVIDER_WITHDRAWN_ANNOTATION in (applied["metadata"].get("annotations") or {}):
+            # Peered again while the withdrawn Advertisement was still held by the consumer's teardown.
+            patch_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
+                                 {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: None}}})  # fmt: skip
         decision = _decision(applied)
         self._record(request.peering_request, phase_after_push(decision), decision=decision, pushed=now)
         activity.logger.info("pushed %s to %s: %s", advertisement_name(self._home_id), request.foreign_cluster_id,
@@ -172,9 +176,34 @@ class PeeringActivities:
             timestamp=now, time_to_live=now, withdraw=reason,
         )  # fmt: skip
 
-    def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> None:
+    def _renew_credentials(
+        self, foreign: k8s.ApiClient, *, secret: str, namespace: str, held: TokenGeneration | None, now: datetime
+    ) -> None:
+        """Leave the foreign cluster's Secret as it is while it holds the current token and that token is
+        younger than half its life; otherwise issue the next generation, write it, record it, and revoke
+        the one before the previous (models/credentials.py)."""
+        current = ignore_not_found(k8s.CoreV1Api(foreign).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
+        reason = renewal_reason(held, held_version=current.metadata.resource_version if current else None, now=now)
+        if reason is None:
+            return
+        generation = (held.number if held else 0) + 1
+        issued = issue_kubeconfig(
+            self._home, namespace=namespace, generation=generation,
+            lifetime_seconds=self._settings.provider.token_lifetime_seconds,
+            server=self._settings.cluster.api_server_for_peers,
+        )  # fmt: skip
+        written = self._write_credentials(foreign, secret, issued.text)
+        record_token(self._home, namespace, TokenGeneration(
+            number=generation, issued_at=now, expires_at=issued.expires_at,
+            secret_version=written["metadata"]["resourceVersion"],
+        ))  # fmt: skip
+        revoked = revoke_older_tokens(self._home, namespace, current=generation)
+        activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
+                             generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
+
+    def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> dict[str, Any]:
         apply_core(foreign, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
-        apply_core(foreign, {
+        return apply_core(foreign, {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE,
                          "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
@@ -205,6 +234,10 @@ class PeeringActivities:
             except ApplicationError as e:  # no credentials left: nothing more we can do there
                 note = str(e)
             else:
+                # Said before the deletion that the virtual kubelet reacts to: its credentials are already
+                # refused (the namespace went), and this tells it that the provider cleaned up itself.
+                ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
+                                 {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: rfc3339(_now())}}})  # fmt: skip
                 delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
                 ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
                                  credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip

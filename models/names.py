@@ -38,6 +38,18 @@ DECISION_ANNOTATION: Final = "tidepool.io/decision"
 DECISION_REASON_ANNOTATION: Final = "tidepool.io/decision-reason"
 # Set to "clean" by a virtual kubelet on its own Deployment once it emptied the provider namespace.
 VK_CLEAN_ANNOTATION: Final = "tidepool.io/provider-namespace"
+# Put by a provider on its Advertisement before deleting it at withdrawal: it removed the foreign namespace
+# itself, so a virtual kubelet that its credentials now fail (401) may report the provider side clean.
+PROVIDER_WITHDRAWN_ANNOTATION: Final = "tidepool.io/provider-withdrawn"
+# On a foreign namespace (provider side): the token generation the foreign cluster holds, when it was
+# issued and expires, and the resourceVersion of the foreign cluster's Secret it was written to. Never the
+# token itself: that lives only in the foreign cluster's Secret.
+TOKEN_GENERATION_ANNOTATION: Final = "tidepool.io/token-generation"
+TOKEN_ISSUED_AT_ANNOTATION: Final = "tidepool.io/token-issued-at"
+TOKEN_EXPIRES_AT_ANNOTATION: Final = "tidepool.io/token-expires-at"
+CREDENTIALS_SECRET_VERSION_ANNOTATION: Final = "tidepool.io/credentials-secret-version"
+# On the Secrets a provider binds each token to (one per generation): deleting one revokes its token.
+LABEL_TOKEN_ANCHOR: Final = "tidepool.io/token-anchor"
 # Finalizer the provider puts on a PeeringRequest so that its deletion waits for the withdrawal, which
 # needs the Secret the request names to clean the foreign cluster.
 PEERING_FINALIZER: Final = "tidepool.io/withdraw"
@@ -71,6 +83,11 @@ def advertisement_name(provider_cluster_id: str) -> str:
 def credentials_secret_name(provider_cluster_id: str) -> str:
     """The kubeconfig Secret a provider writes on the foreign cluster, beside its Advertisement."""
     return f"tidepool-kubeconfig-{provider_cluster_id}"
+
+
+def token_anchor_name(generation: int) -> str:
+    """The Secret, in a foreign namespace, that the token of this generation is bound to."""
+    return f"tidepool-token-{generation}"
 
 
 def foreign_namespace(foreign_cluster_id: str) -> str:

@@ -203,3 +203,19 @@ def virtual_node(
             "addresses": [{"type": "Hostname", "address": name}],
         },
     }  # fmt: skip
+
+
+def node_status_report_due(
+    previous: dict[str, Any] | None, current: dict[str, Any], *, since_last_report: float, report_every: float
+) -> bool:
+    """Whether the node's status must be written now, as a kubelet decides: when something in it other
+    than the heartbeat time changed (Ready status, reason or message, capacity, addresses...), or when the
+    last report is `report_every` seconds old. The Lease, not this, is the heartbeat."""
+    if previous is None or since_last_report >= report_every:
+        return True
+    return _without_heartbeat(previous) != _without_heartbeat(current)
+
+
+def _without_heartbeat(status: dict[str, Any]) -> dict[str, Any]:
+    conditions = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions") or []]
+    return {**status, "conditions": conditions}

@@ -18,12 +18,17 @@ from kubernetes.client.rest import ApiException
 
 from activities.credentials import (
     CLUSTER_ROLE,
+    CREDENTIALS_BINDING,
+    CREDENTIALS_CLUSTER_ROLE,
+    CREDENTIALS_RULES,
     SERVICE_ACCOUNT,
     VIRTUAL_KUBELET_RULES,
     ensure_foreign_access,
     issue_kubeconfig,
     revoke_foreign_access,
+    revoke_older_tokens,
 )
+from activities.kube import apply_core
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
 from models.names import LABEL_NODE_TYPE, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
@@ -61,6 +66,13 @@ def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out()
     roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "virtual-kubelet-rbac.yaml")
              if d["kind"] == "ClusterRole"}  # fmt: skip
     assert roles[CLUSTER_ROLE]["rules"] == VIRTUAL_KUBELET_RULES
+
+
+@pytest.mark.deploy
+@pytest.mark.steady
+def test_the_credentials_cluster_role_the_worker_binds_itself_is_what_it_needs() -> None:
+    roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "rbac.yaml") if d["kind"] == "ClusterRole"}
+    assert roles[CREDENTIALS_CLUSTER_ROLE]["rules"] == CREDENTIALS_RULES
 
 
 @pytest.mark.env  # the kubectl we build renders the manifests
@@ -132,6 +144,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("patch", "deployments.apps", "-n", SYSTEM_NAMESPACE), ("delete", "deployments.apps", "-n", SYSTEM_NAMESPACE),
         ("create", f"serviceaccounts/{SERVICE_ACCOUNT}", "--subresource=token", "-n", foreign),
         ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),
+        ("patch", "namespaces"), ("bind", f"clusterroles/{CREDENTIALS_CLUSTER_ROLE}"),
+        ("create", f"rolebindings/{CREDENTIALS_BINDING}", "-n", foreign),
     ]  # fmt: skip
     worker_may_not = [
         ("get", "secrets", "-A"), ("get", "secrets", "-n", "kube-system"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
@@ -140,6 +154,9 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("bind", "clusterroles/cluster-admin"), ("escalate", "roles", "-n", foreign), ("create", "roles", "-n", foreign),
         ("create", "clusterroles"), ("patch", f"clusterroles/{CLUSTER_ROLE}"),
         ("patch", "rolebindings/admin", "-n", foreign), ("delete", "peeringrequests.tidepool.io"),
+        # Secrets in a foreign namespace only through the binding it makes there itself (below).
+        ("create", "secrets", "-n", foreign), ("delete", "secrets", "-n", foreign), ("list", "secrets", "-n", foreign),
+        ("patch", f"clusterroles/{CREDENTIALS_CLUSTER_ROLE}"),
     ]  # fmt: skip
     assert [a for a in worker_may if not can(WORKER, *a)] == []
     assert [a for a in worker_may_not if can(WORKER, *a)] == []
@@ -155,9 +172,17 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     # the ClusterRole (which the worker holds none of), a token.
     as_worker = cluster.api_client()
     as_worker.set_default_header("Impersonate-User", WORKER)
-    namespace = ensure_foreign_access(as_worker, "somewhere")
-    assert namespace == foreign
-    assert "token" in issue_kubeconfig(as_worker, namespace=namespace, lifetime_seconds=600, server=None)
+    namespace, held = ensure_foreign_access(as_worker, "somewhere")
+    assert (namespace, held) == (foreign, None)
+    # Three generations: the worker binds itself the credentials role there, creates the anchor Secrets
+    # the tokens are bound to, lists them and deletes the one before the previous.
+    for generation in (1, 2, 3):
+        issued = issue_kubeconfig(as_worker, namespace=namespace, generation=generation, lifetime_seconds=600,
+                                  server=None)  # fmt: skip
+        assert "token" in issued.text
+    assert revoke_older_tokens(as_worker, namespace, current=3) == [1]
+    assert can(WORKER, "create", "secrets", "-n", foreign) and can(WORKER, "delete", "secrets", "-n", foreign)
+    assert not can(WORKER, "create", "secrets", "-n", "elsewhere") and not can(WORKER, "list", "secrets", "-A")
     with pytest.raises(ApiException) as refused:  # the same client is the worker, not the admin
         k8s.CoreV1Api(as_worker).list_namespaced_secret("kube-system")
     assert refused.value.status == 403
@@ -187,6 +212,12 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         "cordon": lambda: worker.patch_node("physical", {"spec": {"unschedulable": True}}),
         "token": lambda: worker.create_namespaced_service_account_token(SERVICE_ACCOUNT, SYSTEM_NAMESPACE,
                                                                        {"spec": {"expirationSeconds": 600}}),
+        # RBAC lets it bind the credentials role by name anywhere; the policy keeps that to foreign namespaces.
+        "secrets elsewhere": lambda: apply_core(as_worker, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": CREDENTIALS_BINDING, "namespace": "victim"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": "tidepool-worker", "namespace": SYSTEM_NAMESPACE}]}),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:

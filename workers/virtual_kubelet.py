@@ -2,11 +2,17 @@
 creates for an accepted Advertisement. It stands for the provider as one node of the consumer cluster:
 
 - registers the virtual node (capacity = the Advertisement's, kept current), renews its Lease, and says
-  in the Ready condition why it is not ready (PodCIDRNotSet, ProviderUnreachable, Draining);
+  in the Ready condition why it is not ready (PodCIDRNotSet, ProviderUnreachable, Draining). Like a
+  kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat; the node's status is patched
+  when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
+- talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
+  followed, activities/kube.py KubeconfigFileClient): a rotation needs no restart;
 - runs the pods bound to that node in the provider's namespace for this consumer (with the ConfigMaps
   and Secrets they use), and brings their status back;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider,
-  marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0.
+  marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0. Credentials refused (401)
+  mean clean only when the provider marked its Advertisement withdrawn (it deleted the namespace itself);
+  otherwise the provider side is not known to be clean, and the consumer's teardown timeout decides.
 
 Level-triggered: every pass compares both sides in full, so a restart never leaves a duplicate or an
 orphan. Watches wake it early; a pass runs at least every RESYNC seconds (the Lease needs it anyway).
@@ -20,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +47,7 @@ from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
     LABEL_OFFLOADED,
+    PROVIDER_WITHDRAWN_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
     virtual_kubelet_name,
@@ -50,6 +58,7 @@ from models.virtual_kubelet import (
     ORIGIN_NAMESPACE,
     ORIGIN_UID,
     REFLECTED_ANNOTATION,
+    node_status_report_due,
     overdue_for_force_delete,
     referenced_objects,
     reflected_name,
@@ -62,6 +71,12 @@ from workers.metrics import metrics_runtime
 log = logging.getLogger("tidepool.virtual_kubelet")
 RESYNC_SECONDS = 10
 LEASE_SECONDS = 40
+# A kubelet's defaults: the Lease is the heartbeat (renewed every 10 s, a quarter of its duration); the
+# node's status is written when it changes, and at least every 5 minutes (nodeStatusReportFrequency).
+LEASE_RENEW_SECONDS = 10
+NODE_STATUS_REPORT_SECONDS = 300
+# Passes run every RESYNC_SECONDS or sooner when woken: renew a little early rather than skip a period.
+LEASE_RENEW_SLACK_SECONDS = 1
 
 
 def _now() -> str:
@@ -103,6 +118,10 @@ class VirtualKubelet:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready_since: tuple[bool, str, str] | None = None  # (ready, reason, lastTransitionTime)
+        # What this process last wrote of its node (labels, status), when, and when it last renewed the Lease.
+        self._reported: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._reported_at = 0.0
+        self._lease_renewed_at: float | None = None
         # No Temporal client here: the runtime only serves the Prometheus endpoint.
         self._runtime = metrics_runtime(config.metrics_port)
         self._metrics = Metrics(self._runtime.metric_meter if self._runtime else MetricMeter.noop)
@@ -147,7 +166,7 @@ class VirtualKubelet:
         advertisement = read_cluster_object(self.consumer, ADVERTISEMENTS, self.config.advertisement)
         phase = ((advertisement or {}).get("status") or {}).get("phase")
         if advertisement is None or phase == "Deleting" or (advertisement["metadata"].get("deletionTimestamp")):
-            return self._teardown()
+            return self._teardown(advertisement)
         if phase != "Accepted":
             return False  # not ours to run yet (or refused): nothing to register
         reachable, error = self._provider_reachable()
@@ -160,8 +179,10 @@ class VirtualKubelet:
         try:
             self.remote.list_namespaced_pod(self.remote_namespace, limit=1)
             return True, ""
+        except ApiException as e:  # its str() carries the response's headers (Date): keep the message stable
+            return False, f"{e.status} {e.reason}"
         except Exception as e:  # noqa: BLE001 - any failure to reach it is the condition's message
-            return False, str(e)[:300]
+            return False, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
     def _ensure_node(self, advertisement: dict[str, Any], *, reachable: bool, error: str) -> None:
         status = advertisement.get("status") or {}
@@ -181,17 +202,38 @@ class VirtualKubelet:
             self._ready_since = (ready, reason, since)
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
                             message=message, heartbeat=now, transition=self._ready_since[2])  # fmt: skip
-        try:
-            self.core.create_node(body)
-            log.info("registered node %s with %s", self.node, hard)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            self.core.patch_node(self.node, {"metadata": {"labels": body["metadata"]["labels"]}})
-        self.core.patch_node_status(self.node, {"status": body["status"]})
+        labels, status = body["metadata"]["labels"], body["status"]
+        previous = self._reported
+        if node_status_report_due(None if previous is None else previous[1], status,
+                                  since_last_report=time.monotonic() - self._reported_at,
+                                  report_every=NODE_STATUS_REPORT_SECONDS):  # fmt: skip
+            self._report_node(body, labels_changed=previous is None or previous[0] != labels)
         self._renew_lease()
 
+    def _report_node(self, body: dict[str, Any], *, labels_changed: bool) -> None:
+        if self._reported is None:  # first report of this process: register (or adopt) the node
+            try:
+                self.core.create_node(body)
+                log.info("registered node %s with %s", self.node, body["status"]["capacity"])
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        if labels_changed:
+            self.core.patch_node(self.node, {"metadata": {"labels": body["metadata"]["labels"]}})
+        try:
+            self.core.patch_node_status(self.node, {"status": body["status"]})
+        except ApiException as e:
+            if e.status == 404:  # deleted by hand: register again on the next pass, as a kubelet does
+                self._reported = None
+            raise
+        self._reported, self._reported_at = (body["metadata"]["labels"], body["status"]), time.monotonic()
+
     def _renew_lease(self) -> None:
+        started = time.monotonic()
+        if self._lease_renewed_at is not None and (
+            started - self._lease_renewed_at < LEASE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
+        ):
+            return  # a pass woken early by a pod event: the Lease is fresh enough
         leases = k8s.CoordinationV1Api(self.consumer)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now}
@@ -201,6 +243,7 @@ class VirtualKubelet:
             if e.status != 404:
                 raise
             leases.create_namespaced_lease("kube-node-lease", {"metadata": {"name": self.node}, "spec": spec})
+        self._lease_renewed_at = started
 
     # Pods ---------------------------------------------------------------------------------------------
     def _reflect_pods(self) -> None:
@@ -298,7 +341,7 @@ class VirtualKubelet:
                                               {"status": {"phase": "Failed", "reason": reason, "message": message}})
 
     # Teardown -----------------------------------------------------------------------------------------
-    def _teardown(self) -> bool:
+    def _teardown(self, advertisement: dict[str, Any] | None) -> bool:
         """Seed 000's order: the node goes first (the consumer's workflow deletes it); then everything
         this virtual kubelet made in the provider goes; then it says so on its Deployment."""
         if ignore_not_found(self.core.read_node, self.node) is not None:
@@ -308,10 +351,16 @@ class VirtualKubelet:
         try:
             self.remote.list_namespaced_pod(self.remote_namespace, limit=1)
         except ApiException as e:
-            if e.status in (401, 403, 404):
+            if e.status not in (401, 403, 404):
+                raise
+            annotations = ((advertisement or {}).get("metadata") or {}).get("annotations") or {}
+            if PROVIDER_WITHDRAWN_ANNOTATION in annotations:
                 # The provider withdrew first: it revoked these credentials and removed the namespace.
                 return self._report_clean()
-            raise
+            # Refused without a withdrawal (expired or revoked credentials): the copies may still run there.
+            log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
+                        "is not known to be clean", e.status)  # fmt: skip
+            return False
         for deleter in (self.remote.delete_collection_namespaced_pod, self.remote.delete_collection_namespaced_config_map,
                         self.remote.delete_collection_namespaced_secret):
             deleter(self.remote_namespace, label_selector=selector)

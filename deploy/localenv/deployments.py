@@ -2,7 +2,9 @@
 clusters have no kubelet to run the virtual kubelet's pod, so this runs each Deployment's container
 command as a local process (its Secret volumes written to a private directory, its kubeconfig for the
 cluster given by TIDEPOOL_VK_CONSUMER_KUBECONFIG), restarts it when it fails, and stops it when the
-Deployment goes. Production runs the same program as the Deployment's container.
+Deployment goes. Like a kubelet, it keeps Secret volumes current while the process runs (a renewed
+credential reaches the program without a restart), with the kubelet's atomic symlink swap, so that a
+reader never sees half a file. Production runs the same program as the Deployment's container.
 
 `python -m deploy.localenv.deployments --kubeconfig PATH` (the demo starts one per cluster)."""
 
@@ -45,6 +47,8 @@ class Running:
     next_start: float = 0.0
     spec: dict[str, Any] = field(default_factory=dict)
     metrics_port: int | None = None
+    # Secret name -> (volume directory, the data written there), for the volumes it mounts.
+    secret_volumes: dict[str, tuple[Path, dict[str, str]]] = field(default_factory=dict)
 
 
 class DeploymentRunner:
@@ -61,6 +65,13 @@ class DeploymentRunner:
             "local-kubelet", k8s.AppsV1Api(self._api).list_namespaced_deployment, namespace=namespace,
             label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}", on_sync=self._sync, on_event=self._event,
         )  # fmt: skip
+        # Every Secret of the namespace, not only the mounted ones: which are mounted changes as Deployments
+        # come and go, and a local cluster has few. A deleted Secret leaves its files as they were (a kubelet
+        # keeps a volume's last content).
+        self._secrets = Informer(
+            "local-kubelet-secrets", k8s.CoreV1Api(self._api).list_namespaced_secret, namespace=namespace,
+            on_sync=self._secrets_listed, on_event=self._secret_changed,
+        )  # fmt: skip
         self._thread = threading.Thread(target=self._loop, name="local-kubelet", daemon=True)
 
     def __enter__(self) -> DeploymentRunner:
@@ -71,12 +82,14 @@ class DeploymentRunner:
 
     def start(self) -> DeploymentRunner:
         self._informer.start()
+        self._secrets.start()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._informer.stop()
+        self._secrets.stop()
         self._thread.join(timeout=10)
         with self._lock:
             for name in list(self._running):
@@ -104,6 +117,22 @@ class DeploymentRunner:
                 self._wanted.pop(name, None)
             else:
                 self._wanted[name] = deployment
+
+    def _secrets_listed(self, secrets: list[dict[str, Any]]) -> None:
+        for secret in secrets:
+            self._secret_changed("MODIFIED", secret)
+
+    def _secret_changed(self, kind: str, secret: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            return
+        name, data = secret["metadata"]["name"], secret.get("data") or {}
+        with self._lock:
+            for running in self._running.values():
+                volume = running.secret_volumes.get(name)
+                if volume is not None and volume[1] != data:
+                    write_volume_atomically(volume[0], data)
+                    running.secret_volumes[name] = (volume[0], data)
+                    log.info("updated Secret volume %s in %s", name, volume[0])
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
@@ -137,13 +166,13 @@ class DeploymentRunner:
         if running.finished_ok or time.monotonic() < running.next_start:
             return
         try:
-            running.process, running.metrics_port = self._start(name, deployment, running.workdir)
+            running.process, running.metrics_port = self._start(name, deployment, running)
         except Exception as e:  # noqa: BLE001 - e.g. its Secret is not there yet: try again later
             log.warning("cannot start %s yet: %s", name, e)
             running.failures += 1
             running.next_start = time.monotonic() + RESTART_BACKOFF_SECONDS
 
-    def _start(self, name: str, deployment: dict[str, Any], workdir: Path) -> tuple[subprocess.Popen[bytes], int | None]:
+    def _start(self, name: str, deployment: dict[str, Any], running: Running) -> tuple[subprocess.Popen[bytes], int | None]:
         pod = deployment["spec"]["template"]["spec"]
         container = pod["containers"][0]
         mounts = {}
@@ -152,10 +181,10 @@ class DeploymentRunner:
             secret = (volume.get("secret") or {}).get("secretName")
             if not secret:
                 continue
-            target = workdir / volume["name"]
-            target.mkdir(parents=True, exist_ok=True)
-            for key, value in (core.read_namespaced_secret(secret, self._namespace).data or {}).items():
-                (target / key).write_bytes(base64.b64decode(value))
+            target = running.workdir / volume["name"]
+            data = core.read_namespaced_secret(secret, self._namespace).data or {}
+            write_volume_atomically(target, data)
+            running.secret_volumes[secret] = (target, data)
             for mount in container.get("volumeMounts") or []:
                 if mount["name"] == volume["name"]:
                     mounts[mount["mountPath"]] = str(target)
@@ -190,6 +219,29 @@ class DeploymentRunner:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         shutil.rmtree(running.workdir, ignore_errors=True)
+
+
+def write_volume_atomically(target: Path, data: dict[str, str]) -> None:
+    """The kubelet's AtomicWriter layout: the files live in a fresh timestamped directory, `..data` is a
+    symlink to it, swapped by a rename, and each key is a symlink through `..data`. A reader opening
+    `target/<key>` sees the old content or the new one, never a mix; a key that went disappears."""
+    target.mkdir(parents=True, exist_ok=True)
+    version = Path(tempfile.mkdtemp(prefix=f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.", dir=target))
+    for key, value in data.items():
+        (version / key).write_bytes(base64.b64decode(value))
+    data_link, new_link = target / "..data", target / "..data_tmp"
+    previous = data_link.resolve() if data_link.is_symlink() else None
+    new_link.unlink(missing_ok=True)
+    new_link.symlink_to(version.name)
+    os.replace(new_link, data_link)
+    for key in data:
+        if not (target / key).is_symlink():
+            (target / key).symlink_to(f"..data/{key}")
+    for entry in target.iterdir():
+        if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in data:
+            entry.unlink()
+    if previous is not None and previous != version.resolve():
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 def main() -> int:

@@ -1,0 +1,85 @@
+"""When a provider renews the token it handed to a foreign cluster, and which earlier tokens it revokes:
+the pure rules behind activities/credentials.py and the push in activities/peering.py.
+
+A token is renewed at half its life, on a push (no wake of its own): with the default 10-minute period a
+token of 3,600 s is renewed after 30 to 40 minutes, long before it expires. It is renewed at once when the
+foreign cluster's Secret no longer holds it (deleted, or written by someone else: its resourceVersion
+moved), so that the Secret always holds a valid token (Liqo issue 277). Each token is bound to a Secret
+of its generation; when generation N is issued, the anchors before N-1 go, so that exactly the current
+token and the previous one work: a holder that has not reloaded its file yet keeps working."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from models.names import (
+    CREDENTIALS_SECRET_VERSION_ANNOTATION,
+    TOKEN_EXPIRES_AT_ANNOTATION,
+    TOKEN_GENERATION_ANNOTATION,
+    TOKEN_ISSUED_AT_ANNOTATION,
+)
+
+# The API server refuses a TokenRequest for less (its minimum expirationSeconds).
+MIN_TOKEN_LIFETIME_SECONDS = 600
+
+RenewalReason = Literal["NoToken", "HalfLife", "SecretMissing", "SecretChanged"]
+
+
+@dataclass(frozen=True)
+class TokenGeneration:
+    """The token a foreign cluster holds, as the provider remembers it (annotations of the foreign namespace)."""
+
+    number: int
+    issued_at: datetime
+    expires_at: datetime
+    secret_version: str  # resourceVersion of the foreign cluster's Secret right after the token was written
+
+    @classmethod
+    def from_annotations(cls, annotations: dict[str, str] | None) -> TokenGeneration | None:
+        """None when the namespace has no (or an unreadable) record: a push then issues a token."""
+        a = annotations or {}
+        try:
+            return cls(
+                number=int(a[TOKEN_GENERATION_ANNOTATION]),
+                issued_at=datetime.fromisoformat(a[TOKEN_ISSUED_AT_ANNOTATION]),
+                expires_at=datetime.fromisoformat(a[TOKEN_EXPIRES_AT_ANNOTATION]),
+                secret_version=a[CREDENTIALS_SECRET_VERSION_ANNOTATION],
+            )
+        except (KeyError, ValueError):
+            return None
+
+    def to_annotations(self) -> dict[str, str]:
+        return {
+            TOKEN_GENERATION_ANNOTATION: str(self.number),
+            TOKEN_ISSUED_AT_ANNOTATION: self.issued_at.isoformat(),
+            TOKEN_EXPIRES_AT_ANNOTATION: self.expires_at.isoformat(),
+            CREDENTIALS_SECRET_VERSION_ANNOTATION: self.secret_version,
+        }
+
+    def half_life(self) -> datetime:
+        return self.issued_at + (self.expires_at - self.issued_at) / 2
+
+
+def renewal_reason(current: TokenGeneration | None, *, held_version: str | None, now: datetime) -> RenewalReason | None:
+    """Why a push must issue a new token, or None to leave the foreign cluster's Secret as it is.
+    `held_version` is the resourceVersion of that Secret now (None: it does not exist)."""
+    if current is None:
+        return "NoToken"
+    if held_version is None:
+        return "SecretMissing"
+    if held_version != current.secret_version:
+        return "SecretChanged"
+    if now >= current.half_life():
+        return "HalfLife"
+    return None
+
+
+def anchors_to_revoke(generations: list[int], *, current: int) -> list[int]:
+    """The anchor Secrets to delete once `current` is issued: all before the previous generation."""
+    return sorted(g for g in generations if g < current - 1)
+
+
+def token_lifetime_seconds(configured: int) -> int:
+    return max(configured, MIN_TOKEN_LIFETIME_SECONDS)

@@ -1,0 +1,209 @@
+"""Credentials that rotate, without a cluster: when a push renews and what it revokes (models/credentials.py),
+the client that follows its kubeconfig file (activities/kube.py), the kubelet stand-in's atomic Secret
+volumes, and when a virtual kubelet writes its node's status."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from activities.kube import KubeconfigFileClient
+from deploy.localenv.deployments import write_volume_atomically
+from models.credentials import (
+    MIN_TOKEN_LIFETIME_SECONDS,
+    TokenGeneration,
+    anchors_to_revoke,
+    renewal_reason,
+    token_lifetime_seconds,
+)
+from models.virtual_kubelet import node_status_report_due, virtual_node
+
+pytestmark = pytest.mark.steady
+
+ISSUED = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
+HELD = TokenGeneration(number=3, issued_at=ISSUED, expires_at=ISSUED + timedelta(hours=1), secret_version="42")
+
+
+@pytest.mark.parametrize(
+    ("held", "version", "now", "reason"),
+    [
+        pytest.param(None, None, ISSUED, "NoToken", id="a first push issues a token"),
+        pytest.param(None, "42", ISSUED, "NoToken", id="a Secret from before rotation is replaced"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=10), None, id="a young token is left as it is"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=29, seconds=59), None, id="just before half its life"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=30), "HalfLife", id="at half its life it is renewed"),
+        pytest.param(HELD, None, ISSUED + timedelta(minutes=1), "SecretMissing", id="a deleted Secret is rewritten"),
+        pytest.param(HELD, "43", ISSUED + timedelta(minutes=1), "SecretChanged", id="a changed Secret is rewritten"),
+    ],
+)  # fmt: skip
+def test_a_push_renews_at_half_life_or_when_the_foreign_secret_no_longer_holds_the_token(
+    held: TokenGeneration | None, version: str | None, now: datetime, reason: str | None
+) -> None:
+    assert renewal_reason(held, held_version=version, now=now) == reason
+
+
+@pytest.mark.parametrize(
+    ("generations", "current", "revoked"),
+    [
+        pytest.param([1], 1, [], id="the first token revokes nothing"),
+        pytest.param([1, 2], 2, [], id="the previous token stays valid"),
+        pytest.param([1, 2, 3], 3, [1], id="the one before the previous goes"),
+        pytest.param([1, 2, 5, 6, 7], 7, [1, 2, 5], id="every older one left by a failed push goes too"),
+    ],
+)  # fmt: skip
+def test_issuing_a_token_revokes_all_but_it_and_the_previous_one(
+    generations: list[int], current: int, revoked: list[int]
+) -> None:
+    assert anchors_to_revoke(generations, current=current) == revoked
+
+
+def test_the_token_generation_round_trips_through_annotations_and_an_unreadable_one_means_none() -> None:
+    assert TokenGeneration.from_annotations(HELD.to_annotations()) == HELD
+    assert TokenGeneration.from_annotations({**HELD.to_annotations(), "tidepool.io/token-generation": "x"}) is None
+    assert TokenGeneration.from_annotations(None) is None
+    assert "token" not in json.dumps(HELD.to_annotations()).replace("token-", "")  # names only, no credential
+
+
+def test_a_token_lifetime_below_the_api_servers_minimum_is_raised_to_it() -> None:
+    assert token_lifetime_seconds(60) == MIN_TOKEN_LIFETIME_SECONDS == 600
+    assert token_lifetime_seconds(3600) == 3600
+
+
+# A virtual node's status ------------------------------------------------------------------------------
+
+
+def _status(*, ready: bool = True, cpu: str = "4", heartbeat: str = "2026-01-01T08:00:00Z") -> dict[str, object]:
+    node = virtual_node(provider_id="p", resources={"cpu": cpu}, ready=ready, reason="KubeletReady" if ready else "X",
+                        message="m", heartbeat=heartbeat, transition="2026-01-01T07:00:00Z")  # fmt: skip
+    status: dict[str, object] = node["status"]
+    return status
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "since", "due"),
+    [
+        pytest.param(None, _status(), 0, True, id="the first pass reports"),
+        pytest.param(_status(), _status(heartbeat="2026-01-01T08:00:10Z"), 10, False,
+                     id="a heartbeat alone writes nothing"),
+        pytest.param(_status(), _status(ready=False), 10, True, id="a Ready change is written at once"),
+        pytest.param(_status(), _status(cpu="2"), 10, True, id="a capacity change is written at once"),
+        pytest.param(_status(), _status(heartbeat="2026-01-01T08:05:00Z"), 300, True,
+                     id="an unchanged status is written every 5 minutes"),
+    ],
+)  # fmt: skip
+def test_the_node_status_is_written_when_it_changes_and_otherwise_every_five_minutes(
+    previous: dict[str, object] | None, current: dict[str, object], since: float, due: bool
+) -> None:
+    assert node_status_report_due(previous, current, since_last_report=since, report_every=300) is due
+
+
+# The kubelet stand-in's Secret volumes ----------------------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_a_secret_volume_is_swapped_atomically_like_a_kubelets(tmp_path: Path) -> None:
+    target = tmp_path / "volume"
+    write_volume_atomically(target, {"kubeconfig": _b64("one"), "old": _b64("x")})
+    first = (target / "..data").resolve()
+    inode = os.stat(target / "kubeconfig").st_ino
+    write_volume_atomically(target, {"kubeconfig": _b64("two")})
+    assert (target / "kubeconfig").read_text() == "two"
+    assert os.stat(target / "kubeconfig").st_ino != inode  # a new file, so a follower's stat sees the change
+    assert not (target / "old").exists()  # a key that went disappears
+    assert not first.exists()  # the previous version is removed
+    assert sorted(p.name for p in target.iterdir() if not p.name.startswith("..")) == ["kubeconfig"]
+
+
+# The client that follows its kubeconfig file ------------------------------------------------------------
+
+
+class _Server:
+    """An API server stand-in on 127.0.0.1 that accepts one bearer token and counts what it was sent."""
+
+    def __init__(self) -> None:
+        self.accepted = "token-b"
+        self.seen: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+                auth = self.headers.get("Authorization", "")
+                server.seen.append(auth)
+                ok = auth == f"Bearer {server.accepted}"
+                body = json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []} if ok else
+                                  {"kind": "Status", "code": 401, "reason": "Unauthorized"}).encode()  # fmt: skip
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    s = _Server()
+    yield s
+    s.http.shutdown()
+
+
+def _write_kubeconfig(path: Path, server: str, token: str) -> None:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "p", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "p", "user": "u", "namespace": "ns"}}],
+    }))  # fmt: skip
+
+
+def test_the_client_uses_a_renewed_kubeconfig_file_from_the_next_request_on(server: _Server, tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    _write_kubeconfig(path, server.url, "token-a")
+    core = k8s.CoreV1Api(KubeconfigFileClient(str(path)))
+    with pytest.raises(ApiException) as refused:
+        core.list_namespaced_pod("ns")
+    assert refused.value.status == 401
+    assert server.seen == ["Bearer token-a"]  # unchanged file: the refusal stands, no blind retry
+    _write_kubeconfig(tmp_path / "next", server.url, "token-b")
+    os.replace(tmp_path / "next", path)  # renewed as a kubelet does: a new file in place
+    assert core.list_namespaced_pod("ns").items == []
+    assert server.seen[1:] == ["Bearer token-b"]  # the stat saw the change: no refused request first
+
+
+def test_a_401_makes_the_client_read_its_file_again_and_retry_once_unseen_by_the_caller(
+    server: _Server, tmp_path: Path
+) -> None:
+    path = tmp_path / "kubeconfig"
+    _write_kubeconfig(path, server.url, "token-a")
+    client = KubeconfigFileClient(str(path))
+    # Rewritten in place with the same size and modification time: no stat can tell (a coarse clock, a
+    # file updated within the same tick), only the server's 401 does.
+    stat = os.stat(path)
+    _write_kubeconfig(path, server.url, "token-b")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(path).st_ino == stat.st_ino and os.stat(path).st_size == stat.st_size
+    assert k8s.CoreV1Api(client).list_namespaced_pod("ns", _preload_content=False).status == 200
+    assert server.seen == ["Bearer token-a", "Bearer token-b"]
+    # And with the model deserialisation path, on the next request: the new token straight away.
+    assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []
+    assert server.seen[2:] == ["Bearer token-b"]

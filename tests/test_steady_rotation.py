@@ -1,0 +1,197 @@
+"""Credentials that rotate, end to end on real clusters: a provider and a consumer with their real workers,
+the consumer's kubelet stand-in running the real virtual kubelet, whose pods run in the provider.
+A rotation must not disturb them, and a token that is revoked (by rotation or withdrawal) must be refused
+by the provider's API server."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+from temporalio.client import Client
+
+from activities.kube import client_from_kubeconfig_text
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.deployments import DeploymentRunner
+from deploy.localenv.env import EnvState
+from models.credentials import TokenGeneration
+from models.names import (
+    LABEL_OFFLOADED,
+    LABEL_PROVIDER,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    credentials_secret_name,
+    foreign_namespace,
+    peering_workflow_id,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
+from tests.faults import Pair, new_pair
+from tests.running import eventually, running_worker, worker_settings
+from workers.network import NetworkModule
+from workers.peer import cancel_peering, request_peering
+
+pytestmark = [pytest.mark.env, pytest.mark.steady, pytest.mark.vk]
+
+# The API server caches a successful authentication for about 10 s: a revoked token is refused after that.
+REVOKED_WITHIN_SECONDS = 30
+
+
+@dataclass
+class Running:
+    pair: Pair
+    runner: DeploymentRunner
+    logs: Path
+
+    @property
+    def node(self) -> str:
+        return virtual_node_name(self.pair.provider_id)
+
+    @property
+    def namespace(self) -> str:
+        return foreign_namespace(self.pair.consumer_id)
+
+
+@pytest.fixture
+async def running(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path
+) -> AsyncIterator[Running]:
+    pair = new_pair(make_cluster, unique)
+    network = NetworkModule(pair.consumer.api_client(), local_pod_cidr="10.2.0.0/16").start()
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(running_worker(worker_settings(localenv, pair.provider, pair.provider_id)))
+        await stack.enter_async_context(running_worker(worker_settings(localenv, pair.consumer, pair.consumer_id)))
+        runner = stack.enter_context(DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path))
+        stack.callback(network.stop)
+        request_peering(pair.provider.api_client(), consumer_id=pair.consumer_id,
+                        consumer_kubeconfig=pair.consumer.kubeconfig.read_text())  # fmt: skip
+        yield Running(pair, runner, tmp_path)
+
+
+def _ready(core: k8s.CoreV1Api, node: str) -> Any:
+    condition = next((c for c in core.read_node(node).status.conditions or [] if c.type == "Ready"), None)
+    return condition if condition is not None and condition.status == "True" else None
+
+
+def _held_kubeconfig(run: Running) -> str:
+    """The kubeconfig the consumer holds now (the test reads it as the virtual kubelet's volume would)."""
+    secret = k8s.CoreV1Api(run.pair.consumer.api_client()).read_namespaced_secret(
+        credentials_secret_name(run.pair.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
+    return base64.b64decode(secret.data["kubeconfig"]).decode()
+
+
+def _refused(kubeconfig: str, namespace: str) -> bool:
+    """True when the provider's API server refuses this kubeconfig's token (401); False when it accepts it."""
+    try:
+        k8s.CoreV1Api(client_from_kubeconfig_text(kubeconfig)).list_namespaced_pod(namespace, limit=1)
+    except ApiException as e:
+        if e.status == 401:
+            return True
+        raise
+    return False
+
+
+def _generation(run: Running) -> TokenGeneration | None:
+    namespace = k8s.CoreV1Api(run.pair.provider.api_client()).read_namespace(run.namespace)
+    return TokenGeneration.from_annotations(namespace.metadata.annotations)
+
+
+async def _force_rotation(run: Running, client: Client) -> TokenGeneration:
+    """Age the provider's record of the token past half its life, then push now: the push renews."""
+    held = _generation(run)
+    assert held is not None
+    aged = TokenGeneration(number=held.number, issued_at=held.issued_at - timedelta(hours=2),
+                           expires_at=held.expires_at - timedelta(hours=2) + timedelta(seconds=1),
+                           secret_version=held.secret_version)  # fmt: skip
+    k8s.CoreV1Api(run.pair.provider.api_client()).patch_namespace(
+        run.namespace, {"metadata": {"annotations": aged.to_annotations()}})  # fmt: skip
+    await client.get_workflow_handle(peering_workflow_id(run.pair.consumer_id)).execute_update(
+        "update_sharing_percentage", 50)  # fmt: skip
+    renewed = _generation(run)
+    assert renewed is not None and renewed.number == held.number + 1, (held, renewed)
+    assert renewed.expires_at > datetime.now(UTC)
+    return renewed
+
+
+def _offloaded_pod(name: str, provider_id: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {
+        "containers": [{"name": "main", "image": "busybox"}],
+        "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
+        "nodeSelector": {LABEL_PROVIDER: provider_id}}}  # fmt: skip
+
+
+def _copies(run: Running) -> dict[str, tuple[str, int]]:
+    """The provider's copies: name -> (uid, restarts)."""
+    pods = k8s.CoreV1Api(run.pair.provider.api_client()).list_namespaced_pod(
+        run.namespace, label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
+    return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
+            for p in pods}  # fmt: skip
+
+
+async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_nothing_and_revokes_the_old_token(
+    running: Running, temporal_client: Client
+) -> None:
+    run, core = running, k8s.CoreV1Api(running.pair.consumer.api_client())
+    before = await eventually(lambda: _ready(core, run.node), timeout=90, what="the virtual node Ready")
+    for name in ("web", "worker"):
+        core.create_namespaced_pod("app", _offloaded_pod(name, run.pair.provider_id))
+    await eventually(lambda: all(core.read_namespaced_pod(n, "app").status.phase == "Running" for n in ("web", "worker")),
+                     timeout=60, what="both pods Running through the provider")  # fmt: skip
+    uids = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod("app").items}
+    copies = _copies(run)
+    assert len(copies) == 2
+    vk = virtual_kubelet_name(run.pair.provider_id)
+    pid = run.runner.pid(vk)
+    assert pid is not None
+    first = _held_kubeconfig(run)  # what the virtual kubelet started with
+
+    await _force_rotation(run, temporal_client)
+    second = _held_kubeconfig(run)
+    assert second != first
+    assert not _refused(first, run.namespace)  # the previous token stays valid: a slow reader keeps working
+    await _force_rotation(run, temporal_client)
+    third = _held_kubeconfig(run)
+    assert third not in (first, second)
+    # The token before the previous is revoked (its anchor Secret went); the previous and current work.
+    await eventually(lambda: _refused(first, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
+                     what="the first token refused by the provider's API server")  # fmt: skip
+    assert not _refused(second, run.namespace) and not _refused(third, run.namespace)
+
+    # The virtual kubelet, which started with the now-refused token, works on: a new pod is run in the
+    # provider and brought back Running, by the same process, without a restart.
+    core.create_namespaced_pod("app", _offloaded_pod("after", run.pair.provider_id))
+    await eventually(lambda: core.read_namespaced_pod("after", "app").status.phase == "Running", timeout=60,
+                     what="a pod created after the revocation Running through the provider")  # fmt: skip
+    assert run.runner.pid(vk) == pid
+    after = _ready(core, run.node)
+    assert after is not None and after.last_transition_time == before.last_transition_time  # never NotReady
+    assert {n: u for n, u in ((p.metadata.name, p.metadata.uid) for p in core.list_namespaced_pod("app").items)
+            if n in uids} == uids  # fmt: skip
+    still = _copies(run)
+    assert {n: still[n] for n in copies} == copies  # same copies, no restart
+    assert "ProviderUnreachable" not in (run.logs / f"{vk}.log").read_text()
+
+
+async def test_a_withdrawal_revokes_the_last_token_and_the_virtual_kubelet_reports_the_provider_clean(
+    running: Running,
+) -> None:
+    run, core = running, k8s.CoreV1Api(running.pair.consumer.api_client())
+    await eventually(lambda: _ready(core, run.node), timeout=90, what="the virtual node Ready")
+    held = _held_kubeconfig(run)
+    assert not _refused(held, run.namespace)
+    cancel_peering(run.pair.provider.api_client(), consumer_id=run.pair.consumer_id)
+    await eventually(lambda: _refused(held, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
+                     what="the last token handed out refused after the withdrawal")  # fmt: skip
+    # Its 401 is read as "clean" only because the provider marked its Advertisement withdrawn first.
+    log = run.logs / f"{virtual_kubelet_name(run.pair.provider_id)}.log"
+    await eventually(lambda: "teardown: provider namespace" in log.read_text(), timeout=90,
+                     what="the virtual kubelet reporting the provider clean")  # fmt: skip
+    assert "did not withdraw" not in log.read_text()

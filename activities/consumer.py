@@ -5,7 +5,7 @@ patching a finalizer list with compare-and-swap."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -47,6 +47,9 @@ from models.settings import WorkerSettings
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
+# The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
+# slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
+EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
 
 
 def _now() -> datetime:
@@ -190,7 +193,7 @@ class ConsumerActivities:
         spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
         expires = _parse_time(spec.get("timeToLive"))
         phase = status.get("phase") or "Pending"
-        if expires is None or expires > _now() or phase not in ("Pending", "Refused"):
+        if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
             return False
         try:
             k8s.CustomObjectsApi(self._home).delete_cluster_custom_object(

@@ -67,6 +67,8 @@ class AdvertisementState(_Model):
     clean_wait_started: datetime | None = None
     deleted: dict[str, datetime] = Field(default_factory=dict)  # what teardown deleted, and when
     virtual_kubelet_created: int = 0
+    # The phase last observed, so that a run continued as new refuses a second decision before its first look.
+    observed_phase: str | None = None
 
 
 class AdvertisementInput(_Model):

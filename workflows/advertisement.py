@@ -83,6 +83,7 @@ class AdvertisementWorkflow:
                 self._steady = workflow.patched(STEADY_PATCH)
             step = next_step(obs, self._state, now, legacy=not self._steady)
             self._observation, self._step = obs, step
+            self._state.observed_phase = obs.phase
             if obs.phase == "Accepted" and self._state.accepted_at is None:
                 self._state.accepted_at = now
             self._publish(obs, step)
@@ -215,6 +216,7 @@ class AdvertisementWorkflow:
         if self._state.teardown is not None:
             raise ValueError(f"the Advertisement is being torn down ({self._state.teardown})")
         phase = self._decided or (self._observation.phase if self._observation is not None else None)
+        phase = phase or self._state.observed_phase  # a run continued as new has not looked yet
         if phase not in (None, "Pending"):
             raise ValueError(f"the Advertisement is already {phase}; only a Pending one is decided by hand")
 

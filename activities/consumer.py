@@ -192,7 +192,7 @@ class ConsumerActivities:
             return False
         spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
         expires = _parse_time(spec.get("timeToLive"))
-        phase = status.get("phase") or "Pending"
+        phase = status.get("phase")
         if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
             return False
         try:

@@ -77,8 +77,9 @@ class AdvertisementInput(_Model):
     state: AdvertisementState | None = None
 
 
-# Phases of an Advertisement never accepted: nothing was built for it, and no finalizer holds it.
-_UNACCEPTED = (None, "Pending", "Refused")
+# Decided but not accepted: nothing was built for it, and no finalizer holds it. One not decided yet waits
+# for admission (an arrival already expired is refused Invalid first, so that its reason is on record).
+_UNACCEPTED = ("Pending", "Refused")
 # The virtual kubelet cannot report a clean namespace if the provider is gone; do not wait for ever.
 PROVIDER_CLEAN_TIMEOUT = timedelta(minutes=2)
 
@@ -137,14 +138,17 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
     return "ReleaseAdvertisement"
 
 
-def wake_after(obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime) -> timedelta | None:
+def wake_after(
+    obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime, *, legacy: bool = False
+) -> timedelta | None:
     """When to look again without being told: the nearest deadline (expiry, keepalive, PodCIDR wait,
     provider-clean wait); None means only a signal wakes the workflow. A deadline already past gives the
-    1-second floor once, never in a loop: a past expiry or keepalive is a teardown (`next_step`), a past
-    provider-clean wait deletes the virtual kubelet, and the workflow reports a past PodCIDR wait, after
-    which none of them is a deadline any more."""
+    1-second floor once, never in a loop: a past expiry is a teardown or a deletion (`next_step`), or,
+    before admission has decided, no deadline at all (the decision signals); a past keepalive is a
+    teardown, a past provider-clean wait deletes the virtual kubelet, and the workflow reports a past
+    PodCIDR wait, after which none of them is a deadline any more. `legacy`: as `next_step`."""
     deadlines: list[datetime] = []
-    if obs.time_to_live is not None and state.teardown is None:
+    if obs.time_to_live is not None and state.teardown is None and (legacy or obs.time_to_live > now):
         deadlines.append(obs.time_to_live)
     if obs.provider_unreachable_since is not None and state.teardown is None and obs.phase == "Accepted":
         deadlines.append(obs.provider_unreachable_since + timedelta(seconds=obs.keepalive_seconds))

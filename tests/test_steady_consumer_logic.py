@@ -216,7 +216,7 @@ PAST = NOW - timedelta(seconds=1)
         pytest.param(observed(phase="Refused", time_to_live=PAST, virtual_kubelet_exists=False), False,
                      "DeleteExpired", id="a refused one that expired is deleted"),
         pytest.param(observed(phase=None, time_to_live=PAST, virtual_kubelet_exists=False), False,
-                     "DeleteExpired", id="one never decided that expired is deleted"),
+                     "AwaitDecision", id="one that arrived expired waits for admission to refuse it first"),
         pytest.param(observed(phase="Refused", virtual_kubelet_exists=False), False,
                      "AwaitDecision", id="a refused one that has not expired sleeps"),
         pytest.param(observed(phase="Refused", time_to_live=PAST, virtual_kubelet_exists=False), True,
@@ -248,6 +248,8 @@ def test_an_expiry_is_not_latched_so_a_renewal_before_the_deletion_wins() -> Non
                      id="a steady one sleeps until its expiry, which the timer re-reads"),
         pytest.param(observed(time_to_live=None), AdvertisementState(), "Steady", None,
                      id="with no deadline only a signal wakes it"),
+        pytest.param(observed(phase=None, time_to_live=PAST), AdvertisementState(), "AwaitDecision", None,
+                     id="an expired one not decided yet has no deadline: the decision signals"),
         pytest.param(observed(phase="Pending", provider_unreachable_since=NOW - timedelta(hours=1)),
                      AdvertisementState(), "AwaitDecision", timedelta(minutes=30),
                      id="a past keepalive of an unaccepted one is no deadline"),
@@ -266,12 +268,12 @@ def test_when_an_advertisement_looks_again_on_its_own(
 
 
 @pytest.mark.parametrize("phase", [None, "Pending", "Refused", "Accepted"])
-def test_no_past_expiry_is_ever_waited_on(phase: str | None) -> None:
-    """Whatever the phase, an expired Advertisement is acted on (deleted, or torn down), never slept on
-    for a second and looked at again."""
+def test_no_past_expiry_is_ever_slept_on(phase: str | None) -> None:
+    """Whatever the phase, an expired Advertisement is acted on (deleted, or torn down) or, not decided yet,
+    waits for the decision with no timer: never slept on for a second and looked at again."""
     obs = observed(phase=phase, time_to_live=PAST, virtual_kubelet_exists=phase == "Accepted")
     state = AdvertisementState()
     step = next_step(obs, state, NOW)
-    assert step in ACTING_STEPS and step in ("DeleteExpired", "MarkDeleting")
-    if state.teardown is not None:  # once torn down, the expiry is no deadline any more
-        assert wake_after(obs, state, step, NOW) is None
+    assert step in ACTING_STEPS or wake_after(obs, state, step, NOW) is None
+    if step in ACTING_STEPS:
+        assert step in ("DeleteExpired", "MarkDeleting")

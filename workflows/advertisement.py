@@ -121,7 +121,7 @@ class AdvertisementWorkflow:
             self._state.virtual_kubelet_created += 1
 
     async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
-        timeout = wake_after(obs, self._state, step, workflow.now())
+        timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)
         try:
             await workflow.wait_condition(lambda: self._changed, timeout=timeout, timeout_summary=f"{step}: deadline")
         except TimeoutError:

@@ -5,7 +5,7 @@ patching a finalizer list with compare-and-swap."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -47,6 +47,9 @@ from models.settings import WorkerSettings
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
+# The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
+# slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
+EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
 
 
 def _now() -> datetime:
@@ -149,7 +152,8 @@ class ConsumerActivities:
         }
 
     @activity.defn
-    def run_step(self, request: AdvertisementStep) -> None:
+    def run_step(self, request: AdvertisementStep) -> bool:
+        """Runs one step; True unless it found nothing to do (only DeleteExpired tells)."""
         step, name, provider = request.step, request.advertisement, request.provider_id
         obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
         if step == "EnsureFinalizer" and obj is not None:
@@ -171,11 +175,39 @@ class ConsumerActivities:
         elif step == "DeleteVirtualKubelet":
             ignore_not_found(k8s.AppsV1Api(self._home).delete_namespaced_deployment,
                              virtual_kubelet_name(provider), SYSTEM_NAMESPACE)  # fmt: skip
+        elif step == "DeleteExpired":
+            return self._delete_expired(obj)
         elif step == "ReleaseAdvertisement" and obj is not None:
             self._set_finalizer(obj, present=False)
             if request.teardown != "Deleted":  # expired or unreachable: it goes now; a fresh push brings it back
                 ignore_not_found(k8s.CustomObjectsApi(self._home).delete_cluster_custom_object,
                                  "tidepool.io", "v1alpha1", ADVERTISEMENTS, name)  # fmt: skip
+        return True
+
+    def _delete_expired(self, obj: dict[str, Any] | None) -> bool:
+        """Deletes a never-accepted Advertisement whose timeToLive has passed, with an Event that says so;
+        False when it is gone, renewed or accepted since it was observed (the deletion is conditional on
+        the version checked, so a push or an acceptance racing with it wins)."""
+        if obj is None:
+            return False
+        spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
+        expires = _parse_time(spec.get("timeToLive"))
+        phase = status.get("phase")
+        if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
+            return False
+        try:
+            k8s.CustomObjectsApi(self._home).delete_cluster_custom_object(
+                "tidepool.io", "v1alpha1", ADVERTISEMENTS, meta["name"],
+                body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=meta["resourceVersion"])),
+            )  # fmt: skip
+        except k8s.ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        # After the deletion, so that a retried attempt does not say it twice.
+        record_event(self._home, obj, reason="Expired", warning=True,
+                     message=f"timeToLive {spec.get('timeToLive')} passed while {phase}: deleted")  # fmt: skip
+        return True
 
     @activity.defn
     def report_pod_cidr_timeout(self, name: str) -> None:

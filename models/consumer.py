@@ -4,6 +4,11 @@ workflows/advertisement.py observes the Advertisement, its virtual kubelet Deplo
 node (one activity), asks `next_step` what to do, does it (one activity), and sleeps until a watcher
 signals a change or the next deadline. Because every step is derived from what is observed, a crash at
 any step resumes at that step.
+
+Rules since issue 14 (`legacy=False`; the workflow passes `legacy=True` only to runs begun before, so
+that their histories replay): an Advertisement that expires without being accepted (Pending or Refused)
+is deleted with the reason `Expired` and its workflow completes, instead of waking every second for
+ever; no deadline already past is ever a deadline again (see `wake_after`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ Step = Literal[
     "AwaitProviderClean",   # teardown 3: wait until the virtual kubelet reports the provider namespace clean
     "DeleteVirtualKubelet",  # teardown 4
     "ReleaseAdvertisement",  # teardown 5: drop the finalizer (and delete it, when it expired)
+    "DeleteExpired",        # never accepted and expired: delete it (Event reason Expired), then Done
     "Done",
 ]  # fmt: skip
 TeardownCause = Literal["Deleted", "Expired", "ProviderUnreachable"]
@@ -61,6 +67,8 @@ class AdvertisementState(_Model):
     clean_wait_started: datetime | None = None
     deleted: dict[str, datetime] = Field(default_factory=dict)  # what teardown deleted, and when
     virtual_kubelet_created: int = 0
+    # The phase last observed, so that a run continued as new refuses a second decision before its first look.
+    observed_phase: str | None = None
 
 
 class AdvertisementInput(_Model):
@@ -69,6 +77,9 @@ class AdvertisementInput(_Model):
     state: AdvertisementState | None = None
 
 
+# Decided but not accepted: nothing was built for it, and no finalizer holds it. One not decided yet waits
+# for admission (an arrival already expired is refused Invalid first, so that its reason is on record).
+_UNACCEPTED = ("Pending", "Refused")
 # The virtual kubelet cannot report a clean namespace if the provider is gone; do not wait for ever.
 PROVIDER_CLEAN_TIMEOUT = timedelta(minutes=2)
 
@@ -78,15 +89,19 @@ def teardown_cause(obs: AdvertisementObservation, now: datetime) -> TeardownCaus
         return "Deleted"
     if obs.time_to_live is not None and now >= obs.time_to_live:
         return "Expired"
-    if obs.provider_unreachable_since is not None and now - obs.provider_unreachable_since >= timedelta(
-        seconds=obs.keepalive_seconds
+    # Only an accepted one has a virtual node whose Ready condition can say the provider is unreachable.
+    if (
+        obs.phase == "Accepted"
+        and obs.provider_unreachable_since is not None
+        and now - obs.provider_unreachable_since >= timedelta(seconds=obs.keepalive_seconds)
     ):
         return "ProviderUnreachable"
     return None
 
 
-def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> Step:
-    """What to do now, from what was observed; teardown, once begun, runs to its end."""
+def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime, *, legacy: bool = False) -> Step:
+    """What to do now, from what was observed; teardown, once begun, runs to its end. `legacy` keeps the
+    rules of runs begun before issue 14 (an unaccepted one never expired), for their replay."""
     if state.teardown is None and obs.phase == "Accepted":
         state.teardown = teardown_cause(obs, now)
     elif state.teardown is None and (not obs.exists or obs.deleting):
@@ -94,7 +109,9 @@ def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: dat
     if state.teardown is not None:
         return _teardown_step(obs, state, now)
     if obs.phase != "Accepted":
-        return "AwaitDecision"
+        # Not latched as a teardown: a push may renew it before the deletion, which then does nothing.
+        expired = obs.time_to_live is not None and now >= obs.time_to_live
+        return "DeleteExpired" if expired and not legacy and obs.phase in _UNACCEPTED else "AwaitDecision"
     if not obs.has_finalizer:
         return "EnsureFinalizer"
     if not obs.remote_remapped_pod_cidr:
@@ -121,13 +138,19 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
     return "ReleaseAdvertisement"
 
 
-def wake_after(obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime) -> timedelta | None:
+def wake_after(
+    obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime, *, legacy: bool = False
+) -> timedelta | None:
     """When to look again without being told: the nearest deadline (expiry, keepalive, PodCIDR wait,
-    provider-clean wait); None means only a signal wakes the workflow."""
+    provider-clean wait); None means only a signal wakes the workflow. A deadline already past gives the
+    1-second floor once, never in a loop: a past expiry is a teardown or a deletion (`next_step`), or,
+    before admission has decided, no deadline at all (the decision signals); a past keepalive is a
+    teardown, a past provider-clean wait deletes the virtual kubelet, and the workflow reports a past
+    PodCIDR wait, after which none of them is a deadline any more. `legacy`: as `next_step`."""
     deadlines: list[datetime] = []
-    if obs.time_to_live is not None and state.teardown is None:
+    if obs.time_to_live is not None and state.teardown is None and (legacy or obs.time_to_live > now):
         deadlines.append(obs.time_to_live)
-    if obs.provider_unreachable_since is not None and state.teardown is None:
+    if obs.provider_unreachable_since is not None and state.teardown is None and obs.phase == "Accepted":
         deadlines.append(obs.provider_unreachable_since + timedelta(seconds=obs.keepalive_seconds))
     if step == "AwaitPodCIDR" and not state.pod_cidr_timed_out and state.accepted_at is not None:
         deadlines.append(state.accepted_at + timedelta(seconds=obs.pod_cidr_wait_timeout_seconds))

@@ -133,14 +133,21 @@ async def test_deny_and_allow_lists_and_invalid_advertisements_are_refused_with_
             obj = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
             return (obj.get("status") or {}).get("reason")
 
-        await eventually(lambda: all(reason(p) for p in (allowed, denied, stranger, f"empty-{unique}",
-                                                        f"expired-{unique}")), what="every decision")  # fmt: skip
+        def events(provider: str) -> list[str]:
+            return [e.reason for e in k8s.CoreV1Api(api).list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={advertisement_name(provider)}").items]  # fmt: skip
+
+        await eventually(lambda: all(reason(p) for p in (allowed, denied, stranger, f"empty-{unique}")),
+                         what="every decision")  # fmt: skip
+        # The one that arrived expired is refused with its reason on record, then deleted as expired (issue 14).
+        await eventually(lambda: "Expired" in events(f"expired-{unique}"), what="the expired one deleted")
     phases = _phases(api)
     assert phases[allowed] == "Accepted"
     assert (phases[denied], reason(denied)) == ("Refused", "Denied")  # deny wins over allow
     assert (phases[stranger], reason(stranger)) == ("Refused", "NotAllowed")
     assert (phases[f"empty-{unique}"], reason(f"empty-{unique}")) == ("Refused", "Invalid")
-    assert (phases[f"expired-{unique}"], reason(f"expired-{unique}")) == ("Refused", "Invalid")
+    assert f"expired-{unique}" not in phases
+    assert sorted(events(f"expired-{unique}")) == ["Expired", "Invalid"]  # refused, then deleted
 
 
 async def test_manual_acceptance_by_update_and_by_annotation(

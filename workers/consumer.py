@@ -1,17 +1,29 @@
 """The consumer's watchers: they turn changes in the consumer cluster into Temporal signals.
 
-- every Advertisement change signals (with start) the admission workflow's `reconcile`, and (with
-  start) its own AdvertisementWorkflow's `changed`; a deleted one only signals;
-- a ClusterConfig change signals `reconcile` (a raised maximum accepts refused ones);
-- a change of a virtual kubelet Deployment or of a virtual node signals its AdvertisementWorkflow,
-  which re-creates a deleted Deployment and follows the teardown.
+- an Advertisement signals (with start) the admission workflow's `reconcile` when what admission reads
+  changed (arrival, deletion, clusterId and name validity, decision annotations, phase), and (with
+  start) its own AdvertisementWorkflow's `changed` when what its lifecycle reads changed (deletion,
+  phase, finalizer, remoteRemappedPodCIDR, decision annotations, advertised capacity);
+- the ClusterConfig signals `reconcile` when `spec.incoming` changed (a raised maximum accepts refused ones);
+- a virtual kubelet Deployment (existence, deletion, its provider-clean annotation) or a virtual node
+  (existence, the Ready condition's status and reason) signals its AdvertisementWorkflow, which
+  re-creates a deleted Deployment and follows the teardown.
+
+Level-triggered and debounced by a key per object (`ObjectKeys`): a signal goes out only when the key
+of what the workflow decides on changed, so timestamps, TTL refreshes, node heartbeats, status writes
+nobody reads and resourceVersion bumps wake no workflow (Leases are not watched at all). The first list
+after the worker starts signals every object once, which is how a restarted worker catches up; a relist
+after a watch error signals only the objects whose key changed or that went away.
 
 Identity only: the workflows re-read the objects through activities.
 """
 
 from __future__ import annotations
 
-import logging
+import json
+import threading
+from collections.abc import Callable, Coroutine, Hashable
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -21,11 +33,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.consumer import ConsumerActivities
 from activities.informer import Informer
+from models.admission import validate_advertisement
 from models.consumer import AdmissionInput, AdvertisementInput
 from models.names import (
+    ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
     GROUP,
     LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
@@ -34,6 +50,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     VERSION,
     VIRTUAL_NODE_TYPE,
+    VK_CLEAN_ANNOTATION,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
@@ -43,7 +60,124 @@ from workers.watching import Watchers
 from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import AdvertisementWorkflow
 
-log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+# Validity as admission judges it, but blind to the clock: "timeToLive has passed" is the
+# AdvertisementWorkflow's business (it deletes an expired one, and the deletion signals admission).
+_BEGINNING_OF_TIME = datetime.min.replace(tzinfo=UTC)
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _annotations(obj: Obj) -> dict[str, Any]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def advertisement_provider(obj: Obj) -> str | None:
+    """The provider whose AdvertisementWorkflow follows this object; None for a malformed or misnamed one
+    (one Advertisement per provider, named after it): admission refuses it with a reason, and no
+    lifecycle follows it, since the provider's own would follow the wrong object."""
+    provider = (obj.get("spec") or {}).get("clusterId")
+    if not isinstance(provider, str) or not provider or _meta(obj).get("name") != advertisement_name(provider):
+        return None
+    return provider
+
+
+def lifecycle_key(obj: Obj) -> Hashable:
+    """What the AdvertisementWorkflow decides on (models/consumer.py: next_step); never spec.timestamp
+    or spec.timeToLive, which every push renews: the expiry timer re-reads the TTL when it fires."""
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    annotations = _annotations(obj)
+    return (
+        meta.get("uid"),
+        bool(meta.get("deletionTimestamp")),
+        status.get("phase"),
+        ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
+        status.get("remoteRemappedPodCIDR"),
+        annotations.get(DECISION_ANNOTATION),
+        annotations.get(DECISION_REASON_ANNOTATION),
+        _canonical((spec.get("resourceQuota") or {}).get("hard")),
+    )
+
+
+def admission_key(obj: Obj) -> Hashable:
+    """What admission reads (models/admission.py: candidate): identity, validity apart from the clock,
+    the decision annotations, the phase (a Deleting one frees a place)."""
+    meta, status = _meta(obj), obj.get("status") or {}
+    annotations = _annotations(obj)
+    return (
+        meta.get("uid"),
+        bool(meta.get("deletionTimestamp")),
+        status.get("phase"),
+        annotations.get(DECISION_ANNOTATION),
+        annotations.get(DECISION_REASON_ANNOTATION),
+        tuple(validate_advertisement(obj, _BEGINNING_OF_TIME)),
+    )
+
+
+def incoming_config_key(obj: Obj) -> Hashable:
+    """Admission reads only the ClusterConfig's incoming section; the outgoing one is the provider's."""
+    return _canonical((obj.get("spec") or {}).get("incoming"))
+
+
+def virtual_kubelet_key(obj: Obj) -> Hashable:
+    """Existence, deletion and the provider-clean report; never its status (replicas, conditions)."""
+    meta = _meta(obj)
+    return (meta.get("uid"), bool(meta.get("deletionTimestamp")), _annotations(obj).get(VK_CLEAN_ANNOTATION))
+
+
+def virtual_node_key(obj: Obj) -> Hashable:
+    """Existence and the Ready condition's status and reason; never heartbeat or transition times (the
+    workflow reads the transition time itself when the reason says the provider is unreachable)."""
+    ready = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    return (_meta(obj).get("uid"), ready.get("status"), ready.get("reason"))
+
+
+class ObjectKeys:
+    """The key last seen per object name, for one informer, with the object it came from: `event` and
+    `sync` say which objects changed what their workflow reads. Informers call it from their threads,
+    failed signals from the event loop."""
+
+    def __init__(self, key: Callable[[Obj], Hashable | None]) -> None:
+        self._key = key  # None: an object no workflow follows
+        self._seen: dict[str, tuple[Hashable, Obj]] = {}
+        self._lock = threading.Lock()
+
+    def event(self, kind: str, obj: Obj) -> bool:
+        """Whether this watch event changed the object's key (a deletion of a followed object does)."""
+        name = str(_meta(obj).get("name"))
+        key = None if kind == "DELETED" else self._key(obj)
+        with self._lock:
+            if key is None:
+                return self._seen.pop(name, None) is not None
+            changed = name not in self._seen or self._seen[name][0] != key
+            self._seen[name] = (key, obj)
+            return changed
+
+    def sync(self, objects: list[Obj]) -> list[tuple[Obj, bool]]:
+        """After a (re)list: the objects whose key changed (every one, the first time), and, as last
+        seen, those gone since (deleted=True): a deletion missed while the watch was down."""
+        listed = {str(_meta(o).get("name")): (key, o) for o in objects if (key := self._key(o)) is not None}
+        with self._lock:
+            changed = [(obj, False) for name, (key, obj) in listed.items()
+                       if name not in self._seen or self._seen[name][0] != key]  # fmt: skip
+            changed += [(obj, True) for name, (_, obj) in self._seen.items() if name not in listed]
+            self._seen = listed
+        return changed
+
+    def forget(self, name: str | None = None) -> None:
+        """A signal failed: the next event or list of this object (of every object, without a name)
+        signals again."""
+        with self._lock:
+            if name is None:
+                self._seen.clear()
+            else:
+                self._seen.pop(name, None)
 
 
 class ConsumerWatchers(Watchers):
@@ -51,55 +185,94 @@ class ConsumerWatchers(Watchers):
         super().__init__(ctx.loop)
         self._client: Client = ctx.client
         self._settings = ctx.settings
+        self._admission = ObjectKeys(admission_key)
+        self._lifecycles = ObjectKeys(lambda obj: lifecycle_key(obj) if advertisement_provider(obj) else None)
+        self._config = ObjectKeys(incoming_config_key)
+        self._virtual_kubelets = ObjectKeys(virtual_kubelet_key)
+        self._virtual_nodes = ObjectKeys(virtual_node_key)
         custom, apps, core = k8s.CustomObjectsApi(ctx.home), k8s.AppsV1Api(ctx.home), k8s.CoreV1Api(ctx.home)
         self._informers = [
             Informer("advertisements", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
                      plural=ADVERTISEMENTS, on_sync=self._sync_advertisements, on_event=self._advertisement_event),
             Informer("consumer-clusterconfig", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
                      plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}",
-                     on_sync=lambda _objs: self._reconcile(), on_event=lambda _kind, _obj: self._reconcile()),
+                     on_sync=self._sync_config, on_event=self._config_event),
             Informer("virtual-kubelets", apps.list_namespaced_deployment, namespace=SYSTEM_NAMESPACE,
                      label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_PROVIDER}",
-                     on_sync=self._sync_children, on_event=self._child_event),
+                     on_sync=lambda objs: self._sync_children(self._virtual_kubelets, objs),
+                     on_event=lambda kind, obj: self._child_event(self._virtual_kubelets, kind, obj)),
             Informer("virtual-nodes", core.list_node, label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}",
-                     on_sync=self._sync_children, on_event=self._child_event),
+                     on_sync=lambda objs: self._sync_children(self._virtual_nodes, objs),
+                     on_event=lambda kind, obj: self._child_event(self._virtual_nodes, kind, obj)),
         ]  # fmt: skip
 
+    # Admission ----------------------------------------------------------------------------------------
     def _reconcile(self) -> None:
         cluster_id = self._settings.cluster.cluster_id
-        self._submit(self._signal_with_start(
+        self._submit(self._forgetting_on_failure(self._signal_with_start(
             AdmissionWorkflow.run, AdmissionInput(cluster_id=cluster_id), admission_workflow_id(cluster_id),
             "reconcile", f"Admission of Advertisements in {cluster_id}",
-        ))  # fmt: skip
+        ), self._admission, self._config))  # fmt: skip
 
-    def _sync_advertisements(self, objects: list[dict[str, Any]]) -> None:
-        self._reconcile()
-        for obj in objects:
-            self._advertisement_event("MODIFIED", obj)
+    def _sync_config(self, objects: list[Obj]) -> None:
+        if self._config.sync(objects):
+            self._reconcile()
 
-    def _advertisement_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self._reconcile()
-        provider = str((obj.get("spec") or {}).get("clusterId") or "")
-        if not provider or obj["metadata"]["name"] != advertisement_name(provider):
-            # Malformed, or misnamed (one Advertisement per provider, named after it): admission refuses it
-            # with a reason. No lifecycle: the provider's one would follow the wrong object.
+    def _config_event(self, kind: str, obj: Obj) -> None:
+        if self._config.event(kind, obj):
+            self._reconcile()
+
+    # Advertisements -----------------------------------------------------------------------------------
+    def _sync_advertisements(self, objects: list[Obj]) -> None:
+        if self._admission.sync(objects):
+            self._reconcile()
+        for obj, deleted in self._lifecycles.sync(objects):
+            self._lifecycle_changed(obj, deleted=deleted)
+
+    def _advertisement_event(self, kind: str, obj: Obj) -> None:
+        if self._admission.event(kind, obj):
+            self._reconcile()
+        if self._lifecycles.event(kind, obj):
+            self._lifecycle_changed(obj, deleted=kind == "DELETED")
+
+    def _lifecycle_changed(self, obj: Obj, *, deleted: bool) -> None:
+        """A deleted one only signals (its workflow tears down, or has completed); a live one starts its
+        workflow if none runs."""
+        provider, name = advertisement_provider(obj), str(_meta(obj).get("name"))
+        if provider is None:
             return
-        if kind == "DELETED":
+        if deleted:
             self._submit(self._signal(advertisement_workflow_id(provider), "changed"))
             return
-        self._submit(self._signal_with_start(
-            AdvertisementWorkflow.run, AdvertisementInput(provider_id=provider, advertisement=obj["metadata"]["name"]),
+        self._submit(self._forgetting_on_failure(self._signal_with_start(
+            AdvertisementWorkflow.run, AdvertisementInput(provider_id=provider, advertisement=name),
             advertisement_workflow_id(provider), "changed", f"Advertisement from {provider}",
-        ))  # fmt: skip
+        ), self._lifecycles, name=name))  # fmt: skip
 
-    def _sync_children(self, objects: list[dict[str, Any]]) -> None:
-        for obj in objects:
-            self._child_event("MODIFIED", obj)
+    # Virtual kubelets and virtual nodes ----------------------------------------------------------------
+    def _sync_children(self, keys: ObjectKeys, objects: list[Obj]) -> None:
+        for obj, _deleted in keys.sync(objects):
+            self._signal_child(keys, obj)
 
-    def _child_event(self, _kind: str, obj: dict[str, Any]) -> None:
-        provider = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_PROVIDER)
+    def _child_event(self, keys: ObjectKeys, kind: str, obj: Obj) -> None:
+        if keys.event(kind, obj):
+            self._signal_child(keys, obj)
+
+    def _signal_child(self, keys: ObjectKeys, obj: Obj) -> None:
+        provider = (_meta(obj).get("labels") or {}).get(LABEL_PROVIDER)
         if provider:
-            self._submit(self._signal(advertisement_workflow_id(provider), "changed"))
+            self._submit(self._forgetting_on_failure(self._signal(advertisement_workflow_id(provider), "changed"),
+                                                     keys, name=str(_meta(obj).get("name"))))  # fmt: skip
+
+    # Temporal -----------------------------------------------------------------------------------------
+    async def _forgetting_on_failure(self, call: Coroutine[Any, Any, None], *keys: ObjectKeys,
+                                     name: str | None = None) -> None:  # fmt: skip
+        try:
+            await call
+        except Exception:
+            for k in keys:
+                k.forget(name)
+            raise
 
     async def _signal_with_start(self, run: Any, input: Any, workflow_id: str, signal: str, summary: str) -> None:
         await self._client.start_workflow(

@@ -3,6 +3,10 @@
 changes; signals that arrive while a pass runs are folded into the next pass. One pass at a time is
 what keeps twenty Advertisements arriving at once from overshooting the maximum: the decision itself
 is a pure function of the cluster's Advertisements (models/admission.py), never a counter that drifts.
+
+No periodic recheck since issue 14 (patch `admission-event-driven`): the watchers signal everything
+admission reads, and an Advertisement that expires is deleted by its AdvertisementWorkflow, which signals
+this one; an idle admission costs nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ with workflow.unsafe.imports_passed_through():
 
 ADMIT_TIMEOUT = timedelta(seconds=60)
 ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# An expired Advertisement frees its place even if nothing else happens; look again now and then.
+# Runs begun before issue 14 looked again every IDLE_RECHECK; they keep doing so, for their replay.
 IDLE_RECHECK = timedelta(minutes=10)
+EVENT_DRIVEN_PATCH = "admission-event-driven"
 
 
 @workflow.defn
@@ -40,10 +45,14 @@ class AdmissionWorkflow:
             )  # fmt: skip
             self._input.reconciles += 1
             workflow.set_current_details(_details(self._last, self._input.reconciles))
-            try:
-                await workflow.wait_condition(lambda: self._pending, timeout=IDLE_RECHECK, timeout_summary="recheck")
-            except TimeoutError:
-                pass
+            if workflow.patched(EVENT_DRIVEN_PATCH):
+                await workflow.wait_condition(lambda: self._pending)
+            else:
+                try:
+                    await workflow.wait_condition(lambda: self._pending, timeout=IDLE_RECHECK,
+                                                  timeout_summary="recheck")  # fmt: skip
+                except TimeoutError:
+                    pass
             # Updates wait for the loop's next pass, so never block on them: continue-as-new only
             # between them (a suggestion is not a deadline).
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():

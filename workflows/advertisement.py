@@ -9,12 +9,16 @@ Seed 000's steps, each a visible stage (current details and the AdvertisementPha
    first, then (once the provider namespace is clean) the virtual kubelet, then the Advertisement.
 
 Every wake re-reads the cluster and derives the next step (models/consumer.py), so a crash at any step
-resumes at that step.
+resumes at that step. Since issue 14 (patch `steady-deadline`): the deadline timer is held across wakes
+and replaced only by an earlier one, so a wake that changes nothing starts no timer; the expiry timer
+re-reads the Advertisement when it fires (a push renewing timeToLive wakes nobody); an Advertisement that
+expires unaccepted is deleted (step DeleteExpired) and the workflow completes.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -46,8 +50,11 @@ DECISION_CHECK_INTERVAL = timedelta(seconds=1)
 # Steps that change nothing but the observation: no action is needed, so go round again at once.
 ACTING_STEPS: frozenset[Step] = frozenset(
     {"EnsureFinalizer", "EnsureVirtualKubelet", "MarkDeleting", "DeleteVirtualNode", "DeleteVirtualKubelet",
-     "ReleaseAdvertisement"}
+     "ReleaseAdvertisement", "DeleteExpired"}
 )  # fmt: skip
+# Runs begun before issue 14 keep the old rules (a new timer at every wake, unaccepted ones never
+# expire) so that their histories replay; new runs take the held deadline and the expiry of unaccepted ones.
+STEADY_PATCH = "steady-deadline"
 
 
 @workflow.defn
@@ -60,6 +67,9 @@ class AdvertisementWorkflow:
         self._observation: AdvertisementObservation | None = None
         self._step: Step | None = None
         self._decided: str | None = None
+        self._steady: bool | None = None  # STEADY_PATCH, decided at the first wake
+        self._deadline_timer: asyncio.Task[None] | None = None
+        self._deadline: datetime | None = None
 
     @workflow.run
     async def run(self, input: AdvertisementInput) -> AdvertisementState:
@@ -69,39 +79,49 @@ class AdvertisementWorkflow:
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="observe")  # fmt: skip
             now = workflow.now()
-            step = next_step(obs, self._state, now)
+            if self._steady is None:
+                self._steady = workflow.patched(STEADY_PATCH)
+            step = next_step(obs, self._state, now, legacy=not self._steady)
             self._observation, self._step = obs, step
+            self._state.observed_phase = obs.phase
             if obs.phase == "Accepted" and self._state.accepted_at is None:
                 self._state.accepted_at = now
             self._publish(obs, step)
             if step == "Done":
+                self._disarm()
                 return self._state
             if step in ACTING_STEPS:
                 await self._act(step)
                 continue
-            await self._wait(obs, step)
+            if self._steady:
+                await self._wait_for_change_or_deadline(obs, step)
+            else:
+                await self._wait(obs, step)
             # Updates wait for the loop's next pass, so never block on them: continue-as-new only
             # between them (a suggestion is not a deadline).
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+                self._disarm()
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
     async def _act(self, step: Step) -> None:
         request = AdvertisementStep(provider_id=self._input.provider_id, advertisement=self._input.advertisement,
                                     step=step, teardown=self._state.teardown)  # fmt: skip
-        await self._activity(ConsumerActivities.run_step, request, summary=step)
+        done = await self._activity(ConsumerActivities.run_step, request, summary=step)
         now = workflow.now()
+        if step == "DeleteExpired" and done:
+            self._state.teardown = "Expired"  # nothing else to tear down: the next pass sees it gone, Done
         if step == "DeleteVirtualNode":
             self._state.deleted["virtual-node"] = now
             self._state.clean_wait_started = now
         elif step == "DeleteVirtualKubelet":
             self._state.deleted["virtual-kubelet"] = now
-        elif step == "ReleaseAdvertisement":
+        elif step == "ReleaseAdvertisement" or (step == "DeleteExpired" and done):
             self._state.deleted["advertisement"] = now
         elif step == "EnsureVirtualKubelet":
             self._state.virtual_kubelet_created += 1
 
     async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
-        timeout = wake_after(obs, self._state, step, workflow.now())
+        timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)
         try:
             await workflow.wait_condition(lambda: self._changed, timeout=timeout, timeout_summary=f"{step}: deadline")
         except TimeoutError:
@@ -109,6 +129,35 @@ class AdvertisementWorkflow:
                 self._state.pod_cidr_timed_out = True
                 await self._activity(ConsumerActivities.report_pod_cidr_timeout, self._input.advertisement,
                                      summary="PodCIDR wait timed out")  # fmt: skip
+
+    async def _wait_for_change_or_deadline(self, obs: AdvertisementObservation, step: Step) -> None:
+        """Waits for a signal or the armed deadline. The timer outlives the wake: only an earlier deadline
+        replaces it, so a wake that changes nothing starts none. A timer that fires for a deadline no
+        longer current (a renewed TTL, a provider reachable again) only makes the next pass re-read."""
+        now = workflow.now()
+        if self._deadline_timer is not None and self._deadline_timer.done():  # fired while acting
+            self._deadline_timer, self._deadline = None, None
+        delay = wake_after(obs, self._state, step, now)
+        if delay is not None and (self._deadline is None or now + delay < self._deadline):
+            self._disarm()
+            self._deadline = now + delay
+            self._deadline_timer = asyncio.create_task(workflow.sleep(delay, summary=f"{step}: deadline"))
+        timer = self._deadline_timer
+        await workflow.wait_condition(lambda: self._changed or (timer is not None and timer.done()))
+        if timer is None or not timer.done():
+            return
+        self._deadline_timer, self._deadline = None, None
+        accepted_at = self._state.accepted_at
+        if (step == "AwaitPodCIDR" and accepted_at is not None and not self._state.pod_cidr_timed_out
+                and workflow.now() >= accepted_at + timedelta(seconds=obs.pod_cidr_wait_timeout_seconds)):  # fmt: skip
+            self._state.pod_cidr_timed_out = True
+            await self._activity(ConsumerActivities.report_pod_cidr_timeout, self._input.advertisement,
+                                 summary="PodCIDR wait timed out")  # fmt: skip
+
+    def _disarm(self) -> None:
+        if self._deadline_timer is not None and not self._deadline_timer.done():
+            self._deadline_timer.cancel()
+        self._deadline_timer, self._deadline = None, None
 
     async def _activity(self, method, arg, *, summary: str):  # type: ignore[no-untyped-def]
         return await workflow.execute_activity_method(
@@ -167,6 +216,7 @@ class AdvertisementWorkflow:
         if self._state.teardown is not None:
             raise ValueError(f"the Advertisement is being torn down ({self._state.teardown})")
         phase = self._decided or (self._observation.phase if self._observation is not None else None)
+        phase = phase or self._state.observed_phase  # a run continued as new has not looked yet
         if phase not in (None, "Pending"):
             raise ValueError(f"the Advertisement is already {phase}; only a Pending one is decided by hand")
 

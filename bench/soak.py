@@ -487,9 +487,9 @@ def _report(params: dict[str, Any], observer: Observer, churn: Churn, accepted: 
         provider_id = PROVIDERS.get(cluster)
         peerings = (accepted.get(provider_id, 0) if provider_id else sum(accepted.values())) if cluster != "tenant" else 1
         value = per_day(sum(actions.values()), window) / max(1, peerings)
-        by_side[cluster] = (value, {"namespace": temporal_namespace(cluster), "accepted_peerings": peerings,
-                                    "actions_in_window": sum(actions.values()), "by_kind": dict(actions),
-                                    "events_in_window": events, "workflows": sorted(runs)})  # fmt: skip
+        by_side[cluster] = (value, {"namespace": temporal_namespace(cluster), "actions_in_window": sum(actions.values()),
+                                    "by_kind": dict(actions), "events_in_window": events, "workflows": sorted(runs),
+                                    **({"accepted_peerings": peerings} if cluster != "tenant" else {})})  # fmt: skip
     worst = max(PROVIDERS, key=lambda c: by_side[c][0])
     target = {"target": f"≤ {TARGET_ACTIONS_PER_PEERING_DAY}"}
     emit("actions_per_peering_day_provider", by_side[worst][0], "actions/peering/day", baseline=tick_per_day,

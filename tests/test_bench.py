@@ -1,12 +1,17 @@
 """The benchmarks' pure helpers (bench/): percentiles, the JSON line of a figure, the billable-action
-count of a history and the pool workload generator. The benchmarks themselves are run by hand
-(`python -m bench <name>`), never by the test suite: tests do not assert timings."""
+count of a history, the pool workload generator and the soak's accounting (RSS slope, window counts,
+not-Ready time, lost pods, rotations). The benchmarks themselves are run by hand (`python -m bench
+<name>`), never by the test suite: tests do not assert timings. The one exception, a 2-minute soak that
+checks the soak's plumbing (not its figures), runs only when TIDEPOOL_BENCH_SOAK is set."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import tempfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -212,3 +217,31 @@ def test_rotations_are_changes_of_the_token_hash_and_the_token_is_never_kept() -
     assert counter.between(0, 100) == 2
     assert counter.between(25, 100) == 1
     assert "one" not in repr(counter)
+
+
+SOAK_FIGURES = {
+    "offloaded_pods_lost", "virtual_node_not_ready_seconds", "actions_per_peering_day_provider",
+    "actions_per_peering_day_consumer", "actions_per_day_pool", "history_events_per_workflow_day",
+    "worker_rss_growth_mib_per_hour", "virtual_kubelet_rss_growth_mib_per_hour", "token_rotations_seen",
+}  # fmt: skip
+
+
+@pytest.mark.env
+@pytest.mark.steady
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_SOAK"),
+                    reason="about 5 minutes of four clusters of its own: set TIDEPOOL_BENCH_SOAK=1 to run it")  # fmt: skip
+def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_running(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.soak import run
+
+    before = set(Path(tempfile.gettempdir()).glob("tidepool-soak-*"))
+    run({"minutes": 2.0, "warmup_minutes": 0.5, "churn_per_minute": 6.0, "sample_seconds": 5.0})
+    figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+               for f in [json.loads(line)]}  # fmt: skip
+    assert set(figures) == SOAK_FIGURES
+    assert figures["offloaded_pods_lost"]["value"] == 0, figures["offloaded_pods_lost"]["params"]["lost"]
+    assert figures["offloaded_pods_lost"]["baseline"] > 0  # some offloaded pods were followed
+    assert figures["actions_per_peering_day_consumer"]["params"]["accepted_peerings"] == 2
+    assert set(Path(tempfile.gettempdir()).glob("tidepool-soak-*")) == before  # torn down, state removed

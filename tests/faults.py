@@ -208,6 +208,66 @@ async def failed_workflow_tasks(client: Client, workflow_id: str) -> list[str]:
     return failures
 
 
+# Runs that are still open; a run closed any other way than these is a defect, not "not yet".
+CLOSED_WELL = ("COMPLETED", "CONTINUED_AS_NEW")
+
+
+async def runs_still_open(client: Client, workflow_id: str) -> list[str]:
+    """The runs of `workflow_id` that have not closed yet. Raises AssertionError (which `eventually` does
+    not retry) for a run that closed otherwise than Completed or ContinuedAsNew: failed, terminated, timed
+    out or cancelled. No run at all is not yet."""
+    open_runs: list[str] = []
+    found = False
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        found = True
+        status = execution.status.name if execution.status is not None else "UNKNOWN"
+        if status == "RUNNING":
+            open_runs.append(execution.run_id)
+        else:
+            assert status in CLOSED_WELL, f"{workflow_id}/{execution.run_id} closed {status}, not Completed"
+    return open_runs if found else [f"{workflow_id}: no run listed yet"]
+
+
+@dataclass
+class InterruptedWork:
+    """Evidence in histories that work was in flight when a worker died: activity attempts beyond the
+    first (a lost attempt retried after its timeout), activity timeouts and failures, and workflow task
+    timeouts (a task the dead worker had taken)."""
+
+    retried_attempts: int = 0
+    activity_timeouts: int = 0
+    activity_failures: int = 0
+    workflow_task_timeouts: int = 0
+
+    @property
+    def activities_hit(self) -> int:
+        return self.retried_attempts + self.activity_timeouts + self.activity_failures
+
+
+def interrupted_work(events: Iterable[Any]) -> InterruptedWork:
+    found = InterruptedWork()
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            found.retried_attempts += max(0, event.activity_task_started_event_attributes.attempt - 1)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            found.activity_timeouts += 1
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            found.activity_failures += 1
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            found.workflow_task_timeouts += 1
+    return found
+
+
+async def interrupted_work_of(client: Client, workflow_ids: Iterable[str]) -> InterruptedWork:
+    """interrupted_work over every run of every one of `workflow_ids`."""
+    events: list[Any] = []
+    for workflow_id in workflow_ids:
+        async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+            history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+            events += history.events
+    return interrupted_work(events)
+
+
 # Secrets in histories ---------------------------------------------------------------------------------
 
 # Markers of credentials whatever their values: kubeconfig keys, PEM blocks, a JWT (a ServiceAccount token).

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from temporalio.client import WorkflowFailureError
+
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from models.settings import (
@@ -58,8 +60,23 @@ def _error_of(task: asyncio.Task[None]) -> BaseException | None:
     return None if task.cancelled() else task.exception()
 
 
+# What a check raises when its condition can never hold any more: an invariant broken while waiting
+# (AssertionError) or a bug in the check itself. The wait fails at once instead of retrying until the
+# violation is over. Everything else is "not yet": an API error, a connection refused, a sub-call's
+# TimeoutError, or a lookup into an object not written yet (KeyError, TypeError on None, ...).
+NEVER: tuple[type[BaseException], ...] = (
+    AssertionError,
+    NameError,
+    ImportError,
+    NotImplementedError,
+    RecursionError,
+    WorkflowFailureError,
+)
+
+
 async def eventually(check, *, timeout: float = 30, interval: float = 0.2, what: str = "condition"):  # type: ignore[no-untyped-def]
-    """Awaits until `check()` (sync or async) returns something truthy; returns it."""
+    """Awaits until `check()` (sync or async) returns something truthy; returns it. An exception of
+    NEVER raised by the check propagates at once; any other is retried and named in the timeout."""
     deadline = asyncio.get_running_loop().time() + timeout
     last_error: Exception | None = None
     while True:
@@ -69,7 +86,9 @@ async def eventually(check, *, timeout: float = 30, interval: float = 0.2, what:
                 result = await result
             if result:
                 return result
-        except Exception as e:  # noqa: BLE001 - kept for the timeout message
+        except NEVER:
+            raise
+        except Exception as e:  # noqa: BLE001 - "not yet": kept for the timeout message
             last_error = e
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}; last error: {last_error!r}")

@@ -1,10 +1,17 @@
 """The benchmarks' pure helpers (bench/): percentiles, the JSON line of a figure, the billable-action
-count of a history and the pool workload generator. The benchmarks themselves are run by hand
-(`python -m bench <name>`), never by the test suite: tests do not assert timings."""
+count of a history, the pool workload generator and the soak's accounting (RSS slope, window counts,
+not-Ready time, lost pods, rotations). The benchmarks themselves are run by hand (`python -m bench
+<name>`), never by the test suite: tests do not assert timings. The one exception, a 2-minute soak that
+checks the soak's plumbing (not its figures), runs only when TIDEPOOL_BENCH_SOAK is set."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -13,6 +20,16 @@ from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, Histor
 from bench.actions_per_day import count_actions
 from bench.common import figure_line, percentile
 from bench.pool_placement import generate
+from bench.soak import (
+    LossLedger,
+    NotReadyClock,
+    OffloadedPod,
+    RotationCounter,
+    per_day,
+    rss_slope_mib_per_hour,
+    token_hash,
+    window_counts,
+)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +115,133 @@ def test_pool_placement_prints_figures_and_no_policy_beats_the_optimal_bound(
     for figure in shares.values():
         assert figure["value"] <= figure["params"]["optimal_percent"] + 0.01, figure  # both rounded for print
         assert figure["params"]["optimal_proven"]
+
+
+# The soak's pure pieces (bench/soak.py) ----------------------------------------------------------------
+
+
+def _at(kind: EventType.ValueType, when: datetime, **attributes: object) -> HistoryEvent:
+    event = _event(kind, **attributes)
+    event.event_time.FromDatetime(when)
+    return event
+
+
+@pytest.mark.steady
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        pytest.param([(0.0, 100.0), (60.0, 101.0), (120.0, 102.0)], 60.0, id="1 MiB a minute is 60 MiB an hour"),
+        pytest.param([(0.0, 50.0), (60.0, 50.0), (120.0, 50.0)], 0.0, id="flat memory does not grow"),
+        pytest.param([(0.0, 10.0), (3600.0, 12.0), (7200.0, 11.0), (10800.0, 13.0)], 0.8, id="noise is fitted"),
+        pytest.param([(5.0, 10.0)], 0.0, id="one sample has no slope"),
+        pytest.param([(5.0, 10.0), (5.0, 20.0)], 0.0, id="samples at one instant have no slope"),
+    ],
+)
+def test_the_rss_slope_is_a_least_squares_fit_in_mib_per_hour(
+    samples: list[tuple[float, float]], expected: float
+) -> None:
+    assert rss_slope_mib_per_hour(samples) == pytest.approx(expected)
+
+
+@pytest.mark.steady
+def test_the_window_counts_only_events_written_inside_it_across_continued_runs() -> None:
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    end = start + timedelta(minutes=10)
+    first_run = [
+        _at(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, start - timedelta(minutes=5)),  # warm-up: left out
+        _at(EventType.EVENT_TYPE_TIMER_STARTED, start),  # the window's first instant counts
+        _at(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, start + timedelta(minutes=1)),
+    ]
+    second_run = [
+        _at(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, start + timedelta(minutes=1)),
+        _at(EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED, start + timedelta(minutes=2),
+            activity_task_started_event_attributes=ActivityTaskStartedEventAttributes(attempt=2)),
+        _at(EventType.EVENT_TYPE_TIMER_STARTED, end),  # the window's end is outside it
+    ]  # fmt: skip
+    actions, events = window_counts([first_run, second_run], start, end)
+    assert dict(actions) == {"timer started": 1, "workflow started": 1, "activity started or retried": 2}
+    assert events == 4
+    assert per_day(4, 600) == 576
+
+
+@pytest.mark.steady
+def test_not_ready_time_counts_from_the_first_ready_and_a_missing_node_is_not_ready() -> None:
+    clock = NotReadyClock()
+    clock.sample(0, {"n1": False})  # not Ready yet: not counted
+    clock.sample(5, {"n1": True})
+    clock.sample(10, {"n1": False, "n2": True})
+    clock.sample(15, {"n2": True})  # n1 was not Ready from 10 to 15, and is gone
+    clock.sample(20, {"n1": True, "n2": True})  # missing from 15 to 20
+    clock.sample(25, {"n1": True, "n2": True})
+    assert clock.seconds() == 10
+    assert clock.seconds(12, 100) == 8  # the part inside a window
+
+
+@pytest.mark.steady
+def test_offloaded_pods_are_lost_when_deleted_restarted_or_recreated_but_not_when_the_churn_deletes_them() -> None:
+    def pod(uid: str, *, restarts: int = 0, copy: str | None = "c-" , copy_restarts: int = 0) -> OffloadedPod:
+        return OffloadedPod(uid=uid, name=f"app/{uid}", restarts=restarts,
+                            copy_uid=None if copy is None else copy + uid, copy_restarts=copy_restarts)  # fmt: skip
+
+    ledger = LossLedger()
+    kept, deleted, restarted, recopied, uncopied, copy_restarted, churned = "kept deleted restarted recopied uncopied copy-restarted churned".split()  # fmt: skip
+    for uid in (kept, deleted, restarted, recopied, uncopied, copy_restarted, churned):
+        ledger.track(pod(uid))
+    ledger.track(pod("not-yet-copied", copy=None))  # followed only once its copy runs
+    ledger.forget(churned)
+    new = ledger.observe({kept: pod(kept), restarted: pod(restarted, restarts=1), recopied: pod(recopied, copy="d-"),
+                          uncopied: pod(uncopied, copy=None), copy_restarted: pod(copy_restarted, copy_restarts=2)})  # fmt: skip
+    assert sorted(new) == sorted(ledger.lost.values())
+    assert ledger.lost == {deleted: "app/deleted: deleted in the consumer",
+                           restarted: "app/restarted: restarted in the consumer",
+                           recopied: "app/recopied: provider copy recreated",
+                           uncopied: "app/uncopied: provider copy deleted",
+                           copy_restarted: "app/copy-restarted: provider copy restarted"}  # fmt: skip
+    assert ledger.observe({}) == ["app/kept: deleted in the consumer"]  # each loss is new once, and counted once
+    assert len(ledger.lost) == 6
+
+
+@pytest.mark.steady
+def test_rotations_are_changes_of_the_token_hash_and_the_token_is_never_kept() -> None:
+    def secret(token: str, server: str = "https://a") -> dict[str, str]:
+        kubeconfig = f"users: [{{name: vk, user: {{token: {token}}}}}]\nclusters: [{{cluster: {{server: '{server}'}}}}]\n"
+        return {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}
+
+    first = token_hash(secret("t0ken-one"))
+    assert first is not None and "t0ken-one" not in first
+    assert token_hash(secret("t0ken-one", server="https://b")) == first  # only the token counts
+    assert token_hash({"other": base64.b64encode(b"no token here").decode()}) is None
+    counter = RotationCounter()
+    for at, token in ((0, "one"), (10, "one"), (20, "two"), (30, "two"), (40, "three")):
+        counter.sample(at, {"s": token_hash(secret(token)), "gone": None})
+    assert counter.between(0, 100) == 2
+    assert counter.between(25, 100) == 1
+    assert "one" not in repr(counter)
+
+
+SOAK_FIGURES = {
+    "offloaded_pods_lost", "virtual_node_not_ready_seconds", "actions_per_peering_day_provider",
+    "actions_per_peering_day_consumer", "actions_per_day_pool", "history_events_per_workflow_day",
+    "worker_rss_growth_mib_per_hour", "virtual_kubelet_rss_growth_mib_per_hour", "token_rotations_seen",
+}  # fmt: skip
+
+
+@pytest.mark.env
+@pytest.mark.steady
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_SOAK"),
+                    reason="about 5 minutes of four clusters of its own: set TIDEPOOL_BENCH_SOAK=1 to run it")  # fmt: skip
+def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_running(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.soak import run
+
+    before = set(Path(tempfile.gettempdir()).glob("tidepool-soak-*"))
+    run({"minutes": 2.0, "warmup_minutes": 0.5, "churn_per_minute": 6.0, "sample_seconds": 5.0})
+    figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+               for f in [json.loads(line)]}  # fmt: skip
+    assert set(figures) == SOAK_FIGURES
+    assert figures["offloaded_pods_lost"]["value"] == 0, figures["offloaded_pods_lost"]["params"]["lost"]
+    assert figures["offloaded_pods_lost"]["baseline"] > 0  # some offloaded pods were followed
+    assert figures["actions_per_peering_day_consumer"]["params"]["accepted_peerings"] == 2
+    assert set(Path(tempfile.gettempdir()).glob("tidepool-soak-*")) == before  # torn down, state removed

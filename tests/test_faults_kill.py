@@ -3,8 +3,10 @@
 The workers are real separate processes (`python -m workers.cluster`), restarted at once after each
 SIGKILL as a supervisor would. The kill points are drawn from a fixed seed, printed (set
 TIDEPOOL_FAULT_SEED to replay another sequence). After every phase the pair must converge: exactly one
-Advertisement per provider while peered, nothing orphaned on either cluster after teardown, and no
-workflow history with a failed workflow task."""
+Advertisement per provider while peered, nothing orphaned on either cluster after teardown and every
+workflow of the torn-down peering Completed, and no workflow history with a failed workflow task. The
+histories must show that the kills hit work in flight (activities retried or timed out): kills that only
+ever land between tasks would prove nothing."""
 
 from __future__ import annotations
 
@@ -38,7 +40,9 @@ from tests.faults import (
     convergence_problems,
     failed_workflow_tasks,
     fault_seed,
+    interrupted_work_of,
     new_pair,
+    runs_still_open,
 )
 from tests.kube import delete_quietly
 from tests.running import eventually
@@ -69,6 +73,26 @@ class Killer:
         self.points.append(f"{phase}: {worker.cluster_id} killed {delay} s in")
         print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
         worker.start()
+
+
+async def _peering_workflows_completed(client: Client, pair: Pair, *, what: str) -> None:
+    """Every run of the torn-down peering's workflows, on both sides, closed Completed (or continued as
+    new); one that failed or was terminated fails the wait at once."""
+
+    async def open_runs() -> list[str]:
+        return [run for workflow_id in (peering_workflow_id(pair.consumer_id), advertisement_workflow_id(pair.provider_id))
+                for run in await runs_still_open(client, workflow_id)]  # fmt: skip
+
+    last: list[str] = []
+
+    async def all_closed() -> bool:
+        last[:] = await open_runs()
+        return not last
+
+    try:
+        await eventually(all_closed, timeout=CONVERGE_TIMEOUT, interval=1, what=what)
+    except TimeoutError as e:
+        raise AssertionError(f"{what}: runs still open: {last}") from e
 
 
 async def _converged(pair: Pair, *, peered: bool, what: str) -> None:
@@ -141,6 +165,7 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} teardown")
                 await killer.kill_within(workers[killer.rng.choice(["provider", "consumer"])], 4, f"cycle {cycle} teardown")
                 await _converged(pair, peered=False, what=f"cycle {cycle}: torn down, nothing orphaned")
+                await _peering_workflows_completed(temporal_client, pair, what=f"cycle {cycle}: workflows Completed")
                 # The consumer's pod was bound to the deleted virtual node: gone with it, as far as we care.
                 delete_quietly(k8s.CoreV1Api(consumer).delete_namespaced_pod, f"job-{cycle}", "app", grace_period_seconds=0)
             assert all(w.alive() for w in workers.values()), "a worker exited on its own"
@@ -155,3 +180,8 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                         admission_workflow_id(pair.consumer_id)):  # fmt: skip
         stuck += await failed_workflow_tasks(temporal_client, workflow_id)
     assert stuck == []
+    hit = await interrupted_work_of(temporal_client, (peering_workflow_id(pair.consumer_id),
+                                                      advertisement_workflow_id(pair.provider_id),
+                                                      admission_workflow_id(pair.consumer_id)))  # fmt: skip
+    print(f"work the kills interrupted: {hit}")
+    assert hit.activities_hit > 0, f"no kill hit an activity in flight (no retry, timeout or failure): {hit}"

@@ -59,6 +59,33 @@ def _advertisement(pair: dict[str, Any]) -> dict[str, Any] | None:
     return read_cluster_object(pair["consumer"].api_client(), ADVERTISEMENTS, advertisement_name(pair["provider_id"]))
 
 
+def _teardown_began(obj: dict[str, Any] | None) -> datetime | None:
+    """When the consumer began tearing the Advertisement down (its deletion, or the Deleting phase, which
+    carries no time: now), or None while it has not."""
+    if obj is None:
+        return datetime.now(UTC)
+    if obj["metadata"].get("deletionTimestamp"):
+        return _parse(obj["metadata"]["deletionTimestamp"])
+    return datetime.now(UTC) if (obj.get("status") or {}).get("phase") == "Deleting" else None
+
+
+def _no_teardown_before(pair: dict[str, Any], expires: datetime) -> None:
+    """The invariant, checked while waiting: an assertion, so that `eventually` fails on it at once."""
+    began = _teardown_began(_advertisement(pair))
+    # A deletionTimestamp has whole seconds: compare in whole seconds.
+    assert began is None or began >= expires.replace(microsecond=0), f"teardown began at {began}, before the TTL ({expires})"
+
+
+async def _hold(invariant: Callable[[], None], seconds: float) -> None:
+    """Checks `invariant` every half second for `seconds`: the test fails the moment it breaks."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        invariant()
+        if asyncio.get_running_loop().time() >= deadline:
+            return
+        await asyncio.sleep(0.5)
+
+
 async def _details(handle: WorkflowHandle[Any, Any]) -> str:
     """The current details, as the Web UI reads them."""
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
@@ -108,15 +135,23 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
                          timeout=60, what="the Advertisement accepted")  # fmt: skip
         await eventually(lambda: _is(phase(), "Accepted"), timeout=60, what="the peering Accepted")
 
-        # 1. An outage longer than a cycle, shorter than the TTL.
+        # 1. An outage longer than a cycle, shorter than the TTL: no teardown at any moment of it.
+        adv = _advertisement(pair)
+        assert adv is not None
+        first_expiry = _parse(adv["spec"]["timeToLive"])
         stop_cluster(provider.name, binaries=binaries, workdir=workdir)
         stopped = datetime.now(UTC)
-        await eventually(lambda: _is(phase(), "Unreachable"), timeout=30, what="PeeringPhase Unreachable")
+
+        async def unreachable() -> bool:
+            _no_teardown_before(pair, first_expiry)
+            return await _is(phase(), "Unreachable")
+
+        await eventually(unreachable, timeout=30, what="PeeringPhase Unreachable")
         details = await _details(peering)
         assert "phase **Unreachable**" in details and "last error" in details, details
         assert (await status()).last_error
         remaining = max(timedelta(0), stopped + timedelta(seconds=SHORT_OUTAGE) - datetime.now(UTC))
-        await asyncio.sleep(remaining.total_seconds())
+        await _hold(lambda: _no_teardown_before(pair, first_expiry), remaining.total_seconds())
         adv = _advertisement(pair)
         assert adv is not None and adv["status"]["phase"] == "Accepted" and not adv["metadata"].get("deletionTimestamp")
         assert datetime.now(UTC) < _parse(adv["spec"]["timeToLive"]), "the outage outlived the TTL: lengthen TTL"
@@ -125,7 +160,12 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
         starting = datetime.now(UTC)
         start_cluster(provider, binaries=binaries, workdir=workdir)
         back = datetime.now(UTC)
-        await eventually(lambda: _is(phase(), "Accepted"), timeout=PERIOD + PUSH_SLACK + 30, what="the peering recovered")
+
+        async def recovered() -> bool:
+            _no_teardown_before(pair, first_expiry)
+            return await _is(phase(), "Accepted")
+
+        await eventually(recovered, timeout=PERIOD + PUSH_SLACK + 30, what="the peering recovered")
         await _recovered_within_a_cycle(peering, starting, back)
         assert "last error" not in await _details(peering)
         assert (await lifecycle.query(AdvertisementWorkflow.status)).teardown is None  # never torn down
@@ -137,11 +177,8 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
         expires = _parse(adv["spec"]["timeToLive"])
 
         def torn_down() -> bool:
-            obj = _advertisement(pair)
-            gone = obj is None or bool(obj["metadata"].get("deletionTimestamp")) or obj["status"].get("phase") == "Deleting"
-            if gone:
-                assert datetime.now(UTC) >= expires, f"teardown began before the TTL ({expires}) passed"
-            return gone
+            _no_teardown_before(pair, expires)  # fails the test at once, not retried
+            return _teardown_began(_advertisement(pair)) is not None
 
         await eventually(torn_down, timeout=TTL + 30, interval=0.5, what="the teardown after the TTL")
         state = await asyncio.wait_for(lifecycle.result(), timeout=60)

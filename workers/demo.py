@@ -32,7 +32,7 @@ from deploy.localenv.env import (
     temporal_namespace,
     up,
 )
-from deploy.localenv.temporal import stop_process_group
+from deploy.localenv.temporal import free_port, stop_process_group
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -65,26 +65,34 @@ def say(message: str) -> None:
     print(f"==> {message}", flush=True)
 
 
-def _env(state: EnvState, cluster: str) -> dict[str, str]:
-    env = dict(os.environ)
+def _metrics_port(index: int, *, persistent: bool) -> int:
+    """The demo's well-known ports; a private run (bench/soak.py) beside it takes free ones."""
+    return 9464 + index if persistent else free_port()
+
+
+def _env(state: EnvState, cluster: str, *, persistent: bool, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, **extra)
     env.update({
         "TIDEPOOL_CLUSTER_CLUSTER_ID": f"cluster-{cluster}",
         "TIDEPOOL_CLUSTER_KUBECONFIG": state.kubeconfigs[cluster],
         "TIDEPOOL_CLUSTER_POD_CIDR": POD_CIDRS[cluster],
         "TIDEPOOL_TEMPORAL_ADDRESS": state.temporal_address,
         "TIDEPOOL_TEMPORAL_NAMESPACE": temporal_namespace(cluster),
-        "TIDEPOOL_METRICS_PORT": str(9464 + PEER_CLUSTERS.index(cluster)),
+        "TIDEPOOL_METRICS_PORT": str(_metrics_port(PEER_CLUSTERS.index(cluster), persistent=persistent)),
     })  # fmt: skip
     return env
 
 
-def _spawn(state: EnvState, name: str, command: list[str], env: dict[str, str]) -> int:
+def _spawn(state: EnvState, pids: dict[str, int], name: str, command: list[str], env: dict[str, str]) -> None:
+    """Starts `command` in its own session and records it at once, so that a bring-up interrupted half-way
+    leaves nothing that `tear_down` does not know of."""
     log = Path(state.state_dir) / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         process = subprocess.Popen([sys.executable, *command], env=env, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    return process.pid
+    pids[name] = process.pid
+    _processes_file(state).write_text(json.dumps(pids, indent=2))
 
 
 def _processes_file(state: EnvState) -> Path:
@@ -104,10 +112,14 @@ def _wait(what: str, predicate: Any, timeout: float = 120) -> Any:
     raise TimeoutError(f"the demo timed out waiting for {what}")
 
 
-def bring_up(state_dir: Path) -> None:
+def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, str] | None = None) -> EnvState:
+    """The demo, in `state_dir`. `persistent` is `make demo` (a database file, the Web UI on 8233, metrics on
+    9464-9467); otherwise everything in memory on free ports, beside a running demo (bench/soak.py).
+    `worker_env` is added to the environment of every process started (workers, kubelet stand-ins, syncers)."""
     started = time.monotonic()
-    say("starting Temporal (Web UI on http://127.0.0.1:8233) and clusters a, b, c, tenant")
-    state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=True)
+    extra = dict(worker_env or {})
+    say(f"starting Temporal{' (Web UI on http://127.0.0.1:8233)' if persistent else ''} and clusters a, b, c, tenant")
+    state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=persistent)
     apis = {name: client_from_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
 
     say("adding fake nodes and ClusterConfigs")
@@ -123,15 +135,14 @@ def bring_up(state_dir: Path) -> None:
         })  # fmt: skip
 
     say("starting a worker, a network module and a kubelet stand-in per cluster")
-    pids = {}
+    pids: dict[str, int] = {}
     for name in PEER_CLUSTERS:
-        env = _env(state, name)
-        pids[f"worker-{name}"] = _spawn(state, f"worker-{name}", ["-m", "workers.cluster"], env)
-        pids[f"network-{name}"] = _spawn(state, f"network-{name}", ["-m", "workers.network"], env)
-        pids[f"kubelet-{name}"] = _spawn(state, f"kubelet-{name}", [
+        env = _env(state, name, persistent=persistent, extra=extra)
+        _spawn(state, pids, f"worker-{name}", ["-m", "workers.cluster"], env)
+        _spawn(state, pids, f"network-{name}", ["-m", "workers.network"], env)
+        _spawn(state, pids, f"kubelet-{name}", [
             "-m", "deploy.localenv.deployments", "--kubeconfig", state.kubeconfigs[name],
             "--log-dir", str(Path(state.state_dir) / "logs")], env)
-    _processes_file(state).write_text(json.dumps(pids, indent=2))
 
     say("b asks a and c for resources (PeeringRequests)")
     for provider in ("a", "c"):
@@ -165,10 +176,10 @@ def bring_up(state_dir: Path) -> None:
         p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
 
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
-    pool_env = dict(os.environ, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
+    pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
-                    TIDEPOOL_METRICS_PORT=str(9464 + len(PEER_CLUSTERS)))  # fmt: skip
+                    TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
     core_t.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
     for name in PEER_CLUSTERS:
@@ -179,11 +190,10 @@ def bring_up(state_dir: Path) -> None:
             "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
                      "headroom": {"cpu": "1", "memory": "2Gi"}},
         })  # fmt: skip
-        pids[f"syncer-{name}"] = _spawn(state, f"syncer-{name}", [
+        _spawn(state, pids, f"syncer-{name}", [
             "-m", "workers.syncer", "--tenant-kubeconfig", state.kubeconfigs["tenant"],
             "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)
-    pids["pool-scheduler"] = _spawn(state, "pool-scheduler", ["-m", "workers.pool"], pool_env)
-    _processes_file(state).write_text(json.dumps(pids, indent=2))
+    _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):
         core_t.create_namespace({"metadata": {"name": team}})
         core_t.create_namespaced_resource_quota(team, {"metadata": {"name": "quota"},
@@ -202,9 +212,17 @@ def bring_up(state_dir: Path) -> None:
     print(f"Web UI, peerings of a: {ui}/namespaces/{temporal_namespace('a')}/workflows?query=WorkflowType%3D%27PeeringWorkflow%27")
     print(f"Web UI, the pool scheduler: {ui}/namespaces/{temporal_namespace('tenant')}/workflows?query=WorkflowType%3D%27PoolSchedulerWorkflow%27")
     print(f"Web UI, advertisements of b: {ui}/namespaces/{temporal_namespace('b')}/workflows?query=WorkflowType%3D%27AdvertisementWorkflow%27")
-    print("Metrics: " + ", ".join(f"http://127.0.0.1:{9464 + i}/metrics ({name})"
-                                  for i, name in enumerate([*PEER_CLUSTERS, "pool"])))  # fmt: skip
-    print("Everything keeps running. `make demo-down` stops it.")
+    if persistent:
+        print("Metrics: " + ", ".join(f"http://127.0.0.1:{9464 + i}/metrics ({name})"
+                                      for i, name in enumerate([*PEER_CLUSTERS, "pool"])))  # fmt: skip
+        print("Everything keeps running. `make demo-down` stops it.")
+    return state
+
+
+def processes(state: EnvState) -> dict[str, int]:
+    """The process group leaders the demo started, by name (worker-a, kubelet-b, syncer-c, pool-scheduler, ...)."""
+    path = _processes_file(state)
+    return {name: int(pid) for name, pid in json.loads(path.read_text()).items()} if path.exists() else {}
 
 
 def tear_down(state_dir: Path) -> None:

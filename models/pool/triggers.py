@@ -30,7 +30,7 @@ def namespace_key(obj: Obj) -> Hashable:
     meta = _meta(obj)
     annotations = meta.get("annotations") or {}
     placements = annotations.get(PLACEMENTS_ANNOTATION)
-    edited = placements if placements != annotations.get(SCHEDULED_ANNOTATION) else None
+    edited = (placements,) if placements != annotations.get(SCHEDULED_ANNOTATION) else None  # (None,): cleared
     return meta.get("uid"), annotations.get(SLICE_ANNOTATION), edited, bool(meta.get("deletionTimestamp"))
 
 

@@ -182,3 +182,4 @@ async def test_the_scheduler_sleeps_through_pod_status_and_quota_usage_churn_and
     woken = await settled_history(temporal_client, handle.id)
     signals = [e for e in woken[len(settled):] if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
     assert signals, "the quota's spec change signalled the scheduler"
+    await replay_all_runs(temporal_client, handle.id)

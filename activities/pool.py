@@ -24,6 +24,7 @@ from models.names import (
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
+    SCHEDULED_ANNOTATION,
     SLICE_ANNOTATION,
     SUPER_CLUSTERS,
     VERSION,
@@ -34,7 +35,6 @@ from models.pool.slicing import SliceError, namespace_quota, parse_slice, slice_
 from models.resources import Resources
 from models.sharing import pod_requests
 
-SCHEDULED_ANNOTATION = "pool.tidepool.io/scheduled"
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "tidepool-system"})
 
 

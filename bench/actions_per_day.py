@@ -162,6 +162,8 @@ async def _measure(params: dict[str, Any]) -> None:
                 patch_cluster_object_status(
                     foreign_api, ADVERTISEMENTS, advertisement_name(home_id), {"phase": "Accepted"}
                 )
+                # Started without a PeeringRequest, the peering has no watch on b: say what the watch would.
+                await peering.signal(PeeringWorkflow.foreign_changed)
 
                 async def accepted() -> bool:
                     return (await peering.query(PeeringWorkflow.status)).phase == "Accepted"

@@ -121,6 +121,7 @@ SLICE_ANNOTATION: Final = "pool.tidepool.io/slice"  # JSON ResourceList; default
 PLACEMENTS_ANNOTATION: Final = "pool.tidepool.io/placements"  # JSON {super cluster: slice count}
 PLACED_SLICE_ANNOTATION: Final = "pool.tidepool.io/placed-slice"  # the slice the placement was made with
 PLACEMENT_STATUS_ANNOTATION: Final = "pool.tidepool.io/placement-status"  # why a namespace is not placed
+SCHEDULED_ANNOTATION: Final = "pool.tidepool.io/scheduled"  # the placement the scheduler last wrote
 POD_CLUSTER_ANNOTATION: Final = "pool.tidepool.io/super-cluster"
 LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
 FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"

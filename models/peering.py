@@ -10,7 +10,7 @@ result, signal and query. They carry references to Secrets instead.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -70,7 +70,8 @@ class PeeringState(_Model):
     foreign: ForeignDecision | None = None
     last_error: str | None = None
     consecutive_failures: int = 0
-    pending_checks: int = 0
+    pending_checks: int = 0  # polls of a pending decision, by runs started before the foreign watch
+    foreign_changed: bool = False  # the worker's watch saw the decision move: read it once
     next_push: datetime | None = None
     push_requested: bool = False
     pushes_started: int = 0  # attempts begun, failed ones included: an update waits for its own
@@ -89,6 +90,11 @@ class PeeringInput(_Model):
     peering_request: str | None = Field(default=None, description="PeeringRequest whose deletion withdraws.")
     sharing_percentage: int | None = Field(default=None, ge=0, le=100, description="Overrides the ClusterConfig's.")
     state: PeeringState | None = Field(default=None, description="Carried over by continue-as-new; leave unset.")
+    unreachable_backoff_max_seconds: int | None = Field(
+        default=None, ge=1,
+        description="Longest wait between attempts to reach the foreign cluster, in seconds; the worker passes its "
+        "TIDEPOOL_PROVIDER_UNREACHABLE_BACKOFF_MAX_SECONDS, unset means the default (300).",
+    )  # fmt: skip
 
 
 class PushRequest(_Model):
@@ -156,6 +162,16 @@ def decision_pending(state: PeeringState) -> bool:
     return state.phase == "Advertised"
 
 
+def decision_key(advertisement: dict[str, Any] | None) -> tuple[str | None, str | None] | None:
+    """What the peering decides on in its Advertisement on the foreign cluster, as the worker's watch
+    compares it: whether it exists, its phase and its remote remapped PodCIDR. The timestamp and TTL that
+    every push writes, and the rest of the status, are left out: they wake no workflow."""
+    if advertisement is None:
+        return None
+    status = advertisement.get("status") or {}
+    return status.get("phase"), status.get("remoteRemappedPodCIDR")
+
+
 def backoff_seconds(failures: int, *, ceiling: int, base: int = 5) -> int:
     """Exponential backoff, base * 2^(failures-1), never above `ceiling`: an unreachable foreign cluster
     is retried for ever, but never in a tight loop."""
@@ -199,10 +215,12 @@ def _or_dash(value: object, suffix: str = "") -> str:
 
 
 def next_wait(
-    *, state: PeeringState, now: datetime, next_push: datetime, poll_max_seconds: int, unreachable_max_seconds: int
+    *, state: PeeringState, now: datetime, next_push: datetime, unreachable_max_seconds: int,
+    poll_max_seconds: int | None = None,
 ) -> timedelta:
     """How long the loop sleeps before it wakes on its own: until the next push, or sooner to retry an
-    unreachable cluster or to look again at a decision still pending."""
+    unreachable cluster. `poll_max_seconds` is for runs started before the worker watched the foreign
+    decision: they look again at a pending one with backoff; the others wait for the watch's signal."""
     if state.consecutive_failures:
         # The failed push is retried after the backoff, whatever the schedule says; never later than a
         # period, so that a cluster that comes back is advertised to again on the first cycle after.
@@ -211,6 +229,6 @@ def next_wait(
             ceiling = min(ceiling, state.last_push.period_seconds)
         return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=ceiling))
     until_push = max(timedelta(0), next_push - now)
-    if decision_pending(state):
+    if poll_max_seconds is not None and decision_pending(state):
         return min(until_push, timedelta(seconds=backoff_seconds(state.pending_checks + 1, ceiling=poll_max_seconds)))
     return until_push

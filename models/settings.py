@@ -49,11 +49,10 @@ class ProviderSettings(_Part):
         description="Lifetime of the token handed to a foreign cluster, in seconds; renewed on every push.",
     )  # fmt: skip
     unreachable_backoff_max_seconds: int = Field(
-        default=300, ge=1, description="Longest wait between attempts to reach a foreign cluster, in seconds."
-    )
-    decision_poll_max_seconds: int = Field(
-        default=300, ge=1, description="Longest wait between checks of a foreign decision still pending, in seconds."
-    )
+        default=300, ge=1,
+        description="Longest wait between attempts to reach a foreign cluster (its pushes and the watch of its "
+        "decision), in seconds; a peering keeps the value of the worker that started it.",
+    )  # fmt: skip
 
 
 class MetricsSettings(_Part):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from models.peering import (
     PeeringState,
     PushResult,
     backoff_seconds,
+    decision_key,
     next_wait,
     phase_after_push,
     render_details,
@@ -44,7 +46,7 @@ def test_an_unreachable_cluster_is_retried_at_least_once_a_period() -> None:
     assert wait == timedelta(seconds=10)  # not the 160 s the backoff alone would give
 
 
-def test_a_pending_decision_is_looked_at_again_sooner_than_the_next_push() -> None:
+def test_a_pending_decision_of_a_run_started_before_the_watch_is_looked_at_again_sooner_than_the_next_push() -> None:
     state = PeeringState(phase="Advertised", pending_checks=0)
     wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), poll_max_seconds=300,
                      unreachable_max_seconds=300)  # fmt: skip
@@ -75,3 +77,36 @@ def test_the_details_say_the_phase_the_decision_and_the_last_error() -> None:
     details = render_details(state, foreign_cluster_id="b")
     assert "phase **Unreachable**" in details and "40%" in details
     assert "connection refused" in details and "foreign decision: Accepted" in details
+
+
+@pytest.mark.steady
+def test_a_watched_peering_with_a_pending_decision_sleeps_until_the_next_push() -> None:
+    state = PeeringState(phase="Advertised", pending_checks=0)
+    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), unreachable_max_seconds=300)
+    assert wait == timedelta(minutes=10)  # the watch's signal wakes it sooner, not a poll
+
+
+def _advertisement(**status: str) -> dict[str, Any]:
+    return {"metadata": {"name": "advertisement-a", "resourceVersion": "7"},
+            "spec": {"timestamp": "2026-11-22T12:00:00Z", "timeToLive": "2026-11-22T12:30:00Z"}, "status": status}  # fmt: skip
+
+
+@pytest.mark.steady
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        pytest.param(_advertisement(), {**_advertisement(), "spec": {"timeToLive": "2026-11-22T12:40:00Z"}}, False,
+                     id="a push that renews the TTL is no change"),
+        pytest.param(_advertisement(phase="Accepted"), _advertisement(phase="Accepted", reason="WithinMaximum",
+                     vkCreated="true"), False, id="other status fields are no change"),
+        pytest.param(_advertisement(), _advertisement(phase="Accepted"), True, id="an acceptance is a change"),
+        pytest.param(_advertisement(phase="Accepted"), _advertisement(phase="Accepted", remoteRemappedPodCIDR="None"),
+                     True, id="the remapped PodCIDR is a change"),
+        pytest.param(None, _advertisement(), True, id="an Advertisement that appears is a change"),
+        pytest.param(_advertisement(phase="Refused"), None, True, id="one that goes is a change"),
+    ],
+)  # fmt: skip
+def test_the_decision_key_moves_only_with_what_the_peering_decides_on(
+    before: dict[str, Any] | None, after: dict[str, Any] | None, changed: bool
+) -> None:
+    assert (decision_key(before) != decision_key(after)) is changed

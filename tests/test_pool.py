@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.kube import apply_cluster_object
@@ -26,6 +27,7 @@ from models.names import (
 from tests.kube import create_namespace, create_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, worker_settings
+from tests.steady import history, settled_history
 from workers.pool import run
 from workers.syncer import Syncer
 
@@ -149,3 +151,35 @@ async def test_a_hundred_namespaces_created_at_once_never_overcommit_a_cluster(p
 
     per_cluster = await eventually(settled, timeout=120, interval=1, what="every namespace decided")
     assert per_cluster == {"s1": 3, "s2": 4}  # full, and never beyond capacity minus headroom
+
+
+@pytest.mark.steady
+async def test_the_scheduler_sleeps_through_pod_status_and_quota_usage_churn_and_wakes_on_a_quota_change(
+    pool: Pool, temporal_client: Client, unique: str
+) -> None:
+    api = pool.tenant.api_client()
+    core = k8s.CoreV1Api(api)
+    _tenant_namespace(api, "steady", cpu="2", memory="4Gi")
+    await eventually(lambda: _placement(api, "steady"), timeout=60, what="the placement")
+    core.create_namespaced_pod("steady", {"metadata": {"name": "web"}, "spec": {
+        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}})
+    await eventually(lambda: core.read_namespaced_pod("web", "steady").status.phase == "Running", timeout=60,
+                     what="the pod Running")  # fmt: skip
+    handle = temporal_client.get_workflow_handle(f"pool-scheduler-{unique}")
+    settled = await settled_history(temporal_client, handle.id)
+
+    for i in range(30):  # 30 s of what a running pool does all day: pod statuses and quota usage move
+        core.patch_namespaced_pod_status("web", "steady", {"status": {"conditions": [
+            {"type": "Ready", "status": "True" if i % 2 else "False", "message": f"churn {i}"}]}})  # fmt: skip
+        core.patch_namespaced_resource_quota_status("quota", "steady", {"status": {
+            "hard": {"cpu": "2", "memory": "4Gi"}, "used": {"cpu": f"{i}m", "memory": f"{i}Mi"}}})  # fmt: skip
+        await asyncio.sleep(1)
+    churned = await history(temporal_client, handle.id)
+    assert len(churned) == len(settled), [e.event_type for e in churned[len(settled):]]
+
+    core.patch_namespaced_resource_quota("quota", "steady", {"spec": {"hard": {"cpu": "4", "memory": "8Gi"}}})
+    await eventually(lambda: sum(_placement(api, "steady").values()) == 4, timeout=30, what="the placement to grow")
+    woken = await settled_history(temporal_client, handle.id)
+    signals = [e for e in woken[len(settled):] if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    assert signals, "the quota's spec change signalled the scheduler"
+    await replay_all_runs(temporal_client, handle.id)

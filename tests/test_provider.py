@@ -3,6 +3,7 @@ exactly the test's), cluster b as the foreign one, and the real worker of the ho
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,11 +13,12 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import TimeSkipper
 
-from activities.kube import read_cluster_object
+from activities.kube import patch_cluster_object_status, read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from models.names import (
@@ -43,6 +45,7 @@ from tests.kube import (
 )
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
+from tests.steady import history, settled_history
 from workers.peer import cancel_peering, request_peering, request_secret_name
 from workflows.peering import PeeringWorkflow
 
@@ -295,3 +298,58 @@ async def test_capacity_that_moves_past_the_threshold_is_pushed_without_waiting_
         create_node(api, "n2", cpu="4", memory="8Gi")  # allocatable doubles: far past 10%
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=30,
                          what="the early push")  # fmt: skip
+
+
+def _activities(events: list[Any], name: str) -> int:
+    return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+               and e.activity_task_scheduled_event_attributes.activity_type.name == name)  # fmt: skip
+
+
+def _signals(events: list[Any], name: str) -> int:
+    return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+               and e.workflow_execution_signaled_event_attributes.signal_name == name)  # fmt: skip
+
+
+def _timers(events: list[Any]) -> int:
+    return sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED)
+
+
+@pytest.mark.steady
+async def test_a_pending_decision_costs_nothing_until_the_foreign_cluster_decides_and_is_then_seen_at_once(
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api, foreign = home.api_client(), clusters.b.api_client()
+    create_node(api, "n1", cpu="2", memory="2Gi")
+    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _peer(home, clusters.b, foreign_id)
+    async with running_worker(worker_settings(localenv, home, home_id)):
+        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
+        settled = await settled_history(temporal_client, handle.id)
+        assert _activities(settled, "push_advertisement") == 1
+        assert (await handle.query(PeeringWorkflow.status)).phase == "Advertised"  # pending: nobody decided
+
+        # Twenty seconds of a pending decision: the old loop polled at 5, 10 and 20 s.
+        await asyncio.sleep(20)
+        assert len(await history(temporal_client, handle.id)) == len(settled), "a pending decision woke the workflow"
+
+        patch_cluster_object_status(foreign, ADVERTISEMENTS, advertisement_name(home_id), {"phase": "Accepted"})
+
+        async def accepted() -> PeeringStatus | None:
+            status = await handle.query(PeeringWorkflow.status)
+            return status if status.phase == "Accepted" else None
+
+        await eventually(accepted, timeout=15, what="the acceptance seen")
+        after = await settled_history(temporal_client, handle.id)
+        assert _signals(after, "foreign_changed") == _signals(settled, "foreign_changed") + 1
+        assert _activities(after, "read_foreign_decision") == _activities(settled, "read_foreign_decision") + 1
+        assert _activities(after, "push_advertisement") == 1
+        assert _timers(after) == _timers(settled)  # the period's timer runs on: the read started none
+
+        # A push renews the TTL and the timestamp on b: that signals nobody.
+        await handle.signal(PeeringWorkflow.set_sharing_percentage, 40)
+        await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "800m", what="the push")
+        pushed = await settled_history(temporal_client, handle.id)
+        assert _activities(pushed, "push_advertisement") == 2
+        assert _signals(pushed, "foreign_changed") == _signals(after, "foreign_changed")
+    await replay_all_runs(temporal_client, handle.id)

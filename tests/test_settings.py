@@ -13,8 +13,7 @@ def test_the_defaults_are_pinned() -> None:
         "cluster": {"cluster_id": "home", "kubeconfig": None, "api_server_for_peers": None, "pod_cidr": "10.0.0.0/16"},
         "temporal": {"address": "127.0.0.1:7233", "namespace": "default", "api_key_file": None,
                      "tls_cert_file": None, "tls_key_file": None, "tls_ca_file": None},
-        "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300,
-                     "decision_poll_max_seconds": 300},
+        "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300},
         "metrics": {"port": 9464},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464},
     }  # fmt: skip

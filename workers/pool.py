@@ -1,7 +1,7 @@
 """The pool's scheduler worker: `python -m workers.pool`, for the operator of a super cluster pool. It
 serves the pool's task queue with PoolSchedulerWorkflow and watches the tenant control plane
-(namespaces, ResourceQuotas, pods) and the SuperClusters, signalling (with start) the scheduler on every
-change. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
+(namespaces, ResourceQuotas, pods) and the SuperClusters, signalling (with start) the scheduler when
+something a pass reads changes (models/pool/triggers.py): not on status churn. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
 tenant control plane's kubeconfig."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,6 +28,7 @@ from models.names import (
     SUPER_CLUSTERS,
     VERSION,
 )
+from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect
 from workers.metrics import metrics_runtime
@@ -43,19 +45,30 @@ class PoolWatchers(Watchers):
         self._client, self._task_queue, self._workflow_id = client, task_queue, workflow_id
         core, custom = k8s.CoreV1Api(tenant), k8s.CustomObjectsApi(tenant)
         self._informers = [
-            Informer("pool-namespaces", core.list_namespace, on_sync=self._changed, on_event=self._changed),
-            Informer("pool-quotas", core.list_resource_quota_for_all_namespaces, on_sync=self._changed,
-                     on_event=self._changed),
-            Informer("pool-pods", core.list_pod_for_all_namespaces, on_sync=self._changed, on_event=self._pod_event),
-            Informer("pool-superclusters", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
-                     plural=SUPER_CLUSTERS, on_sync=self._changed, on_event=self._changed),
+            self._informer("pool-namespaces", namespace_key, core.list_namespace),
+            self._informer("pool-quotas", quota_key, core.list_resource_quota_for_all_namespaces),
+            self._informer("pool-pods", pod_key, core.list_pod_for_all_namespaces),
+            self._informer("pool-superclusters", super_cluster_key, custom.list_cluster_custom_object,
+                           group=GROUP, version=VERSION, plural=SUPER_CLUSTERS),
         ]  # fmt: skip
 
-    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
-        if kind == "ADDED" or kind == "DELETED":  # a pod's status moves often; only arrivals and departures count
-            self._changed()
+    def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
+                  **kwargs: Any) -> Informer:  # fmt: skip
+        """An informer whose events signal only when an object's key changes (each informer has one thread:
+        its ChangedKeys needs no lock)."""
+        keys = ChangedKeys(key)
 
-    def _changed(self, *_: Any) -> None:
+        def on_sync(objects: list[dict[str, Any]]) -> None:
+            if keys.sync(objects):
+                self._changed()
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            if keys.event(kind, obj):
+                self._changed()
+
+        return Informer(name, list_call, on_sync=on_sync, on_event=on_event, **kwargs)
+
+    def _changed(self) -> None:
         self._submit(self._signal())
 
     async def _signal(self) -> None:

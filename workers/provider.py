@@ -2,6 +2,8 @@
 
 - a PeeringRequest that appears starts its peering workflow (a second start finds the running one);
   one that is deleted signals `withdraw`;
+- for each live PeeringRequest, a watch on our Advertisement in the foreign cluster
+  (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
 - a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
   which re-reads it in its next push;
 - allocatable capacity that moves by more than the ClusterConfig's threshold signals
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 from kubernetes import client as k8s
@@ -24,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.capacity import HomeCapacity
 from activities.informer import Informer
+from activities.kube import SecretClients
 from activities.peering import PeeringActivities
 from models.api import ClusterConfig, PeeringRequest
 from models.names import (
@@ -32,12 +36,14 @@ from models.names import (
     GROUP,
     PEERING_REQUESTS,
     VERSION,
+    advertisement_name,
     peering_workflow_id,
 )
 from models.peering import PeeringInput, SecretRef
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import capacity_changed
+from workers.decision_watch import DecisionWatch
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers
 from workflows.peering import PeeringWorkflow
@@ -54,6 +60,9 @@ class ProviderWatchers(Watchers):
         self._config_generation: int | None = None
         self._threshold_percent = ClusterConfig.default().spec.outgoing.capacity_change_threshold_percent
         self._capacity_baseline: Resources | None = None
+        self._secrets = SecretClients(home)
+        self._decision_watches: dict[str, DecisionWatch] = {}  # by foreign cluster id
+        self._decision_watches_lock = threading.Lock()  # the requests' informer thread vs stop()
         custom = k8s.CustomObjectsApi(home)
         self._informers = [
             Informer("peeringrequests", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
@@ -67,6 +76,10 @@ class ProviderWatchers(Watchers):
     def _sync_requests(self, objects: list[dict[str, Any]]) -> None:
         for obj in objects:
             self._request_event("MODIFIED", obj)
+        live = {((obj.get("spec") or {}).get("clusterIdentity") or {}).get("clusterId") for obj in objects
+                if not obj.get("metadata", {}).get("deletionTimestamp")}  # fmt: skip
+        for foreign in set(self._decision_watches) - live:  # deleted while no watch was open
+            self._unwatch_decision(foreign)
 
     def _request_event(self, kind: str, obj: dict[str, Any]) -> None:
         try:
@@ -76,14 +89,45 @@ class ProviderWatchers(Watchers):
             return
         foreign = request.spec.cluster_identity.cluster_id
         if kind == "DELETED" or request.metadata.deletion_timestamp:
+            self._unwatch_decision(foreign)
             self._submit(self._signal(peering_workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
             return
-        ref = request.spec.kube_config_ref
+        ref = SecretRef(name=request.spec.kube_config_ref.name, namespace=request.spec.kube_config_ref.namespace)
+        self._watch_decision(foreign, ref)
         self._submit(self._start_peering(PeeringInput(
             foreign_cluster_id=foreign,
-            kube_config_ref=SecretRef(name=ref.name, namespace=ref.namespace),
+            kube_config_ref=ref,
             peering_request=request.metadata.name,
+            unreachable_backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
         )))  # fmt: skip
+
+    def _watch_decision(self, foreign: str, ref: SecretRef) -> None:
+        with self._decision_watches_lock:
+            current = self._decision_watches.get(foreign)
+            if current is not None and current.kube_config_ref == ref:
+                return
+            if current is not None:
+                current.stop()  # the request names other credentials now
+            workflow_id = peering_workflow_id(foreign)
+            self._decision_watches[foreign] = DecisionWatch(
+                foreign_cluster_id=foreign, kube_config_ref=ref,
+                advertisement=advertisement_name(self._settings.cluster.cluster_id), secrets=self._secrets,
+                on_change=lambda: self._submit(self._signal(workflow_id, "foreign_changed")),
+                backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
+            ).start()  # fmt: skip
+
+    def _unwatch_decision(self, foreign: str) -> None:
+        with self._decision_watches_lock:
+            watch = self._decision_watches.pop(foreign, None)
+        if watch is not None:
+            watch.stop()
+
+    def stop(self) -> None:
+        super().stop()
+        with self._decision_watches_lock:
+            watches, self._decision_watches = list(self._decision_watches.values()), {}
+        for watch in watches:
+            watch.stop()
 
     async def _start_peering(self, input: PeeringInput) -> None:
         await self._client.start_workflow(

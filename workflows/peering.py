@@ -3,7 +3,9 @@
 
 1. compute what the home cluster shares and push the Advertisement and fresh credentials to the
    foreign cluster (one activity, so a cycle costs one activity and one timer);
-2. follow the foreign cluster's decision, looking again with backoff while it is pending;
+2. follow the foreign cluster's decision: the worker watches the Advertisement there and signals
+   `foreign_changed` when the decision moves, and the workflow reads it once (runs started before the
+   watch existed look again with backoff while it is pending);
 3. wait for the period, or less when the sharing percentage, the ClusterConfig or the capacity changes;
 4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete.
 
@@ -13,7 +15,8 @@ details and in the PeeringPhase search attribute.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -62,6 +65,10 @@ WITHDRAW_SCHEDULE_TIMEOUT = timedelta(minutes=30)
 WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60))
 
 PROVIDER = ProviderSettings()
+# Runs that started before the foreign watch (no FOLLOW_BY_WATCH marker) keep polling a pending decision,
+# at most this far apart, so that their histories replay.
+LEGACY_DECISION_POLL_MAX_SECONDS = 300
+FOLLOW_BY_WATCH = "peering-follows-foreign-watch"
 
 
 # An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
@@ -74,15 +81,21 @@ class PeeringWorkflow:
         self._input = input
         self._state = input.state or PeeringState(sharing_percentage=input.sharing_percentage)
         self._withdraw: WithdrawReason | None = None
+        self._watched = False
+        # The one timer of the watched loop, kept across wakes that do not move its deadline (a decision
+        # read), so that such a wake costs no new timer.
+        self._timer: asyncio.Future[None] | None = None
+        self._timer_deadline: datetime | None = None
 
     @workflow.run
     async def run(self, input: PeeringInput) -> WithdrawResult:
+        self._watched = workflow.patched(FOLLOW_BY_WATCH)
         self._publish()
         while self._withdraw is None:
             due = self._state.push_requested or self._state.next_push is None or workflow.now() >= self._state.next_push
             if due or self._state.consecutive_failures:
                 await self._push()
-            elif decision_pending(self._state):
+            elif self._state.foreign_changed if self._watched else decision_pending(self._state):
                 await self._check_decision()
             if self._withdraw is not None:
                 break
@@ -91,10 +104,13 @@ class PeeringWorkflow:
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
             await self._sleep()
+        if self._timer is not None and not self._timer.done():
+            self._timer.cancel()  # no wake during the withdrawal
         return await self._withdraw_peering(self._withdraw)
 
     async def _push(self) -> None:
         self._state.push_requested = False
+        self._state.foreign_changed = False  # the push reads the decision too
         self._state.pushes_started += 1
         request = PushRequest(
             foreign_cluster_id=self._input.foreign_cluster_id,
@@ -132,6 +148,7 @@ class PeeringWorkflow:
         self._publish()
 
     async def _check_decision(self) -> None:
+        self._state.foreign_changed = False
         request = DecisionRequest(
             foreign_cluster_id=self._input.foreign_cluster_id,
             kube_config_ref=self._input.kube_config_ref,
@@ -166,10 +183,13 @@ class PeeringWorkflow:
             state=self._state,
             now=workflow.now(),
             next_push=self._state.next_push or workflow.now(),
-            poll_max_seconds=PROVIDER.decision_poll_max_seconds,
-            unreachable_max_seconds=PROVIDER.unreachable_backoff_max_seconds,
+            poll_max_seconds=None if self._watched else LEGACY_DECISION_POLL_MAX_SECONDS,
+            unreachable_max_seconds=self._input.unreachable_backoff_max_seconds or PROVIDER.unreachable_backoff_max_seconds,
         )
         if wait <= timedelta(0):
+            return
+        if self._watched:
+            await self._wait_watched(wait, "retry" if self._state.consecutive_failures else "next push")
             return
         summary = "retry" if self._state.consecutive_failures else "next check" if decision_pending(self._state) else "next push"
         try:
@@ -178,6 +198,19 @@ class PeeringWorkflow:
             )
         except TimeoutError:
             pass
+
+    async def _wait_watched(self, wait: timedelta, summary: str) -> None:
+        """Sleep until the deadline, a push asked for, a withdrawal or a moved foreign decision. The timer
+        is started only when the deadline moves: a decision read leaves it running."""
+        deadline = workflow.now() + wait
+        if self._timer is None or self._timer.done() or self._timer_deadline != deadline:
+            if self._timer is not None and not self._timer.done():
+                self._timer.cancel()
+            self._timer, self._timer_deadline = asyncio.ensure_future(workflow.sleep(wait, summary=summary)), deadline
+        timer = self._timer
+        await workflow.wait_condition(
+            lambda: timer.done() or self._state.push_requested or self._state.foreign_changed or self._withdraw is not None
+        )
 
     async def _withdraw_peering(self, reason: WithdrawReason) -> WithdrawResult:
         self._state.phase = "Withdrawn"
@@ -263,6 +296,12 @@ class PeeringWorkflow:
     def capacity_changed(self) -> None:
         """From the worker's capacity watcher: allocatable moved by more than the threshold."""
         self._state.push_requested = True
+
+    @workflow.signal
+    def foreign_changed(self) -> None:
+        """From the worker's watch on our Advertisement in the foreign cluster: its existence, phase or
+        remapped PodCIDR moved. Identity only: the workflow reads the decision itself (level-triggered)."""
+        self._state.foreign_changed = True
 
     @workflow.signal
     def withdraw(self, reason: WithdrawReason = "Requested") -> None:

@@ -1,11 +1,14 @@
 """PoolSchedulerWorkflow: the one place the pool's capacity is decided, id `pool-scheduler` on the pool's
 task queue. Watchers of the tenant control plane and the SuperClusters signal `changed`; each pass (one
 activity) places namespaces as quota slices and pods into their namespace's clusters. One pass at a
-time is what keeps a hundred namespaces created at once from overcommitting any cluster; a pass also
-runs now and then without a signal, so that capacity that appears is used."""
+time is what keeps a hundred namespaces created at once from overcommitting any cluster. The watchers
+signal only what a pass reads; a resync once a period, without a signal, uses capacity that appears where
+nothing is watched (a super cluster's nodes). Its timer runs on across signalled passes: a wake never
+restarts it."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -16,7 +19,10 @@ with workflow.unsafe.imports_passed_through():
 
 PASS_TIMEOUT = timedelta(minutes=2)
 PASS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-RECHECK = timedelta(minutes=1)
+RECHECK = timedelta(minutes=1)  # runs started before RESYNC_ONCE_A_PERIOD: a recheck after every pass
+# The advertisement period's default: nothing in tidepool wakes more often than once a period on its own.
+RESYNC = timedelta(minutes=10)
+RESYNC_ONCE_A_PERIOD = "pool-resync-once-a-period"
 SUPER_CLUSTERS = SearchAttributeKey.for_keyword_list("SuperClusters")
 
 
@@ -26,9 +32,11 @@ class PoolSchedulerWorkflow:
         self._changed = True
         self._last: PoolPassResult | None = None
         self._history: list[str] = []
+        self._resync: asyncio.Future[None] | None = None
 
     @workflow.run
     async def run(self, passes: int = 0) -> None:
+        resync_once_a_period = workflow.patched(RESYNC_ONCE_A_PERIOD)
         while True:
             self._changed = False
             result = await workflow.execute_activity_method(
@@ -37,10 +45,15 @@ class PoolSchedulerWorkflow:
             )  # fmt: skip
             passes += 1
             self._record(result)
-            try:
-                await workflow.wait_condition(lambda: self._changed, timeout=RECHECK, timeout_summary="recheck")
-            except TimeoutError:
-                pass
+            if resync_once_a_period:
+                if self._resync is None or self._resync.done():
+                    self._resync = asyncio.ensure_future(workflow.sleep(RESYNC, summary="resync"))
+                await workflow.wait_condition(lambda: self._changed or self._resync is None or self._resync.done())
+            else:
+                try:
+                    await workflow.wait_condition(lambda: self._changed, timeout=RECHECK, timeout_summary="recheck")
+                except TimeoutError:
+                    pass
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(passes)
 

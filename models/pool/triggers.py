@@ -1,0 +1,84 @@
+"""What of the tenant control plane's objects a scheduling pass (activities/pool.py) reads, as keys the
+pool's watchers (workers/pool.py) compare: the scheduler is signalled only when a key changes, appears
+or goes. Status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
+heartbeats and resourceVersion bumps change no key; neither do the scheduler's own writes.
+
+A super cluster's nodes are not watched (they live in another cluster): the scheduler's periodic
+resync picks up capacity that appears there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+
+Obj = dict[str, Any]
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def namespace_key(obj: Obj) -> Hashable:
+    """The slice, a placement the user edited, and whether it is going. The scheduler writes its placement
+    and what it scheduled together (equal): only a placement that differs from the scheduled one is a
+    user's edit (or a cleared one, which reschedules)."""
+    meta = _meta(obj)
+    annotations = meta.get("annotations") or {}
+    placements = annotations.get(PLACEMENTS_ANNOTATION)
+    edited = (placements,) if placements != annotations.get(SCHEDULED_ANNOTATION) else None  # (None,): cleared
+    return meta.get("uid"), annotations.get(SLICE_ANNOTATION), edited, bool(meta.get("deletionTimestamp"))
+
+
+def quota_key(obj: Obj) -> Hashable:
+    """spec.hard only: status.used moves with every pod and decides nothing."""
+    hard = (obj.get("spec") or {}).get("hard") or {}
+    return _meta(obj).get("uid"), tuple(sorted((str(k), str(v)) for k, v in hard.items()))
+
+
+def pod_key(obj: Obj) -> Hashable:
+    """Whether the pod still holds its namespace's capacity: it stops when it ends or is being deleted.
+    Its placement annotation is the scheduler's own write; its status otherwise is churn."""
+    meta = _meta(obj)
+    done = (obj.get("status") or {}).get("phase") in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+    return meta.get("uid"), done
+
+
+def super_cluster_key(obj: Obj) -> Hashable:
+    """The spec (credentials reference, headroom): the pass reads no SuperCluster status."""
+    return _meta(obj).get("uid"), json.dumps(obj.get("spec") or {}, sort_keys=True)
+
+
+class ChangedKeys:
+    """The last key seen for each object of one kind; says whether an event or a relist changed one.
+    The first relist always counts: nobody has looked before."""
+
+    def __init__(self, key: Callable[[Obj], Hashable]) -> None:
+        self._key = key
+        self._seen: dict[tuple[str, str], Hashable] | None = None
+
+    @staticmethod
+    def _identity(obj: Obj) -> tuple[str, str]:
+        meta = _meta(obj)
+        return meta.get("namespace") or "", meta.get("name") or ""
+
+    def sync(self, objects: Iterable[Obj]) -> bool:
+        seen = {self._identity(obj): self._key(obj) for obj in objects}
+        changed = self._seen is None or seen != self._seen
+        self._seen = seen
+        return changed
+
+    def event(self, kind: str, obj: Obj) -> bool:
+        if self._seen is None:
+            self._seen = {}
+        identity = self._identity(obj)
+        if kind == "DELETED":
+            return self._seen.pop(identity, None) is not None
+        key = self._key(obj)
+        changed = identity not in self._seen or self._seen[identity] != key
+        self._seen[identity] = key
+        return changed

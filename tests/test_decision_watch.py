@@ -1,0 +1,84 @@
+"""The provider's watch on its foreign Advertisement, without a cluster: what it tells the workflow, and
+how it retries a foreign cluster it cannot reach."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from temporalio.exceptions import ApplicationError
+
+from activities.kube import SecretClients
+from models.peering import SecretRef
+from workers import decision_watch
+from workers.decision_watch import DecisionWatch
+
+pytestmark = [pytest.mark.provider, pytest.mark.steady]
+REF = SecretRef(name="tidepool-peer-b", namespace="tidepool-system")
+
+
+class _Secrets(SecretClients):
+    def __init__(self) -> None:
+        self.reachable = False
+        self.lookups = 0
+
+    def get(self, *, name: str, namespace: str, key: str = "kubeconfig") -> k8s.ApiClient:
+        self.lookups += 1
+        if not self.reachable:
+            raise ApplicationError(f"Secret {namespace}/{name} does not exist", type="MissingCredentials")
+        return k8s.ApiClient()
+
+
+def _watch(secrets: SecretClients, changes: list[int]) -> DecisionWatch:
+    return DecisionWatch(foreign_cluster_id="b", kube_config_ref=REF, advertisement="advertisement-a",
+                         secrets=secrets, on_change=lambda: changes.append(1), backoff_max_seconds=40)  # fmt: skip
+
+
+def _ad(ttl: str, **status: str) -> dict[str, Any]:
+    return {"metadata": {"name": "advertisement-a"}, "spec": {"timeToLive": ttl}, "status": status}
+
+
+def test_the_workflow_is_told_of_a_decision_not_of_a_ttl_refresh() -> None:
+    changes: list[int] = []
+    watch = _watch(_Secrets(), changes)
+    watch._sync([])  # nothing there yet: what the workflow assumes before its first push
+    assert changes == []
+    watch._event("ADDED", _ad("12:30"))  # the first push
+    watch._event("MODIFIED", _ad("12:40"))  # the next push renews the TTL
+    watch._event("MODIFIED", _ad("12:50", reason="checking"))
+    assert len(changes) == 1
+    watch._event("MODIFIED", _ad("12:50", phase="Accepted"))
+    assert len(changes) == 2
+    watch._sync([_ad("13:00", phase="Accepted")])  # a relist that finds the same decision
+    assert len(changes) == 2
+    watch._event("DELETED", _ad("13:00", phase="Accepted"))
+    assert len(changes) == 3
+
+
+def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credentials_looked_up_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secrets = _Secrets()
+    watch = _watch(secrets, [])
+    waits: list[float] = []
+    monkeypatch.setattr(watch._stop, "wait", lambda seconds: waits.append(seconds))
+    for _ in range(5):
+        with pytest.raises(ApplicationError):
+            watch._call(limit=1)
+    assert waits == [5, 10, 20, 40]  # doubling up to backoff_max_seconds, after the first failure
+    assert secrets.lookups == 5
+
+    class _Api:
+        def __init__(self, _: Any) -> None: ...
+
+        def list_cluster_custom_object(self, **kwargs: Any) -> str:
+            return "response"
+
+    monkeypatch.setattr(decision_watch.k8s, "CustomObjectsApi", _Api)
+    secrets.reachable = True
+    assert watch._call(limit=1) == "response"  # after one more wait
+    assert watch._call(watch=True) == "response"
+    waits.clear()
+    assert watch._call(limit=1) == "response"
+    assert waits == []  # back to the informer's own pace

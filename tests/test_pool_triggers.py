@@ -1,0 +1,87 @@
+"""What wakes the pool scheduler: the keys of what a pass reads, and the change detector the watchers
+run every event and relist through. Pure: no cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import pytest
+
+from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
+
+pytestmark = [pytest.mark.pool, pytest.mark.steady]
+Obj = dict[str, Any]
+
+
+def _ns(annotations: dict[str, str] | None = None, **meta: Any) -> Obj:
+    return {"metadata": {"name": "shop", "uid": "u1", "resourceVersion": "1", "annotations": annotations or {}, **meta}}
+
+
+def _quota(hard: dict[str, str], used: dict[str, str] | None = None) -> Obj:
+    return {"metadata": {"name": "quota", "namespace": "shop", "uid": "q1"}, "spec": {"hard": hard},
+            "status": {"hard": hard, "used": used or {}}}  # fmt: skip
+
+
+def _pod(phase: str = "Running", **meta: Any) -> Obj:
+    return {"metadata": {"name": "web", "namespace": "shop", "uid": "p1", **meta},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+
+
+PLACED = '{"s1": 2}'
+
+
+@pytest.mark.parametrize(
+    ("key", "before", "after", "wakes"),
+    [
+        pytest.param(quota_key, _quota({"cpu": "2"}, {"cpu": "0"}), _quota({"cpu": "2"}, {"cpu": "1"}), False,
+                     id="a quota's status.used moving with its pods wakes nobody"),
+        pytest.param(quota_key, _quota({"cpu": "2"}), _quota({"cpu": "4"}), True, id="a quota's spec.hard wakes"),
+        pytest.param(pod_key, _pod("Pending"), _pod("Running", resourceVersion="9"), False,
+                     id="a pod starting wakes nobody"),
+        pytest.param(pod_key, _pod(), _pod(annotations={"pool.tidepool.io/super-cluster": "s1"}), False,
+                     id="the scheduler placing a pod wakes nobody"),
+        pytest.param(pod_key, _pod(), _pod("Succeeded"), True, id="a pod that ends frees capacity and wakes"),
+        pytest.param(pod_key, _pod(), _pod(deletionTimestamp="2026-01-01T00:00:00Z"), True,
+                     id="a pod being deleted frees capacity and wakes"),
+        pytest.param(namespace_key, _ns({SLICE_ANNOTATION: "a"}), _ns({SLICE_ANNOTATION: "b"}), True,
+                     id="a changed slice wakes"),
+        pytest.param(namespace_key, _ns(), _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED}), False,
+                     id="the scheduler's own placement wakes nobody"),
+        pytest.param(namespace_key, _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED}),
+                     _ns({PLACEMENTS_ANNOTATION: '{"s2": 2}', SCHEDULED_ANNOTATION: PLACED}), True,
+                     id="a placement the user edited wakes"),
+        pytest.param(namespace_key, _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED}),
+                     _ns({SCHEDULED_ANNOTATION: PLACED}), True, id="a placement the user cleared wakes"),
+        pytest.param(namespace_key, _ns(), _ns({"pool.tidepool.io/placement-status": "{}"}, labels={"a": "b"}),
+                     False, id="the scheduler's status and labels no pass reads wake nobody"),
+        pytest.param(namespace_key, _ns(), _ns(deletionTimestamp="2026-01-01T00:00:00Z"), True,
+                     id="a namespace being deleted wakes"),
+        pytest.param(super_cluster_key, {"metadata": {"name": "s1"}, "spec": {"headroom": {"cpu": "1"}}},
+                     {"metadata": {"name": "s1"}, "spec": {"headroom": {"cpu": "2"}}}, True,
+                     id="a super cluster's headroom wakes"),
+        pytest.param(super_cluster_key, {"metadata": {"name": "s1"}, "spec": {}},
+                     {"metadata": {"name": "s1"}, "spec": {}, "status": {"conditions": [{"type": "Ready"}]}}, False,
+                     id="a super cluster's status wakes nobody"),
+    ],
+)  # fmt: skip
+def test_only_what_a_pass_reads_wakes_the_scheduler(
+    key: Callable[[Obj], Hashable], before: Obj, after: Obj, wakes: bool
+) -> None:
+    keys = ChangedKeys(key)
+    assert keys.sync([before])  # the first relist always counts
+    assert keys.event("MODIFIED", after) is wakes
+
+
+def test_arrivals_and_departures_wake_and_a_relist_that_finds_the_same_wakes_nobody() -> None:
+    keys = ChangedKeys(pod_key)
+    assert keys.sync([])
+    assert keys.event("ADDED", _pod())
+    assert not keys.sync([_pod("Running", resourceVersion="10")])  # a relist after a broken watch
+    assert keys.sync([])  # deleted while the watch was down
+    assert not keys.event("DELETED", _pod())  # already known to be gone
+    assert keys.event("ADDED", _pod())
+    assert keys.event("DELETED", _pod())
+    assert keys.event("ADDED", _pod())
+    assert keys.sync([_pod(uid="p2")])  # replaced under the same name while nobody watched

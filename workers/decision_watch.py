@@ -1,0 +1,89 @@
+"""The provider's watch on its Advertisement in one foreign cluster (seed 001 step 8: "create the
+Advertisement on the foreign cluster and start watching it"). workers/provider.py keeps one per live
+PeeringRequest and turns `on_change` into the peering workflow's `foreign_changed` signal.
+
+It calls back only when what the peering decides on moves (`models.peering.decision_key`: existence,
+phase, remote remapped PodCIDR), never on the timestamp and TTL that every push rewrites. The foreign
+credentials come from the PeeringRequest's kubeconfig Secret and are looked up again on every list and
+watch, so rotated ones are picked up. A foreign cluster that cannot be reached is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+
+from activities.informer import WATCH_TIMEOUT_SECONDS, Informer
+from activities.kube import SecretClients
+from models.names import ADVERTISEMENTS, GROUP, VERSION
+from models.peering import SecretRef, backoff_seconds, decision_key
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_SECONDS = 10
+# A list of one object answers in well under this; a watch is closed by the server after
+# WATCH_TIMEOUT_SECONDS, so a read silent for longer means a connection that hangs.
+LIST_READ_TIMEOUT_SECONDS = 30
+WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
+
+
+class DecisionWatch:
+    def __init__(self, *, foreign_cluster_id: str, kube_config_ref: SecretRef, advertisement: str,
+                 secrets: SecretClients, on_change: Callable[[], None], backoff_max_seconds: int) -> None:  # fmt: skip
+        self.kube_config_ref = kube_config_ref
+        self._secrets = secrets
+        self._on_change = on_change
+        self._backoff_max_seconds = backoff_max_seconds
+        self._stop = threading.Event()
+        self._failures = 0
+        # A new watch assumes what the workflow assumes before its first push: nothing there yet. A decision
+        # already there (the worker restarted) is then a change, and told once.
+        self._last: tuple[str | None, str | None] | None = None
+        self._informer = Informer(
+            f"decision-{foreign_cluster_id}", self._call, group=GROUP, version=VERSION, plural=ADVERTISEMENTS,
+            field_selector=f"metadata.name={advertisement}", on_sync=self._sync, on_event=self._event,
+        )  # fmt: skip
+
+    def start(self) -> DecisionWatch:
+        self._informer.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._informer.stop()
+
+    def _call(self, **kwargs: Any) -> Any:
+        """The informer's list and watch call against the foreign cluster, with the credentials of now."""
+        watching = bool(kwargs.get("watch"))
+        if not watching and self._failures:
+            # The informer retries a failed list after a fixed 2 s: stretch that to a backoff.
+            self._stop.wait(backoff_seconds(self._failures, ceiling=self._backoff_max_seconds))
+            if self._stop.is_set():
+                raise RuntimeError("stopped")
+        read_timeout = WATCH_READ_TIMEOUT_SECONDS if watching else LIST_READ_TIMEOUT_SECONDS
+        try:
+            api = self._secrets.get(name=self.kube_config_ref.name, namespace=self.kube_config_ref.namespace)
+            response = k8s.CustomObjectsApi(api).list_cluster_custom_object(
+                _request_timeout=(CONNECT_TIMEOUT_SECONDS, read_timeout), **kwargs
+            )
+        except Exception:
+            self._failures += 1  # the informer logs the error, which names no credential
+            raise
+        if watching:
+            self._failures = 0  # a list and a watch went through: the cluster is back
+        return response
+
+    def _sync(self, objects: list[dict[str, Any]]) -> None:
+        self._see(decision_key(objects[0] if objects else None))
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._see(None if kind == "DELETED" else decision_key(obj))
+
+    def _see(self, key: tuple[str | None, str | None] | None) -> None:
+        if key != self._last:
+            self._last = key
+            self._on_change()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import shutil
 import tempfile
 import time
 import uuid
@@ -543,4 +544,9 @@ def run(params: dict[str, Any]) -> None:
         asyncio.run(_run_window(params, state))
     finally:
         log(TEARDOWN_NOTICE)
+        # The processes' logs outlive the run: they are what explains a figure, or a bring-up that failed.
+        if (state_dir / "logs").exists():
+            kept = Path(tempfile.mkdtemp(prefix="tidepool-soak-logs-"))
+            shutil.copytree(state_dir / "logs", kept, dirs_exist_ok=True)
+            log(f"the processes' logs are kept in {kept}")
         demo.tear_down(state_dir)

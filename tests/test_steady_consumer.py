@@ -33,6 +33,7 @@ from models.names import (
 from tests.kube import apply_cluster_config, create_namespace
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
+from tests.steady import history, settled_history
 from tests.test_consumer import advertisement
 from workflows.advertisement import AdvertisementWorkflow
 
@@ -40,10 +41,6 @@ pytestmark = [pytest.mark.env, pytest.mark.consumer, pytest.mark.steady]
 HEARTBEAT = timedelta(seconds=10)  # a kubelet's Lease renewal, and the old virtual kubelet's status patch
 HEARTBEATS = 12  # two minutes
 SETTLE = 2.0  # seconds for a watch event to reach the worker and its signal the workflow
-# Events that end a workflow task that started nothing more: the workflow is waiting.
-WAITING = {EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_TIMER_STARTED,
-           EventType.EVENT_TYPE_TIMER_CANCELED, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
-           EventType.EVENT_TYPE_MARKER_RECORDED}  # fmt: skip
 
 
 @pytest.fixture
@@ -55,21 +52,6 @@ def consumer(make_cluster: Callable[[str], LocalCluster]) -> LocalCluster:
 
 def _rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-async def _events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
-    return (await handle.fetch_history()).events
-
-
-async def _waiting(handle: WorkflowHandle[Any, Any]) -> int | None:
-    """The history's length once the workflow waits (its last task started no activity) and stays so
-    for a moment (a late watch event of its own last step gets through); None while busy."""
-    lengths = []
-    for pause in (0, SETTLE):
-        await asyncio.sleep(pause)
-        events = await _events(handle)
-        lengths.append(len(events) if events and events[-1].event_type in WAITING else None)
-    return lengths[0] if lengths[0] == lengths[1] else None
 
 
 def _phase(api: k8s.ApiClient, provider: str) -> str | None:
@@ -125,13 +107,13 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
                                                                  LABEL_PROVIDER: provider}}})  # fmt: skip
         since = _rfc3339(datetime.now(UTC))
         _heartbeat(core, coordination, node, since)
-        before = await eventually(lambda: _waiting(handle), what="the workflow waiting after the node appeared")
+        before = len(await settled_history(temporal_client, handle.id))
 
         for _ in range(HEARTBEATS):
             await asyncio.sleep(HEARTBEAT.total_seconds())
             _heartbeat(core, coordination, node, since)
         await asyncio.sleep(SETTLE)  # the last heartbeat's watch event reaches the worker
-        events = await _events(handle)
+        events = await history(temporal_client, handle.id)
         added = [EventType.Name(e.event_type) for e in events[before:]]
         assert len(events) == before, f"{HEARTBEATS} heartbeats added {added}"
 
@@ -139,11 +121,12 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
         now = _rfc3339(datetime.now(UTC))
         core.patch_node_status(node, {"status": {"conditions": [_ready("False", "PodCIDRNotSet", since=now,
                                                                        heartbeat=now)]}})  # fmt: skip
-        await eventually(lambda: _signals_after(handle, before), what="the NotReady node signalled to the workflow")
+        await eventually(lambda: _signals_after(temporal_client, handle.id, before),
+                         what="the NotReady node signalled to the workflow")
 
 
-async def _signals_after(handle: WorkflowHandle[Any, Any], index: int) -> int:
-    events = await _events(handle)
+async def _signals_after(client: Client, workflow_id: str, index: int) -> int:
+    events = await history(client, workflow_id)
     return sum(1 for e in events[index:] if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
 
 
@@ -157,8 +140,8 @@ async def test_a_push_that_only_renews_the_time_to_live_of_an_accepted_advertise
     async with running_worker(worker_settings(localenv, consumer, cluster_id)):
         handle = await _steady_accepted(api, temporal_client, provider)
         admission = temporal_client.get_workflow_handle(admission_workflow_id(cluster_id))
-        before = await eventually(lambda: _waiting(handle), what="the workflow waiting")
-        admission_before = await eventually(lambda: _waiting(admission), what="admission waiting")
+        before = len(await settled_history(temporal_client, handle.id))
+        admission_before = len(await settled_history(temporal_client, admission.id))
 
         for minutes in (40, 50, 60):  # three pushes, as the provider makes them: the whole spec, applied
             renewed = advertisement(provider, ttl=timedelta(minutes=minutes))
@@ -167,13 +150,13 @@ async def test_a_push_that_only_renews_the_time_to_live_of_an_accepted_advertise
         await asyncio.sleep(SETTLE)  # the last push's watch event reaches the worker
         ttl = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))["spec"]["timeToLive"]
         assert ttl == renewed["spec"]["timeToLive"]  # the pushes did land
-        assert len(await _events(handle)) == before
-        assert len(await _events(admission)) == admission_before
+        assert len(await history(temporal_client, handle.id)) == before
+        assert len(await history(temporal_client, admission.id)) == admission_before
 
         # A push that changes what is offered does reach the workflow (and only it: admission reads no capacity).
         patch_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider),
                              {"spec": {"resourceQuota": {"hard": {"cpu": "3", "memory": "4Gi", "pods": "10"}}}})
-        await eventually(lambda: _signals_after(handle, before), what="the capacity change signalled")
+        await eventually(lambda: _signals_after(temporal_client, handle.id, before), what="the capacity change signalled")
 
 
 async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_and_its_workflow_completes(
@@ -200,7 +183,8 @@ async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_
                 "default", field_selector=f"involvedObject.name={advertisement_name(provider)},reason=Expired").items
             assert len(events) == 1 and "passed while" in events[0].message, provider
             # Slept until the expiry, then deleted: not a timer a second.
-            timers = [e for e in await _events(handles[provider]) if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+            timers = [e for e in await history(temporal_client, handles[provider].id)
+                      if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
             assert len(timers) <= 2, f"{provider}: {len(timers)} timers"
         await replay_all_runs(temporal_client, advertisement_workflow_id(refused))
         await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
@@ -51,10 +53,13 @@ from workers.peer import cancel_peering, request_peering
 
 pytestmark = [pytest.mark.env, pytest.mark.faults]
 
-CYCLES = 3  # each: 2 kills in the peering, 2 in the acceptance, 3 in the teardown: 21 points
+CYCLES = 3  # each: 2 kills in the peering, 2 in the acceptance, 3 in the teardown: 21 points; the first cycle's
+# peering and acceptance each take one of theirs while an activity runs
 # A kill in the middle of an activity loses that attempt: it is retried only once its start-to-close
 # timeout has passed (60 s for a push), so every wait allows for one lost attempt.
 CONVERGE_TIMEOUT = 150
+# How long a targeted kill watches for an activity running (describe polled every 10 ms).
+ACTIVITY_WATCH = 30
 
 
 class Killer:
@@ -71,6 +76,28 @@ class Killer:
         assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
         worker.kill()
         self.points.append(f"{phase}: {worker.cluster_id} killed {delay} s in")
+        print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
+        worker.start()
+
+    async def kill_during_activity(self, worker: WorkerProcess, client: Client, workflow_id: str, phase: str) -> None:
+        """Kills the worker while an activity of `workflow_id` is running on it, so that at least these kills
+        surely hit work in flight (random moments mostly fall between short activities). If none is seen
+        running within ACTIVITY_WATCH seconds, it kills anyway and says so; the test's last assertion judges."""
+        await eventually(worker.ready, timeout=60, what=f"worker {worker.cluster_id} serving")
+        handle = client.get_workflow_handle(workflow_id)
+        loop = asyncio.get_running_loop()
+        deadline, running = loop.time() + ACTIVITY_WATCH, []
+        while not running and loop.time() < deadline:
+            try:
+                pending = (await handle.describe()).raw_description.pending_activities
+            except RPCError:  # not started yet
+                pending = []
+            running = [a.activity_type.name for a in pending if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
+            if not running:
+                await asyncio.sleep(0.01)
+        assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
+        worker.kill()
+        self.points.append(f"{phase}: {worker.cluster_id} killed during {', '.join(running) or 'no activity seen'}")
         print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
         worker.start()
 
@@ -146,14 +173,23 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 # The peering: the provider's worker dies while it starts the workflow and pushes.
                 request_peering(provider, consumer_id=pair.consumer_id,
                                 consumer_kubeconfig=pair.consumer.kubeconfig.read_text())  # fmt: skip
-                for _ in range(2):
+                # The first cycle kills once while an activity runs (an attempt lost costs its timeout: once is enough).
+                if cycle == 0:
+                    await killer.kill_during_activity(workers["provider"], temporal_client,
+                                                      peering_workflow_id(pair.consumer_id), f"cycle {cycle} peering")
+                else:
                     await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
+                await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
                 await eventually(lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(pair.provider_id)),
                                  timeout=CONVERGE_TIMEOUT, what="the Advertisement on the consumer")  # fmt: skip
 
                 # The acceptance: the consumer's worker dies while it admits and builds the virtual kubelet.
-                for _ in range(2):
+                if cycle == 0:
+                    await killer.kill_during_activity(workers["consumer"], temporal_client,
+                                                      advertisement_workflow_id(pair.provider_id), f"cycle {cycle} acceptance")
+                else:
                     await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
+                await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
                 await _converged(pair, peered=True, what=f"cycle {cycle}: accepted with its virtual kubelet and node")
                 _offload(pair, f"job-{cycle}")
                 await eventually(lambda c=cycle: _reflected(pair) == [f"app-job-{c}"], timeout=CONVERGE_TIMEOUT,

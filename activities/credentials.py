@@ -184,11 +184,10 @@ def record_token(home: k8s.ApiClient, namespace: str, generation: TokenGeneratio
 def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int) -> list[int]:
     """Delete the anchors before the previous generation: their tokens stop working. Returns which went."""
     core = k8s.CoreV1Api(home)
-    anchors = core.list_namespaced_secret(namespace, label_selector=LABEL_TOKEN_ANCHOR).items
-    generations = [int(a.metadata.labels[LABEL_TOKEN_ANCHOR]) for a in anchors]
-    revoked = anchors_to_revoke(generations, current=current)
-    for generation in revoked:
-        ignore_not_found(core.delete_namespaced_secret, token_anchor_name(generation), namespace)
+    revoked = []
+    for generation in anchors_to_revoke(current=current):
+        if ignore_not_found(core.delete_namespaced_secret, token_anchor_name(generation), namespace) is not None:
+            revoked.append(generation)
     return revoked
 
 

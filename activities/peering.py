@@ -121,7 +121,8 @@ class PeeringActivities:
             foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
             namespace, held = ensure_foreign_access(self._home, request.foreign_cluster_id)
             secret = credentials_secret_name(self._home_id)
-            self._renew_credentials(foreign, secret=secret, namespace=namespace, held=held, now=now)
+            self._renew_credentials(foreign, secret=secret, namespace=namespace, held=held, now=now,
+                                    period=timedelta(seconds=outgoing.advertisement_period_seconds))  # fmt: skip
             applied = apply_cluster_object(foreign, ADVERTISEMENTS, {
                 "apiVersion": API_VERSION, "kind": "Advertisement",
                 "metadata": {"name": advertisement_name(self._home_id),
@@ -177,13 +178,15 @@ class PeeringActivities:
         )  # fmt: skip
 
     def _renew_credentials(
-        self, foreign: k8s.ApiClient, *, secret: str, namespace: str, held: TokenGeneration | None, now: datetime
+        self, foreign: k8s.ApiClient, *, secret: str, namespace: str, held: TokenGeneration | None, now: datetime,
+        period: timedelta,
     ) -> None:
         """Leave the foreign cluster's Secret as it is while it holds the current token and that token is
-        younger than half its life; otherwise issue the next generation, write it, record it, and revoke
+        younger than half its life and outlives the next push; otherwise issue the next generation, write it, record it, and revoke
         the one before the previous (models/credentials.py)."""
         current = ignore_not_found(k8s.CoreV1Api(foreign).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
-        reason = renewal_reason(held, held_version=current.metadata.resource_version if current else None, now=now)
+        reason = renewal_reason(held, held_version=current.metadata.resource_version if current else None, now=now,
+                                period=period)  # fmt: skip
         if reason is None:
             return
         generation = (held.number if held else 0) + 1

@@ -11,7 +11,7 @@ token and the previous one work: a holder that has not reloaded its file yet kee
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from models.names import (
@@ -24,7 +24,10 @@ from models.names import (
 # The API server refuses a TokenRequest for less (its minimum expirationSeconds).
 MIN_TOKEN_LIFETIME_SECONDS = 600
 
-RenewalReason = Literal["NoToken", "HalfLife", "SecretMissing", "SecretChanged"]
+RenewalReason = Literal["NoToken", "HalfLife", "ExpiresBeforeNextPush", "SecretMissing", "SecretChanged"]
+# How long a holder may take to pick a renewed token up: a kubelet updates a mounted Secret within about a
+# minute. A token renewed with less than one period and this left would expire before the next push's.
+RELOAD_MARGIN = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,13 @@ class TokenGeneration:
         return self.issued_at + (self.expires_at - self.issued_at) / 2
 
 
-def renewal_reason(current: TokenGeneration | None, *, held_version: str | None, now: datetime) -> RenewalReason | None:
+def renewal_reason(
+    current: TokenGeneration | None, *, held_version: str | None, now: datetime, period: timedelta
+) -> RenewalReason | None:
     """Why a push must issue a new token, or None to leave the foreign cluster's Secret as it is.
-    `held_version` is the resourceVersion of that Secret now (None: it does not exist)."""
+    `held_version` is the resourceVersion of that Secret now (None: it does not exist); `period` is the
+    advertisement period: the next push may be that far away (an early push moves the schedule), so a
+    token that would expire before then, with time for its holder to reload, is renewed now."""
     if current is None:
         return "NoToken"
     if held_version is None:
@@ -73,12 +80,21 @@ def renewal_reason(current: TokenGeneration | None, *, held_version: str | None,
         return "SecretChanged"
     if now >= current.half_life():
         return "HalfLife"
+    if now + period + RELOAD_MARGIN >= current.expires_at:
+        return "ExpiresBeforeNextPush"
     return None
 
 
-def anchors_to_revoke(generations: list[int], *, current: int) -> list[int]:
-    """The anchor Secrets to delete once `current` is issued: all before the previous generation."""
-    return sorted(g for g in generations if g < current - 1)
+# Generations before the previous one that a rotation still deletes, in case an earlier rotation stopped
+# before its revocation. Older ones have expired anyway: a token lives at most two renewals.
+REVOKE_LOOKBACK = 3
+
+
+def anchors_to_revoke(*, current: int) -> list[int]:
+    """The anchor Secrets to delete once `current` is issued: those before the previous generation. By
+    name, never by listing: the anchors live in the namespace whose holder may write Secrets, so a label
+    it could edit must not decide what is revoked."""
+    return list(range(max(1, current - 1 - REVOKE_LOOKBACK), current - 1))
 
 
 def token_lifetime_seconds(configured: int) -> int:

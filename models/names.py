@@ -87,7 +87,9 @@ def credentials_secret_name(provider_cluster_id: str) -> str:
 
 def token_anchor_name(generation: int) -> str:
     """The Secret, in a foreign namespace, that the token of this generation is bound to."""
-    return f"tidepool-token-{generation}"
+    # No '-': a Secret the virtual kubelet copies into the same namespace is named `<namespace>-<name>`
+    # (models/virtual_kubelet.reflected_name), so a name without one can never be taken by a copy.
+    return f"tidepool.token.{generation}"
 
 
 def foreign_namespace(foreign_cluster_id: str) -> str:

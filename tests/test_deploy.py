@@ -160,7 +160,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     ]  # fmt: skip
     assert [a for a in worker_may if not can(WORKER, *a)] == []
     assert [a for a in worker_may_not if can(WORKER, *a)] == []
-    virtual_kubelet_may = [("create", "nodes"), ("patch", "nodes", "--subresource=status"),
+    virtual_kubelet_may = [("create", "nodes"), ("patch", "nodes", "--subresource=status"), ("watch", "nodes"),
                            ("patch", "pods", "--subresource=status", "-n", "shop"), ("get", "secrets", "-n", "shop"),
                            ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease")]  # fmt: skip
     virtual_kubelet_may_not = [("delete", "nodes"), ("list", "secrets", "-A"), ("create", "pods", "-n", "shop"),

@@ -71,6 +71,11 @@ def _set(path: str, value: Any) -> Callable[[Obj], None]:
     return edit
 
 
+def _refused_invalid(obj: Obj) -> Obj:
+    obj.setdefault("status", {}).update({"phase": "Refused", "reason": "Invalid"})
+    return obj
+
+
 def _heartbeat(obj: Obj) -> None:
     obj["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-22T12:00:10Z"
     obj["metadata"]["resourceVersion"] = "6"
@@ -101,6 +106,8 @@ def _heartbeat(obj: Obj) -> None:
         # The admission workflow's key
         pytest.param(advertisement, admission_key, _set("spec.timeToLive", "2026-11-22T12:40:00Z"), False,
                      id="a push that only renews timeToLive wakes no admission"),
+        pytest.param(lambda: _refused_invalid(advertisement()), admission_key, _set("spec.timeToLive", "2026-11-22T12:40:00Z"),
+                     True, id="a push that renews the timeToLive of one refused as Invalid wakes admission to judge it again"),
         pytest.param(advertisement, admission_key, _set("spec.resourceQuota.hard", {"cpu": "3", "memory": "4Gi"}), False,
                      id="a capacity change that keeps it valid wakes no admission"),
         pytest.param(advertisement, admission_key, _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), False,

@@ -27,45 +27,53 @@ from models.credentials import (
     renewal_reason,
     token_lifetime_seconds,
 )
-from models.virtual_kubelet import node_status_report_due, virtual_node
+from models.names import token_anchor_name
+from models.virtual_kubelet import node_status_report_due, reflected_name, virtual_node
 
 pytestmark = pytest.mark.steady
 
 ISSUED = datetime(2026, 1, 1, 8, 0, tzinfo=UTC)
 HELD = TokenGeneration(number=3, issued_at=ISSUED, expires_at=ISSUED + timedelta(hours=1), secret_version="42")
+PERIOD, LONG_PERIOD = timedelta(minutes=10), timedelta(minutes=50)
 
 
 @pytest.mark.parametrize(
-    ("held", "version", "now", "reason"),
+    ("held", "version", "now", "reason", "period"),
     [
-        pytest.param(None, None, ISSUED, "NoToken", id="a first push issues a token"),
-        pytest.param(None, "42", ISSUED, "NoToken", id="a Secret from before rotation is replaced"),
-        pytest.param(HELD, "42", ISSUED + timedelta(minutes=10), None, id="a young token is left as it is"),
-        pytest.param(HELD, "42", ISSUED + timedelta(minutes=29, seconds=59), None, id="just before half its life"),
-        pytest.param(HELD, "42", ISSUED + timedelta(minutes=30), "HalfLife", id="at half its life it is renewed"),
-        pytest.param(HELD, None, ISSUED + timedelta(minutes=1), "SecretMissing", id="a deleted Secret is rewritten"),
-        pytest.param(HELD, "43", ISSUED + timedelta(minutes=1), "SecretChanged", id="a changed Secret is rewritten"),
+        pytest.param(None, None, ISSUED, "NoToken", PERIOD, id="a first push issues a token"),
+        pytest.param(None, "42", ISSUED, "NoToken", PERIOD, id="a Secret from before rotation is replaced"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=10), None, PERIOD, id="a young token is left as it is"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=29, seconds=59), None, PERIOD, id="just before half its life"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=30), "HalfLife", PERIOD, id="at half its life it is renewed"),
+        pytest.param(HELD, "42", ISSUED + timedelta(minutes=10), "ExpiresBeforeNextPush", LONG_PERIOD,
+                     id="a young token that would expire before a push a long period away is renewed now"),
+        pytest.param(HELD, None, ISSUED + timedelta(minutes=1), "SecretMissing", PERIOD, id="a deleted Secret is rewritten"),
+        pytest.param(HELD, "43", ISSUED + timedelta(minutes=1), "SecretChanged", PERIOD, id="a changed Secret is rewritten"),
     ],
 )  # fmt: skip
-def test_a_push_renews_at_half_life_or_when_the_foreign_secret_no_longer_holds_the_token(
-    held: TokenGeneration | None, version: str | None, now: datetime, reason: str | None
+def test_a_push_renews_at_half_life_before_expiry_or_when_the_foreign_secret_no_longer_holds_the_token(
+    held: TokenGeneration | None, version: str | None, now: datetime, reason: str | None, period: timedelta
 ) -> None:
-    assert renewal_reason(held, held_version=version, now=now) == reason
+    assert renewal_reason(held, held_version=version, now=now, period=period) == reason
 
 
 @pytest.mark.parametrize(
-    ("generations", "current", "revoked"),
+    ("current", "revoked"),
     [
-        pytest.param([1], 1, [], id="the first token revokes nothing"),
-        pytest.param([1, 2], 2, [], id="the previous token stays valid"),
-        pytest.param([1, 2, 3], 3, [1], id="the one before the previous goes"),
-        pytest.param([1, 2, 5, 6, 7], 7, [1, 2, 5], id="every older one left by a failed push goes too"),
+        pytest.param(1, [], id="the first token revokes nothing"),
+        pytest.param(2, [], id="the previous token stays valid"),
+        pytest.param(3, [1], id="the one before the previous goes"),
+        pytest.param(9, [5, 6, 7], id="older ones an interrupted rotation left go too, within the lookback"),
     ],
 )  # fmt: skip
-def test_issuing_a_token_revokes_all_but_it_and_the_previous_one(
-    generations: list[int], current: int, revoked: list[int]
-) -> None:
-    assert anchors_to_revoke(generations, current=current) == revoked
+def test_issuing_a_token_revokes_all_but_it_and_the_previous_one(current: int, revoked: list[int]) -> None:
+    assert anchors_to_revoke(current=current) == revoked
+
+
+def test_an_anchor_name_can_never_be_a_secret_the_virtual_kubelet_copies() -> None:
+    # A consumer namespace `tidepool` with a Secret `token.3` would be copied as `tidepool-token.3`.
+    assert "-" not in token_anchor_name(3)
+    assert reflected_name("tidepool", "token.3") != token_anchor_name(3)
 
 
 def test_the_token_generation_round_trips_through_annotations_and_an_unreadable_one_means_none() -> None:

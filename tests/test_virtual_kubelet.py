@@ -136,6 +136,13 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     await eventually(lambda: core.read_node(peering.node).status.allocatable["cpu"] == "2", timeout=30,
                      what="the node's capacity to follow")  # fmt: skip
 
+    # A virtual node deleted by hand is registered again at once (its watch says so), not at the next
+    # periodic status report minutes later, by when its pods would be garbage-collected as orphans.
+    deleted_uid = core.read_node(peering.node).metadata.uid
+    core.delete_node(peering.node)
+    await eventually(lambda: (n := _ready_node(core, peering.node)) and n.metadata.uid != deleted_uid, timeout=20,
+                     what="the deleted virtual node registered again")  # fmt: skip
+
     # Deleting in the consumer deletes in the provider.
     core.delete_namespaced_pod("job", "app")
     await eventually(lambda: _remote(peering, "pods") == ["app-second"], what="the provider copy gone")

@@ -110,6 +110,7 @@ def admission_key(obj: Obj) -> Hashable:
     the decision annotations, the phase (a Deleting one frees a place)."""
     meta, status = _meta(obj), obj.get("status") or {}
     annotations = _annotations(obj)
+    refused_invalid = (status.get("phase"), status.get("reason")) == ("Refused", "Invalid")
     return (
         meta.get("uid"),
         bool(meta.get("deletionTimestamp")),
@@ -117,6 +118,8 @@ def admission_key(obj: Obj) -> Hashable:
         annotations.get(DECISION_ANNOTATION),
         annotations.get(DECISION_REASON_ANNOTATION),
         tuple(validate_advertisement(obj, _BEGINNING_OF_TIME)),
+        # Refused as Invalid may mean "its timeToLive had passed": a push that renews it is news to admission.
+        (obj.get("spec") or {}).get("timeToLive") if refused_invalid else None,
     )
 
 

@@ -120,6 +120,7 @@ class VirtualKubelet:
         self._ready_since: tuple[bool, str, str] | None = None  # (ready, reason, lastTransitionTime)
         # What this process last wrote of its node (labels, status), when, and when it last renewed the Lease.
         self._reported: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._node_missing = False  # set by the node's watch; the next pass registers it again
         self._reported_at = 0.0
         self._lease_renewed_at: float | None = None
         # No Temporal client here: the runtime only serves the Prometheus endpoint.
@@ -130,6 +131,10 @@ class VirtualKubelet:
                      field_selector=f"spec.nodeName={self.node}", on_sync=self._poke, on_event=self._poke),
             Informer("vk-provider-pods", self.remote.list_namespaced_pod, namespace=self.remote_namespace,
                      label_selector=self._offloaded_selector, on_sync=self._poke, on_event=self._poke),
+            # Its own node: one deleted by hand is registered again at once (its pods would otherwise be
+            # garbage-collected as orphans before the next periodic status report).
+            Informer("vk-node", self.core.list_node, field_selector=f"metadata.name={self.node}",
+                     on_sync=self._node_listed, on_event=self._node_event),
         ]  # fmt: skip
 
     @property
@@ -138,6 +143,15 @@ class VirtualKubelet:
 
     def _poke(self, *_: Any) -> None:
         self._wake.set()
+
+    def _node_listed(self, nodes: list[dict[str, Any]]) -> None:
+        if not nodes:
+            self._node_event("DELETED", {})
+
+    def _node_event(self, kind: str, _node: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._node_missing = True
+            self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -203,6 +217,8 @@ class VirtualKubelet:
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
                             message=message, heartbeat=now, transition=self._ready_since[2])  # fmt: skip
         labels, status = body["metadata"]["labels"], body["status"]
+        if self._node_missing:
+            self._node_missing, self._reported = False, None
         previous = self._reported
         if node_status_report_due(None if previous is None else previous[1], status,
                                   since_last_report=time.monotonic() - self._reported_at,

@@ -44,6 +44,8 @@ ADVERTISEMENT_PHASE = SearchAttributeKey.for_keyword("AdvertisementPhase")
 # back), each attempt bounded.
 KUBE_TIMEOUT = timedelta(seconds=30)
 KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# DeleteExpired refused by the activity (by its clock, the Advertisement has not expired yet): look again after.
+EXPIRY_CLOCK_SKEW_RECHECK = timedelta(seconds=10)
 # How a manual decision waits for the admission workflow's verdict.
 DECISION_CHECKS = 30
 DECISION_CHECK_INTERVAL = timedelta(seconds=1)
@@ -91,7 +93,14 @@ class AdvertisementWorkflow:
                 self._disarm()
                 return self._state
             if step in ACTING_STEPS:
-                await self._act(step)
+                done = await self._act(step)
+                if step == "DeleteExpired":
+                    if done:  # gone: a push that brings it back is a new arrival, for a new run
+                        self._disarm()
+                        return self._state
+                    # Expired by the workflow's clock, not yet by the worker's (their clocks differ): not a
+                    # tight loop of reads, a short wait.
+                    await workflow.sleep(EXPIRY_CLOCK_SKEW_RECHECK, summary="expired here, not yet for the worker")
                 continue
             if self._steady:
                 await self._wait_for_change_or_deadline(obs, step)
@@ -103,13 +112,13 @@ class AdvertisementWorkflow:
                 self._disarm()
                 workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
 
-    async def _act(self, step: Step) -> None:
+    async def _act(self, step: Step) -> bool | None:
         request = AdvertisementStep(provider_id=self._input.provider_id, advertisement=self._input.advertisement,
                                     step=step, teardown=self._state.teardown)  # fmt: skip
         done = await self._activity(ConsumerActivities.run_step, request, summary=step)
         now = workflow.now()
         if step == "DeleteExpired" and done:
-            self._state.teardown = "Expired"  # nothing else to tear down: the next pass sees it gone, Done
+            self._state.teardown = "Expired"  # nothing else to tear down: the run completes
         if step == "DeleteVirtualNode":
             self._state.deleted["virtual-node"] = now
             self._state.clean_wait_started = now
@@ -119,6 +128,7 @@ class AdvertisementWorkflow:
             self._state.deleted["advertisement"] = now
         elif step == "EnsureVirtualKubelet":
             self._state.virtual_kubelet_created += 1
+        return done
 
     async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
         timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)

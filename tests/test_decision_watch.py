@@ -56,6 +56,17 @@ def test_the_workflow_is_told_of_a_decision_not_of_a_ttl_refresh() -> None:
     assert len(changes) == 3
 
 
+def test_a_change_whose_signal_did_not_get_through_is_told_again_at_the_next_event_or_relist() -> None:
+    changes: list[int] = []
+    watch = _watch(_Secrets(), changes)
+    watch._event("ADDED", _ad("12:30", phase="Accepted"))
+    watch.forget()  # Temporal did not take the signal
+    watch._event("MODIFIED", _ad("12:40", phase="Accepted"))  # only a TTL refresh, but the news is still untold
+    assert len(changes) == 2
+    watch._sync([_ad("12:50", phase="Accepted")])  # told now: a relist of the same decision is quiet again
+    assert len(changes) == 2
+
+
 def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credentials_looked_up_each_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -43,6 +43,7 @@ class DecisionWatch:
         # A new watch assumes what the workflow assumes before its first push: nothing there yet. A decision
         # already there (the worker restarted) is then a change, and told once.
         self._last: tuple[str | None, str | None] | None = None
+        self._told = True  # whether the workflow got the signal for `_last` (see forget)
         self._informer = Informer(
             f"decision-{foreign_cluster_id}", self._call, group=GROUP, version=VERSION, plural=ADVERTISEMENTS,
             field_selector=f"metadata.name={advertisement}", on_sync=self._sync, on_event=self._event,
@@ -83,7 +84,11 @@ class DecisionWatch:
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         self._see(None if kind == "DELETED" else decision_key(obj))
 
+    def forget(self) -> None:
+        """The signal for the last change did not get through: the next list or event tells it again."""
+        self._told = False
+
     def _see(self, key: tuple[str | None, str | None] | None) -> None:
-        if key != self._last:
-            self._last = key
+        if key != self._last or not self._told:
+            self._last, self._told = key, True
             self._on_change()

@@ -109,12 +109,20 @@ class ProviderWatchers(Watchers):
             if current is not None:
                 current.stop()  # the request names other credentials now
             workflow_id = peering_workflow_id(foreign)
-            self._decision_watches[foreign] = DecisionWatch(
+            watch = DecisionWatch(
                 foreign_cluster_id=foreign, kube_config_ref=ref,
                 advertisement=advertisement_name(self._settings.cluster.cluster_id), secrets=self._secrets,
-                on_change=lambda: self._submit(self._signal(workflow_id, "foreign_changed")),
+                on_change=lambda: self._submit(self._tell_foreign_changed(workflow_id, watch)),
                 backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
-            ).start()  # fmt: skip
+            )  # fmt: skip
+            self._decision_watches[foreign] = watch.start()
+
+    async def _tell_foreign_changed(self, workflow_id: str, watch: DecisionWatch) -> None:
+        try:
+            await self._signal(workflow_id, "foreign_changed")
+        except Exception:
+            watch.forget()  # Temporal did not take it: the next event or relist tells it again
+            raise
 
     def _unwatch_decision(self, foreign: str) -> None:
         with self._decision_watches_lock:

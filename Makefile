@@ -27,10 +27,10 @@ images: $(STAMP) system-packages
 
 # The main job on the local environment; leaves everything running. `make demo-down` stops it.
 demo: $(STAMP) binaries system-packages
-	$(PY) -m workers.demo up
+	$(PY) -m deploy.localenv.demo up
 
 demo-down: $(STAMP)
-	$(PY) -m workers.demo down
+	$(PY) -m deploy.localenv.demo down
 
 # Every test, the integration ones against real Temporal and Kubernetes included.
 test: $(STAMP) binaries system-packages images
@@ -41,9 +41,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m 'not env' $(PYTEST_ARGS)
 
 env-up: $(STAMP) binaries
-	$(PY) -m workers.demo up
+	$(PY) -m deploy.localenv.demo up
 env-down: $(STAMP)
-	$(PY) -m workers.demo down
+	$(PY) -m deploy.localenv.demo down
 env-status: $(STAMP)
 	$(PY) -m deploy.localenv status
 

@@ -11,7 +11,8 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio import activity
 
-from activities.kube import (
+from kube.metrics import Metrics
+from kube.objects import (
     apply_core,
     ignore_not_found,
     patch_cluster_object,
@@ -20,7 +21,6 @@ from activities.kube import (
     record_event,
     with_condition,
 )
-from activities.metrics import Metrics
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
 from models.consumer import (

@@ -23,7 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import FIELD_MANAGER, apply_core, ignore_not_found
+from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.names import (
     LABEL_CONSUMER,

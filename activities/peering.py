@@ -14,7 +14,6 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.capacity import HomeCapacity
 from activities.credentials import (
     ensure_foreign_access,
     issue_kubeconfig,
@@ -22,8 +21,10 @@ from activities.credentials import (
     revoke_foreign_access,
     revoke_older_tokens,
 )
-from activities.kube import (
-    SecretClients,
+from kube.capacity import HomeCapacity
+from kube.clients import SecretClients
+from kube.metrics import Metrics
+from kube.objects import (
     apply_cluster_object,
     apply_core,
     delete_cluster_object,
@@ -34,7 +35,6 @@ from activities.kube import (
     rfc3339,
     with_condition,
 )
-from activities.metrics import Metrics
 from models.api import ClusterConfig
 from models.credentials import TokenGeneration, renewal_reason
 from models.names import (

@@ -15,8 +15,9 @@ from kubernetes import client as k8s
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.kube import SecretClients, record_event
-from activities.metrics import Metrics
+from kube.clients import SecretClients
+from kube.metrics import Metrics
+from kube.objects import record_event
 from models.api import SuperCluster
 from models.names import (
     GROUP,

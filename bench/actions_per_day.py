@@ -34,10 +34,10 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import TimeSkipper
 from temporalio.worker import Worker
 
-from activities.kube import patch_cluster_object_status
 from bench.common import AdvertisementWatch, emit, local_env, log
 from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
+from kube.objects import patch_cluster_object_status
 from models.names import ADVERTISEMENTS, SYSTEM_NAMESPACE, advertisement_name, peering_workflow_id
 from models.peering import PeeringInput, SecretRef
 from tests.kube import create_namespace, create_node

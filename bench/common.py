@@ -20,8 +20,8 @@ from typing import Any, TextIO
 
 from kubernetes import client as k8s
 
-from activities.informer import Informer
 from deploy.localenv.env import EnvState, down, up
+from kube.informer import Informer
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.kube import read_cluster_object
 from bench.common import emit, local_env, log, percentile
 from deploy.localenv.deployments import DeploymentRunner
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_PROVIDER,

@@ -33,9 +33,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.kube import patch_cluster_object_status
 from bench.common import emit, local_env, log, percentile, rss_mb
 from bench.echo import EchoActivities, TickWorkflow
+from kube.objects import patch_cluster_object_status
 from models.names import (
     ADVERTISEMENTS,
     advertisement_name,

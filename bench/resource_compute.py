@@ -5,7 +5,7 @@ The cluster is filled fast, with concurrent POSTs whose responses are not deseri
 for kwok, pods with nodeName set (no scheduler work; kwok still marks each Running, so the API server also
 takes 100,000 status writes). Then, in this order, so that the memory figure is the aggregate's alone:
 
-- cold: the product's capacity aggregate (activities/capacity.HomeCapacity over activities/informer.py)
+- cold: the product's capacity aggregate (kube/capacity.HomeCapacity over kube/informer.py)
   starts and lists, until the first computation (snapshot + shared_resources) returns;
 - memory: this process's resident memory with the aggregate synced (the worker's share of it);
 - steady: `changes` pods are deleted and as many created; once the watch has brought them in, the time
@@ -27,9 +27,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.capacity import HomeCapacity
 from bench.common import emit, local_env, log, rss_mb
 from deploy.localenv.clusters import fake_node
+from kube.capacity import HomeCapacity
 from models.sharing import CapacityAggregate, shared_resources
 from tests.kube import pod_spec
 

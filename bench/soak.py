@@ -1,6 +1,6 @@
 """soak: the real steady state, in real time — what a day in production costs and whether it loses anything.
 
-The demo's topology (workers/demo.py: clusters a, b, c and tenant; providers a and c, consumer b, the
+The demo's topology (deploy/localenv/demo.py: clusters a, b, c and tenant; providers a and c, consumer b, the
 super cluster pool) with its real processes: a worker, a network module and a kubelet stand-in per
 cluster (which runs the virtual kubelets), the syncers and the pool scheduler, each cluster in its own
 Temporal namespace. Production defaults, except the provider's token lifetime (TOKEN_LIFETIME_SECONDS,
@@ -51,11 +51,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.kube import client_from_kubeconfig_file
 from bench.actions_per_day import count_actions
 from bench.common import emit, log, rss_mb
 from bench.echo import EchoActivities, TickWorkflow
+from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
+from kube.clients import client_from_kubeconfig_file
 from models.names import (
     ADVERTISEMENTS,
     GROUP,
@@ -69,7 +70,6 @@ from models.names import (
     credentials_secret_name,
 )
 from models.virtual_kubelet import ORIGIN_UID
-from workers import demo
 
 DEFAULTS: dict[str, Any] = {"minutes": 45.0, "warmup_minutes": 10.0, "churn_per_minute": 4.0, "sample_seconds": 5.0}
 TOKEN_LIFETIME_SECONDS = 1200  # twice the advertisement period: a rotation on every push
@@ -537,7 +537,7 @@ def run(params: dict[str, Any]) -> None:
     state_dir = Path(tempfile.mkdtemp(prefix="tidepool-soak-"))
     log(f"bringing the demo's topology up in {state_dir} (token lifetime {TOKEN_LIFETIME_SECONDS} s)")
     try:
-        # Outside the event loop, so that Ctrl-C stops it where it is; its waits are bounded (workers/demo.py)
+        # Outside the event loop, so that Ctrl-C stops it where it is; its waits are bounded (deploy/localenv/demo.py)
         # and it records every process as it starts it, for tear_down. Its output goes to stderr.
         state = demo.bring_up(state_dir, persistent=False,
                               worker_env={"TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS": str(TOKEN_LIFETIME_SECONDS)})  # fmt: skip

@@ -4,7 +4,7 @@ Liqo's formula without its bugs).
 
 Everything here works on objects as the API server serves them in JSON (camelCase dicts, e.g. the
 items of `json.loads` of a list response or the objects of watch events), so that
-activities/capacity.py can feed it without deserialising into client models (100,000 pods take 31 s
+kube/capacity.py can feed it without deserialising into client models (100,000 pods take 31 s
 that way). `CapacityAggregate` keeps the two totals current event by event, O(1) per event, so that
 activities/peering.py reads two sums at each push instead of listing every pod of the cluster, and
 workers/provider.py uses `capacity_changed` to push early when allocatable moves.
@@ -250,7 +250,7 @@ class CapacityAggregate:
     are idempotent and a pod leaving the count (Running → Succeeded) subtracts what it had added.
     Totals are plain dicts of exact Decimals changed in place (building a Resources per event would
     triple the cost of a relist of 100,000 pods); readers get Resources. Not thread-safe:
-    activities/capacity.py holds a lock around it.
+    kube/capacity.py holds a lock around it.
     """
 
     def __init__(self) -> None:

@@ -22,8 +22,8 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     GROUP,

@@ -10,8 +10,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from activities.kube import apply_cluster_object
 from deploy.localenv.clusters import fake_node, wait_for
+from kube.objects import apply_cluster_object
 from models.names import API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS
 
 __all__ = ["apply_cluster_config", "create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",

@@ -13,14 +13,9 @@ from kubernetes import client as k8s
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import TimeSkipper
 
-from activities.kube import (
-    apply_cluster_object,
-    patch_cluster_object,
-    patch_cluster_object_status,
-    read_cluster_object,
-)
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
-from activities.kube import SecretClients
+from kube.clients import SecretClients
 from models.peering import SecretRef
 from workers import decision_watch
 from workers.decision_watch import DecisionWatch

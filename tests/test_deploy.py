@@ -28,9 +28,9 @@ from activities.credentials import (
     revoke_foreign_access,
     revoke_older_tokens,
 )
-from activities.kube import apply_core
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
+from kube.objects import apply_core
 from models.names import LABEL_NODE_TYPE, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
 from tests.kube import create_node, wait_for
 

@@ -31,10 +31,10 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.kube import apply_cluster_object, read_cluster_object
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
+from kube.objects import apply_cluster_object, read_cluster_object
 from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
 from models.names import (
     ADVERTISEMENT_FINALIZER,

@@ -21,10 +21,10 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_OFFLOADED,

@@ -22,10 +22,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from activities.kube import read_cluster_object
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     SYSTEM_NAMESPACE,

@@ -29,10 +29,10 @@ from temporalio.api.sdk.v1 import UserMetadata
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState, temporal_namespace
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_PROVIDER,

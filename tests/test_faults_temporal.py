@@ -13,11 +13,11 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.kube import read_cluster_object
 from deploy.containers.podman import PodmanService
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
+from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, advertisement_name, peering_workflow_id
 from models.peering import WithdrawResult
 from tests.conftest import Clusters

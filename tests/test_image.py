@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.kube import read_cluster_object
 from deploy.containers.podman import PodmanService
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, advertisement_name, peering_workflow_id
 from tests.conftest import Clusters
 from tests.containers import worker_container

@@ -13,8 +13,10 @@ from decimal import Decimal
 import pytest
 from kubernetes import client as k8s
 
-from activities.kube import apply_cluster_object, read_cluster_object
-from activities.metrics import (
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from deploy.localenv.temporal import free_port
+from kube.metrics import (
     ACCEPTANCE_DECISIONS,
     ADVERTISED_CPU,
     ADVERTISED_MEMORY,
@@ -23,9 +25,7 @@ from activities.metrics import (
     PUSH_LATENCY,
     PUSHES,
 )
-from deploy.localenv.clusters import LocalCluster
-from deploy.localenv.env import EnvState
-from deploy.localenv.temporal import free_port
+from kube.objects import apply_cluster_object, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,

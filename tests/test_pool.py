@@ -14,9 +14,9 @@ from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.kube import apply_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import apply_cluster_object
 from models.names import (
     API_VERSION,
     PLACEMENT_STATUS_ANNOTATION,

@@ -18,9 +18,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import TimeSkipper
 
-from activities.kube import patch_cluster_object_status, read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import patch_cluster_object_status, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,

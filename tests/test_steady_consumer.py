@@ -15,9 +15,9 @@ from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.kube import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,

@@ -1,5 +1,5 @@
 """Credentials that rotate, without a cluster: when a push renews and what it revokes (models/credentials.py),
-the client that follows its kubeconfig file (activities/kube.py), the kubelet stand-in's atomic Secret
+the client that follows its kubeconfig file (kube/), the kubelet stand-in's atomic Secret
 volumes, and when a virtual kubelet writes its node's status."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from activities.kube import KubeconfigFileClient
 from deploy.localenv.deployments import write_volume_atomically
+from kube.clients import KubeconfigFileClient
 from models.credentials import (
     MIN_TOKEN_LIFETIME_SECONDS,
     TokenGeneration,

@@ -18,10 +18,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from temporalio.client import Client
 
-from activities.kube import client_from_kubeconfig_text
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
+from kube.clients import client_from_kubeconfig_text
 from models.credentials import TokenGeneration
 from models.names import (
     LABEL_OFFLOADED,

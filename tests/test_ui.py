@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Frame, Page, async_playwright
 
-from activities.kube import read_cluster_object
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, advertisement_name, peering_workflow_id
 from tests.conftest import Clusters
 from tests.kube import create_node

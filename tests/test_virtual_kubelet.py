@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from activities.kube import read_cluster_object
-from activities.metrics import REFLECTED_PODS
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
+from kube.metrics import REFLECTED_PODS
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_OFFLOADED,

@@ -5,7 +5,8 @@
   tidepool peer --provider KUBECONFIG --consumer KUBECONFIG --consumer-id ID
   tidepool unpeer --provider KUBECONFIG --consumer-id ID
 
-Without --cluster, `status` reads the clusters of the running local environment."""
+Without --cluster, `status` reads the clusters of the running local environment from its state file
+(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.kube import client_from_kubeconfig_file
-from deploy.localenv.env import DEFAULT_STATE_DIR, EnvState
+from kube.clients import client_from_kubeconfig_file
 from models.names import (
     ADVERTISEMENTS,
     GROUP,
@@ -34,6 +34,10 @@ from models.names import (
 )
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.peer import cancel_peering, request_peering
+
+# Where `make demo` (deploy/localenv) records the running clusters: the CLI reads the file, it does not
+# import the tooling that writes it (deploy depends on workers, never the other way).
+LOCAL_ENV_STATE = Path(__file__).resolve().parents[1] / ".tidepool" / "localenv" / "state.json"
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
@@ -101,10 +105,10 @@ def status(clusters: dict[str, Path]) -> str:
 def _clusters(args: argparse.Namespace) -> dict[str, Path]:
     if args.cluster:
         return {name: Path(path) for name, path in (item.split("=", 1) for item in args.cluster)}
-    state = EnvState.load(args.state_dir)
-    if state is None:
-        raise SystemExit("no --cluster given and no local environment running (make demo)")
-    return {name: Path(path) for name, path in state.kubeconfigs.items()}
+    if not args.state_file.exists():
+        raise SystemExit(f"no --cluster given and no local environment running ({args.state_file} absent: make demo)")
+    kubeconfigs: dict[str, str] = json.loads(args.state_file.read_text())["kubeconfigs"]
+    return {name: Path(path) for name, path in kubeconfigs.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("status", help="one table across clusters")
     show.add_argument("--cluster", action="append", metavar="NAME=KUBECONFIG")
-    show.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    show.add_argument("--state-file", type=Path, default=LOCAL_ENV_STATE,
+                      help="the local environment's state (its kubeconfigs map); used without --cluster")
     peer = sub.add_parser("peer", help="ask a provider for resources (writes a PeeringRequest on it)")
     peer.add_argument("--provider", required=True, help="kubeconfig of the provider cluster")
     peer.add_argument("--consumer", required=True, help="kubeconfig the provider will use to reach the consumer")

@@ -17,7 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
-from activities.kube import client_from_kubeconfig_file
+from kube.clients import client_from_kubeconfig_file
 from models.settings import TemporalSettings, WorkerSettings
 from workers.consumer import consumer_role
 from workers.metrics import metrics_runtime

@@ -32,7 +32,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.consumer import ConsumerActivities
-from activities.informer import Informer
+from kube.informer import Informer
 from models.admission import validate_advertisement
 from models.consumer import AdmissionInput, AdvertisementInput
 from models.names import (

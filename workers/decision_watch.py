@@ -17,8 +17,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.informer import WATCH_TIMEOUT_SECONDS, Informer
-from activities.kube import SecretClients
+from kube.clients import SecretClients
+from kube.informer import WATCH_TIMEOUT_SECONDS, Informer
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.peering import SecretRef, backoff_seconds, decision_key
 

@@ -1,5 +1,5 @@
 """The process's Prometheus endpoint: a Temporal runtime whose telemetry serves the SDK's metrics and
-tidepool's own (activities/metrics.py) on MetricsSettings.port, one endpoint per process. Used by the
+tidepool's own (kube/metrics.py) on MetricsSettings.port, one endpoint per process. Used by the
 cluster and pool workers (their Temporal client runs on it) and by the virtual kubelet (no client: it
 records through the runtime's meter)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from activities.metrics import HISTOGRAM_BUCKETS
+from kube.metrics import HISTOGRAM_BUCKETS
 
 
 def metrics_runtime(port: int, *, host: str = "0.0.0.0") -> Runtime | None:  # noqa: S104 - scraped from outside the pod

@@ -13,16 +13,13 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.informer import Informer
-from activities.kube import (
-    client_from_kubeconfig_file,
-    patch_cluster_object_status,
-    record_event,
-)
+from kube.clients import client_from_kubeconfig_file
+from kube.informer import Informer
+from kube.objects import patch_cluster_object_status, record_event
+from kube.process import wait_for_termination
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.network import NO_REMAPPING, RemapError, remap_pod_cidr
 from models.settings import WorkerSettings
-from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.network")
 

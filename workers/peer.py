@@ -11,7 +11,7 @@ import base64
 
 from kubernetes import client as k8s
 
-from activities.kube import apply_cluster_object, apply_core, delete_cluster_object
+from kube.objects import apply_cluster_object, apply_core, delete_cluster_object
 from models.names import API_VERSION, PEERING_REQUESTS, SYSTEM_NAMESPACE
 
 

@@ -18,9 +18,9 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
-from activities.informer import Informer
-from activities.kube import client_from_kubeconfig_file
 from activities.pool import PoolActivities
+from kube.clients import client_from_kubeconfig_file
+from kube.informer import Informer
 from models.names import (
     GROUP,
     POOL_SCHEDULER_WORKFLOW_ID,

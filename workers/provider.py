@@ -25,10 +25,10 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.capacity import HomeCapacity
-from activities.informer import Informer
-from activities.kube import SecretClients
 from activities.peering import PeeringActivities
+from kube.capacity import HomeCapacity
+from kube.clients import SecretClients
+from kube.informer import Informer
 from models.api import ClusterConfig, PeeringRequest
 from models.names import (
     CLUSTER_CONFIG_NAME,

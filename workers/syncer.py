@@ -19,9 +19,11 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from activities.informer import Informer
-from activities.kube import APPLY, client_from_kubeconfig_file, ignore_not_found
 from activities.pool import SYSTEM_NAMESPACES
+from kube.clients import client_from_kubeconfig_file
+from kube.informer import Informer
+from kube.objects import APPLY, ignore_not_found
+from kube.process import wait_for_termination
 from models.names import (
     LABEL_MANAGED_BY,
     LABEL_TENANT_NAMESPACE,
@@ -37,7 +39,6 @@ from models.pool.sync import (
     pod_for_super,
     pod_goes_here,
 )
-from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 10

@@ -6,7 +6,7 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat; the node's status is patched
   when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
-  followed, activities/kube.py KubeconfigFileClient): a rotation needs no restart;
+  followed, kube/ KubeconfigFileClient): a rotation needs no restart;
 - runs the pods bound to that node in the provider's namespace for this consumer (with the ConfigMaps
   and Secrets they use), and brings their status back;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider,
@@ -36,13 +36,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from temporalio.common import MetricMeter
 
-from activities.informer import Informer
-from activities.kube import (
-    client_from_kubeconfig_file,
-    ignore_not_found,
-    read_cluster_object,
-)
-from activities.metrics import Metrics
+from kube.clients import client_from_kubeconfig_file
+from kube.informer import Informer
+from kube.metrics import Metrics
+from kube.objects import ignore_not_found, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,

@@ -1,17 +1,14 @@
 """What every set of watchers shares: informers started and stopped together, and Temporal calls
-handed from the informers' threads to the worker's event loop. Also how the thread-based programs
-(network module, syncer, kubelet stand-in) wait for SIGTERM."""
+handed from the informers' threads to the worker's event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from activities.informer import Informer
+from kube.informer import Informer
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +31,3 @@ class Watchers:
         assert self._loop is not None, "watchers that call Temporal need the worker's loop"
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
-
-
-def wait_for_termination() -> None:
-    """Blocks until SIGTERM or SIGINT."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()

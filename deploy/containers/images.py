@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPORAL_CONTAINERFILE = Path(__file__).with_name("temporal") / "Containerfile"
 TIDEPOOL_CONTAINERFILE = ROOT / "deploy" / "image" / "Containerfile"
 # What tidepool's image is made of (the Containerfile copies exactly these).
-TIDEPOOL_INPUTS = ("pyproject.toml", "README.md", "models", "activities", "workflows", "workers", "deploy")
+TIDEPOOL_INPUTS = ("pyproject.toml", "README.md", "models", "kube", "activities", "workflows", "workers", "deploy")
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"

@@ -27,11 +27,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.informer import Informer
-from activities.kube import client_from_kubeconfig_file
 from deploy.localenv.temporal import free_port
+from kube.clients import client_from_kubeconfig_file
+from kube.informer import Informer
+from kube.process import wait_for_termination
 from models.names import LABEL_MANAGED_BY, MANAGED_BY, SYSTEM_NAMESPACE
-from workers.watching import wait_for_termination
 
 log = logging.getLogger("tidepool.localenv.kubelet")
 RESTART_BACKOFF_SECONDS = 2.0

@@ -1,6 +1,6 @@
 """Status conditions, the Kubernetes convention: one type per question, a closed CamelCase reason, a
 message for people, and a lastTransitionTime that moves only when the status does (the activities write
-them with activities.kube.with_condition)."""
+them with kube.objects.with_condition)."""
 
 from __future__ import annotations
 

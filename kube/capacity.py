@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
-from activities.informer import Informer
+from kube.informer import Informer
 from models.resources import Resources
 from models.sharing import CapacityAggregate
 

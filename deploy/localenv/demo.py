@@ -1,4 +1,4 @@
-"""The demo: `make demo` (python -m workers.demo up) runs the main job on the local environment.
+"""The demo: `make demo` (python -m deploy.localenv.demo up) runs the main job on the local environment.
 
 It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
 a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
@@ -6,7 +6,7 @@ namespace), peers them (b consumes from a and from c, which share different perc
 sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, runs the super
 cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
 running in its super cluster), and prints a table.
-Everything keeps running for exploring; `make demo-down` (python -m workers.demo down) stops it all.
+Everything keeps running for exploring; `make demo-down` (python -m deploy.localenv.demo down) stops it all.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from activities.kube import apply_cluster_object, client_from_kubeconfig_file
 from deploy.localenv.clusters import fake_node
 from deploy.localenv.env import (
     DEFAULT_STATE_DIR,
@@ -33,6 +32,8 @@ from deploy.localenv.env import (
     up,
 )
 from deploy.localenv.temporal import free_port, stop_process_group
+from kube.clients import client_from_kubeconfig_file
+from kube.objects import apply_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -235,7 +236,7 @@ def tear_down(state_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workers.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m deploy.localenv.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)

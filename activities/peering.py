@@ -36,6 +36,7 @@ from kube.objects import (
     with_condition,
 )
 from models.api import ClusterConfig
+from models.api.conditions import condition
 from models.credentials import TokenGeneration, renewal_reason
 from models.names import (
     ADVERTISEMENTS,
@@ -279,7 +280,7 @@ class PeeringActivities:
         if pushed is not None:
             status["lastPushTime"] = rfc3339(pushed)
         status["conditions"] = with_condition(
-            "Ready", phase in ("Advertised", "Accepted"), phase, message or f"peering is {phase}",
+            condition("Ready", phase in ("Advertised", "Accepted"), phase, message or f"peering is {phase}"),
             list((current.get("status") or {}).get("conditions") or []),
         )
         patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from models.api.conditions import ConditionValue
 from models.names import GROUP, VERSION
 
 FIELD_MANAGER = "tidepool"
@@ -102,15 +103,14 @@ def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, messag
     })  # fmt: skip
 
 
-def with_condition(
-    kind: str, status: bool, reason: str, message: str, previous: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The conditions with `kind` set; lastTransitionTime moves only when the status does."""
-    value = "True" if status else "False"
-    old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == value else rfc3339(datetime.now(UTC))
-    new = {"type": kind, "status": value, "reason": reason, "message": message, "lastTransitionTime": since}
-    return [c for c in previous if c.get("type") != kind] + [new]
+def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conditions with `value`'s type set; lastTransitionTime moves only when the status does."""
+    status = "True" if value.status else "False"
+    old = next((c for c in previous if c.get("type") == value.type), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else rfc3339(datetime.now(UTC))
+    new = {"type": value.type, "status": status, "reason": value.reason, "message": value.message,
+           "lastTransitionTime": since}  # fmt: skip
+    return [c for c in previous if c.get("type") != value.type] + [new]
 
 
 def rfc3339(moment: datetime) -> str:

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 from kube.clients import client_from_kubeconfig_file
 from models.settings import TemporalSettings, WorkerSettings
 from workers.consumer import consumer_role
+from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
 from workers.provider import provider_role
 from workers.roles import Role, RoleContext
@@ -66,6 +67,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
             workflows=[w for role in roles for w in role.workflows],
             activities=[a for role in roles for a in role.activities],
             activity_executor=executor,
+            interceptors=[KubernetesErrors()],
         )
         await stack.enter_async_context(worker)
         for role in roles:

@@ -31,6 +31,7 @@ from models.names import (
 from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect
+from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
 from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
@@ -88,7 +89,8 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
                            loop=asyncio.get_running_loop())
     with ThreadPoolExecutor(8, thread_name_prefix="pool-activity") as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
-                          activities=[activities.schedule_pool], activity_executor=executor):  # fmt: skip
+                          activities=[activities.schedule_pool], activity_executor=executor,
+                          interceptors=[KubernetesErrors()]):  # fmt: skip
             watchers.start()
             try:
                 await stop.wait()

@@ -1,20 +1,83 @@
 """Status conditions, the Kubernetes convention: one type per question, a closed CamelCase reason, a
-message for people, and a lastTransitionTime that moves only when the status does (the activities write
-them with kube.objects.with_condition)."""
+message for people, and a lastTransitionTime that moves only when the status does (kube.objects
+.with_condition writes them).
+
+This module is the one vocabulary: every question tidepool answers on an object has a closed type here
+with its closed reasons, and every writer builds its condition with `condition(...)`, which refuses a
+reason that does not belong to the type. Events reuse the same reasons (a condition's reason is what
+happened; its Event says so once) plus the few that are only Events (`EventReason`).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.api.common import ApiModel
 
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
+# Advertisement.status.conditions[type=Accepted]: the admission decision (models/admission.py decides).
+AcceptedReason = Literal["WithinMaximum", "ManuallyAccepted"]
+RefusedReason = Literal["MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused"]
+PendingReason = Literal["AwaitingManualDecision"]
+AdmissionReason = Literal[AcceptedReason, RefusedReason, PendingReason]
+# Advertisement.status.conditions[type=Ready]: False once teardown begins.
+AdvertisementReadyReason = Literal["Deleting"]
+# Advertisement.status.conditions[type=PodCIDRReady]: the network module's remapping.
+PodCIDRReason = Literal["RemappingTimedOut"]
+# Advertisement.status.conditions[type=VirtualKubeletReady]: its Deployment exists.
+VirtualKubeletReason = Literal["Created"]
+# PeeringRequest.status.conditions[type=Ready]: the peering's phase (models/api/peeringrequest.py).
+PeeringReadyReason = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
+# The virtual node's Ready condition (a Node condition, written by the virtual kubelet).
+NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable"]
+# A tenant namespace's placement (the pool scheduler writes it as an annotation: namespaces have no status
+# of ours).
+PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity"]
+
+ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed"]
+# What each writer may say, by the object it writes on; `condition` checks a reason against its type.
+REASONS: dict[str, frozenset[str]] = {
+    "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
+    "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)),
+    "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
+    "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
+    "Placed": frozenset(get_args(PlacedReason)),
+}
+
+# Reasons that only Events carry: a moment, not a state.
+EventReason = Literal[
+    "VirtualKubeletCreated",  # the consumer created (or re-created) a virtual kubelet Deployment
+    "Expired",  # an Advertisement's timeToLive passed before it was accepted: deleted
+    "PodCIDRNotRemapped",  # the network module could not remap a provider's PodCIDR
+    "FailedScheduling",  # a pool pod fits in none of its namespace's super clusters
+]
+
+
+class ConditionValue(BaseModel):
+    """A condition before it is written: kube.objects.with_condition adds lastTransitionTime."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: ConditionType
+    status: bool
+    reason: str = Field(pattern=REASON_PATTERN)
+    message: str = Field(default="", max_length=32768)
+
+
+def condition(type: ConditionType, status: bool, reason: str, message: str = "") -> ConditionValue:
+    """The one way to build a condition: a reason outside its type's closed list is a bug, said at once."""
+    if reason not in REASONS[type]:
+        raise ValueError(f"condition {type}: reason {reason!r} is not one of {sorted(REASONS[type])}")
+    return ConditionValue(type=type, status=status, reason=reason, message=message)
+
 
 class Condition(ApiModel):
+    """A condition as stored on an object (what the CRDs' schemas describe)."""
+
     type: str = Field(min_length=1, max_length=316)
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(min_length=1, max_length=1024, pattern=REASON_PATTERN)

@@ -1,0 +1,44 @@
+"""The error vocabulary: what a Kubernetes API error means for a retry. Activities let `ApiException`s
+they do not handle escape; the worker's interceptor (workers/errors.py) turns each into an
+`ApplicationError` whose type a user can search for in the Web UI, non-retryable when retrying cannot
+help. A 401 stays retryable: clients reload rotated credentials before the next attempt (issue 11).
+
+Messages never quote an object: a 422 says which fields, not their values (the object may be a Secret)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from temporalio.exceptions import ApplicationError
+
+# Type names, by HTTP status; the permanent ones fail the activity at once.
+PERMANENT: dict[int, str] = {400: "KubernetesBadRequest", 403: "KubernetesForbidden", 405: "KubernetesMethodNotAllowed",
+                             413: "KubernetesTooLarge", 422: "KubernetesInvalid"}  # fmt: skip
+TEMPORARY: dict[int, str] = {401: "KubernetesUnauthorized", 404: "KubernetesNotFound", 409: "KubernetesConflict",
+                             429: "KubernetesTooManyRequests"}  # fmt: skip
+# Also permanent, raised by tidepool itself: a credentials Secret that is missing, empty or unparseable.
+MISSING_CREDENTIALS = "MissingCredentials"
+
+
+def as_application_error(error: ApiException) -> ApplicationError:
+    status = int(error.status or 0)
+    body = _status_body(error)
+    if status == 422:
+        causes = (body.get("details") or {}).get("causes") or []
+        fields = sorted({str(c.get("field")) for c in causes if c.get("field")})
+        detail = f"invalid fields: {', '.join(fields)}" if fields else "invalid"
+    else:
+        detail = str(body.get("message") or error.reason or "")
+    kind = PERMANENT.get(status) or TEMPORARY.get(status) or ("KubernetesUnavailable" if status >= 500 or not status
+                                                               else f"Kubernetes{status}")  # fmt: skip
+    return ApplicationError(f"Kubernetes API {status}: {detail}"[:1024], type=kind, non_retryable=status in PERMANENT)
+
+
+def _status_body(error: ApiException) -> dict[str, Any]:
+    try:
+        parsed = json.loads(error.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}

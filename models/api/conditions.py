@@ -75,9 +75,8 @@ def condition(type: ConditionType, status: bool, reason: str, message: str = "")
     return ConditionValue(type=type, status=status, reason=reason, message=message)
 
 
+# A condition as stored on an object, as the CRDs' schemas describe it (no docstring: it would enter them).
 class Condition(ApiModel):
-    """A condition as stored on an object (what the CRDs' schemas describe)."""
-
     type: str = Field(min_length=1, max_length=316)
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(min_length=1, max_length=1024, pattern=REASON_PATTERN)

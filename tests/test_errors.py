@@ -4,11 +4,20 @@ message never quotes the object."""
 from __future__ import annotations
 
 import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from kubernetes.client.rest import ApiException
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.worker import Worker
 
 from kube.errors import as_application_error
+from workers.errors import KubernetesErrors
 
 
 def _error(status: int, body: dict[str, object]) -> ApiException:
@@ -37,3 +46,32 @@ def test_an_invalid_object_names_its_fields_never_their_values() -> None:
             "details": {"causes": [{"field": "data[token]", "message": 'Invalid value: "hunter2-token"'}]}}
     error = str(as_application_error(_error(422, body)))
     assert "data[token]" in error and "hunter2" not in error
+
+
+@activity.defn(name="read_forbidden")
+def _read_forbidden() -> None:
+    raise _error(403, {"message": 'secrets "s" is forbidden'})
+
+
+@workflow.defn(sandboxed=False)  # imports the Kubernetes client at module level, as the test does
+class _CallsForbidden:
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            await workflow.execute_activity(_read_forbidden, start_to_close_timeout=timedelta(seconds=10),
+                                            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1)))  # fmt: skip
+        except ActivityError as e:
+            assert isinstance(e.cause, ApplicationError)
+            return f"{e.cause.type} non_retryable={e.cause.non_retryable} retry_state={RetryState(e.retry_state).name}"
+        return "no error"
+
+
+@pytest.mark.workflow
+async def test_a_worker_fails_a_forbidden_call_at_once_with_its_type(workflow_client: Client) -> None:
+    """Through the worker's interceptor: an unlimited retry policy does not retry a 403."""
+    queue = f"errors-{uuid.uuid4().hex[:8]}"
+    with ThreadPoolExecutor(2) as executor:
+        async with Worker(workflow_client, task_queue=queue, workflows=[_CallsForbidden], activities=[_read_forbidden],
+                          activity_executor=executor, interceptors=[KubernetesErrors()]):  # fmt: skip
+            result = await workflow_client.execute_workflow(_CallsForbidden.run, id=queue, task_queue=queue)
+    assert result == "KubernetesForbidden non_retryable=True retry_state=NON_RETRYABLE_FAILURE"

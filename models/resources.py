@@ -107,9 +107,6 @@ class Resources(Mapping[str, Decimal]):
                 {n: v - Decimal(capacity.get(n, 0)) for n, v in self._items.items() if v > Decimal(capacity.get(n, 0))}
             )
 
-    def has_negative(self) -> bool:
-        return any(v < 0 for v in self._items.values())
-
     # Conversion ----------------------------------------------------------------------------------------
     def to_kubernetes(self) -> dict[str, str]:
         """The ResourceList as the API server writes it: canonical quantity strings, sorted by name."""

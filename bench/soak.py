@@ -57,15 +57,14 @@ from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
 from kube.clients import client_from_kubeconfig_file
+from kube.objects import list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
-    GROUP,
     LABEL_NODE_TYPE,
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    VERSION,
     VIRTUAL_NODE_TYPE,
     credentials_secret_name,
 )
@@ -399,8 +398,7 @@ async def _histories(client: Client) -> dict[str, list[list[Any]]]:
 
 def _accepted_peerings(api: k8s.ApiClient) -> dict[str, int]:
     """Accepted Advertisements on the consumer, by provider cluster id."""
-    items = k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS,
-                                                                 _request_timeout=CALL_TIMEOUT_SECONDS)["items"]  # fmt: skip
+    items = list_cluster_objects(api, ADVERTISEMENTS, _request_timeout=CALL_TIMEOUT_SECONDS)
     accepted: Counter[str] = Counter()
     for adv in items:
         if (adv.get("status") or {}).get("phase") == "Accepted" and not adv["metadata"].get("deletionTimestamp"):

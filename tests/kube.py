@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.clusters import fake_node, wait_for
 from kube.objects import apply_cluster_object

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from activities.credentials import (
     CLUSTER_ROLE,

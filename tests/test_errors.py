@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kube.errors import as_application_error
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster

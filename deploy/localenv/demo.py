@@ -33,19 +33,17 @@ from deploy.localenv.env import (
 )
 from deploy.localenv.temporal import free_port, stop_process_group
 from kube.clients import client_from_kubeconfig_file
-from kube.objects import apply_cluster_object
+from kube.objects import apply_cluster_object, list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
-    GROUP,
     LABEL_NODE_TYPE,
     PLACEMENTS_ANNOTATION,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    VERSION,
     VIRTUAL_NODE_TYPE,
 )
 from workers.cli import status
@@ -158,7 +156,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     _wait("two Accepted Advertisements on b", lambda: sum(
         (a.get("status") or {}).get("phase") == "Accepted"
-        for a in k8s.CustomObjectsApi(apis["b"]).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
+        for a in list_cluster_objects(apis["b"], ADVERTISEMENTS)
     ) == 2)  # fmt: skip
     say("Advertisements accepted; waiting for the virtual nodes")
     _wait("two Ready virtual nodes on b", virtual_nodes_ready)

@@ -124,9 +124,9 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     say("adding fake nodes and ClusterConfigs")
     for name, nodes in NODES.items():
         for node, cpu, memory in nodes:
-            k8s.CoreV1Api(apis[name]).create_node(fake_node(node, cpu=cpu, memory=memory))
+            k8s.CoreV1Api(apis[name]).create_node(k8s.V1Node.model_validate(fake_node(node, cpu=cpu, memory=memory)))
     for name in PEER_CLUSTERS:
-        k8s.CoreV1Api(apis[name]).create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+        k8s.CoreV1Api(apis[name]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
         apply_cluster_object(apis[name], CLUSTER_CONFIGS, {
             "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
             "spec": {"outgoing": {"sharingPercentage": SHARING[name]},
@@ -162,15 +162,15 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     _wait("two Ready virtual nodes on b", virtual_nodes_ready)
 
     say("deploying a sample workload in b: 6 pods, of which the ones that fit nowhere else run in a and c")
-    core_b.create_namespace({"metadata": {"name": "shop"}})
-    k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", {
+    core_b.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "shop"}}))
+    k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
         "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx",
                                      "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
                      "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
-    })  # fmt: skip
+    }))  # fmt: skip
     _wait("the sample workload Running", lambda: sum(
         p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
 
@@ -180,10 +180,10 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
                     TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
-    core_t.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+    core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
     for name in PEER_CLUSTERS:
-        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": f"super-{name}"}, "data": {
-            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}})  # fmt: skip
+        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"}, "data": {
+            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}}))  # fmt: skip
         apply_cluster_object(apis["tenant"], SUPER_CLUSTERS, {
             "apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": name},
             "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
@@ -194,13 +194,13 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
             "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)
     _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):
-        core_t.create_namespace({"metadata": {"name": team}})
-        core_t.create_namespaced_resource_quota(team, {"metadata": {"name": "quota"},
-                                                       "spec": {"hard": {"cpu": cpu, "memory": memory}}})
+        core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": team}}))
+        core_t.create_namespaced_resource_quota(team, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
+                                                       "spec": {"hard": {"cpu": cpu, "memory": memory}}}))
     _wait("the tenant namespaces placed", lambda: all(
         PLACEMENTS_ANNOTATION in (core_t.read_namespace(t).metadata.annotations or {}) for t in ("team-red", "team-blue")))
-    core_t.create_namespaced_pod("team-red", {"metadata": {"name": "api"}, "spec": {
-        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}})
+    core_t.create_namespaced_pod("team-red", k8s.V1Pod.model_validate({"metadata": {"name": "api"}, "spec": {
+        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
     _wait("the tenant pod Running in its super cluster",
           lambda: core_t.read_namespaced_pod("api", "team-red").status.phase == "Running")
 

@@ -151,7 +151,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     def virtual_nodes_ready() -> bool:
         nodes = core_b.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items
-        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions if n.status else None) or [])]
         return len(ready) == 2
 
     _wait("two Accepted Advertisements on b", lambda: sum(
@@ -172,7 +172,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                      "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
     }))  # fmt: skip
     _wait("the sample workload Running", lambda: sum(
-        p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
+        _phase(p) == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
 
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
@@ -198,11 +198,12 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
         core_t.create_namespaced_resource_quota(team, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
                                                        "spec": {"hard": {"cpu": cpu, "memory": memory}}}))
     _wait("the tenant namespaces placed", lambda: all(
-        PLACEMENTS_ANNOTATION in (core_t.read_namespace(t).metadata.annotations or {}) for t in ("team-red", "team-blue")))
+        PLACEMENTS_ANNOTATION in ((core_t.read_namespace(t).metadata or k8s.V1ObjectMeta()).annotations or {})
+        for t in ("team-red", "team-blue")))
     core_t.create_namespaced_pod("team-red", k8s.V1Pod.model_validate({"metadata": {"name": "api"}, "spec": {
         "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
     _wait("the tenant pod Running in its super cluster",
-          lambda: core_t.read_namespaced_pod("api", "team-red").status.phase == "Running")
+          lambda: _phase(core_t.read_namespaced_pod("api", "team-red")) == "Running")
 
     say(f"ready in {time.monotonic() - started:.0f} s")
     print()
@@ -247,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bring_up(args.state_dir)
     return 0
+
+
+
+def _phase(pod: k8s.V1Pod) -> str | None:
+    return pod.status.phase if pod.status else None
 
 
 if __name__ == "__main__":

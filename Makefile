@@ -50,6 +50,8 @@ env-status: $(STAMP)
 crds: $(STAMP)
 	$(PY) -m deploy.crdgen
 
+# ruff, the import contracts and mypy --strict ([tool.mypy] in pyproject.toml says what it checks).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy

@@ -133,10 +133,10 @@ async def _measure(params: dict[str, Any]) -> None:
         home_api, foreign_api = home.api_client(), foreign.api_client()
         create_node(home_api, "n1", cpu="8", memory="16Gi")
         create_namespace(home_api, SYSTEM_NAMESPACE)
-        k8s.CoreV1Api(home_api).create_namespaced_secret(SYSTEM_NAMESPACE, {
+        k8s.CoreV1Api(home_api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
             "metadata": {"name": "foreign-credentials"},
             "data": {"kubeconfig": base64.b64encode(foreign.kubeconfig.read_bytes()).decode()},
-        })  # fmt: skip
+        }))  # fmt: skip
         home_id, foreign_id = "bench-home", "bench-foreign"
         settings = worker_settings(env, home, home_id)
         client = await connect(settings.temporal)

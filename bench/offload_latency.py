@@ -113,14 +113,14 @@ async def _measure(params: dict[str, Any]) -> None:
             remote = foreign_namespace(consumer_id)
             for j in range(pods):
                 started = time.perf_counter()
-                c_core.create_namespaced_pod("app", _pod(f"local-{j}", selector={"kubernetes.io/hostname": "local-0"},
-                                                         tolerate=False))  # fmt: skip
+                c_core.create_namespaced_pod("app", k8s.V1Pod.model_validate(_pod(f"local-{j}", selector={"kubernetes.io/hostname": "local-0"},
+                                                         tolerate=False)))  # fmt: skip
                 samples["pod_base"].append(await _until(lambda j=j: _running(c_core, "app", f"local-{j}"), "kwok pod")
                                            - started)  # fmt: skip
 
                 started = time.perf_counter()
                 c_core.create_namespaced_pod(
-                    "app", _pod(f"off-{j}", selector={LABEL_PROVIDER: provider_id}, tolerate=True)
+                    "app", k8s.V1Pod.model_validate(_pod(f"off-{j}", selector={LABEL_PROVIDER: provider_id}, tolerate=True))
                 )
                 on_provider = asyncio.create_task(
                     _until(lambda j=j: _running(p_core, remote, f"app-off-{j}"), "provider copy")

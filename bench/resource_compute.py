@@ -42,16 +42,16 @@ def _create(api: k8s.ApiClient, *, nodes: int, pods: int, threads: int) -> None:
     core = k8s.CoreV1Api(api)
     namespaces = [f"load-{i}" for i in range(max(1, min(NAMESPACES, pods // 100)))]
     for ns in namespaces:
-        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": ns}}))
     started = time.monotonic()
 
     def node(i: int) -> None:
-        core.create_node(fake_node(f"node-{i}", cpu="32", memory="64Gi", pods="110"), _preload_content=False)
+        core.create_node(k8s.V1Node.model_validate(fake_node(f"node-{i}", cpu="32", memory="64Gi", pods="110")), _preload_content=False)
 
     def pod(i: int) -> None:
         body = {"metadata": {"name": f"pod-{i}"},
                 "spec": pod_spec(requests={"cpu": "100m", "memory": "128Mi"}, node_name=f"node-{i % nodes}")}  # fmt: skip
-        core.create_namespaced_pod(namespaces[i % len(namespaces)], body, _preload_content=False)
+        core.create_namespaced_pod(namespaces[i % len(namespaces)], k8s.V1Pod.model_validate(body), _preload_content=False)
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(node, range(nodes)))
@@ -94,7 +94,7 @@ def _measure(params: dict[str, Any]) -> None:
         for i in range(changes):
             body = {"metadata": {"name": f"new-{i}"},
                     "spec": pod_spec(requests={"cpu": "200m", "memory": "128Mi"}, node_name=f"node-{i % nodes}")}  # fmt: skip
-            core.create_namespaced_pod("load-0", body, _preload_content=False)
+            core.create_namespaced_pod("load-0", k8s.V1Pod.model_validate(body), _preload_content=False)
         want_cpu = used_before["cpu"] + Decimal("0.1") * changes  # each replaced pod asks 100m more
         deadline = time.monotonic() + 120
         while capacity.snapshot()[1]["cpu"] != want_cpu:

@@ -57,15 +57,14 @@ from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
 from kube.clients import client_from_kubeconfig_file
+from kube.objects import list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
-    GROUP,
     LABEL_NODE_TYPE,
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    VERSION,
     VIRTUAL_NODE_TYPE,
     credentials_secret_name,
 )
@@ -358,13 +357,13 @@ class Churn:
         try:
             provider = list(PROVIDERS.values())[self.created % len(PROVIDERS)]
             name = f"churn-{self.created}"
-            pod = core.create_namespaced_pod(CHURN_NAMESPACE, {
+            pod = core.create_namespaced_pod(CHURN_NAMESPACE, k8s.V1Pod.model_validate({
                 "metadata": {"name": name, "labels": {CHURN_LABEL: "true"}},
                 "spec": {"containers": [{"name": "main", "image": "busybox",
                                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
                          "nodeSelector": {LABEL_PROVIDER: provider},
                          "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]},
-            }, _request_timeout=CALL_TIMEOUT_SECONDS)  # fmt: skip
+            }), _request_timeout=CALL_TIMEOUT_SECONDS)  # fmt: skip
             self.created += 1
             self.alive.append((name, pod.metadata.uid))
             while len(self.alive) > CHURN_ALIVE:
@@ -399,8 +398,7 @@ async def _histories(client: Client) -> dict[str, list[list[Any]]]:
 
 def _accepted_peerings(api: k8s.ApiClient) -> dict[str, int]:
     """Accepted Advertisements on the consumer, by provider cluster id."""
-    items = k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS,
-                                                                 _request_timeout=CALL_TIMEOUT_SECONDS)["items"]  # fmt: skip
+    items = list_cluster_objects(api, ADVERTISEMENTS, _request_timeout=CALL_TIMEOUT_SECONDS)
     accepted: Counter[str] = Counter()
     for adv in items:
         if (adv.get("status") or {}).get("phase") == "Accepted" and not adv["metadata"].get("deletionTimestamp"):
@@ -418,7 +416,7 @@ async def _run_window(params: dict[str, Any], state: EnvState) -> None:
     minutes, warmup = float(params["minutes"]), float(params["warmup_minutes"])
     sample_every, churn_every = float(params["sample_seconds"]), 60 / float(params["churn_per_minute"])
     apis = {name: client_from_kubeconfig_file(path) for name, path in state.kubeconfigs.items()}
-    k8s.CoreV1Api(apis[CONSUMER]).create_namespace({"metadata": {"name": CHURN_NAMESPACE}})
+    k8s.CoreV1Api(apis[CONSUMER]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": CHURN_NAMESPACE}}))
     observer = Observer(apis=apis, processes=demo.processes(state))
     churn = Churn(apis[CONSUMER], observer.ledger)
     default = await Client.connect(state.temporal_address, namespace="default")

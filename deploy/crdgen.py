@@ -19,6 +19,7 @@ import yaml
 from models.api import KINDS, Advertisement, ClusterConfig, PeeringRequest, SuperCluster
 from models.api.advertisement import TTL_RULE as ADVERTISEMENT_TTL_RULE
 from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
+from models.api.common import KubernetesObject
 from models.names import GROUP, VERSION
 
 CRD_DIR = Path(__file__).with_name("crds")
@@ -98,7 +99,7 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def _schema_of(kind: type, name: str) -> dict[str, Any]:
+def _schema_of(kind: type[KubernetesObject], name: str) -> dict[str, Any]:
     raw = kind.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     properties = {key: _structural(raw["properties"][key], defs) for key in ("spec", "status") if key in raw["properties"]}
@@ -121,9 +122,8 @@ def _schema_of(kind: type, name: str) -> dict[str, Any]:
     return schema
 
 
-def crd_for(kind: type) -> dict[str, Any]:
-    name = kind.KIND  # type: ignore[attr-defined]
-    plural = kind.PLURAL  # type: ignore[attr-defined]
+def crd_for(kind: type[KubernetesObject]) -> dict[str, Any]:
+    name, plural = kind.KIND, kind.PLURAL
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -147,7 +147,7 @@ def crd_for(kind: type) -> dict[str, Any]:
 def render() -> dict[Path, str]:
     header = "# Generated from models/api by `python -m deploy.crdgen`; do not edit.\n"
     return {
-        CRD_DIR / f"{kind.PLURAL}.{GROUP}.yaml": header + yaml.safe_dump(crd_for(kind), sort_keys=False, width=120)  # type: ignore[attr-defined]
+        CRD_DIR / f"{kind.PLURAL}.{GROUP}.yaml": header + yaml.safe_dump(crd_for(kind), sort_keys=False, width=120)
         for kind in KINDS
     }
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rendered = render()
     if args.check:
-        drift = []
+        drift: list[str] = []
         for path, text in rendered.items():
             current = path.read_text() if path.exists() else ""
             if current != text:

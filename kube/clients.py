@@ -13,8 +13,10 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client import rest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
+
+from kube.errors import MISSING_CREDENTIALS
 
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
@@ -99,7 +101,8 @@ def _configuration_from_file(path: str) -> k8s.Configuration:
 
 
 def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
-    return k8s_config.new_client_from_config_dict(yaml.safe_load(text))
+    api: k8s.ApiClient = k8s_config.new_client_from_config_dict(yaml.safe_load(text))
+    return api
 
 
 class SecretClients:
@@ -108,7 +111,7 @@ class SecretClients:
 
     def __init__(self, home: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(home)
-        self._cache: dict[tuple[str, str], tuple[str, k8s.ApiClient]] = {}
+        self._cache: dict[tuple[str, str], tuple[str | None, k8s.ApiClient]] = {}
         self._lock = threading.Lock()
 
     def get(self, *, name: str, namespace: str, key: str = "kubeconfig") -> k8s.ApiClient:
@@ -118,23 +121,23 @@ class SecretClients:
             if e.status == 404:
                 raise ApplicationError(
                     f"Secret {namespace}/{name} with the foreign cluster's kubeconfig does not exist",
-                    type="MissingCredentials",
+                    type=MISSING_CREDENTIALS,
                 ) from e
             raise
         data = (secret.data or {}).get(key)
         if not data:
-            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type="MissingCredentials")
-        version = secret.metadata.resource_version
+            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type=MISSING_CREDENTIALS)
+        version = secret.metadata.resource_version if secret.metadata else None
         with self._lock:
             cached = self._cache.get((namespace, name))
-            if cached and cached[0] == version:
+            if cached and version is not None and cached[0] == version:
                 return cached[1]
             try:
                 api = client_from_kubeconfig_text(base64.b64decode(data).decode())
             except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
                 raise ApplicationError(
                     f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
-                    type="MissingCredentials",
+                    type=MISSING_CREDENTIALS,
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
 # Type names, by HTTP status; the permanent ones fail the activity at once.

@@ -53,10 +53,6 @@ class Informer:
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self._synced.wait(timeout)
 
-    @property
-    def synced(self) -> bool:
-        return self._synced.is_set()
-
     def stop(self) -> None:
         self._stop.set()
         if self._watch is not None:

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from models.api.conditions import ConditionValue
 from models.names import GROUP, VERSION
@@ -28,8 +29,7 @@ def apply_cluster_object(api: k8s.ApiClient, plural: str, body: dict[str, Any]) 
         GROUP, VERSION, plural, body["metadata"]["name"], body,
         field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False,
     )  # fmt: skip
-    result: dict[str, Any] = json.loads(response.data)
-    return result
+    return _raw_json(response)
 
 
 def patch_cluster_object(api: k8s.ApiClient, plural: str, name: str, patch: dict[str, Any]) -> None:
@@ -45,12 +45,17 @@ def patch_cluster_object_status(api: k8s.ApiClient, plural: str, name: str, stat
 
 def read_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> dict[str, Any] | None:
     try:
-        result: dict[str, Any] = k8s.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, plural, name)
-        return result
+        return _json_object(k8s.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, plural, name))
     except ApiException as e:
         if e.status == 404:
             return None
         raise
+
+
+def list_cluster_objects(api: k8s.ApiClient, plural: str, **kwargs: Any) -> list[dict[str, Any]]:
+    """Every tidepool object of a kind, as the API server serves them."""
+    listed = _json_object(k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural, **kwargs))
+    return list(listed["items"])
 
 
 def delete_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> None:
@@ -81,11 +86,24 @@ def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
         "RoleBinding": rbac.patch_namespaced_role_binding,
     }
     if kind == "Namespace":
-        response = core.patch_namespace(meta["name"], body, **kwargs)
+        response: object = core.patch_namespace(meta["name"], body, **kwargs)
     else:
         response = namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
-    result: dict[str, Any] = json.loads(response.data)
-    return result
+    return _raw_json(response)
+
+
+def _json_object(value: object) -> dict[str, Any]:
+    """A custom object as the client returns it: parsed JSON, which it types as `object`."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object from the API server, got {type(value).__name__}")
+    return value
+
+
+def _raw_json(response: object) -> dict[str, Any]:
+    """The body of a call made with _preload_content=False, for which the client returns urllib3's response."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected an HTTP response, got {type(response).__name__}")
+    return _json_object(json.loads(response.data))
 
 
 def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
@@ -93,14 +111,14 @@ def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, messag
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
     now = datetime.now(UTC)
-    k8s.CoreV1Api(api).create_namespaced_event(namespace, {
+    k8s.CoreV1Api(api).create_namespaced_event(namespace, k8s.CoreV1Event.model_validate({
         "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
                            "namespace": meta.get("namespace"), "uid": meta.get("uid")},
         "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
         "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         "reportingComponent": "tidepool", "reportingInstance": "tidepool",
-    })  # fmt: skip
+    }))  # fmt: skip
 
 
 def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ def parse_quantity(value: str | int | Decimal) -> Decimal:
         raise QuantityError(f"{text!r} is not a quantity")
     try:
         with decimal.localcontext(_EXACT):
-            parsed = _client_parse_quantity(text)
+            parsed: Decimal = _client_parse_quantity(text)
     except (ValueError, ArithmeticError) as e:
         raise QuantityError(f"{text!r} is not a quantity") from e
     if not parsed.is_finite():
@@ -72,12 +72,12 @@ def format_quantity(value: Decimal | int) -> str:
                     if scaled == scaled.to_integral_value():
                         return f"{sign}{int(scaled)}{suffix}"
         integer = int(magnitude)
-        for suffix, unit in _BINARY:
-            if integer % unit == 0:
-                return f"{sign}{integer // unit}{suffix}"
-        for suffix, unit in _DECIMAL:
-            if integer % unit == 0:
-                return f"{sign}{integer // unit}{suffix}"
+        for suffix, factor in _BINARY:
+            if integer % factor == 0:
+                return f"{sign}{integer // factor}{suffix}"
+        for suffix, factor in _DECIMAL:
+            if integer % factor == 0:
+                return f"{sign}{integer // factor}{suffix}"
         return f"{sign}{integer}"
 
 

@@ -76,11 +76,6 @@ class Resources(Mapping[str, Decimal]):
             names = list(self) + [n for n in other if n not in self._items]
             return Resources({n: self.get_or_zero(n) - Decimal(other.get(n, 0)) for n in names})
 
-    def maximum(self, other: Mapping[str, Decimal]) -> Resources:
-        """Per resource, the larger of the two (how an init container bounds a pod's requests)."""
-        names = list(self) + [n for n in other if n not in self._items]
-        return Resources({n: max(self.get_or_zero(n), Decimal(other.get(n, 0))) for n in names})
-
     def clamp_at_zero(self) -> Resources:
         """Negative amounts become zero, each resource on its own."""
         return Resources({n: max(v, Decimal(0)) for n, v in self._items.items()})
@@ -112,20 +107,10 @@ class Resources(Mapping[str, Decimal]):
                 {n: v - Decimal(capacity.get(n, 0)) for n, v in self._items.items() if v > Decimal(capacity.get(n, 0))}
             )
 
-    def is_zero(self) -> bool:
-        return all(v == 0 for v in self._items.values())
-
-    def has_negative(self) -> bool:
-        return any(v < 0 for v in self._items.values())
-
     # Conversion ----------------------------------------------------------------------------------------
     def to_kubernetes(self) -> dict[str, str]:
         """The ResourceList as the API server writes it: canonical quantity strings, sorted by name."""
         return {n: format_quantity(self._items[n]) for n in sorted(self._items)}
-
-    @classmethod
-    def from_kubernetes(cls, resource_list: Mapping[str, Any] | None) -> Resources:
-        return cls(resource_list or {})
 
     @classmethod
     def total(cls, lists: Iterable[Mapping[str, Decimal]]) -> Resources:

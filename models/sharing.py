@@ -342,9 +342,6 @@ class CapacityAggregate:
     def used(self) -> Resources:
         return Resources(self._used)
 
-    def virtual_node_names(self) -> frozenset[str]:
-        return frozenset(name for name, allocatable in self._nodes.items() if allocatable is None)
-
     def snapshot(self) -> CapacitySnapshot:
         return CapacitySnapshot(
             allocatable=self.allocatable(),

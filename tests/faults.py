@@ -23,16 +23,14 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster
-from kube.objects import read_cluster_object
+from kube.objects import list_cluster_objects, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
-    GROUP,
     LABEL_MANAGED_BY,
     LABEL_OFFLOADED,
     MANAGED_BY,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
-    VERSION,
     credentials_secret_name,
     foreign_namespace,
     virtual_kubelet_name,
@@ -148,7 +146,7 @@ def convergence_problems(pair: Pair, *, peered: bool) -> list[str]:
     consumer, provider = pair.consumer.api_client(), pair.provider.api_client()
     c_core, p_core = k8s.CoreV1Api(consumer), k8s.CoreV1Api(provider)
     problems: list[str] = []
-    adverts = [a for a in k8s.CustomObjectsApi(consumer).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
+    adverts = [a for a in list_cluster_objects(consumer, ADVERTISEMENTS)
                if (a.get("spec") or {}).get("clusterId") == pair.provider_id]  # fmt: skip
     if len(adverts) > 1:
         problems.append(f"{len(adverts)} Advertisements of {pair.provider_id}: {[a['metadata']['name'] for a in adverts]}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.clusters import fake_node, wait_for
 from kube.objects import apply_cluster_object
@@ -26,18 +26,18 @@ def apply_cluster_config(api: k8s.ApiClient, **spec: dict[str, Any]) -> None:
 
 def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",
                 labels: dict[str, str] | None = None) -> None:  # fmt: skip
-    k8s.CoreV1Api(api).create_node(fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels))
+    k8s.CoreV1Api(api).create_node(k8s.V1Node.model_validate(fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels)))
 
 
 def create_runtime_class(api: k8s.ApiClient, name: str, *, overhead: dict[str, str]) -> None:
     k8s.NodeV1Api(api).create_runtime_class(
-        {"metadata": {"name": name}, "handler": name, "overhead": {"podFixed": overhead}}
+        k8s.V1RuntimeClass.model_validate({"metadata": {"name": name}, "handler": name, "overhead": {"podFixed": overhead}})
     )
 
 
 def create_namespace(api: k8s.ApiClient, name: str) -> None:
     try:
-        k8s.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+        k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
     except ApiException as e:
         if e.status != 409:
             raise
@@ -73,7 +73,7 @@ def pod_spec(
 def create_pod(api: k8s.ApiClient, namespace: str, name: str, *, labels: dict[str, str] | None = None,
                **spec: Any) -> None:  # fmt: skip
     body = {"metadata": {"name": name, "labels": labels or {}}, "spec": pod_spec(**spec)}
-    k8s.CoreV1Api(api).create_namespaced_pod(namespace, body)
+    k8s.CoreV1Api(api).create_namespaced_pod(namespace, k8s.V1Pod.model_validate(body))
 
 
 def delete_quietly(call: Any, *args: Any, **kwargs: Any) -> None:

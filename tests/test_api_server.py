@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from deploy.localenv.binaries import ensure_binaries

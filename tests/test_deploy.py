@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from activities.credentials import (
     CLUSTER_ROLE,
@@ -191,11 +191,11 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
     admin = k8s.CoreV1Api(cluster.api_client())
-    admin.create_namespace({"metadata": {"name": "victim"}})
+    admin.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "victim"}}))
     create_node(cluster.api_client(), "physical", cpu="1", memory="1Gi")
     create_node(cluster.api_client(), "tidepool-somewhere", cpu="1", memory="1Gi",
                 labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})  # fmt: skip
-    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, {"metadata": {"name": SERVICE_ACCOUNT}})
+    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, k8s.V1ServiceAccount.model_validate({"metadata": {"name": SERVICE_ACCOUNT}}))
     worker = k8s.CoreV1Api(as_worker)
 
     def policy_in_force() -> bool:  # a new policy takes effect within seconds; a dry run asks without harm
@@ -211,7 +211,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         "node": lambda: worker.delete_node("physical"),
         "cordon": lambda: worker.patch_node("physical", {"spec": {"unschedulable": True}}),
         "token": lambda: worker.create_namespaced_service_account_token(SERVICE_ACCOUNT, SYSTEM_NAMESPACE,
-                                                                       {"spec": {"expirationSeconds": 600}}),
+                                                                       k8s.AuthenticationV1TokenRequest.model_validate({"spec": {"expirationSeconds": 600}})),
         # RBAC lets it bind the credentials role by name anywhere; the policy keeps that to foreign namespaces.
         "secrets elsewhere": lambda: apply_core(as_worker, {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

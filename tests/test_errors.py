@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy

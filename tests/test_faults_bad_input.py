@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -376,7 +376,7 @@ async def test_a_peering_whose_credentials_are_missing_reports_it_and_can_be_wit
     provider = world.provider.api_client()
     secret, foreign = f"creds-{unique}", f"ghost-{unique}"
     if data is not None:
-        k8s.CoreV1Api(provider).create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": secret}, "data": data})
+        k8s.CoreV1Api(provider).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": secret}, "data": data}))
     handle = await world.client.start_workflow(
         PeeringWorkflow.run, PeeringInput(foreign_cluster_id=foreign, kube_config_ref=SecretRef(name=secret, namespace=SYSTEM_NAMESPACE)),
         id=peering_workflow_id(foreign), task_queue=task_queue(world.provider_id),
@@ -476,8 +476,8 @@ async def pool(localenv: EnvState, pool_clusters: dict[str, LocalCluster]) -> As
     api = tenant.api_client()
     create_namespace(api, SYSTEM_NAMESPACE)
     create_node(super_.api_client(), "s-node", cpu="8", memory="16Gi")
-    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": "super-s1"},
-        "data": {"kubeconfig": base64.b64encode(super_.kubeconfig.read_bytes()).decode()}})  # fmt: skip
+    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "super-s1"},
+        "data": {"kubeconfig": base64.b64encode(super_.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     for name, secret in (("s1", "super-s1"), ("lost", "no-such-secret")):
         apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": name},
                                                    "spec": {"kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
@@ -509,8 +509,8 @@ async def test_a_garbage_slice_annotation_is_reported_on_the_namespace_and_nothi
 ) -> None:
     core = k8s.CoreV1Api(pool.tenant.api_client())
     namespace = f"team-{unique}"
-    core.create_namespace({"metadata": {"name": namespace, "annotations": {SLICE_ANNOTATION: annotation}}})
-    core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": "2", "memory": "4Gi"}}})
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": namespace, "annotations": {SLICE_ANNOTATION: annotation}}}))
+    core.create_namespaced_resource_quota(namespace, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": "2", "memory": "4Gi"}}}))
 
     def status() -> dict[str, Any] | None:
         text = (core.read_namespace(namespace).metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION)

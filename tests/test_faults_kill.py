@@ -136,10 +136,10 @@ async def _converged(pair: Pair, *, peered: bool, what: str) -> None:
 
 
 def _offload(pair: Pair, name: str) -> None:
-    k8s.CoreV1Api(pair.consumer.api_client()).create_namespaced_pod("app", {"metadata": {"name": name}, "spec": {
+    k8s.CoreV1Api(pair.consumer.api_client()).create_namespaced_pod("app", k8s.V1Pod.model_validate({"metadata": {"name": name}, "spec": {
         "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
         "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
-        "nodeSelector": {LABEL_PROVIDER: pair.provider_id}}})  # fmt: skip
+        "nodeSelector": {LABEL_PROVIDER: pair.provider_id}}}))  # fmt: skip
 
 
 def _reflected(pair: Pair) -> list[str]:

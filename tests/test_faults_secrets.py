@@ -170,10 +170,10 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
             await eventually(lambda: not convergence_problems(pair, peered=True), timeout=120, what="accepted")
             secrets.add_kubeconfig("provider credentials, first push", await eventually(lambda: _credentials(pair)))
 
-            k8s.CoreV1Api(consumer).create_namespaced_pod("app", {"metadata": {"name": "job"}, "spec": {
+            k8s.CoreV1Api(consumer).create_namespaced_pod("app", k8s.V1Pod.model_validate({"metadata": {"name": "job"}, "spec": {
                 "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
                 "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
-                "nodeSelector": {LABEL_PROVIDER: pair.provider_id}}})  # fmt: skip
+                "nodeSelector": {LABEL_PROVIDER: pair.provider_id}}}))  # fmt: skip
             await eventually(lambda: k8s.CoreV1Api(consumer).read_namespaced_pod("job", "app").status.phase == "Running",
                              timeout=60, what="the offloaded pod Running")  # fmt: skip
 

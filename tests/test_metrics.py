@@ -106,14 +106,14 @@ async def test_the_pool_worker_serves_placements_and_placement_failures(
     api, core = tenant.api_client(), k8s.CoreV1Api(tenant.api_client())
     create_namespace(api, SYSTEM_NAMESPACE)
     create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi
-    core.create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": "super-s1"},
-        "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}})  # fmt: skip
+    core.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "super-s1"},
+        "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": "s1"},
         "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
     def tenant_namespace(name: str, slices: int) -> None:
-        core.create_namespace({"metadata": {"name": name, "annotations": {SLICE_ANNOTATION: '{"cpu": "1", "memory": "2Gi"}'}}})
-        core.create_namespaced_resource_quota(name, {"metadata": {"name": "quota"},
-                                                     "spec": {"hard": {"cpu": str(slices), "memory": f"{2 * slices}Gi"}}})  # fmt: skip
+        core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name, "annotations": {SLICE_ANNOTATION: '{"cpu": "1", "memory": "2Gi"}'}}}))
+        core.create_namespaced_resource_quota(name, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
+                                                     "spec": {"hard": {"cpu": str(slices), "memory": f"{2 * slices}Gi"}}}))  # fmt: skip
 
     tenant_namespace("shop", 3)  # fits
     tenant_namespace("huge", 20)  # fits nowhere

@@ -89,7 +89,7 @@ def _heartbeat(core: k8s.CoreV1Api, coordination: k8s.CoordinationV1Api, node: s
     except k8s.ApiException as e:
         if e.status != 404:
             raise
-        coordination.create_namespaced_lease("kube-node-lease", {"metadata": {"name": node}, "spec": renew})
+        coordination.create_namespaced_lease("kube-node-lease", k8s.V1Lease.model_validate({"metadata": {"name": node}, "spec": renew}))
 
 
 async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_its_advertisement_workflow(
@@ -103,8 +103,8 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
     async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
         handle = await _steady_accepted(api, temporal_client, provider)
         # A virtual node as the virtual kubelet registers it (not a kwok one: nobody else writes it).
-        core.create_node({"metadata": {"name": node, "labels": {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE,
-                                                                 LABEL_PROVIDER: provider}}})  # fmt: skip
+        core.create_node(k8s.V1Node.model_validate({"metadata": {"name": node, "labels": {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE,
+                                                                 LABEL_PROVIDER: provider}}}))  # fmt: skip
         since = _rfc3339(datetime.now(UTC))
         _heartbeat(core, coordination, node, since)
         before = len(await settled_history(temporal_client, handle.id))

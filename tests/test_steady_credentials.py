@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.deployments import write_volume_atomically
 from kube.clients import KubeconfigFileClient

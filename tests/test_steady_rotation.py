@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster
@@ -142,7 +142,7 @@ async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_noth
     run, core = running, k8s.CoreV1Api(running.pair.consumer.api_client())
     before = await eventually(lambda: _ready(core, run.node), timeout=90, what="the virtual node Ready")
     for name in ("web", "worker"):
-        core.create_namespaced_pod("app", _offloaded_pod(name, run.pair.provider_id))
+        core.create_namespaced_pod("app", k8s.V1Pod.model_validate(_offloaded_pod(name, run.pair.provider_id)))
     await eventually(lambda: all(core.read_namespaced_pod(n, "app").status.phase == "Running" for n in ("web", "worker")),
                      timeout=60, what="both pods Running through the provider")  # fmt: skip
     uids = {p.metadata.name: p.metadata.uid for p in core.list_namespaced_pod("app").items}
@@ -167,7 +167,7 @@ async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_noth
 
     # The virtual kubelet, which started with the now-refused token, works on: a new pod is run in the
     # provider and brought back Running, by the same process, without a restart.
-    core.create_namespaced_pod("app", _offloaded_pod("after", run.pair.provider_id))
+    core.create_namespaced_pod("app", k8s.V1Pod.model_validate(_offloaded_pod("after", run.pair.provider_id)))
     await eventually(lambda: core.read_namespaced_pod("after", "app").status.phase == "Running", timeout=60,
                      what="a pod created after the revocation Running through the provider")  # fmt: skip
     assert run.runner.pid(vk) == pid

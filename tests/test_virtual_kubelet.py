@@ -95,8 +95,8 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     assert TAINT_VIRTUAL_NODE in [t.key for t in node.spec.taints]
 
     create_namespace(peering.consumer.api_client(), "app")
-    core.create_namespaced_config_map("app", {"metadata": {"name": "settings"}, "data": {"mode": "offloaded"}})
-    core.create_namespaced_pod("app", {
+    core.create_namespaced_config_map("app", k8s.V1ConfigMap.model_validate({"metadata": {"name": "settings"}, "data": {"mode": "offloaded"}}))
+    core.create_namespaced_pod("app", k8s.V1Pod.model_validate({
         "metadata": {"name": "job"},
         "spec": {
             "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}},
@@ -105,7 +105,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
             "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
             "nodeSelector": {LABEL_PROVIDER: peering.provider_id},
         },
-    })  # fmt: skip
+    }))  # fmt: skip
     pod = await eventually(lambda: (p := core.read_namespaced_pod("job", "app")).status.phase == "Running" and p,
                            timeout=60, what="the pod Running in the consumer")  # fmt: skip
     assert pod.spec.node_name == peering.node  # bound by kube-scheduler
@@ -118,10 +118,10 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     os.kill(pid, signal.SIGKILL)
     await eventually(lambda: (p := peering.runner.pid(virtual_kubelet_name(peering.provider_id))) and p != pid,
                      timeout=30, what="the virtual kubelet restarted")  # fmt: skip
-    core.create_namespaced_pod("app", {"metadata": {"name": "second"}, "spec": {
+    core.create_namespaced_pod("app", k8s.V1Pod.model_validate({"metadata": {"name": "second"}, "spec": {
         "containers": [{"name": "main", "image": "busybox"}],
         "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
-        "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}})  # fmt: skip
+        "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}}))  # fmt: skip
     await eventually(lambda: core.read_namespaced_pod("second", "app").status.phase == "Running", what="second pod")
     assert _remote(peering, "pods") == ["app-job", "app-second"]  # exactly one copy of each
     assert _remote(peering, "configmaps") == ["app-settings"]

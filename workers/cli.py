@@ -14,22 +14,22 @@ import argparse
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 
 from kube.clients import client_from_kubeconfig_file
+from kube.objects import list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
-    GROUP,
     LABEL_CONSUMER,
     LABEL_NODE_TYPE,
     LABEL_OFFLOADED,
     PEERING_REQUESTS,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
-    VERSION,
     VIRTUAL_NODE_TYPE,
 )
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
@@ -40,7 +40,7 @@ from workers.peer import cancel_peering, request_peering
 LOCAL_ENV_STATE = Path(__file__).resolve().parents[1] / ".tidepool" / "localenv" / "state.json"
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+def _table(title: str, header: list[str], rows: Sequence[Sequence[object]]) -> str:
     if not rows:
         return f"{title}: none\n"
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
@@ -51,7 +51,7 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
 
 def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
     try:
-        return list(k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, plural)["items"])
+        return list_cluster_objects(api, plural)
     except k8s.ApiException:
         return []
 
@@ -72,15 +72,18 @@ def status(clusters: dict[str, Path]) -> str:
         core = k8s.CoreV1Api(api)
         # One list of the cluster's pods serves the virtual nodes' counts, the offloaded and the pool pods.
         pods = core.list_pod_for_all_namespaces().items
-        pods_per_node = Counter(pod.spec.node_name for pod in pods)
+        pods_per_node = Counter(pod.spec.node_name if pod.spec else None for pod in pods)
         for node in core.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items:
-            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
-            nodes.append([name, node.metadata.name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
-                          node.status.allocatable.get("cpu", "—"), node.status.allocatable.get("memory", "—"),
-                          str(pods_per_node[node.metadata.name])])  # fmt: skip
+            node_name, node_status = (node.metadata or k8s.V1ObjectMeta()).name, node.status or k8s.V1NodeStatus()
+            ready = next((c for c in node_status.conditions or [] if c.type == "Ready"), None)
+            allocatable = node_status.allocatable or {}
+            nodes.append([name, node_name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
+                          allocatable.get("cpu", "—"), allocatable.get("memory", "—"),
+                          str(pods_per_node[node_name])])  # fmt: skip
         for pod in pods:
-            labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
-            where, phase = f"{pod.metadata.namespace}/{pod.metadata.name}", pod.status.phase or "Pending"
+            meta = pod.metadata or k8s.V1ObjectMeta()
+            labels, annotations = meta.labels or {}, meta.annotations or {}
+            where, phase = f"{meta.namespace}/{meta.name}", (pod.status.phase if pod.status else None) or "Pending"
             if labels.get(LABEL_OFFLOADED) == "true":  # a reflected pod: where a consumer's pod really runs
                 offloaded.append([labels.get(LABEL_CONSUMER, "?"),
                                   f"{annotations.get(ORIGIN_NAMESPACE, '?')}/{annotations.get(ORIGIN_NAME, '?')}", name,
@@ -88,9 +91,10 @@ def status(clusters: dict[str, Path]) -> str:
             if POD_CLUSTER_ANNOTATION in annotations:
                 pool_pods.append([name, where, annotations[POD_CLUSTER_ANNOTATION], phase])
         for ns in core.list_namespace().items:
-            annotation = (ns.metadata.annotations or {}).get(PLACEMENTS_ANNOTATION)
+            ns_meta = ns.metadata or k8s.V1ObjectMeta()
+            annotation = (ns_meta.annotations or {}).get(PLACEMENTS_ANNOTATION)
             if annotation:
-                placements.append([name, ns.metadata.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
+                placements.append([name, ns_meta.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
     return "".join([
         _table("Peerings (provider side)", ["provider", "foreign", "phase", "foreign decision", "last push"], peerings),
         _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from kube.errors import as_application_error

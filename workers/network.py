@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
-from kube.objects import patch_cluster_object_status, record_event
+from kube.objects import list_cluster_objects, patch_cluster_object_status, record_event
 from kube.process import wait_for_termination
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.network import NO_REMAPPING, RemapError, remap_pod_cidr
@@ -45,7 +45,7 @@ class NetworkModule:
     def _sync(self, objects: list[dict[str, Any]] | None) -> None:
         with self._lock:
             if objects is None:
-                objects = k8s.CustomObjectsApi(self._api).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
+                objects = list_cluster_objects(self._api, ADVERTISEMENTS)
             taken = [_effective_cidr(o) for o in objects]
             for obj in objects:
                 status = obj.get("status") or {}

@@ -2,7 +2,7 @@
 creates for an accepted Advertisement. It stands for the provider as one node of the consumer cluster:
 
 - registers the virtual node (capacity = the Advertisement's, kept current), renews its Lease, and says
-  in the Ready condition why it is not ready (PodCIDRNotSet, ProviderUnreachable, Draining). Like a
+  in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable). Like a
   kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat; the node's status is patched
   when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
@@ -27,19 +27,21 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, read_cluster_object
+from models.api.conditions import NodeReadyReason
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -114,7 +116,7 @@ class VirtualKubelet:
         self.core, self.remote = k8s.CoreV1Api(self.consumer), k8s.CoreV1Api(self.provider)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._ready_since: tuple[bool, str, str] | None = None  # (ready, reason, lastTransitionTime)
+        self._ready_since: tuple[bool, NodeReadyReason, str] | None = None  # (ready, reason, lastTransitionTime)
         # What this process last wrote of its node (labels, status), when, and when it last renewed the Lease.
         self._reported: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._node_missing = False  # set by the node's watch; the next pass registers it again
@@ -198,6 +200,7 @@ class VirtualKubelet:
     def _ensure_node(self, advertisement: dict[str, Any], *, reachable: bool, error: str) -> None:
         status = advertisement.get("status") or {}
         hard = {k: str(v) for k, v in ((advertisement["spec"].get("resourceQuota") or {}).get("hard") or {}).items()}
+        reason: NodeReadyReason
         if not status.get("remoteRemappedPodCIDR"):
             ready, reason, message = False, "PodCIDRNotSet", "waiting for the network module's PodCIDR remapping"
         elif not reachable:
@@ -207,9 +210,10 @@ class VirtualKubelet:
         now = _now()
         if self._ready_since is None or self._ready_since[:2] != (ready, reason):
             existing = ignore_not_found(self.core.read_node, self.node)
-            old = next((c for c in (existing.status.conditions or []) if c.type == "Ready"), None) if existing else None
-            keep = old is not None and (old.status == "True") == ready and old.reason == reason
-            since = old.last_transition_time.strftime("%Y-%m-%dT%H:%M:%SZ") if keep else now
+            conditions = (existing.status.conditions if existing and existing.status else None) or []
+            old = next((c for c in conditions if c.type == "Ready"), None)
+            kept = old.last_transition_time if old and (old.status == "True") == ready and old.reason == reason else None
+            since = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept else now
             self._ready_since = (ready, reason, since)
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
                             message=message, heartbeat=now, transition=self._ready_since[2])  # fmt: skip
@@ -226,7 +230,7 @@ class VirtualKubelet:
     def _report_node(self, body: dict[str, Any], *, labels_changed: bool) -> None:
         if self._reported is None:  # first report of this process: register (or adopt) the node
             try:
-                self.core.create_node(body)
+                self.core.create_node(k8s.V1Node.model_validate(body))
                 log.info("registered node %s with %s", self.node, body["status"]["capacity"])
             except ApiException as e:
                 if e.status != 409:
@@ -255,7 +259,8 @@ class VirtualKubelet:
         except ApiException as e:
             if e.status != 404:
                 raise
-            leases.create_namespaced_lease("kube-node-lease", {"metadata": {"name": self.node}, "spec": spec})
+            leases.create_namespaced_lease("kube-node-lease",
+                                           k8s.V1Lease.model_validate({"metadata": {"name": self.node}, "spec": spec}))
         self._lease_renewed_at = started
 
     # Pods ---------------------------------------------------------------------------------------------
@@ -308,7 +313,7 @@ class VirtualKubelet:
             "spec": safe_pod_spec(pod["spec"], namespace),
         }  # fmt: skip
         try:
-            self.remote.create_namespaced_pod(self.remote_namespace, body)
+            self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body))
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
@@ -317,8 +322,14 @@ class VirtualKubelet:
         log.info("pod %s/%s runs in provider %s", namespace, meta["name"], self.config.provider_id)
 
     def _reflect_object(self, kind: str, namespace: str, name: str) -> None:
-        read = self.core.read_namespaced_config_map if kind == "ConfigMap" else self.core.read_namespaced_secret
-        source = ignore_not_found(read, name, namespace)
+        source: k8s.V1ConfigMap | k8s.V1Secret | None
+        patch: Callable[..., object]
+        if kind == "Secret":
+            source = ignore_not_found(self.core.read_namespaced_secret, name, namespace)
+            patch = self.remote.patch_namespaced_secret
+        else:
+            source = ignore_not_found(self.core.read_namespaced_config_map, name, namespace)
+            patch = self.remote.patch_namespaced_config_map
         if source is None:
             return  # the pod will not start in the provider either; its status says why
         body: dict[str, Any] = {
@@ -328,12 +339,10 @@ class VirtualKubelet:
                          "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: name}},
             "data": source.data or {},
         }  # fmt: skip
-        if kind == "Secret":
+        if isinstance(source, k8s.V1Secret):
             body["type"] = source.type or "Opaque"
-            patch = self.remote.patch_namespaced_secret
         else:
             body["binaryData"] = source.binary_data or None
-            patch = self.remote.patch_namespaced_config_map
         patch(body["metadata"]["name"], self.remote_namespace, body, field_manager="tidepool-virtual-kubelet",
               force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
 
@@ -345,8 +354,9 @@ class VirtualKubelet:
         for lister, deleter in ((self.remote.list_namespaced_config_map, self.remote.delete_namespaced_config_map),
                                 (self.remote.list_namespaced_secret, self.remote.delete_namespaced_secret)):
             for obj in lister(self.remote_namespace, label_selector=self._offloaded_selector).items:
-                if obj.metadata.name not in used:
-                    ignore_not_found(deleter, obj.metadata.name, self.remote_namespace)
+                name = obj.metadata.name if obj.metadata else None
+                if name is not None and name not in used:
+                    ignore_not_found(deleter, name, self.remote_namespace)
 
     def _fail(self, pod: dict[str, Any], reason: str, message: str) -> None:
         meta = pod["metadata"]
@@ -380,9 +390,10 @@ class VirtualKubelet:
         remaining = self.remote.list_namespaced_pod(self.remote_namespace, label_selector=selector).items
         now = datetime.now(UTC)
         for pod in remaining:
-            if overdue_for_force_delete(pod.metadata.deletion_timestamp, now=now):
-                log.warning("teardown: %s still terminating past its grace period; deleting it at once", pod.metadata.name)
-                ignore_not_found(self.remote.delete_namespaced_pod, pod.metadata.name, self.remote_namespace,
+            meta = pod.metadata
+            if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
+                log.warning("teardown: %s still terminating past its grace period; deleting it at once", meta.name)
+                ignore_not_found(self.remote.delete_namespaced_pod, meta.name, self.remote_namespace,
                                  grace_period_seconds=0)  # fmt: skip
         if remaining:
             log.info("teardown: %d pods still going in the provider", len(remaining))

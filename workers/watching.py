@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any
 
 from kube.informer import Informer
@@ -30,4 +31,9 @@ class Watchers:
         """Informers run in threads; Temporal calls belong to the worker's event loop."""
         assert self._loop is not None, "watchers that call Temporal need the worker's loop"
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        future.add_done_callback(lambda f: f.exception() and log.warning("watcher call failed: %s", f.exception()))
+        future.add_done_callback(_log_failure)
+
+
+def _log_failure(future: Future[None]) -> None:
+    if future.exception() is not None:
+        log.warning("watcher call failed: %s", future.exception())

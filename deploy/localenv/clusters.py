@@ -29,7 +29,8 @@ class LocalCluster:
     kubeconfig: Path
 
     def api_client(self) -> k8s.ApiClient:
-        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+        api: k8s.ApiClient = k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+        return api
 
     @property
     def server(self) -> str:

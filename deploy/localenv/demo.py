@@ -33,19 +33,17 @@ from deploy.localenv.env import (
 )
 from deploy.localenv.temporal import free_port, stop_process_group
 from kube.clients import client_from_kubeconfig_file
-from kube.objects import apply_cluster_object
+from kube.objects import apply_cluster_object, list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
-    GROUP,
     LABEL_NODE_TYPE,
     PLACEMENTS_ANNOTATION,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    VERSION,
     VIRTUAL_NODE_TYPE,
 )
 from workers.cli import status
@@ -126,9 +124,9 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     say("adding fake nodes and ClusterConfigs")
     for name, nodes in NODES.items():
         for node, cpu, memory in nodes:
-            k8s.CoreV1Api(apis[name]).create_node(fake_node(node, cpu=cpu, memory=memory))
+            k8s.CoreV1Api(apis[name]).create_node(k8s.V1Node.model_validate(fake_node(node, cpu=cpu, memory=memory)))
     for name in PEER_CLUSTERS:
-        k8s.CoreV1Api(apis[name]).create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+        k8s.CoreV1Api(apis[name]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
         apply_cluster_object(apis[name], CLUSTER_CONFIGS, {
             "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
             "spec": {"outgoing": {"sharingPercentage": SHARING[name]},
@@ -153,28 +151,28 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     def virtual_nodes_ready() -> bool:
         nodes = core_b.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items
-        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])]
+        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions if n.status else None) or [])]
         return len(ready) == 2
 
     _wait("two Accepted Advertisements on b", lambda: sum(
         (a.get("status") or {}).get("phase") == "Accepted"
-        for a in k8s.CustomObjectsApi(apis["b"]).list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS)["items"]
+        for a in list_cluster_objects(apis["b"], ADVERTISEMENTS)
     ) == 2)  # fmt: skip
     say("Advertisements accepted; waiting for the virtual nodes")
     _wait("two Ready virtual nodes on b", virtual_nodes_ready)
 
     say("deploying a sample workload in b: 6 pods, of which the ones that fit nowhere else run in a and c")
-    core_b.create_namespace({"metadata": {"name": "shop"}})
-    k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", {
+    core_b.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "shop"}}))
+    k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
         "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx",
                                      "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
                      "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
-    })  # fmt: skip
+    }))  # fmt: skip
     _wait("the sample workload Running", lambda: sum(
-        p.status.phase == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
+        _phase(p) == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
 
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
@@ -182,10 +180,10 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
                     TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
-    core_t.create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
+    core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
     for name in PEER_CLUSTERS:
-        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, {"metadata": {"name": f"super-{name}"}, "data": {
-            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}})  # fmt: skip
+        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"}, "data": {
+            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}}))  # fmt: skip
         apply_cluster_object(apis["tenant"], SUPER_CLUSTERS, {
             "apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": name},
             "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
@@ -196,15 +194,16 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
             "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)
     _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):
-        core_t.create_namespace({"metadata": {"name": team}})
-        core_t.create_namespaced_resource_quota(team, {"metadata": {"name": "quota"},
-                                                       "spec": {"hard": {"cpu": cpu, "memory": memory}}})
+        core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": team}}))
+        core_t.create_namespaced_resource_quota(team, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
+                                                       "spec": {"hard": {"cpu": cpu, "memory": memory}}}))
     _wait("the tenant namespaces placed", lambda: all(
-        PLACEMENTS_ANNOTATION in (core_t.read_namespace(t).metadata.annotations or {}) for t in ("team-red", "team-blue")))
-    core_t.create_namespaced_pod("team-red", {"metadata": {"name": "api"}, "spec": {
-        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}})
+        PLACEMENTS_ANNOTATION in ((core_t.read_namespace(t).metadata or k8s.V1ObjectMeta()).annotations or {})
+        for t in ("team-red", "team-blue")))
+    core_t.create_namespaced_pod("team-red", k8s.V1Pod.model_validate({"metadata": {"name": "api"}, "spec": {
+        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
     _wait("the tenant pod Running in its super cluster",
-          lambda: core_t.read_namespaced_pod("api", "team-red").status.phase == "Running")
+          lambda: _phase(core_t.read_namespaced_pod("api", "team-red")) == "Running")
 
     say(f"ready in {time.monotonic() - started:.0f} s")
     print()
@@ -249,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bring_up(args.state_dir)
     return 0
+
+
+
+def _phase(pod: k8s.V1Pod) -> str | None:
+    return pod.status.phase if pod.status else None
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Running:
     spec: dict[str, Any] = field(default_factory=dict)
     metrics_port: int | None = None
     # Secret name -> (volume directory, the data written there), for the volumes it mounts.
-    secret_volumes: dict[str, tuple[Path, dict[str, str]]] = field(default_factory=dict)
+    secret_volumes: dict[str, tuple[Path, Mapping[str, str | bytes]]] = field(default_factory=dict)
 
 
 class DeploymentRunner:
@@ -221,7 +222,7 @@ class DeploymentRunner:
         shutil.rmtree(running.workdir, ignore_errors=True)
 
 
-def write_volume_atomically(target: Path, data: dict[str, str]) -> None:
+def write_volume_atomically(target: Path, data: Mapping[str, str | bytes]) -> None:
     """The kubelet's AtomicWriter layout: the files live in a fresh timestamped directory, `..data` is a
     symlink to it, swapped by a rename, and each key is a symlink through `..data`. A reader opening
     `target/<key>` sees the old content or the new one, never a mix; a key that went disappears."""

@@ -28,6 +28,7 @@ from models.names import (
     SUPER_CLUSTERS,
     VERSION,
 )
+from models.pool.placement import Policy
 from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect
@@ -81,7 +82,7 @@ class PoolWatchers(Watchers):
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
-              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: str = "spread") -> None:  # fmt: skip
+              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: Policy = "spread") -> None:  # fmt: skip
     client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
     activities = PoolActivities(tenant=tenant, policy=policy)

@@ -19,7 +19,6 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from activities.pool import SYSTEM_NAMESPACES
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
 from kube.objects import APPLY, ignore_not_found
@@ -32,6 +31,7 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
+from models.pool.namespaces import SYSTEM_NAMESPACES
 from models.pool.sync import (
     SYNCED_KINDS,
     copy_for_super,

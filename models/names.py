@@ -113,7 +113,6 @@ SEARCH_ATTRIBUTES: Final = {
     "SharingPercentage": "Int",
     "ProviderCluster": "Keyword",
     "AdvertisementPhase": "Keyword",
-    "TenantNamespace": "Keyword",
     "SuperClusters": "KeywordList",
 }
 

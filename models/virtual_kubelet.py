@@ -20,6 +20,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.pods import is_service_account_token, strip_service_account_token
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
 
@@ -91,7 +92,7 @@ def referenced_objects(pod_spec: dict[str, Any]) -> tuple[set[str], set[str]]:
     config_maps: set[str] = set()
     secrets: set[str] = set()
     for volume in pod_spec.get("volumes") or []:
-        if _is_service_account_token(volume):
+        if is_service_account_token(volume):
             continue  # dropped from the provider's copy, with the kube-root-ca.crt it projects
         if (volume.get("configMap") or {}).get("name"):
             config_maps.add(volume["configMap"]["name"])
@@ -117,11 +118,6 @@ def referenced_objects(pod_spec: dict[str, Any]) -> tuple[set[str], set[str]]:
     return config_maps, secrets
 
 
-def _is_service_account_token(volume: dict[str, Any]) -> bool:
-    sources = (volume.get("projected") or {}).get("sources") or []
-    return volume.get("name", "").startswith("kube-api-access-") or any("serviceAccountToken" in s for s in sources)
-
-
 def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
     """The spec the provider runs: unbound (its scheduler places it), without the consumer's service
     account and its token, without what only makes sense in the consumer (tolerations for the virtual
@@ -132,10 +128,8 @@ def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
                 "serviceAccountName", "serviceAccount", "schedulerName", "preemptionPolicy", "runtimeClassName",
                 "overhead", "topologySpreadConstraints"):  # fmt: skip
         spec.pop(key, None)
-    spec["automountServiceAccountToken"] = False
-    dropped = {v["name"] for v in spec.get("volumes") or [] if _is_service_account_token(v)}
-    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] not in dropped]
-    for volume in spec["volumes"]:
+    strip_service_account_token(spec)
+    for volume in spec.get("volumes") or []:
         if (volume.get("configMap") or {}).get("name"):
             volume["configMap"]["name"] = reflected_name(namespace, volume["configMap"]["name"])
         if (volume.get("secret") or {}).get("secretName"):
@@ -145,7 +139,6 @@ def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
                 if (source.get(kind) or {}).get("name"):
                     source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        container["volumeMounts"] = [m for m in container.get("volumeMounts") or [] if m["name"] not in dropped]
         for env in container.get("env") or []:
             for kind in ("configMapKeyRef", "secretKeyRef"):
                 ref = (env.get("valueFrom") or {}).get(kind)
@@ -155,8 +148,6 @@ def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
             for kind in ("configMapRef", "secretRef"):
                 if (source.get(kind) or {}).get("name"):
                     source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
-    if not spec["volumes"]:
-        spec.pop("volumes")
     return spec
 
 
@@ -168,13 +159,6 @@ FORCE_DELETE_AFTER_GRACE_SECONDS = 10
 def overdue_for_force_delete(deletion_deadline: datetime | None, *, now: datetime) -> bool:
     """A pod's deletionTimestamp is the end of its grace period; past it by the margin, teardown stops waiting."""
     return deletion_deadline is not None and (now - deletion_deadline).total_seconds() > FORCE_DELETE_AFTER_GRACE_SECONDS
-
-
-def status_for_consumer(provider_status: dict[str, Any]) -> dict[str, Any]:
-    """What of the provider pod's status the consumer pod shows."""
-    keys = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
-            "reason", "message")  # fmt: skip
-    return {k: provider_status[k] for k in keys if k in provider_status}
 
 
 def virtual_node(

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from models.keys import KeyMemory, by_namespace_and_name
 from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
-from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
+from models.pool.triggers import namespace_key, pod_key, quota_key, super_cluster_key
 
 pytestmark = [pytest.mark.pool, pytest.mark.steady]
 Obj = dict[str, Any]
@@ -69,14 +70,16 @@ PLACED = '{"s1": 2}'
 def test_only_what_a_pass_reads_wakes_the_scheduler(
     key: Callable[[Obj], Hashable], before: Obj, after: Obj, wakes: bool
 ) -> None:
-    keys = ChangedKeys(key)
-    assert keys.sync([before])  # the first relist always counts
+    keys = KeyMemory(key, identity=by_namespace_and_name)
+    assert keys.sync([before])  # the first list tells every object
     assert keys.event("MODIFIED", after) is wakes
 
 
 def test_arrivals_and_departures_wake_and_a_relist_that_finds_the_same_wakes_nobody() -> None:
-    keys = ChangedKeys(pod_key)
-    assert keys.sync([])
+    keys = KeyMemory(pod_key, identity=by_namespace_and_name)
+    assert not keys.listed  # the watcher signals its first list whatever it holds: it starts the scheduler
+    assert not keys.sync([])
+    assert keys.listed
     assert keys.event("ADDED", _pod())
     assert not keys.sync([_pod("Running", resourceVersion="10")])  # a relist after a broken watch
     assert keys.sync([])  # deleted while the watch was down
@@ -85,3 +88,27 @@ def test_arrivals_and_departures_wake_and_a_relist_that_finds_the_same_wakes_nob
     assert keys.event("DELETED", _pod())
     assert keys.event("ADDED", _pod())
     assert keys.sync([_pod(uid="p2")])  # replaced under the same name while nobody watched
+
+
+def test_a_change_whose_signal_failed_is_told_again_at_the_next_event_even_unchanged() -> None:
+    keys = KeyMemory(pod_key, identity=by_namespace_and_name)
+    assert keys.sync([_pod()])
+    keys.forget()  # the signal did not get through
+    assert keys.event("MODIFIED", _pod(resourceVersion="11"))
+    assert not keys.event("MODIFIED", _pod(resourceVersion="12"))  # told: quiet again
+
+
+def test_a_deletion_whose_signal_failed_is_told_again() -> None:
+    keys = KeyMemory(pod_key, identity=by_namespace_and_name)
+    assert keys.event("ADDED", _pod())
+    assert keys.event("DELETED", _pod())
+    keys.forget(("shop", "web"))
+    assert keys.event("DELETED", _pod())  # the same deletion, seen again by a new watch
+    assert not keys.event("DELETED", _pod())
+
+
+def test_pods_of_two_namespaces_with_one_name_are_two_objects() -> None:
+    keys = KeyMemory(pod_key, identity=by_namespace_and_name)
+    assert keys.sync([_pod(), _pod(namespace="other", uid="p9")]) == [(_pod(), False),
+                                                                     (_pod(namespace="other", uid="p9"), False)]
+    assert keys.sync([_pod()]) == [(_pod(namespace="other", uid="p9"), True)]

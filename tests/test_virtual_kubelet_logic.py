@@ -11,7 +11,6 @@ from models.virtual_kubelet import (
     referenced_objects,
     reflected_name,
     safe_pod_spec,
-    status_for_consumer,
     virtual_kubelet_deployment,
     virtual_node,
 )
@@ -57,11 +56,6 @@ def test_the_provider_copy_is_unbound_tokenless_and_renamed() -> None:
     assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "shop-db"
     assert container["envFrom"][0]["configMapRef"]["name"] == "shop-env"
     assert SPEC["nodeName"] == "tidepool-a"  # the consumer's spec is untouched
-
-
-def test_the_consumer_sees_the_provider_pods_running_state() -> None:
-    status = {"phase": "Running", "podIP": "10.0.0.7", "hostIP": "192.168.1.1", "qosClass": "BestEffort"}
-    assert status_for_consumer(status) == {"phase": "Running", "podIP": "10.0.0.7"}
 
 
 def test_the_virtual_node_carries_the_advertised_capacity_and_the_taint() -> None:

@@ -21,8 +21,7 @@ Identity only: the workflows re-read the objects through activities.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Coroutine, Hashable
+from collections.abc import Coroutine, Hashable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +34,7 @@ from activities.consumer import ConsumerActivities
 from kube.informer import Informer
 from models.admission import validate_advertisement
 from models.consumer import AdmissionInput, AdvertisementInput
+from models.keys import KeyMemory
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
@@ -141,46 +141,8 @@ def virtual_node_key(obj: Obj) -> Hashable:
     return (_meta(obj).get("uid"), ready.get("status"), ready.get("reason"))
 
 
-class ObjectKeys:
-    """The key last seen per object name, for one informer, with the object it came from: `event` and
-    `sync` say which objects changed what their workflow reads. Informers call it from their threads,
-    failed signals from the event loop."""
-
-    def __init__(self, key: Callable[[Obj], Hashable | None]) -> None:
-        self._key = key  # None: an object no workflow follows
-        self._seen: dict[str, tuple[Hashable, Obj]] = {}
-        self._lock = threading.Lock()
-
-    def event(self, kind: str, obj: Obj) -> bool:
-        """Whether this watch event changed the object's key (a deletion of a followed object does)."""
-        name = str(_meta(obj).get("name"))
-        key = None if kind == "DELETED" else self._key(obj)
-        with self._lock:
-            if key is None:
-                return self._seen.pop(name, None) is not None
-            changed = name not in self._seen or self._seen[name][0] != key
-            self._seen[name] = (key, obj)
-            return changed
-
-    def sync(self, objects: list[Obj]) -> list[tuple[Obj, bool]]:
-        """After a (re)list: the objects whose key changed (every one, the first time), and, as last
-        seen, those gone since (deleted=True): a deletion missed while the watch was down."""
-        listed = {str(_meta(o).get("name")): (key, o) for o in objects if (key := self._key(o)) is not None}
-        with self._lock:
-            changed = [(obj, False) for name, (key, obj) in listed.items()
-                       if name not in self._seen or self._seen[name][0] != key]  # fmt: skip
-            changed += [(obj, True) for name, (_, obj) in self._seen.items() if name not in listed]
-            self._seen = listed
-        return changed
-
-    def forget(self, name: str | None = None) -> None:
-        """A signal failed: the next event or list of this object (of every object, without a name)
-        signals again."""
-        with self._lock:
-            if name is None:
-                self._seen.clear()
-            else:
-                self._seen.pop(name, None)
+# The consumer's objects are cluster-scoped or in the system namespace: known by name.
+ObjectKeys = KeyMemory
 
 
 class ConsumerWatchers(Watchers):

@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 
 from kube.clients import SecretClients
 from kube.informer import WATCH_TIMEOUT_SECONDS, Informer
+from models.keys import KeyMemory
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.peering import SecretRef, backoff_seconds, decision_key
 
@@ -42,8 +43,8 @@ class DecisionWatch:
         self._failures = 0
         # A new watch assumes what the workflow assumes before its first push: nothing there yet. A decision
         # already there (the worker restarted) is then a change, and told once.
-        self._last: tuple[str | None, str | None] | None = None
-        self._told = True  # whether the workflow got the signal for `_last` (see forget)
+        self._advertisement = advertisement
+        self._keys = KeyMemory(decision_key)
         self._informer = Informer(
             f"decision-{foreign_cluster_id}", self._call, group=GROUP, version=VERSION, plural=ADVERTISEMENTS,
             field_selector=f"metadata.name={advertisement}", on_sync=self._sync, on_event=self._event,
@@ -86,9 +87,8 @@ class DecisionWatch:
 
     def forget(self) -> None:
         """The signal for the last change did not get through: the next list or event tells it again."""
-        self._told = False
+        self._keys.forget(self._advertisement)
 
     def _see(self, key: tuple[str | None, str | None] | None) -> None:
-        if key != self._last or not self._told:
-            self._last, self._told = key, True
+        if self._keys.see(self._advertisement, key):
             self._on_change()

@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from activities.pool import PoolActivities
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
+from models.keys import KeyMemory, by_namespace_and_name
 from models.names import (
     GROUP,
     POOL_SCHEDULER_WORKFLOW_ID,
@@ -28,7 +29,8 @@ from models.names import (
     SUPER_CLUSTERS,
     VERSION,
 )
-from models.pool.triggers import ChangedKeys, namespace_key, pod_key, quota_key, super_cluster_key
+from models.pool.placement import Policy
+from models.pool.triggers import namespace_key, pod_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect
 from workers.errors import KubernetesErrors
@@ -55,24 +57,33 @@ class PoolWatchers(Watchers):
 
     def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
                   **kwargs: Any) -> Informer:  # fmt: skip
-        """An informer whose events signal only when an object's key changes (each informer has one thread:
-        its ChangedKeys needs no lock)."""
-        keys = ChangedKeys(key)
+        """An informer whose events signal only when an object's key changes. The first list always
+        signals: nobody has looked before, and it starts the scheduler."""
+        keys = KeyMemory(key, identity=by_namespace_and_name)
 
         def on_sync(objects: list[dict[str, Any]]) -> None:
-            if keys.sync(objects):
-                self._changed()
+            first = not keys.listed
+            if keys.sync(objects) or first:
+                self._changed(keys)
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             if keys.event(kind, obj):
-                self._changed()
+                self._changed(keys)
 
         return Informer(name, list_call, on_sync=on_sync, on_event=on_event, **kwargs)
 
-    def _changed(self) -> None:
-        self._submit(self._signal())
+    def _changed(self, keys: KeyMemory) -> None:
+        self._submit(self._signal(keys))
 
-    async def _signal(self) -> None:
+    async def _signal(self, keys: KeyMemory) -> None:
+        """A signal Temporal did not take is told again at the informer's next event or list."""
+        try:
+            await self._start_or_signal()
+        except Exception:
+            keys.forget()
+            raise
+
+    async def _start_or_signal(self) -> None:
         await self._client.start_workflow(
             PoolSchedulerWorkflow.run, id=self._workflow_id, task_queue=self._task_queue,
             start_signal="changed", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -81,7 +92,7 @@ class PoolWatchers(Watchers):
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
-              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: str = "spread") -> None:  # fmt: skip
+              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: Policy = "spread") -> None:  # fmt: skip
     client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
     activities = PoolActivities(tenant=tenant, policy=policy)

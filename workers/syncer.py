@@ -19,12 +19,12 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from activities.pool import SYSTEM_NAMESPACES
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
 from kube.objects import APPLY, ignore_not_found
 from kube.process import wait_for_termination
 from models.names import (
+    FEATURE_SUPER_CLUSTER_POOLING,
     LABEL_MANAGED_BY,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
@@ -32,6 +32,8 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
+from models.pods import copied_status
+from models.pool.namespaces import SYSTEM_NAMESPACES
 from models.pool.sync import (
     SYNCED_KINDS,
     copy_for_super,
@@ -161,8 +163,7 @@ class Syncer:
                     if e.status != 409:
                         raise
             else:
-                status = {k: v for k, v in (copy.get("status") or {}).items()
-                          if k in ("phase", "conditions", "containerStatuses", "podIP", "podIPs", "startTime", "hostIP")}
+                status = copied_status(copy.get("status") or {})
                 if status and {k: pod.get("status", {}).get(k) for k in status} != status:
                     self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {"status": status})
         for name in set(super_pods) - mine:
@@ -186,12 +187,12 @@ def main() -> int:
     parser.add_argument("--super-kubeconfig", required=True)
     parser.add_argument("--cluster", required=True, help="this super cluster's name in the pool (its SuperCluster)")
     parser.add_argument("--tenant-name", default="tenant", help="prefix of the namespaces it creates")
-    parser.add_argument("--feature-gates", default="SuperClusterPooling=true")
+    parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
     syncer = Syncer(tenant=client_from_kubeconfig_file(args.tenant_kubeconfig),
                     super_cluster=client_from_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
-                    tenant_name=args.tenant_name, pooling=gates.get("SuperClusterPooling", "true") == "true").start()
+                    tenant_name=args.tenant_name, pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()
     wait_for_termination()
     syncer.stop()
     return 0

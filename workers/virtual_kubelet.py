@@ -52,6 +52,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.pods import copied_status as status_for_consumer
 from models.virtual_kubelet import (
     ORIGIN_NAME,
     ORIGIN_NAMESPACE,
@@ -62,7 +63,6 @@ from models.virtual_kubelet import (
     referenced_objects,
     reflected_name,
     safe_pod_spec,
-    status_for_consumer,
     virtual_node,
 )
 from workers.metrics import metrics_runtime

@@ -4,7 +4,10 @@ activity) places namespaces as quota slices and pods into their namespace's clus
 time is what keeps a hundred namespaces created at once from overcommitting any cluster. The watchers
 signal only what a pass reads; a resync once a period, without a signal, uses capacity that appears where
 nothing is watched (a super cluster's nodes). Its timer runs on across signalled passes: a wake never
-restarts it."""
+restarts it.
+
+A pass that fails for good (a non-retryable error, such as a forbidden call) does not end the workflow:
+the error is shown in its current details and the next change or resync tries again."""
 
 from __future__ import annotations
 
@@ -13,11 +16,15 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.pool import PoolActivities, PoolPassResult
+    from activities.pool import PoolActivities
+    from models.pool.result import PoolPassResult
 
 PASS_TIMEOUT = timedelta(minutes=2)
+# Unlimited: a pass is retried until it goes through, except what retrying cannot help (non-retryable
+# errors reach the workflow, which waits for the next change or resync instead).
 PASS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 RECHECK = timedelta(minutes=1)  # runs started before RESYNC_ONCE_A_PERIOD: a recheck after every pass
 # The advertisement period's default: nothing in tidepool wakes more often than once a period on its own.
@@ -31,6 +38,7 @@ class PoolSchedulerWorkflow:
     def __init__(self) -> None:
         self._changed = True
         self._last: PoolPassResult | None = None
+        self._last_error: str | None = None
         self._history: list[str] = []
         self._resync: asyncio.Future[None] | None = None
 
@@ -39,12 +47,16 @@ class PoolSchedulerWorkflow:
         resync_once_a_period = workflow.patched(RESYNC_ONCE_A_PERIOD)
         while True:
             self._changed = False
-            result = await workflow.execute_activity_method(
-                PoolActivities.schedule_pool, start_to_close_timeout=PASS_TIMEOUT, retry_policy=PASS_RETRY,
-                summary="place namespaces and pods",
-            )  # fmt: skip
+            try:
+                result = await workflow.execute_activity_method(
+                    PoolActivities.schedule_pool, start_to_close_timeout=PASS_TIMEOUT, retry_policy=PASS_RETRY,
+                    summary="place namespaces and pods",
+                )  # fmt: skip
+            except ActivityError as e:
+                self._record_failure(e)
+            else:
+                self._record(result)
             passes += 1
-            self._record(result)
             if resync_once_a_period:
                 if self._resync is None or self._resync.done():
                     self._resync = asyncio.ensure_future(workflow.sleep(RESYNC, summary="resync"))
@@ -57,20 +69,38 @@ class PoolSchedulerWorkflow:
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(passes)
 
+    def _record_failure(self, error: ActivityError) -> None:
+        """The error's type and message (the error vocabulary names fields, never values), above the last
+        pass that went through."""
+        cause = error.cause
+        if isinstance(cause, ApplicationError):
+            self._last_error = f"{cause.type or 'ApplicationError'}: {cause.message}"
+        else:
+            self._last_error = f"{type(cause or error).__name__}: {cause or error}"
+        workflow.logger.warning("pool pass failed: %s", self._last_error)
+        workflow.set_current_details(self._details())
+
     def _record(self, result: PoolPassResult) -> None:
-        self._last = result
+        self._last, self._last_error = result, None
         for decision in result.decisions:
             where = ", ".join(f"{c}×{n}" for c, n in (decision.placement or {}).items()) or "not placed"
             self._history = [f"| {decision.namespace} | {where} | {decision.reason} |", *self._history][:30]
         clusters = sorted(result.clusters)
         if workflow.info().typed_search_attributes.get(SUPER_CLUSTERS) != clusters:
             workflow.upsert_search_attributes([SUPER_CLUSTERS.value_set(clusters)])
-        lines = ["**Super cluster pool**", "", "| super cluster | state |", "|---|---|"]
+        workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        lines = ["**Super cluster pool**", ""]
+        if self._last_error is not None:
+            lines += [f"Last pass failed (tried again at the next change or resync): {self._last_error}", ""]
+        result = self._last or PoolPassResult()
+        lines += ["| super cluster | state |", "|---|---|"]
         lines += [f"| {name} | {state} |" for name, state in sorted(result.clusters.items())]
         lines += ["", "Recent namespace decisions:", "", "| namespace | placement | why |", "|---|---|---|", *self._history]
         if result.pods_unplaced:
             lines += ["", "Pods waiting:", *[f"- {pod}: {why}" for pod, why in sorted(result.pods_unplaced.items())]]
-        workflow.set_current_details("\n".join(lines))
+        return "\n".join(lines)
 
     @workflow.signal
     def changed(self) -> None:
@@ -79,3 +109,8 @@ class PoolSchedulerWorkflow:
     @workflow.query
     def last_pass(self) -> PoolPassResult | None:
         return self._last
+
+    @workflow.query
+    def last_error(self) -> str | None:
+        """Why the last pass failed for good; None once a pass went through."""
+        return self._last_error

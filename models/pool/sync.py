@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY
+from models.pods import strip_service_account_token
 
 # Objects a super cluster makes for itself and that must not be copied over its own.
 SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
@@ -58,11 +59,7 @@ def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespac
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
     spec.pop("nodeName", None)
-    tokens = {v["name"] for v in spec.get("volumes") or [] if v.get("name", "").startswith("kube-api-access-")}
-    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] not in tokens]
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
-        container["volumeMounts"] = [m for m in container.get("volumeMounts") or [] if m["name"] not in tokens]
-    spec["automountServiceAccountToken"] = False
+    strip_service_account_token(spec)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": meta["name"], "namespace": target_namespace,

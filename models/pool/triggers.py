@@ -3,14 +3,15 @@ pool's watchers (workers/pool.py) compare: the scheduler is signalled only when 
 or goes. Status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
 heartbeats and resourceVersion bumps change no key; neither do the scheduler's own writes.
 
-A super cluster's nodes are not watched (they live in another cluster): the scheduler's periodic
+The memory of the keys is models/keys.py (KeyMemory, by namespace and name). A super cluster's nodes are
+not watched (they live in another cluster): the scheduler's periodic
 resync picks up capacity that appears there.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
@@ -51,34 +52,3 @@ def pod_key(obj: Obj) -> Hashable:
 def super_cluster_key(obj: Obj) -> Hashable:
     """The spec (credentials reference, headroom): the pass reads no SuperCluster status."""
     return _meta(obj).get("uid"), json.dumps(obj.get("spec") or {}, sort_keys=True)
-
-
-class ChangedKeys:
-    """The last key seen for each object of one kind; says whether an event or a relist changed one.
-    The first relist always counts: nobody has looked before."""
-
-    def __init__(self, key: Callable[[Obj], Hashable]) -> None:
-        self._key = key
-        self._seen: dict[tuple[str, str], Hashable] | None = None
-
-    @staticmethod
-    def _identity(obj: Obj) -> tuple[str, str]:
-        meta = _meta(obj)
-        return meta.get("namespace") or "", meta.get("name") or ""
-
-    def sync(self, objects: Iterable[Obj]) -> bool:
-        seen = {self._identity(obj): self._key(obj) for obj in objects}
-        changed = self._seen is None or seen != self._seen
-        self._seen = seen
-        return changed
-
-    def event(self, kind: str, obj: Obj) -> bool:
-        if self._seen is None:
-            self._seen = {}
-        identity = self._identity(obj)
-        if kind == "DELETED":
-            return self._seen.pop(identity, None) is not None
-        key = self._key(obj)
-        changed = identity not in self._seen or self._seen[identity] != key
-        self._seen[identity] = key
-        return changed

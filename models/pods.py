@@ -1,0 +1,44 @@
+"""Pods copied into another cluster: the two rules that the virtual kubelet (a consumer pod run in the
+provider, models/virtual_kubelet.py) and the pool's syncer (a tenant pod run in a super cluster,
+models/pool/sync.py and workers/syncer.py) share, so that both copy the same way.
+
+- A copy never carries the origin's service-account token: the token is the origin cluster's
+  credential, meaningless (or worse, valid) elsewhere. A token volume is the one the API server adds
+  (`kube-api-access-*`) or any projected volume with a serviceAccountToken source; its mounts go with it.
+- The origin pod shows the copy's status as a kubelet would report it; never what describes the other
+  cluster's machines (hostIP, hostIPs: a node of another cluster) or what the origin's API server
+  computes for itself (qosClass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# What of a copy's status the origin pod shows.
+COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
+                 "reason", "message")  # fmt: skip
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def is_service_account_token(volume: dict[str, Any]) -> bool:
+    sources = (volume.get("projected") or {}).get("sources") or []
+    return str(volume.get("name", "")).startswith("kube-api-access-") or any("serviceAccountToken" in s for s in sources)
+
+
+def strip_service_account_token(spec: dict[str, Any]) -> None:
+    """In place, on a copy of the origin's spec: drops the token volumes and their mounts, and stops the
+    other cluster from mounting its own token."""
+    dropped = {v["name"] for v in spec.get("volumes") or [] if is_service_account_token(v)}
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] not in dropped]
+    if not spec["volumes"]:
+        spec.pop("volumes")
+    for key in CONTAINER_LISTS:
+        for container in spec.get(key) or []:
+            if "volumeMounts" in container:
+                container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in dropped]
+    spec["automountServiceAccountToken"] = False
+
+
+def copied_status(copy_status: dict[str, Any]) -> dict[str, Any]:
+    """What of the copy's status the origin pod shows."""
+    return {k: copy_status[k] for k in COPIED_STATUS if k in copy_status}

@@ -1,0 +1,167 @@
+"""A tenant namespace's placement decision, pure: activities/pool.py reads the namespace's annotations
+and quotas, calls `decide_namespace`, and writes what it returns.
+
+Annotations on a tenant namespace: the slice (the user's), the placement (ours, or edited by a user:
+then kept as mandatory), what the scheduler last wrote (to tell an edit from its own write), the slice
+the placement was made with (a changed slice is refused), and a status saying why it is not placed.
+The rules, in the order of the code:
+1. The slice must parse and divide the quota (models/pool/slicing.py), else InvalidSlice.
+2. A placed namespace whose slice changed is refused (InvalidSlice): moving slices of another size
+   would overcommit; clearing the placement reschedules it with the new slice.
+3. Placed, as we wrote it, with the right count on Ready clusters: kept, nothing written.
+4. Otherwise placed anew (models/pool/placement.py): a user's edit is mandatory, our own previous
+   placement a hint; no room is InsufficientCapacity, and nothing partial is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from models.api.conditions import ConditionValue, PlacedReason, condition
+from models.names import PLACED_SLICE_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
+from models.pool.slicing import SliceError, namespace_quota, parse_slice, slice_count
+from models.resources import Resources
+
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "tidepool-system"})
+
+# Who wrote the placement annotation: nobody (never placed, or cleared: schedule everything), the
+# scheduler (its value equals the scheduled one), or a user who edited it (kept as mandatory).
+PlacementAuthor = Literal["Nobody", "Scheduler", "User"]
+# Whether the slice a namespace asks for is the one its placement holds.
+SliceChange = Literal["NotPlaced", "Unchanged", "Changed"]
+
+
+def _json(text: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _counts(value: dict[str, Any] | None) -> dict[str, int]:
+    return {str(k): int(v) for k, v in (value or {}).items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
+def placement_of(annotations: Mapping[str, str]) -> dict[str, int]:
+    """The placement annotation as slice counts; garbage and non-positive counts read as nothing."""
+    return _counts(_json(annotations.get(PLACEMENTS_ANNOTATION)))
+
+
+def placement_author(*, current: Mapping[str, int], scheduled: Mapping[str, int]) -> PlacementAuthor:
+    """The scheduler writes its placement and what it scheduled together (equal): only a placement that
+    differs from the scheduled one is a user's edit."""
+    if not current:
+        return "Nobody"
+    return "Scheduler" if current == scheduled else "User"
+
+
+def slice_change(*, current: Mapping[str, int], placed_slice: Resources | None, slice_: Resources) -> SliceChange:
+    """A placement made before the placed-slice annotation existed has no placed slice: unchanged."""
+    if not current or placed_slice is None:
+        return "NotPlaced" if not current else "Unchanged"
+    return "Unchanged" if placed_slice == slice_ else "Changed"
+
+
+def held_slice(annotations: Mapping[str, str]) -> Resources | None:
+    """The slice a namespace's placement holds: the one it was placed with, else the one it asks for;
+    None for garbage, which holds no capacity (its own decision reports it)."""
+    placed = _json(annotations.get(PLACED_SLICE_ANNOTATION))
+    try:
+        return Resources(placed) if placed else parse_slice(annotations.get(SLICE_ANNOTATION))
+    except (SliceError, ValueError):
+        return None
+
+
+def held_by_others(cluster: str, namespace: str, held: Mapping[str, Mapping[str, int]],
+                   slices: Mapping[str, Resources]) -> Resources:  # fmt: skip
+    """What the other namespaces' slices hold on `cluster`."""
+    total = Resources()
+    for other, placement in held.items():
+        if other != namespace and placement.get(cluster) and other in slices:
+            total = total + Resources({k: v * placement[cluster] for k, v in slices[other].items()})
+    return total
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Placed, and nothing moved: the common case; nothing is written."""
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reason: Literal["InvalidSlice", "InsufficientCapacity"]
+    message: str
+    diagnosis: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Place:
+    placement: dict[str, int]
+    slice: Resources
+    count: int
+    message: str
+    diagnosis: dict[str, str]
+
+
+NamespaceDecision = Keep | Refuse | Place
+
+
+def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]],
+                     clusters: list[ClusterSnapshot], held: Mapping[str, Mapping[str, int]],
+                     slices: Mapping[str, Resources], policy: Policy) -> NamespaceDecision:  # fmt: skip
+    """`clusters` as they are, without what namespaces hold; `held` and `slices`: every namespace's
+    placement and slice as they stand in this pass."""
+    current = placement_of(annotations)
+    scheduled = _counts(_json(annotations.get(SCHEDULED_ANNOTATION)))
+    try:
+        slice_ = parse_slice(annotations.get(SLICE_ANNOTATION))
+        count = slice_count(namespace_quota(hards), slice_)
+    except SliceError as e:
+        return Refuse("InvalidSlice", str(e), {})
+    placed = _json(annotations.get(PLACED_SLICE_ANNOTATION))
+    placed_slice = Resources(placed) if placed is not None else None
+    if slice_change(current=current, placed_slice=placed_slice, slice_=slice_) == "Changed":
+        assert placed_slice is not None  # "Changed" compares two slices
+        return Refuse("InvalidSlice", f"the slice changed from {placed_slice.to_kubernetes()} to "
+                                      f"{slice_.to_kubernetes()} after placement; clear the placement to reschedule",
+                      {})  # fmt: skip
+    author = placement_author(current=current, scheduled=scheduled)
+    ready = {c.name for c in clusters if c.ready}
+    if author == "Scheduler" and sum(current.values()) == count and set(current) <= ready:
+        return Keep()
+    snapshot = [ClusterSnapshot(c.name, c.ready, c.allocatable, c.headroom, held_by_others(c.name, name, held, slices))
+                for c in clusters]  # fmt: skip
+    edited = author == "User"
+    request = PlacementRequest(namespace=name, slice=slice_, count=count, policy=policy,
+                               mandatory=current if edited else {}, previous={} if edited else current)  # fmt: skip
+    outcome = schedule(request, snapshot)
+    if outcome.placement is None:
+        return Refuse("InsufficientCapacity", outcome.message, outcome.diagnosis)
+    return Place(outcome.placement, slice_, count, outcome.message, outcome.diagnosis)
+
+
+def placed_condition(decision: Place | Refuse) -> ConditionValue:
+    reason: PlacedReason = "Scheduled" if isinstance(decision, Place) else decision.reason
+    return condition("Placed", isinstance(decision, Place), reason, decision.message)
+
+
+def placement_status(decision: Place | Refuse) -> str:
+    """The placement-status annotation: the Placed condition (namespaces have no status of ours), with
+    the reason per cluster when not placed. Its JSON is what the scheduler has always written."""
+    value = placed_condition(decision)
+    status = {"type": value.type, "status": "True" if value.status else "False", "reason": value.reason,
+              "message": value.message}  # fmt: skip
+    if isinstance(decision, Place):
+        return json.dumps(status)
+    return json.dumps({**status, "clusters": decision.diagnosis}, sort_keys=True)
+
+
+def previous_reason(status: str | None) -> str | None:
+    """The reason of a placement-status annotation as written before (None when absent or garbage)."""
+    reason = (_json(status) or {}).get("reason")
+    return reason if isinstance(reason, str) else None

@@ -1,0 +1,93 @@
+"""The namespace decision (models/pool/namespaces.py): who wrote the placement, whether the slice changed,
+keep / refuse / place, and the Placed status it writes. Pure: no cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.names import PLACED_SLICE_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.pool.namespaces import (
+    Keep,
+    NamespaceDecision,
+    Place,
+    Refuse,
+    decide_namespace,
+    placement_author,
+    placement_status,
+    slice_change,
+)
+from models.pool.placement import ClusterSnapshot
+from models.resources import Resources
+
+pytestmark = pytest.mark.pool
+SLICE = '{"cpu": "1", "memory": "1Gi"}'
+HARDS = [{"cpu": "2", "memory": "2Gi"}]  # two slices
+CLUSTERS = [ClusterSnapshot("s1", True, Resources(cpu="8", memory="8Gi"), Resources(), Resources()),
+            ClusterSnapshot("s2", True, Resources(cpu="8", memory="8Gi"), Resources(), Resources())]  # fmt: skip
+
+
+def decide(annotations: dict[str, str]) -> NamespaceDecision:
+    return decide_namespace(name="shop", annotations=annotations, hards=HARDS, clusters=CLUSTERS, held={},
+                            slices={}, policy="spread")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("current", "scheduled", "author"),
+    [
+        pytest.param({}, {}, "Nobody", id="never placed"),
+        pytest.param({}, {"s1": 2}, "Nobody", id="a placement the user cleared"),
+        pytest.param({"s1": 2}, {"s1": 2}, "Scheduler", id="the scheduler's own write"),
+        pytest.param({"s2": 2}, {"s1": 2}, "User", id="a placement the user edited"),
+    ],
+)  # fmt: skip
+def test_who_wrote_the_placement(current: dict[str, int], scheduled: dict[str, int], author: str) -> None:
+    assert placement_author(current=current, scheduled=scheduled) == author
+
+
+@pytest.mark.parametrize(
+    ("current", "placed", "change"),
+    [
+        pytest.param({}, Resources(cpu="2"), "NotPlaced", id="not placed: any slice goes"),
+        pytest.param({"s1": 1}, None, "Unchanged", id="placed before the placed slice was recorded"),
+        pytest.param({"s1": 1}, Resources(cpu="1"), "Unchanged", id="the same slice"),
+        pytest.param({"s1": 1}, Resources(cpu="2"), "Changed", id="a slice changed after placement"),
+    ],
+)  # fmt: skip
+def test_whether_the_slice_changed(current: dict[str, int], placed: Resources | None, change: str) -> None:
+    assert slice_change(current=current, placed_slice=placed, slice_=Resources(cpu="1")) == change
+
+
+def test_an_unplaced_namespace_is_placed_and_its_status_says_scheduled() -> None:
+    decision = decide({SLICE_ANNOTATION: SLICE})
+    assert isinstance(decision, Place) and decision.placement == {"s1": 1, "s2": 1}
+    assert json.loads(placement_status(decision)) == {"type": "Placed", "status": "True", "reason": "Scheduled",
+                                                      "message": "2 slices placed (spread)"}  # fmt: skip
+
+
+def test_our_own_placement_on_ready_clusters_is_kept_without_a_write() -> None:
+    placed = json.dumps({"s1": 2})
+    assert decide({SLICE_ANNOTATION: SLICE, PLACEMENTS_ANNOTATION: placed, SCHEDULED_ANNOTATION: placed}) == Keep()
+
+
+def test_a_users_edit_is_kept_as_mandatory() -> None:
+    decision = decide({SLICE_ANNOTATION: SLICE, PLACEMENTS_ANNOTATION: '{"s2": 2}', SCHEDULED_ANNOTATION: '{"s1": 2}'})
+    assert isinstance(decision, Place) and decision.placement == {"s2": 2}
+
+
+def test_a_slice_changed_after_placement_is_refused_with_its_reason_in_the_status() -> None:
+    placed = json.dumps({"s1": 2})
+    decision = decide({SLICE_ANNOTATION: SLICE, PLACEMENTS_ANNOTATION: placed, SCHEDULED_ANNOTATION: placed,
+                       PLACED_SLICE_ANNOTATION: '{"cpu": "500m", "memory": "512Mi"}'})  # fmt: skip
+    assert isinstance(decision, Refuse) and decision.reason == "InvalidSlice"
+    status = json.loads(placement_status(decision))
+    assert (status["status"], status["reason"], status["clusters"]) == ("False", "InvalidSlice", {})
+    assert "clear the placement to reschedule" in status["message"]
+
+
+def test_no_room_is_insufficient_capacity_with_a_reason_per_cluster() -> None:
+    decision = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: SLICE}, hards=[{"cpu": "40", "memory": "40Gi"}],
+                                clusters=CLUSTERS, held={}, slices={}, policy="spread")  # fmt: skip
+    assert isinstance(decision, Refuse) and decision.reason == "InsufficientCapacity"
+    assert set(decision.diagnosis) == {"s1", "s2"}

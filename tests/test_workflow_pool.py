@@ -1,0 +1,136 @@
+"""PoolSchedulerWorkflow against a stubbed pass, on a Temporal dev server with time skipping: what makes a
+pass (a change signal, the resync once a period, which signals do not restart), continue-as-new, and a
+pass that fails for good without failing the workflow. Seconds each, no clusters."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import TypeVar
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import TimeSkipper
+from temporalio.worker import Worker
+
+from models.pool.result import PoolDecision, PoolPassResult
+from workflows.pool import PoolSchedulerWorkflow
+
+pytestmark = [pytest.mark.workflow, pytest.mark.pool]
+
+T = TypeVar("T")
+SETTLE_SECONDS = 10  # how long a stubbed pass may take to be scheduled and run on a loaded machine
+
+
+class StubPass:
+    """The pass as the workflow sees it: counts its calls, fails the ones it is told to."""
+
+    def __init__(self, *, failing: set[int] | None = None) -> None:
+        self.calls = 0
+        self._failing = failing or set()
+
+    @activity.defn(name="schedule_pool")
+    def schedule_pool(self) -> PoolPassResult:
+        self.calls += 1
+        if self.calls in self._failing:
+            raise ApplicationError("patch namespaces: forbidden", type="KubernetesForbidden", non_retryable=True)
+        return PoolPassResult(clusters={"s1": "Ready"},
+                              decisions=[PoolDecision(namespace="shop", placement={"s1": self.calls}, reason="placed")])  # fmt: skip
+
+
+async def settled(condition: Callable[[], bool]) -> None:
+    """Waits until `condition` holds or SETTLE_SECONDS pass; the caller asserts what it waited for."""
+    for _ in range(SETTLE_SECONDS * 20):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+
+
+async def queried(query: Callable[[], Awaitable[T]], until: Callable[[T], bool]) -> T:
+    """The query's answer once `until` holds of it, or after SETTLE_SECONDS; the caller asserts on it."""
+    for _ in range(SETTLE_SECONDS * 20):
+        answer = await query()
+        if until(answer):
+            break
+        await asyncio.sleep(0.05)
+    return answer
+
+
+@asynccontextmanager
+async def scheduler(client: Client, stub: StubPass) -> AsyncIterator[WorkflowHandle[PoolSchedulerWorkflow, None]]:
+    task_queue = f"test-pool-{uuid.uuid4().hex[:12]}"
+    with ThreadPoolExecutor(2) as executor:
+        async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
+                          activities=[stub.schedule_pool], activity_executor=executor):  # fmt: skip
+            handle = await client.start_workflow(PoolSchedulerWorkflow.run, id=f"pool-{uuid.uuid4()}",
+                                                 task_queue=task_queue)  # fmt: skip
+            try:
+                yield handle
+            finally:
+                await handle.terminate("test over")
+
+
+async def test_a_change_signal_makes_a_pass(workflow_client: Client) -> None:
+    stub = StubPass()
+    async with scheduler(workflow_client, stub) as handle:
+        await settled(lambda: stub.calls >= 1)
+        assert stub.calls == 1  # the first pass, at start
+        await handle.signal(PoolSchedulerWorkflow.changed)
+        await settled(lambda: stub.calls >= 2)
+        assert stub.calls == 2
+        last = await queried(lambda: handle.query(PoolSchedulerWorkflow.last_pass),
+                             lambda last: last is not None and last.decisions[0].placement == {"s1": 2})  # fmt: skip
+    assert last is not None and last.decisions[0].placement == {"s1": 2}
+
+
+async def test_the_resync_runs_once_a_period_and_a_signal_does_not_restart_it(workflow_client: Client) -> None:
+    stub = StubPass()
+    skipper = TimeSkipper(workflow_client)
+    async with scheduler(skipper.client, stub) as handle:
+        await settled(lambda: stub.calls >= 1)
+        assert stub.calls == 1  # at 0 min
+        assert await skipper.fast_forward(handle, timedelta(minutes=5))
+        await handle.signal(PoolSchedulerWorkflow.changed)
+        await settled(lambda: stub.calls >= 2)
+        assert stub.calls == 2  # at 5 min, signalled
+        assert await skipper.fast_forward(handle, timedelta(minutes=6))
+        await settled(lambda: stub.calls >= 3)
+        assert stub.calls == 3  # at 10 min: the resync started at 0, not at the signal (that would be 15)
+        assert await skipper.fast_forward(handle, timedelta(minutes=10))
+        await settled(lambda: stub.calls >= 4)
+        assert stub.calls == 4  # at 20 min
+
+
+async def test_a_long_run_continues_as_new_and_keeps_passing(workflow_client: Client) -> None:
+    stub = StubPass()
+    skipper = TimeSkipper(workflow_client)
+    async with scheduler(skipper.client, stub) as handle:
+        await settled(lambda: stub.calls >= 1)
+        first_run = (await handle.describe()).run_id
+        for _ in range(8):  # the test server suggests continue-as-new after 40 events: a few passes
+            await handle.signal(PoolSchedulerWorkflow.changed)
+            calls = stub.calls
+            await settled(lambda: stub.calls > calls)  # noqa: B023 - awaited within the iteration
+        runs = [w async for w in workflow_client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        latest = (await handle.describe()).run_id
+    assert stub.calls == 9
+    assert len(runs) > 1 and latest != first_run
+
+
+async def test_a_pass_that_fails_for_good_is_recorded_and_the_next_change_passes(workflow_client: Client) -> None:
+    stub = StubPass(failing={1})
+    async with scheduler(workflow_client, stub) as handle:
+        error = await queried(lambda: handle.query(PoolSchedulerWorkflow.last_error), lambda e: e is not None)
+        assert error == "KubernetesForbidden: patch namespaces: forbidden"
+        assert stub.calls == 1  # non-retryable: not retried by the activity's policy
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        await handle.signal(PoolSchedulerWorkflow.changed)
+        error = await queried(lambda: handle.query(PoolSchedulerWorkflow.last_error), lambda e: e is None)
+        assert error is None
+        assert stub.calls == 2

@@ -8,5 +8,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 def describe_failure(failure: ActivityError) -> str:
     cause = failure.cause or failure
-    kind = cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause).__name__
-    return f"{failure.activity_type}: {kind}: {cause}"
+    if isinstance(cause, ApplicationError) and cause.type:
+        return f"{failure.activity_type}: {cause.type}: {cause.message}"
+    return f"{failure.activity_type}: {type(cause).__name__}: {cause}"

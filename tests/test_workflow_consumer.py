@@ -79,11 +79,10 @@ class ConsumerCluster:
     @activity.defn
     async def observe_advertisement(self, name: str) -> AdvertisementObservation:
         self._fail_if_told()
-        children = {"virtual_kubelet_exists": self.virtual_kubelet, "virtual_node_exists": self.virtual_node,
-                    "provider_clean": self.provider_clean}  # fmt: skip
-        if self.advertisement is None:
-            return AdvertisementObservation(exists=False, **children)
-        return self.advertisement.model_copy(update=children)
+        seen = self.advertisement or AdvertisementObservation(exists=False)
+        return seen.model_copy(update={"virtual_kubelet_exists": self.virtual_kubelet,
+                                       "virtual_node_exists": self.virtual_node,
+                                       "provider_clean": self.provider_clean})  # fmt: skip
 
     @activity.defn
     async def ensure_finalizer(self, request: EnsureFinalizerInput) -> None:

@@ -1,5 +1,5 @@
-"""The consumer's activities: observe an Advertisement with its virtual kubelet and node, run one
-lifecycle step, record a manual decision, and the admission pass. Built once per worker with the
+"""The consumer's activities: observe an Advertisement with its virtual kubelet and node, one activity
+per lifecycle step (ensure_finalizer ... release_advertisement), record a manual decision, and the admission pass. Built once per worker with the
 consumer cluster's client. Every step is idempotent: applying what exists, deleting what is gone,
 patching a finalizer list with compare-and-swap."""
 
@@ -23,12 +23,25 @@ from kube.objects import (
 )
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
-from models.api.conditions import condition
+from models.api.conditions import (
+    AdmissionReason,
+    AdvertisementReadyReason,
+    EventReason,
+    PodCIDRReason,
+    condition,
+)
 from models.consumer import (
     AdmissionResult,
     AdvertisementObservation,
     AdvertisementStep,
+    DeleteExpiredInput,
+    DeleteVirtualKubeletInput,
+    DeleteVirtualNodeInput,
+    EnsureFinalizerInput,
+    EnsureVirtualKubeletInput,
     ManualDecision,
+    MarkDeletingInput,
+    ReleaseAdvertisementInput,
 )
 from models.names import (
     ADVERTISEMENT_FINALIZER,
@@ -48,6 +61,8 @@ from models.settings import WorkerSettings
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
+# What the consumer's Events may say: the vocabulary's reasons (models/api/conditions.py) it writes.
+ConsumerEventReason = AdmissionReason | AdvertisementReadyReason | PodCIDRReason | EventReason
 # The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
 # slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
 EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
@@ -74,9 +89,10 @@ class ConsumerActivities:
     @activity.defn
     def admit_advertisements(self, cluster_id: str) -> AdmissionResult:
         config = self._config()
-        advertisements = k8s.CustomObjectsApi(self._home).list_cluster_custom_object(
+        listed: dict[str, Any] = k8s.CustomObjectsApi(self._home).list_cluster_custom_object(
             "tidepool.io", "v1alpha1", ADVERTISEMENTS
-        )["items"]
+        )  # type: ignore[assignment]  # the client types a JSON body as object
+        advertisements: list[dict[str, Any]] = listed["items"]
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=_now())
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
@@ -90,8 +106,7 @@ class ConsumerActivities:
                                         list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
-            record_event(self._home, obj, reason=decision.reason, message=decision.message,
-                         warning=decision.phase == "Refused")  # fmt: skip
+            self._event(obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if decision.phase == "Accepted":
                 result.accepted.append(decision.name)
@@ -140,49 +155,96 @@ class ConsumerActivities:
         deployment = ignore_not_found(apps.read_namespaced_deployment, virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
         node = ignore_not_found(core.read_node, virtual_node_name(provider))
         unreachable_since = None
-        if node is not None:
+        if node is not None and node.status is not None:
             ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
             if ready is not None and ready.status != "True" and ready.reason == "ProviderUnreachable":
                 unreachable_since = ready.last_transition_time
-        annotations = (deployment.metadata.annotations or {}) if deployment is not None else {}
+        meta = deployment.metadata if deployment is not None else None
+        annotations = (meta.annotations or {}) if meta is not None else {}
         return {
-            "virtual_kubelet_exists": deployment is not None and not deployment.metadata.deletion_timestamp,
+            "virtual_kubelet_exists": meta is not None and not meta.deletion_timestamp,
             "provider_clean": annotations.get(VK_CLEAN_ANNOTATION) == "clean",
             "virtual_node_exists": node is not None,
             "provider_unreachable_since": unreachable_since,
         }
 
+    # One activity per step (patch consumer-step-activities), so that the history reads as the steps.
+    @activity.defn
+    def ensure_finalizer(self, request: EnsureFinalizerInput) -> None:
+        """Holds an accepted Advertisement until its teardown is done."""
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+        if obj is not None:
+            self._set_finalizer(obj, present=True)
+
+    @activity.defn
+    def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+        if obj is not None:
+            self._ensure_virtual_kubelet(obj, request.provider_id)
+
+    @activity.defn
+    def mark_deleting(self, request: MarkDeletingInput) -> None:
+        """Teardown 1: says so on the Advertisement (phase Deleting, Ready False) and in an Event."""
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+        if obj is None:
+            return
+        status = obj.get("status") or {}
+        conditions = with_condition(condition("Ready", False, "Deleting", f"tearing down: {request.teardown}"),
+                                    list(status.get("conditions") or []))  # fmt: skip
+        patch_cluster_object_status(self._home, ADVERTISEMENTS, request.advertisement,
+                                    {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
+        self._event(obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
+
+    @activity.defn
+    def delete_virtual_node(self, request: DeleteVirtualNodeInput) -> None:
+        """Teardown 2: cordoned first, so that nothing lands on it while it goes."""
+        core = k8s.CoreV1Api(self._home)
+        node = virtual_node_name(request.provider_id)
+        ignore_not_found(core.patch_node, node, {"spec": {"unschedulable": True}})
+        ignore_not_found(core.delete_node, node)
+
+    @activity.defn
+    def delete_virtual_kubelet(self, request: DeleteVirtualKubeletInput) -> None:
+        """Teardown 4, once the provider namespace is clean (or the wait for it timed out)."""
+        ignore_not_found(k8s.AppsV1Api(self._home).delete_namespaced_deployment,
+                         virtual_kubelet_name(request.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
+
+    @activity.defn
+    def release_advertisement(self, request: ReleaseAdvertisementInput) -> None:
+        """Teardown 5: drops the finalizer; an expired or unreachable one is deleted too (a fresh push
+        brings it back)."""
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+        if obj is None:
+            return
+        self._set_finalizer(obj, present=False)
+        if request.teardown != "Deleted":
+            ignore_not_found(k8s.CustomObjectsApi(self._home).delete_cluster_custom_object,
+                             "tidepool.io", "v1alpha1", ADVERTISEMENTS, request.advertisement)  # fmt: skip
+
+    @activity.defn
+    def delete_expired(self, request: DeleteExpiredInput) -> bool:
+        return self._delete_expired(read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement))
+
     @activity.defn
     def run_step(self, request: AdvertisementStep) -> bool:
-        """Runs one step; True unless it found nothing to do (only DeleteExpired tells)."""
-        step, name, provider = request.step, request.advertisement, request.provider_id
-        obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
-        if step == "EnsureFinalizer" and obj is not None:
-            self._set_finalizer(obj, present=True)
-        elif step == "EnsureVirtualKubelet" and obj is not None:
-            self._ensure_virtual_kubelet(obj, provider)
-        elif step == "MarkDeleting" and obj is not None:
-            status = obj.get("status") or {}
-            conditions = with_condition(condition("Ready", False, "Deleting", f"tearing down: {request.teardown}"),
-                                        list(status.get("conditions") or []))  # fmt: skip
-            patch_cluster_object_status(self._home, ADVERTISEMENTS, name,
-                                        {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
-            record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
+        """Kept for runs begun before patch consumer-step-activities (their replay schedules it): runs one
+        step through the per-step activities above; True unless it found nothing to do (only
+        DeleteExpired tells)."""
+        step, name, provider, teardown = request.step, request.advertisement, request.provider_id, request.teardown
+        if step == "EnsureFinalizer":
+            self.ensure_finalizer(EnsureFinalizerInput(advertisement=name))
+        elif step == "EnsureVirtualKubelet":
+            self.ensure_virtual_kubelet(EnsureVirtualKubeletInput(provider_id=provider, advertisement=name))
+        elif step == "MarkDeleting" and teardown is not None:
+            self.mark_deleting(MarkDeletingInput(advertisement=name, teardown=teardown))
         elif step == "DeleteVirtualNode":
-            core = k8s.CoreV1Api(self._home)
-            node = virtual_node_name(provider)
-            ignore_not_found(core.patch_node, node, {"spec": {"unschedulable": True}})  # cordon first
-            ignore_not_found(core.delete_node, node)
+            self.delete_virtual_node(DeleteVirtualNodeInput(provider_id=provider))
         elif step == "DeleteVirtualKubelet":
-            ignore_not_found(k8s.AppsV1Api(self._home).delete_namespaced_deployment,
-                             virtual_kubelet_name(provider), SYSTEM_NAMESPACE)  # fmt: skip
+            self.delete_virtual_kubelet(DeleteVirtualKubeletInput(provider_id=provider))
         elif step == "DeleteExpired":
-            return self._delete_expired(obj)
-        elif step == "ReleaseAdvertisement" and obj is not None:
-            self._set_finalizer(obj, present=False)
-            if request.teardown != "Deleted":  # expired or unreachable: it goes now; a fresh push brings it back
-                ignore_not_found(k8s.CustomObjectsApi(self._home).delete_cluster_custom_object,
-                                 "tidepool.io", "v1alpha1", ADVERTISEMENTS, name)  # fmt: skip
+            return self.delete_expired(DeleteExpiredInput(advertisement=name))
+        elif step == "ReleaseAdvertisement" and teardown is not None:
+            self.release_advertisement(ReleaseAdvertisementInput(advertisement=name, teardown=teardown))
         return True
 
     def _delete_expired(self, obj: dict[str, Any] | None) -> bool:
@@ -206,8 +268,8 @@ class ConsumerActivities:
                 return False
             raise
         # After the deletion, so that a retried attempt does not say it twice.
-        record_event(self._home, obj, reason="Expired", warning=True,
-                     message=f"timeToLive {spec.get('timeToLive')} passed while {phase}: deleted")  # fmt: skip
+        self._event(obj, reason="Expired", warning=True,
+                    message=f"timeToLive {spec.get('timeToLive')} passed while {phase}: deleted")  # fmt: skip
         return True
 
     @activity.defn
@@ -221,7 +283,7 @@ class ConsumerActivities:
             "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
         ), list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
-        record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
+        self._event(obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
 
     def _set_finalizer(self, obj: dict[str, Any], *, present: bool) -> None:
         meta = obj["metadata"]
@@ -254,4 +316,8 @@ class ConsumerActivities:
             "vnodeReference": {"name": virtual_node_name(provider)},
             "conditions": conditions,
         })  # fmt: skip
-        record_event(self._home, obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")
+        self._event(obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")
+
+    def _event(self, obj: dict[str, Any], *, reason: ConsumerEventReason, message: str, warning: bool = False) -> None:
+        """record_event, with the reason checked against the vocabulary by the type checker."""
+        record_event(self._home, obj, reason=reason, message=message, warning=warning)

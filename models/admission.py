@@ -36,17 +36,15 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal, get_args
 
 from models.api import ClusterConfig
+from models.api.advertisement import AdvertisementPhase
+from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason, RefusedReason
 from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, advertisement_name
 from models.quantities import QuantityError, parse_quantity
 
 Policy = Literal["AutoAcceptMax", "Manual"]
-Phase = Literal["Pending", "Accepted", "Refused", "Deleting"]
 ManualVerdict = Literal["accept", "refuse"]
-# The closed set of reasons, one per outcome, grouped by the phase they come with.
-AcceptedReason = Literal["WithinMaximum", "ManuallyAccepted"]
-RefusedReason = Literal["MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused"]
-PendingReason = Literal["AwaitingManualDecision"]
-Reason = AcceptedReason | RefusedReason | PendingReason
+# The closed set of reasons (the Accepted condition's, in models/api/conditions.py), grouped by the phase
+# they come with.
 REASONS: Final[Mapping[str, frozenset[str]]] = {
     "Accepted": frozenset(get_args(AcceptedReason)),
     "Refused": frozenset(get_args(RefusedReason)),
@@ -81,8 +79,8 @@ class Decision:
 
     name: str
     provider: str
-    phase: Phase
-    reason: Reason
+    phase: AdvertisementPhase
+    reason: AdmissionReason
     message: str
 
 
@@ -230,7 +228,7 @@ def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
     return decisions
 
 
-def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Phase, Reason, str]:
+def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str]:
     who = f"cluster {c.provider!r}"
     if c.problems:
         return "Refused", "Invalid", "invalid Advertisement: " + "; ".join(c.problems)

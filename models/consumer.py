@@ -13,6 +13,7 @@ ever; no deadline already past is ever a deadline again (see `wake_after`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -69,12 +70,17 @@ class AdvertisementState(_Model):
     virtual_kubelet_created: int = 0
     # The phase last observed, so that a run continued as new refuses a second decision before its first look.
     observed_phase: str | None = None
+    # The last activity failure the workflow waited out (a forbidden call, say), for the Web UI; None once a
+    # pass succeeds again.
+    last_error: str | None = None
 
 
 class AdvertisementInput(_Model):
     provider_id: str
     advertisement: str
     state: AdvertisementState | None = None
+    # The consumer's own cluster id, for the HomeCluster search attribute (runs begun before have none).
+    home_cluster_id: str | None = None
 
 
 # Decided but not accepted: nothing was built for it, and no finalizer holds it. One not decided yet waits
@@ -99,15 +105,31 @@ def teardown_cause(obs: AdvertisementObservation, now: datetime) -> TeardownCaus
     return None
 
 
-def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime, *, legacy: bool = False) -> Step:
+@dataclass(frozen=True)
+class NextStep:
+    """What `next_step` decided: the step, and the teardown cause the workflow keeps in its state (latched:
+    once set, it stays)."""
+
+    step: Step
+    teardown: TeardownCause | None
+
+
+def next_step(
+    obs: AdvertisementObservation, state: AdvertisementState, now: datetime, *, legacy: bool = False
+) -> NextStep:
     """What to do now, from what was observed; teardown, once begun, runs to its end. `legacy` keeps the
     rules of runs begun before issue 14 (an unaccepted one never expired), for their replay."""
-    if state.teardown is None and obs.phase == "Accepted":
-        state.teardown = teardown_cause(obs, now)
-    elif state.teardown is None and (not obs.exists or obs.deleting):
-        state.teardown = "Deleted"
-    if state.teardown is not None:
-        return _teardown_step(obs, state, now)
+    teardown = state.teardown
+    if teardown is None and obs.phase == "Accepted":
+        teardown = teardown_cause(obs, now)
+    elif teardown is None and (not obs.exists or obs.deleting):
+        teardown = "Deleted"
+    if teardown is not None:
+        return NextStep(_teardown_step(obs, state, now), teardown)
+    return NextStep(_building_step(obs, now, legacy=legacy), None)
+
+
+def _building_step(obs: AdvertisementObservation, now: datetime, *, legacy: bool) -> Step:
     if obs.phase != "Accepted":
         # Not latched as a teardown: a push may renew it before the deletion, which then does nothing.
         expired = obs.time_to_live is not None and now >= obs.time_to_live
@@ -176,6 +198,8 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
     if obs.resources:
         lines += ["", "| resource | advertised |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
+    if state.last_error:
+        lines += ["", f"**last failure** (retried at the next change or after a backoff): {state.last_error}"]
     if state.deleted:
         lines += ["", "| deleted | at |", "|---|---|"]
         lines += [f"| {what} | {when:%H:%M:%S.%f} |" for what, when in state.deleted.items()]
@@ -192,7 +216,60 @@ def _waiting_for(step: Step, state: AdvertisementState) -> str:
     }.get(step, "nothing")
 
 
+def after_step(state: AdvertisementState, step: Step, *, done: bool, now: datetime) -> AdvertisementState:
+    """The state once `step` has run (`done`: it found something to do; only DeleteExpired can say no):
+    what teardown deleted and when, the clean wait's start, the virtual kubelet's creations."""
+    deleted = dict(state.deleted)
+    update: dict[str, object] = {"deleted": deleted}
+    if step == "DeleteExpired" and done:
+        update["teardown"] = "Expired"  # nothing else to tear down: the run completes
+    if step == "DeleteVirtualNode":
+        deleted["virtual-node"] = now
+        update["clean_wait_started"] = now
+    elif step == "DeleteVirtualKubelet":
+        deleted["virtual-kubelet"] = now
+    elif step == "ReleaseAdvertisement" or (step == "DeleteExpired" and done):
+        deleted["advertisement"] = now
+    elif step == "EnsureVirtualKubelet":
+        update["virtual_kubelet_created"] = state.virtual_kubelet_created + 1
+    return state.model_copy(update=update)
+
+
+# One input per acting step, each the activity of the same name (snake case) in activities/consumer.py.
+class EnsureFinalizerInput(_Model):
+    advertisement: str
+
+
+class EnsureVirtualKubeletInput(_Model):
+    provider_id: str
+    advertisement: str
+
+
+class MarkDeletingInput(_Model):
+    advertisement: str
+    teardown: TeardownCause
+
+
+class DeleteVirtualNodeInput(_Model):
+    provider_id: str
+
+
+class DeleteVirtualKubeletInput(_Model):
+    provider_id: str
+
+
+class ReleaseAdvertisementInput(_Model):
+    advertisement: str
+    teardown: TeardownCause
+
+
+class DeleteExpiredInput(_Model):
+    advertisement: str
+
+
 class AdvertisementStep(_Model):
+    """The input of `run_step`, kept for runs begun before patch consumer-step-activities."""
+
     provider_id: str
     advertisement: str
     step: Step

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import TimeSkipper
 
 from deploy.localenv.clusters import LocalCluster
@@ -159,7 +160,8 @@ async def test_manual_acceptance_by_update_and_by_annotation(
         handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(by_update))
         with pytest.raises(WorkflowUpdateFailedError) as bad:
             await handle.execute_update(AdvertisementWorkflow.accept, "  ")
-        assert "reason must be a non-empty string" in str(bad.value.cause)
+        assert isinstance(bad.value.cause, ApplicationError) and bad.value.cause.type == "InvalidDecision"
+        assert "give a reason" in bad.value.cause.message
         assert await handle.execute_update(AdvertisementWorkflow.accept, "capacity for the batch jobs") == "Accepted"
 
         patch_cluster_object(api, ADVERTISEMENTS, advertisement_name(by_annotation),
@@ -169,7 +171,8 @@ async def test_manual_acceptance_by_update_and_by_annotation(
         await eventually(lambda: _phases(api)[by_annotation] == "Accepted", what="accepted by annotation")
         with pytest.raises(WorkflowUpdateFailedError) as again:
             await handle.execute_update(AdvertisementWorkflow.refuse, "changed my mind")
-        assert "already Accepted" in str(again.value.cause)
+        assert isinstance(again.value.cause, ApplicationError) and again.value.cause.type == "InvalidDecision"
+        assert "already Accepted" in again.value.cause.message
     assert _phases(api) == {by_update: "Accepted", by_annotation: "Accepted", refused: "Refused"}
     reason = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(refused))["status"]["reason"]
     assert reason == "ManuallyRefused"

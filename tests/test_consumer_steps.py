@@ -44,15 +44,24 @@ def observed(**fields: Any) -> AdvertisementObservation:
     ],
 )  # fmt: skip
 def test_the_next_step(obs: AdvertisementObservation, step: str) -> None:
-    assert next_step(obs, AdvertisementState(), NOW) == step
+    assert next_step(obs, AdvertisementState(), NOW).step == step
 
 
 def test_teardown_goes_node_then_virtual_kubelet_then_advertisement() -> None:
     state = AdvertisementState(teardown="Deleted", clean_wait_started=NOW)
     deleting = {"phase": "Deleting", "deleting": True}
-    assert next_step(observed(**deleting, virtual_node_exists=True), state, NOW) == "DeleteVirtualNode"
-    assert next_step(observed(**deleting), state, NOW) == "AwaitProviderClean"
-    assert next_step(observed(**deleting, provider_clean=True), state, NOW) == "DeleteVirtualKubelet"
-    assert next_step(observed(**deleting), state, NOW + PROVIDER_CLEAN_TIMEOUT) == "DeleteVirtualKubelet"
-    assert next_step(observed(**deleting, virtual_kubelet_exists=False), state, NOW) == "ReleaseAdvertisement"
-    assert next_step(AdvertisementObservation(exists=False), state, NOW) == "Done"
+    assert next_step(observed(**deleting, virtual_node_exists=True), state, NOW).step == "DeleteVirtualNode"
+    assert next_step(observed(**deleting), state, NOW).step == "AwaitProviderClean"
+    assert next_step(observed(**deleting, provider_clean=True), state, NOW).step == "DeleteVirtualKubelet"
+    assert next_step(observed(**deleting), state, NOW + PROVIDER_CLEAN_TIMEOUT).step == "DeleteVirtualKubelet"
+    assert next_step(observed(**deleting, virtual_kubelet_exists=False), state, NOW).step == "ReleaseAdvertisement"
+    assert next_step(AdvertisementObservation(exists=False), state, NOW).step == "Done"
+
+
+def test_next_step_leaves_the_state_alone_and_returns_the_teardown_cause() -> None:
+    state = AdvertisementState()
+    decided = next_step(observed(deleting=True), state, NOW)
+    assert (decided.step, decided.teardown) == ("MarkDeleting", "Deleted")
+    assert state == AdvertisementState()
+    latched = state.model_copy(update={"teardown": "Expired"})
+    assert next_step(observed(deleting=True), latched, NOW).teardown == "Expired"  # once begun, the cause stays

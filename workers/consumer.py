@@ -210,7 +210,8 @@ class ConsumerWatchers(Watchers):
             self._submit(self._signal(advertisement_workflow_id(provider), "changed"))
             return
         self._submit(self._forgetting_on_failure(self._signal_with_start(
-            AdvertisementWorkflow.run, AdvertisementInput(provider_id=provider, advertisement=name),
+            AdvertisementWorkflow.run,
+            AdvertisementInput(provider_id=provider, advertisement=name, home_cluster_id=self._settings.cluster.cluster_id),
             advertisement_workflow_id(provider), "changed", f"Advertisement from {provider}",
         ), self._lifecycles, name=name))  # fmt: skip
 
@@ -260,7 +261,10 @@ def consumer_role(ctx: RoleContext) -> Role:
         name="consumer",
         workflows=[AdmissionWorkflow, AdvertisementWorkflow],
         activities=[activities.admit_advertisements, activities.record_manual_decision,
-                    activities.observe_advertisement, activities.run_step, activities.report_pod_cidr_timeout],
+                    activities.observe_advertisement, activities.ensure_finalizer, activities.ensure_virtual_kubelet,
+                    activities.mark_deleting, activities.delete_virtual_node, activities.delete_virtual_kubelet,
+                    activities.release_advertisement, activities.delete_expired, activities.report_pod_cidr_timeout,
+                    activities.run_step],  # run_step: kept for runs begun before consumer-step-activities
         start=watchers.start,
         stop=watchers.stop,
     )  # fmt: skip

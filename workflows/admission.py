@@ -14,7 +14,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError
+
+from workflows.failures import describe_failure
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
@@ -25,6 +28,12 @@ ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 # Runs begun before issue 14 looked again every IDLE_RECHECK; they keep doing so, for their replay.
 IDLE_RECHECK = timedelta(minutes=10)
 EVENT_DRIVEN_PATCH = "admission-event-driven"
+# Runs begun before issue 19 never set HomeCluster (a new command): only new runs do.
+HOME_CLUSTER_PATCH = "admission-home-cluster"
+HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
+# A pass the retry policy gave up on (a permanent failure: a forbidden list) is shown and retried at the
+# next signal, or after this long.
+FAILED_PASS_RETRY = timedelta(minutes=5)
 
 
 @workflow.defn
@@ -37,12 +46,18 @@ class AdmissionWorkflow:
 
     @workflow.run
     async def run(self, input: AdmissionInput) -> None:
+        if workflow.patched(HOME_CLUSTER_PATCH):
+            workflow.upsert_search_attributes([HOME_CLUSTER.value_set(input.cluster_id)])
         while True:
             self._pending = False
-            self._last = await workflow.execute_activity_method(
-                ConsumerActivities.admit_advertisements, input.cluster_id,
-                start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT_RETRY, summary="admission pass",
-            )  # fmt: skip
+            try:
+                self._last = await workflow.execute_activity_method(
+                    ConsumerActivities.admit_advertisements, input.cluster_id,
+                    start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT_RETRY, summary="admission pass",
+                )  # fmt: skip
+            except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
+                await self._wait_out(failure)
+                continue
             self._input.reconciles += 1
             workflow.set_current_details(_details(self._last, self._input.reconciles))
             if workflow.patched(EVENT_DRIVEN_PATCH):
@@ -57,6 +72,19 @@ class AdmissionWorkflow:
             # between them (a suggestion is not a deadline).
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(self._input)
+
+    async def _wait_out(self, failure: ActivityError) -> None:
+        """Shows the failure in the current details and waits for the next signal or FAILED_PASS_RETRY: the
+        one admission workflow of a cluster does not fail on a forbidden call."""
+        error = describe_failure(failure)
+        details = _details(self._last, self._input.reconciles) if self._last else "**Admission**"
+        workflow.set_current_details(f"{details}\n\n**last pass failed** (retried at the next change or in "
+                                     f"{FAILED_PASS_RETRY}): {error}")  # fmt: skip
+        try:
+            await workflow.wait_condition(lambda: self._pending, timeout=FAILED_PASS_RETRY,
+                                          timeout_summary="retry the failed pass")  # fmt: skip
+        except TimeoutError:
+            pass
 
     @workflow.signal
     def reconcile(self) -> None:

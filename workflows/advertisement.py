@@ -12,16 +12,24 @@ Every wake re-reads the cluster and derives the next step (models/consumer.py), 
 resumes at that step. Since issue 14 (patch `steady-deadline`): the deadline timer is held across wakes
 and replaced only by an earlier one, so a wake that changes nothing starts no timer; the expiry timer
 re-reads the Advertisement when it fires (a push renewing timeToLive wakes nobody); an Advertisement that
-expires unaccepted is deleted (step DeleteExpired) and the workflow completes.
+expires unaccepted is deleted (step DeleteExpired) and the workflow completes. Since issue 19 (patch
+`consumer-step-activities`): each acting step is its own activity (ensure_finalizer, ...,
+release_advertisement), and an activity failure the retry policy gives up on (a 403) is shown in the
+current details and waited out, never failing the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.failures import describe_failure
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
@@ -30,14 +38,24 @@ with workflow.unsafe.imports_passed_through():
         AdvertisementObservation,
         AdvertisementState,
         AdvertisementStep,
+        DeleteExpiredInput,
+        DeleteVirtualKubeletInput,
+        DeleteVirtualNodeInput,
+        EnsureFinalizerInput,
+        EnsureVirtualKubeletInput,
         ManualDecision,
+        MarkDeletingInput,
+        ReleaseAdvertisementInput,
         Step,
+        TeardownCause,
+        after_step,
         next_step,
         render_details,
         wake_after,
     )
 
 PROVIDER_CLUSTER = SearchAttributeKey.for_keyword("ProviderCluster")
+HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
 ADVERTISEMENT_PHASE = SearchAttributeKey.for_keyword("AdvertisementPhase")
 
 # Reads and writes on the consumer's own API server: quick, retried without end (the API server will be
@@ -57,6 +75,13 @@ ACTING_STEPS: frozenset[Step] = frozenset(
 # Runs begun before issue 14 keep the old rules (a new timer at every wake, unaccepted ones never
 # expire) so that their histories replay; new runs take the held deadline and the expiry of unaccepted ones.
 STEADY_PATCH = "steady-deadline"
+# Runs begun before issue 19 ran every step through the one activity run_step; new runs call one activity
+# per step, so that the history reads as the steps.
+STEP_ACTIVITIES_PATCH = "consumer-step-activities"
+# After an activity failure the retry policy gave up on (a permanent one: a forbidden call, an invalid
+# write), wait for the next change, or this long, doubling from the first, before looking again.
+FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
+FAILURE_BACKOFF_MAX = timedelta(minutes=5)
 
 
 @workflow.defn
@@ -70,65 +95,124 @@ class AdvertisementWorkflow:
         self._step: Step | None = None
         self._decided: str | None = None
         self._steady: bool | None = None  # STEADY_PATCH, decided at the first wake
+        self._step_activities: bool | None = None  # STEP_ACTIVITIES_PATCH, decided at the first wake
+        self._failures = 0  # consecutive passes that ended in an activity failure
         self._deadline_timer: asyncio.Task[None] | None = None
         self._deadline: datetime | None = None
 
     @workflow.run
     async def run(self, input: AdvertisementInput) -> AdvertisementState:
-        workflow.upsert_search_attributes([PROVIDER_CLUSTER.value_set(input.provider_id)])
+        # HomeCluster only when the worker said it (runs begun before did not): their command stays as it was.
+        attributes = [PROVIDER_CLUSTER.value_set(input.provider_id)]
+        if input.home_cluster_id:
+            attributes.append(HOME_CLUSTER.value_set(input.home_cluster_id))
+        workflow.upsert_search_attributes(attributes)
         while True:
             self._changed = False
-            obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
-                                       summary="observe")  # fmt: skip
-            now = workflow.now()
-            if self._steady is None:
-                self._steady = workflow.patched(STEADY_PATCH)
-            step = next_step(obs, self._state, now, legacy=not self._steady)
-            self._observation, self._step = obs, step
-            self._state.observed_phase = obs.phase
-            if obs.phase == "Accepted" and self._state.accepted_at is None:
-                self._state.accepted_at = now
-            self._publish(obs, step)
-            if step == "Done":
-                self._disarm()
-                return self._state
-            if step in ACTING_STEPS:
-                done = await self._act(step)
-                if step == "DeleteExpired":
-                    if done:  # gone: a push that brings it back is a new arrival, for a new run
-                        self._disarm()
-                        return self._state
-                    # Expired by the workflow's clock, not yet by the worker's (their clocks differ): not a
-                    # tight loop of reads, a short wait.
-                    await workflow.sleep(EXPIRY_CLOCK_SKEW_RECHECK, summary="expired here, not yet for the worker")
-                continue
-            if self._steady:
-                await self._wait_for_change_or_deadline(obs, step)
-            else:
-                await self._wait(obs, step)
-            # Updates wait for the loop's next pass, so never block on them: continue-as-new only
-            # between them (a suggestion is not a deadline).
-            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                self._disarm()
-                workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+            try:
+                if await self._pass():
+                    self._disarm()
+                    return self._state
+            except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
+                await self._wait_out(failure)
 
-    async def _act(self, step: Step) -> bool | None:
-        request = AdvertisementStep(provider_id=self._input.provider_id, advertisement=self._input.advertisement,
-                                    step=step, teardown=self._state.teardown)  # fmt: skip
-        done = await self._activity(ConsumerActivities.run_step, request, summary=step)
+    async def _pass(self) -> bool:
+        """One wake: observe, decide, act or wait. True when the run is over."""
+        obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
+                                   summary="observe")  # fmt: skip
         now = workflow.now()
-        if step == "DeleteExpired" and done:
-            self._state.teardown = "Expired"  # nothing else to tear down: the run completes
-        if step == "DeleteVirtualNode":
-            self._state.deleted["virtual-node"] = now
-            self._state.clean_wait_started = now
-        elif step == "DeleteVirtualKubelet":
-            self._state.deleted["virtual-kubelet"] = now
-        elif step == "ReleaseAdvertisement" or (step == "DeleteExpired" and done):
-            self._state.deleted["advertisement"] = now
+        if self._steady is None:
+            self._steady = workflow.patched(STEADY_PATCH)
+            self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
+        decided = next_step(obs, self._state, now, legacy=not self._steady)
+        step = decided.step
+        self._state.teardown = decided.teardown
+        self._observation, self._step = obs, step
+        self._state.observed_phase = obs.phase
+        if obs.phase == "Accepted" and self._state.accepted_at is None:
+            self._state.accepted_at = now
+        self._publish(obs, step)
+        if step == "Done":
+            return True
+        if step in ACTING_STEPS:
+            done = await self._act(step)
+            self._state = after_step(self._state, step, done=done, now=workflow.now())
+            self._succeeded()
+            if step == "DeleteExpired":
+                if done:  # gone: a push that brings it back is a new arrival, for a new run
+                    return True
+                # Expired by the workflow's clock, not yet by the worker's (their clocks differ): not a
+                # tight loop of reads, a short wait.
+                await workflow.sleep(EXPIRY_CLOCK_SKEW_RECHECK, summary="expired here, not yet for the worker")
+            return False
+        self._succeeded()
+        if self._steady:
+            await self._wait_for_change_or_deadline(obs, step)
+        else:
+            await self._wait(obs, step)
+        # Updates wait for the loop's next pass, so never block on them: continue-as-new only
+        # between them (a suggestion is not a deadline).
+        if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+            self._disarm()
+            workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
+        return False
+
+    async def _act(self, step: Step) -> bool:
+        """Runs one acting step; False only when DeleteExpired found nothing to delete."""
+        provider, name = self._input.provider_id, self._input.advertisement
+        if not self._step_activities:
+            request = AdvertisementStep(provider_id=provider, advertisement=name, step=step,
+                                        teardown=self._state.teardown)  # fmt: skip
+            return bool(await self._activity(ConsumerActivities.run_step, request, summary=step))
+        if step == "DeleteExpired":
+            return bool(await self._activity(ConsumerActivities.delete_expired,
+                                             DeleteExpiredInput(advertisement=name), summary=step))  # fmt: skip
+        if step == "EnsureFinalizer":
+            await self._activity(ConsumerActivities.ensure_finalizer, EnsureFinalizerInput(advertisement=name),
+                                 summary=step)  # fmt: skip
         elif step == "EnsureVirtualKubelet":
-            self._state.virtual_kubelet_created += 1
-        return done
+            await self._activity(ConsumerActivities.ensure_virtual_kubelet,
+                                 EnsureVirtualKubeletInput(provider_id=provider, advertisement=name), summary=step)
+        elif step == "MarkDeleting":
+            await self._activity(ConsumerActivities.mark_deleting,
+                                 MarkDeletingInput(advertisement=name, teardown=self._teardown()), summary=step)
+        elif step == "DeleteVirtualNode":
+            await self._activity(ConsumerActivities.delete_virtual_node, DeleteVirtualNodeInput(provider_id=provider),
+                                 summary=step)  # fmt: skip
+        elif step == "DeleteVirtualKubelet":
+            await self._activity(ConsumerActivities.delete_virtual_kubelet,
+                                 DeleteVirtualKubeletInput(provider_id=provider), summary=step)
+        elif step == "ReleaseAdvertisement":
+            await self._activity(ConsumerActivities.release_advertisement,
+                                 ReleaseAdvertisementInput(advertisement=name, teardown=self._teardown()), summary=step)
+        return True
+
+    def _teardown(self) -> TeardownCause:
+        # next_step returns a teardown step only with a cause, latched in the state.
+        assert self._state.teardown is not None, "a teardown step without a teardown cause"
+        return self._state.teardown
+
+    def _succeeded(self) -> None:
+        self._failures = 0
+        self._state.last_error = None
+
+    async def _wait_out(self, failure: ActivityError) -> None:
+        """Records an activity failure where the Web UI shows it (current details, status query) and waits
+        for the next change or a backoff that doubles up to FAILURE_BACKOFF_MAX: a long-running workflow
+        does not fail on a forbidden call; someone fixes the RBAC, and it carries on."""
+        self._state.last_error = describe_failure(failure)
+        self._failures += 1
+        backoff = min(FAILURE_BACKOFF_MAX, FAILURE_BACKOFF_FIRST * 2 ** (self._failures - 1))
+        if self._observation is not None and self._step is not None:
+            self._publish(self._observation, self._step)
+        else:  # the first look failed: nothing observed to show yet
+            workflow.set_current_details(f"**Advertisement from `{self._input.provider_id}`**\n\n"
+                                         f"- last failure: {self._state.last_error}")  # fmt: skip
+        try:
+            await workflow.wait_condition(lambda: self._changed, timeout=backoff,
+                                          timeout_summary=f"after a failure: retry in {backoff}")  # fmt: skip
+        except TimeoutError:
+            pass
 
     async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
         timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)
@@ -169,7 +253,7 @@ class AdvertisementWorkflow:
             self._deadline_timer.cancel()
         self._deadline_timer, self._deadline = None, None
 
-    async def _activity(self, method, arg, *, summary: str):  # type: ignore[no-untyped-def]
+    async def _activity(self, method: Callable[..., Any], arg: Any, *, summary: str) -> Any:
         return await workflow.execute_activity_method(
             method, arg, start_to_close_timeout=KUBE_TIMEOUT, retry_policy=KUBE_RETRY, summary=summary
         )
@@ -196,7 +280,7 @@ class AdvertisementWorkflow:
     async def refuse(self, reason: str) -> str:
         return await self._decide("refuse", reason)
 
-    async def _decide(self, decision: str, reason: str) -> str:
+    async def _decide(self, decision: Literal["accept", "refuse"], reason: str) -> str:
         await self._activity(ConsumerActivities.record_manual_decision,
                              ManualDecision(advertisement=self._input.advertisement, decision=decision, reason=reason),
                              summary=f"manual {decision}")  # fmt: skip
@@ -221,15 +305,21 @@ class AdvertisementWorkflow:
         self._validate_decision(reason)
 
     def _validate_decision(self, reason: str) -> None:
+        """Refusals reach the CLI as they are: a non-retryable ApplicationError of type InvalidDecision."""
         if not isinstance(reason, str) or not reason.strip() or len(reason) > 256:
-            raise ValueError("reason must be a non-empty string of at most 256 characters")
+            raise _invalid_decision("give a reason: a non-empty text of at most 256 characters")
         if self._state.teardown is not None:
-            raise ValueError(f"the Advertisement is being torn down ({self._state.teardown})")
+            raise _invalid_decision(f"{self._input.advertisement} is being torn down ({self._state.teardown})")
         phase = self._decided or (self._observation.phase if self._observation is not None else None)
         phase = phase or self._state.observed_phase  # a run continued as new has not looked yet
         if phase not in (None, "Pending"):
-            raise ValueError(f"the Advertisement is already {phase}; only a Pending one is decided by hand")
+            raise _invalid_decision(f"{self._input.advertisement} is already {phase}; only a Pending one is "
+                                    "decided by hand")  # fmt: skip
 
     @workflow.query
     def status(self) -> AdvertisementState:
         return self._state
+
+
+def _invalid_decision(why: str) -> ApplicationError:
+    return ApplicationError(f"cannot decide by hand: {why}", type="InvalidDecision", non_retryable=True)

@@ -1,0 +1,317 @@
+"""The consumer's workflows, run for real on a Temporal dev server against stubbed activities (no
+clusters): the stubs keep an in-memory consumer cluster that `observe_advertisement` reads and the step
+activities change, and each test asserts the order of the activities in the history, which is what the
+Web UI shows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import TimeSkipper, TimeSkippingConfig
+from temporalio.worker import Worker
+
+from models.consumer import (
+    AdmissionInput,
+    AdmissionResult,
+    AdvertisementInput,
+    AdvertisementObservation,
+    AdvertisementState,
+    DeleteExpiredInput,
+    DeleteVirtualKubeletInput,
+    DeleteVirtualNodeInput,
+    EnsureFinalizerInput,
+    EnsureVirtualKubeletInput,
+    ManualDecision,
+    MarkDeletingInput,
+    ReleaseAdvertisementInput,
+)
+from workflows.admission import AdmissionWorkflow
+from workflows.advertisement import AdvertisementWorkflow
+
+pytestmark = pytest.mark.workflow
+PROVIDER = "provider-x"
+ADVERTISEMENT = f"advertisement-{PROVIDER}"
+HOME = "consumer-a"
+POD_CIDR_WAIT = timedelta(seconds=300)
+# How long a test waits for the workflow to reach a state (polled; a miss fails with what was seen).
+REACH_ATTEMPTS = 400
+REACH_INTERVAL = 0.05
+
+
+class ConsumerCluster:
+    """The consumer cluster as the stubs see it, and the stubbed ConsumerActivities (same names)."""
+
+    def __init__(self, *, phase: str, time_to_live: datetime) -> None:
+        self.advertisement: AdvertisementObservation | None = AdvertisementObservation(
+            exists=True, phase=phase, time_to_live=time_to_live, resources={"cpu": "4"},
+            pod_cidr_wait_timeout_seconds=int(POD_CIDR_WAIT.total_seconds()),
+        )  # fmt: skip
+        self.virtual_kubelet = False
+        self.virtual_node = False
+        self.provider_clean = False
+        self.failures: dict[str, ApplicationError] = {}  # activity name -> its next failure
+
+    def change(self, **fields: Any) -> None:
+        assert self.advertisement is not None
+        self.advertisement = self.advertisement.model_copy(update=fields)
+
+    def _fail_if_told(self) -> None:
+        failure = self.failures.pop(activity.info().activity_type, None)
+        if failure is not None:
+            raise failure
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.observe_advertisement, self.ensure_finalizer, self.report_pod_cidr_timeout,
+                self.ensure_virtual_kubelet, self.mark_deleting, self.delete_virtual_node,
+                self.delete_virtual_kubelet, self.release_advertisement, self.delete_expired,
+                self.record_manual_decision]  # fmt: skip
+
+    @activity.defn
+    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        self._fail_if_told()
+        seen = self.advertisement or AdvertisementObservation(exists=False)
+        return seen.model_copy(update={"virtual_kubelet_exists": self.virtual_kubelet,
+                                       "virtual_node_exists": self.virtual_node,
+                                       "provider_clean": self.provider_clean})  # fmt: skip
+
+    @activity.defn
+    async def ensure_finalizer(self, request: EnsureFinalizerInput) -> None:
+        self._fail_if_told()
+        self.change(has_finalizer=True)
+
+    @activity.defn
+    async def report_pod_cidr_timeout(self, name: str) -> None:
+        pass
+
+    @activity.defn
+    async def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
+        self.virtual_kubelet = self.virtual_node = True  # the virtual kubelet registers its node
+
+    @activity.defn
+    async def mark_deleting(self, request: MarkDeletingInput) -> None:
+        self.change(phase="Deleting", reason=request.teardown)
+
+    @activity.defn
+    async def delete_virtual_node(self, request: DeleteVirtualNodeInput) -> None:
+        self.virtual_node = False
+        self.provider_clean = True  # the virtual kubelet cleans the provider namespace up and says so
+
+    @activity.defn
+    async def delete_virtual_kubelet(self, request: DeleteVirtualKubeletInput) -> None:
+        self.virtual_kubelet = False
+
+    @activity.defn
+    async def release_advertisement(self, request: ReleaseAdvertisementInput) -> None:
+        self.advertisement = None  # deleted, its finalizer gone: the API server removes it
+
+    @activity.defn
+    async def delete_expired(self, request: DeleteExpiredInput) -> bool:
+        if self.advertisement is None or self.advertisement.phase not in ("Pending", "Refused"):
+            return False
+        self.advertisement = None
+        return True
+
+    @activity.defn
+    async def record_manual_decision(self, decision: ManualDecision) -> None:
+        raise AssertionError("the validator must refuse before anything is recorded")
+
+
+@pytest.fixture
+async def skipper(workflow_client: Client) -> TimeSkipper:
+    """Time moves only when a test fast-forwards it."""
+    return TimeSkipper(workflow_client, config=TimeSkippingConfig(enabled=False))
+
+
+@pytest.fixture
+async def worker_for(workflow_client: Client) -> AsyncIterator[Callable[[list[Callable[..., Any]]], Worker]]:
+    workers: list[Worker] = []
+
+    def start(activities: list[Callable[..., Any]]) -> Worker:
+        worker = Worker(workflow_client, task_queue=f"consumer-{uuid.uuid4().hex[:8]}",
+                        workflows=[AdvertisementWorkflow, AdmissionWorkflow], activities=activities)  # fmt: skip
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        await worker.shutdown()
+
+
+async def reach(
+    skipper: TimeSkipper, handle: WorkflowHandle[Any, Any], what: str, predicate: Callable[[], bool]
+) -> None:
+    """Waits until the workflow has nothing in flight (no activity, no workflow task: it waits for a signal
+    or a timer) and `predicate` holds."""
+    for _ in range(REACH_ATTEMPTS):
+        description = (await handle.describe()).raw_description
+        idle = not description.pending_activities and not description.HasField("pending_workflow_task")
+        if idle and predicate():
+            return
+        await asyncio.sleep(REACH_INTERVAL)
+    raise AssertionError(
+        f"the workflow never reached: {what}; activities so far: {await activity_names(skipper.client, handle)}"
+    )
+
+
+async def activity_names(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Every activity scheduled, in order, across the runs (the test server suggests continue-as-new after
+    40 events)."""
+    names: list[str] = []
+    run_id: str | None = handle.first_execution_run_id
+    while run_id:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        run_id = None
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return names
+
+
+def steps(names: list[str]) -> list[str]:
+    return [n for n in names if n != "observe_advertisement"]
+
+
+async def start_advertisement(skipper: TimeSkipper, worker: Worker) -> WorkflowHandle[Any, AdvertisementState]:
+    return await skipper.client.start_workflow(
+        AdvertisementWorkflow.run,
+        AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT, home_cluster_id=HOME),
+        id=f"advertisement-{PROVIDER}-{uuid.uuid4().hex[:8]}", task_queue=worker.task_queue,
+    )  # fmt: skip
+
+
+async def test_an_accepted_advertisement_is_built_then_torn_down_in_order(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    cluster = ConsumerCluster(phase="Pending", time_to_live=datetime.now(UTC) + timedelta(days=30))
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting for the decision", lambda: True)
+        assert steps(await activity_names(skipper.client, handle)) == []
+
+        cluster.change(phase="Accepted")
+        await handle.signal(AdvertisementWorkflow.changed)
+        await reach(skipper, handle, "waiting for the PodCIDR", lambda: cluster.advertisement is not None
+                    and cluster.advertisement.has_finalizer)  # fmt: skip
+        assert steps(await activity_names(skipper.client, handle)) == ["ensure_finalizer"]
+
+        assert await skipper.fast_forward(handle, POD_CIDR_WAIT + timedelta(seconds=1))
+        await reach(skipper, handle, "the PodCIDR timeout reported", lambda: True)
+        assert steps(await activity_names(skipper.client, handle)) == ["ensure_finalizer", "report_pod_cidr_timeout"]
+        assert (await handle.query(AdvertisementWorkflow.status)).pod_cidr_timed_out
+
+        cluster.change(remote_remapped_pod_cidr="10.200.0.0/16")
+        await handle.signal(AdvertisementWorkflow.changed)
+        await reach(skipper, handle, "steady", lambda: cluster.virtual_kubelet)
+
+        cluster.change(deleting=True)
+        await handle.signal(AdvertisementWorkflow.changed)
+        state = await handle.result()
+
+    assert steps(await activity_names(skipper.client, handle)) == [
+        "ensure_finalizer", "report_pod_cidr_timeout", "ensure_virtual_kubelet",
+        "mark_deleting", "delete_virtual_node", "delete_virtual_kubelet", "release_advertisement",
+    ]  # fmt: skip
+    assert state.teardown == "Deleted" and state.virtual_kubelet_created == 1
+    assert list(state.deleted) == ["virtual-node", "virtual-kubelet", "advertisement"]
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME
+
+
+async def test_an_advertisement_that_expires_unaccepted_is_deleted_and_the_run_ends(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    cluster = ConsumerCluster(phase="Refused", time_to_live=datetime.now(UTC) + timedelta(hours=1))
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting for the expiry", lambda: True)
+        assert not await skipper.fast_forward(handle, timedelta(hours=2))  # the run completes first
+        state = await handle.result()
+    assert await activity_names(skipper.client, handle) == [
+        "observe_advertisement",
+        "observe_advertisement",
+        "delete_expired",
+    ]
+    assert state.teardown == "Expired" and list(state.deleted) == ["advertisement"]
+    assert cluster.advertisement is None
+
+
+async def test_a_manual_accept_of_an_accepted_advertisement_is_refused_with_a_readable_error(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    cluster = ConsumerCluster(phase="Accepted", time_to_live=datetime.now(UTC) + timedelta(days=30))
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting for the PodCIDR", lambda: True)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(AdvertisementWorkflow.accept, "looks fine")
+        await handle.terminate("test over")
+    error = refused.value.cause
+    assert isinstance(error, ApplicationError)
+    assert (error.type, error.non_retryable) == ("InvalidDecision", True)
+    assert error.message == (f"cannot decide by hand: {ADVERTISEMENT} is already Accepted; "
+                             "only a Pending one is decided by hand")  # fmt: skip
+
+
+async def test_a_forbidden_step_is_shown_and_waited_out_without_failing_the_run(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    cluster = ConsumerCluster(phase="Accepted", time_to_live=datetime.now(UTC) + timedelta(days=30))
+    cluster.failures["ensure_finalizer"] = ApplicationError(
+        "Kubernetes API 403: forbidden", type="KubernetesForbidden", non_retryable=True
+    )
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting after the failure", lambda: not cluster.failures)
+        state = await handle.query(AdvertisementWorkflow.status)
+        assert state.last_error == "ensure_finalizer: KubernetesForbidden: Kubernetes API 403: forbidden"
+
+        await handle.signal(AdvertisementWorkflow.changed)  # e.g. RBAC mended: the next change tries again
+        await reach(skipper, handle, "waiting for the PodCIDR", lambda: cluster.advertisement is not None
+                    and cluster.advertisement.has_finalizer)  # fmt: skip
+        assert (await handle.query(AdvertisementWorkflow.status)).last_error is None
+        await handle.terminate("test over")
+    assert steps(await activity_names(skipper.client, handle)) == ["ensure_finalizer", "ensure_finalizer"]
+
+
+async def test_the_admission_workflow_runs_one_pass_per_signal(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    passes: list[str] = []
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(cluster_id: str) -> AdmissionResult:
+        passes.append(cluster_id)
+        return AdmissionResult(accepted=[ADVERTISEMENT] if len(passes) == 2 else [], total_accepted=len(passes) - 1,
+                               maximum=3, policy="AutoAcceptMax")  # fmt: skip
+
+    worker = worker_for([admit_advertisements])
+    async with worker:
+        handle = await skipper.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=HOME), id=f"admission-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+        )  # fmt: skip
+        await reach(skipper, handle, "the first pass done", lambda: len(passes) == 1)
+        await handle.signal(AdmissionWorkflow.reconcile)
+        await reach(skipper, handle, "the second pass done", lambda: len(passes) == 2)
+        last = await handle.query(AdmissionWorkflow.last_pass)
+        attributes = (await handle.describe()).typed_search_attributes
+        await handle.terminate("test over")
+    assert passes == [HOME, HOME]
+    assert last is not None and last.accepted == [ADVERTISEMENT]
+    assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME

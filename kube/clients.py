@@ -16,6 +16,8 @@ from kubernetes.client import rest
 from kubernetes.client.rest import ApiException
 from temporalio.exceptions import ApplicationError
 
+from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
+
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
     """A client for the cluster a kubeconfig file names, following the file as it is renewed; None means
@@ -118,12 +120,12 @@ class SecretClients:
             if e.status == 404:
                 raise ApplicationError(
                     f"Secret {namespace}/{name} with the foreign cluster's kubeconfig does not exist",
-                    type="MissingCredentials",
+                    type=MISSING_CREDENTIALS,
                 ) from e
             raise
         data = (secret.data or {}).get(key)
         if not data:
-            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type="MissingCredentials")
+            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type=MISSING_CREDENTIALS)
         version = secret.metadata.resource_version
         with self._lock:
             cached = self._cache.get((namespace, name))
@@ -134,7 +136,7 @@ class SecretClients:
             except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
                 raise ApplicationError(
                     f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
-                    type="MissingCredentials",
+                    type=INVALID_CREDENTIALS, non_retryable=True,  # the same resourceVersion never parses
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api

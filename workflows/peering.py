@@ -178,9 +178,7 @@ class PeeringWorkflow:
     def _failed(self, error: ActivityError) -> None:
         cause = error.cause or error
         self._state.consecutive_failures += 1
-        # The type (KubernetesForbidden, InvalidCredentials, ...) is what a user searches for.
-        kind = cause.type if isinstance(cause, ApplicationError) else None
-        self._state.last_error = f"{kind}: {cause}" if kind else str(cause)
+        self._state.last_error = str(cause)  # an ApplicationError's starts with its type, which users search for
         self._state.phase = "Unreachable"
         workflow.logger.warning("push to %s failed: %s", self._input.foreign_cluster_id, cause)
         self._publish()

@@ -110,7 +110,7 @@ class SecretClients:
 
     def __init__(self, home: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(home)
-        self._cache: dict[tuple[str, str], tuple[str, k8s.ApiClient]] = {}
+        self._cache: dict[tuple[str, str], tuple[str | None, k8s.ApiClient]] = {}
         self._lock = threading.Lock()
 
     def get(self, *, name: str, namespace: str, key: str = "kubeconfig") -> k8s.ApiClient:
@@ -126,7 +126,7 @@ class SecretClients:
         data = (secret.data or {}).get(key)
         if not data:
             raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type=MISSING_CREDENTIALS)
-        version = secret.metadata.resource_version
+        version = secret.metadata.resource_version if secret.metadata else None
         with self._lock:
             cached = self._cache.get((namespace, name))
             if cached and cached[0] == version:

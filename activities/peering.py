@@ -37,6 +37,7 @@ from kube.objects import (
 )
 from models.api import ClusterConfig
 from models.api.conditions import condition
+from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, renewal_reason
 from models.names import (
     ADVERTISEMENTS,
@@ -56,11 +57,12 @@ from models.names import (
 from models.peering import (
     DecisionRequest,
     ForeignDecision,
-    PeeringPhase,
     PushRequest,
     PushResult,
+    Withdraw,
     WithdrawRequest,
     WithdrawResult,
+    decide_push,
     phase_after_push,
 )
 from models.resources import Resources
@@ -90,29 +92,40 @@ class PeeringActivities:
             return ClusterConfig.from_kubernetes({"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}}), 0
         return ClusterConfig.from_kubernetes(obj), int(obj["metadata"].get("generation", 0))
 
-    def _peering_request_gone(self, name: str | None) -> bool:
-        """True when the request is deleted or being deleted; otherwise makes sure that its deletion
-        will wait for our withdrawal (the finalizer)."""
+    def _live_peering_request(self, name: str | None) -> tuple[bool, dict[str, Any] | None]:
+        """Whether the peering's PeeringRequest is gone (deleted or being deleted), and the request while
+        it lives. A peering started from the CLI without one is never gone: only a signal withdraws it."""
         if name is None:
-            return False  # started from the CLI without a PeeringRequest: only a signal withdraws it
+            return False, None
         obj = read_cluster_object(self._home, PEERING_REQUESTS, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return True
-        finalizers = obj["metadata"].get("finalizers") or []
+            return True, None
+        return False, obj
+
+    def _ensure_finalizer(self, peering_request: dict[str, Any]) -> None:
+        """Make the PeeringRequest's deletion wait for our withdrawal (`_release` lets it go)."""
+        metadata = peering_request["metadata"]
+        finalizers = metadata.get("finalizers") or []
         if PEERING_FINALIZER not in finalizers:
-            patch_cluster_object(self._home, PEERING_REQUESTS, name, {"metadata": {
-                "finalizers": [*finalizers, PEERING_FINALIZER], "resourceVersion": obj["metadata"]["resourceVersion"]}})
-        return False
+            patch_cluster_object(self._home, PEERING_REQUESTS, metadata["name"], {"metadata": {
+                "finalizers": [*finalizers, PEERING_FINALIZER], "resourceVersion": metadata["resourceVersion"]}})
 
     @activity.defn
-    def push_advertisement(self, request: PushRequest) -> PushResult:
+    def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
+        """Read, decide (models.peering.decide_push), then push the Advertisement and fresh credentials, or
+        answer `Withdraw` and leave the withdrawal to the workflow."""
         config, generation = self._cluster_config()
         outgoing = config.spec.outgoing
-        if self._peering_request_gone(request.peering_request):
-            return self._withdraw_result(request, config, generation, "PeeringRequestDeleted")
-        if not outgoing.enable_broadcaster:
-            return self._withdraw_result(request, config, generation, "BroadcasterDisabled")
-        percent = outgoing.sharing_percentage if request.sharing_percentage is None else request.sharing_percentage
+        gone, peering_request = self._live_peering_request(request.peering_request)
+        if peering_request is not None:
+            self._ensure_finalizer(peering_request)
+        action = decide_push(
+            peering_request_gone=gone, broadcaster_enabled=outgoing.enable_broadcaster,
+            requested_percentage=request.sharing_percentage, configured_percentage=outgoing.sharing_percentage,
+        )  # fmt: skip
+        if isinstance(action, Withdraw):
+            return action
+        percent = action.sharing_percentage
         allocatable, used = self._capacity.snapshot()
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
         now = _now()
@@ -167,27 +180,16 @@ class PeeringActivities:
             remote_remapped_pod_cidr=decision.remote_remapped_pod_cidr,
         )
 
-    def _withdraw_result(self, request: PushRequest, config: ClusterConfig, generation: int, reason: Any) -> PushResult:
-        outgoing = config.spec.outgoing
-        now = _now()
-        return PushResult(
-            advertisement=advertisement_name(self._home_id), advertised={}, allocatable={},
-            sharing_percentage=request.sharing_percentage or 0, config_generation=generation,
-            period_seconds=outgoing.advertisement_period_seconds,
-            capacity_change_threshold_percent=outgoing.capacity_change_threshold_percent,
-            timestamp=now, time_to_live=now, withdraw=reason,
-        )  # fmt: skip
-
     def _renew_credentials(
         self, foreign: k8s.ApiClient, *, secret: str, namespace: str, held: TokenGeneration | None, now: datetime,
         period: timedelta,
     ) -> None:
         """Leave the foreign cluster's Secret as it is while it holds the current token and that token is
-        younger than half its life and outlives the next push; otherwise issue the next generation, write it, record it, and revoke
-        the one before the previous (models/credentials.py)."""
+        younger than half its life and outlives the next push; otherwise issue the next generation, write
+        it, record it, and revoke the one before the previous (models/credentials.py)."""
         current = ignore_not_found(k8s.CoreV1Api(foreign).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
-        reason = renewal_reason(held, held_version=current.metadata.resource_version if current else None, now=now,
-                                period=period)  # fmt: skip
+        held_version = current.metadata.resource_version if current and current.metadata else None
+        reason = renewal_reason(held, held_version=held_version, now=now, period=period)
         if reason is None:
             return
         generation = (held.number if held else 0) + 1
@@ -251,7 +253,9 @@ class PeeringActivities:
 
     def _release(self, peering_request: str | None) -> None:
         """Let the PeeringRequest's deletion finish (and its Secret go): the withdrawal is done."""
-        obj = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
+        if peering_request is None:
+            return
+        obj = read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
         if obj is None:
             return
         finalizers = obj["metadata"].get("finalizers") or []
@@ -263,7 +267,7 @@ class PeeringActivities:
     def _record(
         self,
         peering_request: str | None,
-        phase: PeeringPhase,
+        phase: PeeringRequestPhase,
         *,
         decision: ForeignDecision | None = None,
         pushed: datetime | None = None,

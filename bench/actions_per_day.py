@@ -38,8 +38,9 @@ from bench.common import AdvertisementWatch, emit, local_env, log
 from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
 from kube.objects import patch_cluster_object_status
+from models.api.common import SecretReference
 from models.names import ADVERTISEMENTS, SYSTEM_NAMESPACE, advertisement_name, peering_workflow_id
-from models.peering import PeeringInput, SecretRef
+from models.peering import PeeringInput
 from tests.kube import create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.cluster import connect
@@ -151,7 +152,7 @@ async def _measure(params: dict[str, Any]) -> None:
                 peering = await skipper.client.start_workflow(
                     PeeringWorkflow.run,
                     PeeringInput(foreign_cluster_id=foreign_id,
-                                 kube_config_ref=SecretRef(name="foreign-credentials", namespace=SYSTEM_NAMESPACE)),
+                                 kube_config_ref=SecretReference(name="foreign-credentials", namespace=SYSTEM_NAMESPACE)),
                     id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
                 )  # fmt: skip
                 tick = await skipper.client.start_workflow(TickWorkflow.run, PERIOD_SECONDS,

@@ -16,7 +16,7 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
-from kube.errors import MISSING_CREDENTIALS
+from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
@@ -137,7 +137,7 @@ class SecretClients:
             except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
                 raise ApplicationError(
                     f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
-                    type=MISSING_CREDENTIALS,
+                    type=INVALID_CREDENTIALS, non_retryable=True,  # the same resourceVersion never parses
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api

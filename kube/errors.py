@@ -18,8 +18,10 @@ PERMANENT: dict[int, str] = {400: "KubernetesBadRequest", 403: "KubernetesForbid
                              413: "KubernetesTooLarge", 422: "KubernetesInvalid"}  # fmt: skip
 TEMPORARY: dict[int, str] = {401: "KubernetesUnauthorized", 404: "KubernetesNotFound", 409: "KubernetesConflict",
                              429: "KubernetesTooManyRequests"}  # fmt: skip
-# Also permanent, raised by tidepool itself: a credentials Secret that is missing, empty or unparseable.
+# Raised by tidepool itself (kube/clients.py). A credentials Secret that is missing or lacks its key may
+# still be written: retryable. One whose kubeconfig does not parse never will: permanent.
 MISSING_CREDENTIALS = "MissingCredentials"
+INVALID_CREDENTIALS = "InvalidCredentials"
 
 
 def as_application_error(error: ApiException) -> ApplicationError:

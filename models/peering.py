@@ -1,6 +1,6 @@
 """The provider's peering, as data: the workflow's input, the state it carries across continue-as-new,
-what a push reports, and the status users query. Also the pure decisions of the loop (when to push
-next, how to back off) and the markdown the Web UI shows. Used by workflows/peering.py and
+what a push reports, and the status users query. Also the pure decisions of the loop (push or withdraw,
+when to push next, how to back off) and the markdown the Web UI shows. Used by workflows/peering.py and
 activities/peering.py.
 
 None of these models may hold a token or kubeconfig content: the Web UI shows every workflow input,
@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.api.common import SecretReference
+from models.api.peeringrequest import PeeringRequestPhase
 from models.resources import Resources
 
-PeeringPhase = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
 WithdrawReason = Literal["BroadcasterDisabled", "PeeringRequestDeleted", "Requested"]
 
 CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -26,11 +27,37 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SecretRef(_Model):
-    """Where a Secret is; never what it holds."""
+class Push(_Model):
+    """Push the Advertisement, sharing this percentage of the home cluster."""
 
-    name: str = Field(min_length=1, max_length=253)
-    namespace: str = Field(min_length=1, max_length=63)
+    model_config = ConfigDict(frozen=True)
+
+    sharing_percentage: int = Field(ge=0, le=100)
+
+
+class Withdraw(_Model):
+    """Withdraw the peering instead of pushing. Also what push_advertisement returns then."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: WithdrawReason
+
+
+PushDecision = Push | Withdraw
+
+
+def decide_push(
+    *, peering_request_gone: bool, broadcaster_enabled: bool, requested_percentage: int | None,
+    configured_percentage: int,
+) -> PushDecision:
+    """What a push does, from what it read: a deleted PeeringRequest or a disabled broadcaster withdraws
+    (the request first: its deletion waits for the withdrawal); otherwise the workflow's percentage, if it
+    has one (a signal or an update set it), overrides the ClusterConfig's."""
+    if peering_request_gone:
+        return Withdraw(reason="PeeringRequestDeleted")
+    if not broadcaster_enabled:
+        return Withdraw(reason="BroadcasterDisabled")
+    return Push(sharing_percentage=configured_percentage if requested_percentage is None else requested_percentage)
 
 
 class PushResult(_Model):
@@ -47,6 +74,8 @@ class PushResult(_Model):
     time_to_live: datetime
     foreign_phase: str | None = None
     remote_remapped_pod_cidr: str | None = None
+    # Kept for runs begun before push_advertisement answered `Withdraw` instead: their histories hold a
+    # PushResult padded with empty values and this reason.
     withdraw: WithdrawReason | None = None
 
 
@@ -64,7 +93,7 @@ class PeeringState(_Model):
 
     sharing_percentage: int | None = Field(default=None, ge=0, le=100)
     config_generation: int = 0
-    phase: PeeringPhase = "Pending"
+    phase: PeeringRequestPhase = "Pending"
     pushes: int = 0
     last_push: PushResult | None = None
     foreign: ForeignDecision | None = None
@@ -86,7 +115,9 @@ class PeeringInput(_Model):
     """
 
     foreign_cluster_id: str = Field(pattern=CLUSTER_ID_PATTERN, max_length=63)
-    kube_config_ref: SecretRef = Field(description="Secret in the home cluster with key 'kubeconfig' for the foreign one.")
+    kube_config_ref: SecretReference = Field(
+        description="Secret in the home cluster with key 'kubeconfig' for the foreign one."
+    )
     peering_request: str | None = Field(default=None, description="PeeringRequest whose deletion withdraws.")
     sharing_percentage: int | None = Field(default=None, ge=0, le=100, description="Overrides the ClusterConfig's.")
     state: PeeringState | None = Field(default=None, description="Carried over by continue-as-new; leave unset.")
@@ -95,26 +126,30 @@ class PeeringInput(_Model):
         description="Longest wait between attempts to reach the foreign cluster, in seconds; the worker passes its "
         "TIDEPOOL_PROVIDER_UNREACHABLE_BACKOFF_MAX_SECONDS, unset means the default (300).",
     )  # fmt: skip
+    home_cluster_id: str | None = Field(
+        default=None, pattern=CLUSTER_ID_PATTERN, max_length=63,
+        description="The provider's own cluster id, shown as the HomeCluster search attribute; the worker sets it.",
+    )  # fmt: skip
 
 
 class PushRequest(_Model):
     foreign_cluster_id: str
-    kube_config_ref: SecretRef
+    kube_config_ref: SecretReference
     peering_request: str | None
     sharing_percentage: int | None
-    phase: PeeringPhase
+    phase: PeeringRequestPhase
 
 
 class DecisionRequest(_Model):
     foreign_cluster_id: str
-    kube_config_ref: SecretRef
+    kube_config_ref: SecretReference
     peering_request: str | None
-    phase: PeeringPhase
+    phase: PeeringRequestPhase
 
 
 class WithdrawRequest(_Model):
     foreign_cluster_id: str
-    kube_config_ref: SecretRef
+    kube_config_ref: SecretReference
     peering_request: str | None
     reason: WithdrawReason
     skip_foreign: bool = Field(default=False, description="Clean only the home side (the foreign one is gone).")
@@ -130,7 +165,7 @@ class PeeringStatus(_Model):
     """What `temporal workflow query --name status` returns."""
 
     foreign_cluster_id: str
-    phase: PeeringPhase
+    phase: PeeringRequestPhase
     sharing_percentage: int | None
     pushes: int
     advertised: Resources | None
@@ -149,7 +184,7 @@ def sharing_percentage_problem(value: object) -> str | None:
     return None
 
 
-def phase_after_push(foreign: ForeignDecision | None) -> PeeringPhase:
+def phase_after_push(foreign: ForeignDecision | None) -> PeeringRequestPhase:
     """The peering's phase once a push went through, from the foreign cluster's decision."""
     if foreign is None or not foreign.exists:
         return "Advertised"

@@ -10,12 +10,12 @@ from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import SecretClients
-from models.peering import SecretRef
+from models.api.common import SecretReference
 from workers import decision_watch
 from workers.decision_watch import DecisionWatch
 
 pytestmark = [pytest.mark.provider, pytest.mark.steady]
-REF = SecretRef(name="tidepool-peer-b", namespace="tidepool-system")
+REF = SecretReference(name="tidepool-peer-b", namespace="tidepool-system")
 
 
 class _Secrets(SecretClients):

@@ -36,6 +36,7 @@ from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluste
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, read_cluster_object
 from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
+from models.api.common import SecretReference
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
@@ -53,7 +54,7 @@ from models.names import (
     task_queue,
     virtual_kubelet_name,
 )
-from models.peering import PeeringInput, PeeringStatus, SecretRef
+from models.peering import PeeringInput, PeeringStatus
 from tests.conftest import Clusters
 from tests.faults import WorkerProcess, failed_workflow_tasks
 from tests.kube import apply_cluster_config, create_namespace, create_node, delete_quietly
@@ -378,7 +379,7 @@ async def test_a_peering_whose_credentials_are_missing_reports_it_and_can_be_wit
     if data is not None:
         k8s.CoreV1Api(provider).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": secret}, "data": data}))
     handle = await world.client.start_workflow(
-        PeeringWorkflow.run, PeeringInput(foreign_cluster_id=foreign, kube_config_ref=SecretRef(name=secret, namespace=SYSTEM_NAMESPACE)),
+        PeeringWorkflow.run, PeeringInput(foreign_cluster_id=foreign, kube_config_ref=SecretReference(name=secret, namespace=SYSTEM_NAMESPACE)),
         id=peering_workflow_id(foreign), task_queue=task_queue(world.provider_id),
     )  # fmt: skip
 

@@ -1,22 +1,34 @@
-"""The peering loop's pure decisions: when to wake, how to back off, what the Web UI shows."""
+"""The peering's pure decisions (push or withdraw, when to wake, how to back off, what the Web UI shows) and
+which credential failures are permanent."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import TypeAdapter
+from temporalio.exceptions import ApplicationError
 
+from kube.clients import SecretClients
 from models.peering import (
     ForeignDecision,
     PeeringState,
+    Push,
+    PushDecision,
     PushResult,
+    Withdraw,
     backoff_seconds,
+    decide_push,
     decision_key,
     next_wait,
     phase_after_push,
     render_details,
 )
+from models.resources import Resources
 
 pytestmark = pytest.mark.provider
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -39,7 +51,7 @@ def test_an_unreachable_cluster_is_retried_after_the_backoff_not_in_a_tight_loop
 
 
 def test_an_unreachable_cluster_is_retried_at_least_once_a_period() -> None:
-    push = PushResult(advertisement="a", advertised={}, allocatable={}, sharing_percentage=30, config_generation=1,
+    push = PushResult(advertisement="a", advertised=Resources(), allocatable=Resources(), sharing_percentage=30, config_generation=1,
                       period_seconds=10, capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW)  # fmt: skip
     state = PeeringState(consecutive_failures=6, phase="Unreachable", last_push=push)
     wait = next_wait(state=state, now=NOW, next_push=NOW, poll_max_seconds=300, unreachable_max_seconds=300)
@@ -110,3 +122,59 @@ def test_the_decision_key_moves_only_with_what_the_peering_decides_on(
     before: dict[str, Any] | None, after: dict[str, Any] | None, changed: bool
 ) -> None:
     assert (decision_key(before) != decision_key(after)) is changed
+
+
+@pytest.mark.parametrize(
+    ("gone", "enabled", "requested", "decision"),
+    [pytest.param(True, True, 70, Withdraw(reason="PeeringRequestDeleted"), id="a deleted request withdraws"),
+     pytest.param(True, False, None, Withdraw(reason="PeeringRequestDeleted"), id="the request's deletion comes first"),
+     pytest.param(False, False, 70, Withdraw(reason="BroadcasterDisabled"), id="a disabled broadcaster withdraws"),
+     pytest.param(False, True, None, Push(sharing_percentage=40), id="the cluster config's percentage by default"),
+     pytest.param(False, True, 0, Push(sharing_percentage=0), id="the workflow's percentage wins, zero included")],
+)  # fmt: skip
+def test_a_push_pushes_unless_the_request_is_gone_or_the_broadcaster_disabled(
+    gone: bool, enabled: bool, requested: int | None, decision: PushDecision
+) -> None:
+    assert decide_push(peering_request_gone=gone, broadcaster_enabled=enabled, requested_percentage=requested,
+                       configured_percentage=40) == decision  # fmt: skip
+
+
+def test_a_padded_push_result_of_an_older_run_still_decodes_beside_the_withdraw_answer() -> None:
+    answer = TypeAdapter(PushResult | Withdraw)
+    padded = {"advertisement": "a", "advertised": {}, "allocatable": {}, "sharing_percentage": 0,
+              "config_generation": 1, "period_seconds": 600, "capacity_change_threshold_percent": 10,
+              "timestamp": "2026-11-22T12:00:00Z", "time_to_live": "2026-11-22T12:00:00Z", "withdraw": "Requested"}  # fmt: skip
+    old = answer.validate_python(padded)
+    assert isinstance(old, PushResult) and old.withdraw == "Requested"
+    assert answer.validate_json(answer.dump_json(Withdraw(reason="BroadcasterDisabled"))) == Withdraw(
+        reason="BroadcasterDisabled"
+    )
+
+
+class _Secrets:
+    def __init__(self, secret: k8s.V1Secret | None) -> None:
+        self._secret = secret
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> k8s.V1Secret:
+        if self._secret is None:
+            raise ApiException(status=404)
+        return self._secret
+
+
+@pytest.mark.parametrize(
+    ("secret", "kind", "retryable"),
+    [pytest.param(None, "MissingCredentials", True, id="a missing Secret may still appear"),
+     pytest.param(k8s.V1Secret(metadata=k8s.V1ObjectMeta(resource_version="1"), data={}), "MissingCredentials", True,
+                  id="a Secret without the key may still get it"),
+     pytest.param(k8s.V1Secret(metadata=k8s.V1ObjectMeta(resource_version="1"),
+                               data={"kubeconfig": base64.b64encode(b"clusters: [ {").decode()}),
+                  "InvalidCredentials", False, id="a kubeconfig that does not parse never will")],
+)  # fmt: skip
+def test_credentials_that_cannot_work_are_permanent_and_missing_ones_retried(
+    secret: k8s.V1Secret | None, kind: str, retryable: bool
+) -> None:
+    clients = SecretClients(k8s.ApiClient())
+    clients._core = _Secrets(secret)  # type: ignore[assignment]
+    with pytest.raises(ApplicationError) as raised:
+        clients.get(name="creds", namespace="tidepool-system")
+    assert (raised.value.type, raised.value.non_retryable) == (kind, not retryable)

@@ -21,6 +21,7 @@ from temporalio.testing import TimeSkipper
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import patch_cluster_object_status, read_cluster_object
+from models.api.common import SecretReference
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,
@@ -33,7 +34,7 @@ from models.names import (
     foreign_namespace,
     peering_workflow_id,
 )
-from models.peering import PeeringInput, PeeringStatus, SecretRef
+from models.peering import PeeringInput, PeeringStatus
 from tests.conftest import Clusters
 from tests.kube import (
     apply_cluster_config,
@@ -167,7 +168,7 @@ async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
         # A user starting the same peering from the CLI finds the running one.
         input = PeeringInput(foreign_cluster_id=foreign_id,
-                             kube_config_ref=SecretRef(name=request_secret_name(foreign_id), namespace=SYSTEM_NAMESPACE))
+                             kube_config_ref=SecretReference(name=request_secret_name(foreign_id), namespace=SYSTEM_NAMESPACE))
         first = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
         again = await temporal_client.start_workflow(
             PeeringWorkflow.run, input, id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
@@ -269,7 +270,7 @@ async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_n
         # Started as a user would from the CLI: no PeeringRequest, credentials by reference.
         handle = await skipper.client.start_workflow(
             PeeringWorkflow.run,
-            PeeringInput(foreign_cluster_id=foreign_id, kube_config_ref=SecretRef(name=secret, namespace=SYSTEM_NAMESPACE),
+            PeeringInput(foreign_cluster_id=foreign_id, kube_config_ref=SecretReference(name=secret, namespace=SYSTEM_NAMESPACE),
                          sharing_percentage=50),
             id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
         )  # fmt: skip

@@ -19,9 +19,10 @@ from kubernetes import client as k8s
 
 from kube.clients import SecretClients
 from kube.informer import WATCH_TIMEOUT_SECONDS, Informer
+from models.api.common import SecretReference
 from models.keys import KeyMemory
 from models.names import ADVERTISEMENTS, GROUP, VERSION
-from models.peering import SecretRef, backoff_seconds, decision_key
+from models.peering import backoff_seconds, decision_key
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
 
 
 class DecisionWatch:
-    def __init__(self, *, foreign_cluster_id: str, kube_config_ref: SecretRef, advertisement: str,
+    def __init__(self, *, foreign_cluster_id: str, kube_config_ref: SecretReference, advertisement: str,
                  secrets: SecretClients, on_change: Callable[[], None], backoff_max_seconds: int) -> None:  # fmt: skip
         self.kube_config_ref = kube_config_ref
         self._secrets = secrets

@@ -30,6 +30,7 @@ from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
 from kube.informer import Informer
 from models.api import ClusterConfig, PeeringRequest
+from models.api.common import SecretReference
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
@@ -39,7 +40,7 @@ from models.names import (
     advertisement_name,
     peering_workflow_id,
 )
-from models.peering import PeeringInput, SecretRef
+from models.peering import PeeringInput
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import capacity_changed
@@ -92,16 +93,17 @@ class ProviderWatchers(Watchers):
             self._unwatch_decision(foreign)
             self._submit(self._signal(peering_workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
             return
-        ref = SecretRef(name=request.spec.kube_config_ref.name, namespace=request.spec.kube_config_ref.namespace)
+        ref = request.spec.kube_config_ref
         self._watch_decision(foreign, ref)
         self._submit(self._start_peering(PeeringInput(
             foreign_cluster_id=foreign,
             kube_config_ref=ref,
             peering_request=request.metadata.name,
+            home_cluster_id=self._settings.cluster.cluster_id,
             unreachable_backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
         )))  # fmt: skip
 
-    def _watch_decision(self, foreign: str, ref: SecretRef) -> None:
+    def _watch_decision(self, foreign: str, ref: SecretReference) -> None:
         with self._decision_watches_lock:
             current = self._decision_watches.get(foreign)
             if current is not None and current.kube_config_ref == ref:

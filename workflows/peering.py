@@ -26,7 +26,7 @@ from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
 )
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.peering import PeeringActivities
@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PeeringState,
         PeeringStatus,
         PushRequest,
+        Withdraw,
         WithdrawReason,
         WithdrawRequest,
         WithdrawResult,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from models.settings import ProviderSettings
 
+HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
 FOREIGN_CLUSTER = SearchAttributeKey.for_keyword("ForeignCluster")
 PEERING_PHASE = SearchAttributeKey.for_keyword("PeeringPhase")
 SHARING_PERCENTAGE = SearchAttributeKey.for_int("SharingPercentage")
@@ -131,7 +133,10 @@ class PeeringWorkflow:
         finally:
             self._state.pushes_finished = self._state.pushes_started
         state = self._state
-        if result.withdraw is not None:
+        if isinstance(result, Withdraw):
+            self._withdraw = result.reason
+            return
+        if result.withdraw is not None:  # the answer of push_advertisement to runs begun before `Withdraw`
             self._withdraw = result.withdraw
             return
         state.last_push, state.pushes, state.last_error, state.consecutive_failures = result, state.pushes + 1, None, 0
@@ -173,7 +178,7 @@ class PeeringWorkflow:
     def _failed(self, error: ActivityError) -> None:
         cause = error.cause or error
         self._state.consecutive_failures += 1
-        self._state.last_error = str(cause)
+        self._state.last_error = str(cause)  # an ApplicationError's starts with its type, which users search for
         self._state.phase = "Unreachable"
         workflow.logger.warning("push to %s failed: %s", self._input.foreign_cluster_id, cause)
         self._publish()
@@ -237,10 +242,12 @@ class PeeringWorkflow:
 
     def _publish(self) -> None:
         """Search attributes (only when they change: each upsert is a history event) and live details."""
-        wanted = [
+        wanted: list[SearchAttributePair[Any]] = [
             SearchAttributePair(FOREIGN_CLUSTER, self._input.foreign_cluster_id),
             SearchAttributePair(PEERING_PHASE, self._state.phase),
         ]
+        if self._input.home_cluster_id is not None:  # runs started before the worker passed it have none
+            wanted.append(SearchAttributePair(HOME_CLUSTER, self._input.home_cluster_id))
         if self._state.sharing_percentage is not None:
             wanted.append(SearchAttributePair(SHARING_PERCENTAGE, self._state.sharing_percentage))
         current = workflow.info().typed_search_attributes
@@ -278,11 +285,12 @@ class PeeringWorkflow:
 
     @update_sharing_percentage.validator
     def _validate_sharing_percentage(self, value: Any) -> None:
+        # Refusals the CLI shows as they are: non-retryable, with a type to search for.
         problem = sharing_percentage_problem(value)
         if problem is not None:
-            raise ValueError(problem)
+            raise ApplicationError(problem, type="InvalidSharingPercentage", non_retryable=True)
         if self._withdraw is not None:
-            raise ValueError("the peering is being withdrawn")
+            raise ApplicationError("the peering is being withdrawn", type="PeeringWithdrawn", non_retryable=True)
 
     @workflow.signal
     def cluster_config_changed(self, generation: int) -> None:

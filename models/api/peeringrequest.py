@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field
 
 from models.api.common import DNS_LABEL, ApiModel, KubernetesObject, SecretReference
-from models.api.conditions import Condition
+from models.api.conditions import Condition, PeeringReadyReason
 
-PeeringRequestPhase = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
+# The peering's phase, which its Ready condition gives as the reason (one list for both); the peering
+# workflow carries it too (models/peering.py).
+PeeringRequestPhase = PeeringReadyReason
 
 
 class ClusterIdentity(ApiModel):

@@ -1,0 +1,271 @@
+"""PeeringWorkflow, the real class, against stubbed activities on a Temporal dev server of its own (no
+clusters, seconds each): the first push, the periodic re-push, a sharing percentage update and its
+refusal of a bad value, a foreign decision, an unreachable foreign cluster, withdrawal and
+continue-as-new. The end-to-end behaviour against real clusters is in tests/test_provider.py."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+from temporalio.testing import TimeSkipper, TimeSkippingConfig
+from temporalio.worker import Worker
+
+from models.api.common import SecretReference
+from models.peering import (
+    DecisionRequest,
+    ForeignDecision,
+    PeeringInput,
+    PeeringStatus,
+    PushRequest,
+    PushResult,
+    Withdraw,
+    WithdrawReason,
+    WithdrawRequest,
+    WithdrawResult,
+)
+from models.resources import Resources
+from workflows.peering import PeeringWorkflow
+
+pytestmark = [pytest.mark.workflow, pytest.mark.provider]
+
+PERIOD = timedelta(minutes=10)
+CONFIGURED_PERCENT = 40  # the stub ClusterConfig's sharing percentage
+T = TypeVar("T")
+FORBIDDEN = ApplicationError("Kubernetes API 403: forbidden", type="KubernetesForbidden", non_retryable=True)
+
+
+class StubProvider:
+    """The provider's three activities, by their real names, answering what a test sets."""
+
+    def __init__(self) -> None:
+        self.pushes: list[PushRequest] = []
+        self.reads: list[DecisionRequest] = []
+        self.withdrawals: list[WithdrawRequest] = []
+        self.failure: ApplicationError | None = None
+        self.withdraw: WithdrawReason | None = None
+        self.foreign_phase: str | None = None
+
+    @activity.defn(name="push_advertisement")
+    async def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
+        self.pushes.append(request)
+        if self.failure is not None:
+            raise self.failure
+        if self.withdraw is not None:
+            return Withdraw(reason=self.withdraw)
+        now = datetime.now(UTC).replace(microsecond=0)
+        return PushResult(
+            advertisement="home-advertisement", advertised=Resources.from_kubernetes({"cpu": "1"}),
+            allocatable=Resources.from_kubernetes({"cpu": "2"}),
+            sharing_percentage=CONFIGURED_PERCENT if request.sharing_percentage is None else request.sharing_percentage,
+            config_generation=1, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
+            timestamp=now, time_to_live=now + 3 * PERIOD, foreign_phase=self.foreign_phase,
+        )  # fmt: skip
+
+    @activity.defn(name="read_foreign_decision")
+    async def read_foreign_decision(self, request: DecisionRequest) -> ForeignDecision:
+        self.reads.append(request)
+        return ForeignDecision(phase=self.foreign_phase)
+
+    @activity.defn(name="withdraw_peering")
+    async def withdraw_peering(self, request: WithdrawRequest) -> WithdrawResult:
+        self.withdrawals.append(request)
+        return WithdrawResult(foreign_cleaned=True, home_cleaned=True, note=request.reason)
+
+
+@pytest.fixture
+async def skipper(workflow_client: Client) -> TimeSkipper:
+    # The clock moves only when a test says so: skipping on its own, an idle peering would jump to its next
+    # push before the test signals it.
+    return TimeSkipper(workflow_client, config=TimeSkippingConfig(enabled=False))
+
+
+@pytest.fixture
+async def stub() -> StubProvider:
+    return StubProvider()
+
+
+@pytest.fixture
+async def peering(skipper: TimeSkipper, stub: StubProvider) -> AsyncIterator[PeeringStarter]:
+    task_queue = f"peering-{uuid.uuid4().hex[:8]}"
+    async with Worker(skipper.client, task_queue=task_queue, workflows=[PeeringWorkflow],
+                      activities=[stub.push_advertisement, stub.read_foreign_decision, stub.withdraw_peering]):  # fmt: skip
+        yield PeeringStarter(skipper, task_queue)
+
+
+class PeeringStarter:
+    def __init__(self, skipper: TimeSkipper, task_queue: str) -> None:
+        self._skipper, self._task_queue = skipper, task_queue
+
+    async def start(self, **input: Any) -> WorkflowHandle[PeeringWorkflow, WithdrawResult]:
+        foreign = f"b-{uuid.uuid4().hex[:8]}"
+        return await self._skipper.client.start_workflow(
+            PeeringWorkflow.run,
+            PeeringInput(foreign_cluster_id=foreign, home_cluster_id="home",
+                         kube_config_ref=SecretReference(name="foreign-credentials", namespace="tidepool-system"),
+                         **input),
+            id=f"peering-{foreign}", task_queue=self._task_queue,
+        )  # fmt: skip
+
+
+async def until(read: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
+    """What `read` returns once `done` holds, or after ten seconds; the caller asserts on it."""
+    for _ in range(200):
+        value = await read()
+        if done(value):
+            return value
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def status_when(
+    handle: WorkflowHandle[PeeringWorkflow, WithdrawResult], done: Callable[[PeeringStatus], bool]
+) -> PeeringStatus:
+    """The workflow's status once `done` holds (a query is answered between workflow tasks, so the timer
+    that follows a push is started by then), or after ten seconds; the caller asserts on what it returns."""
+    status: PeeringStatus | None = None
+    for _ in range(200):
+        try:
+            status = await handle.query(PeeringWorkflow.status)
+        except RPCError:  # a run just begun by continue-as-new answers once its first task ran
+            pass
+        else:
+            if done(status):
+                return status
+        await asyncio.sleep(0.05)
+    assert status is not None, "the workflow never answered its status query"
+    return status
+
+
+async def walk(skipper: TimeSkipper, handle: WorkflowHandle[PeeringWorkflow, WithdrawResult], *, periods: int) -> None:
+    """Moves the workflow's clock one period at a time, each time until the push it brought is done (the
+    next timer is then started): one jump of several periods would fire one timer and skip the others."""
+    for _ in range(periods):
+        expected = (await status_when(handle, lambda _: True)).pushes + 1
+        assert await skipper.fast_forward(handle, PERIOD)
+        status = await status_when(handle, partial(has_pushed, expected))
+        assert status.pushes == expected, f"{PERIOD} later, no push {expected}"
+
+
+def has_pushed(pushes: int, status: PeeringStatus) -> bool:
+    return status.pushes >= pushes
+
+
+async def timer_seconds(client: Client, workflow_id: str) -> list[int]:
+    """The durations of the timers the workflow started, across its runs (continue-as-new), in order."""
+    runs = sorted([w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")], key=lambda w: w.start_time)
+    seconds = []
+    for run in runs:
+        history = await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()
+        seconds += [int(e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds())
+                    for e in history.events if e.HasField("timer_started_event_attributes")]  # fmt: skip
+    return seconds
+
+
+async def test_the_first_push_adopts_the_cluster_configs_percentage_and_names_the_home_cluster(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    status = await status_when(handle, lambda s: s.pushes >= 1)
+    assert (status.pushes, status.phase, status.sharing_percentage) == (1, "Advertised", CONFIGURED_PERCENT)
+    assert [(p.sharing_percentage, p.phase) for p in stub.pushes] == [(None, "Pending")]
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == "home"
+    assert attributes.get(SearchAttributeKey.for_keyword("PeeringPhase")) == "Advertised"
+
+
+async def test_the_advertisement_is_pushed_again_every_period(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    await walk(skipper, handle, periods=2)
+    status = await status_when(handle, lambda s: s.pushes >= 3)
+    assert (status.pushes, len(stub.pushes)) == (3, 3)  # at 0, 10 and 20 minutes
+
+
+async def test_a_sharing_percentage_update_pushes_at_once_and_a_bad_value_is_refused_readably(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    status = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 70)
+    assert (status.sharing_percentage, status.pushes, stub.pushes[-1].sharing_percentage) == (70, 2, 70)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 101)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidSharingPercentage" and cause.non_retryable
+    assert cause.message == "sharing_percentage must be an integer between 0 and 100, got 101"
+    assert len(stub.pushes) == 2  # the refused value pushed nothing
+
+
+async def test_a_foreign_decision_signal_is_read_once_and_moves_the_phase(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.foreign_phase = "Accepted"
+    await handle.signal(PeeringWorkflow.foreign_changed)
+    status = await status_when(handle, lambda s: s.phase == "Accepted")
+    assert (status.phase, status.foreign_phase, len(stub.reads), len(stub.pushes)) == ("Accepted", "Accepted", 1, 1)
+
+
+async def test_an_unreachable_foreign_cluster_shows_the_error_type_and_is_retried_within_the_inputs_backoff(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    stub.failure = FORBIDDEN
+    handle = await peering.start(unreachable_backoff_max_seconds=20)
+    status = await status_when(handle, lambda s: s.phase == "Unreachable")
+    assert status.phase == "Unreachable"
+    assert status.last_error == "KubernetesForbidden: Kubernetes API 403: forbidden"  # the type, to search for
+    assert await skipper.fast_forward(handle, timedelta(seconds=60))  # retries at 5, 15, 35 and 55 s
+    retries = await until(lambda: timer_seconds(skipper.client, handle.id), lambda timers: len(timers) >= 5)
+    # Doubling, then never above the input's 20 s (the real clock runs too: a retry more may have happened).
+    assert retries[:3] == [5, 10, 20] and set(retries[2:]) == {20}, retries
+    stub.failure = None
+    assert await skipper.fast_forward(handle, timedelta(seconds=20))
+    latest = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # it continued as new meanwhile
+    status = await status_when(latest, lambda s: s.pushes >= 1)
+    assert (status.phase, status.last_error, status.pushes) == ("Advertised", None, 1)
+
+
+async def test_a_push_that_answers_withdraw_withdraws_the_peering(peering: PeeringStarter, stub: StubProvider) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.withdraw = "BroadcasterDisabled"
+    await handle.signal(PeeringWorkflow.capacity_changed)
+    result = await handle.result()
+    assert result == WithdrawResult(foreign_cleaned=True, home_cleaned=True, note="BroadcasterDisabled")
+    assert [w.reason for w in stub.withdrawals] == ["BroadcasterDisabled"]
+
+
+async def test_a_withdraw_signal_withdraws_without_another_push(peering: PeeringStarter, stub: StubProvider) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    await handle.signal(PeeringWorkflow.withdraw)
+    result = await handle.result()
+    assert result.note == "Requested" and [w.reason for w in stub.withdrawals] == ["Requested"]
+    assert len(stub.pushes) == 1
+
+
+async def test_continue_as_new_carries_the_state_over(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    handle = await peering.start(sharing_percentage=55)
+    first_run = (await handle.describe()).run_id
+    await status_when(handle, lambda s: s.pushes >= 1)
+    latest = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # follows continue-as-new
+    await walk(skipper, latest, periods=12)
+    status = await status_when(latest, lambda s: s.pushes >= 13)
+    assert (await latest.describe()).run_id != first_run  # it did continue as new
+    assert (status.pushes, status.sharing_percentage, len(stub.pushes)) == (13, 55, 13)  # 0, 10, ..., 120 minutes

@@ -65,8 +65,8 @@ class StubProvider:
             return Withdraw(reason=self.withdraw)
         now = datetime.now(UTC).replace(microsecond=0)
         return PushResult(
-            advertisement="home-advertisement", advertised=Resources.from_kubernetes({"cpu": "1"}),
-            allocatable=Resources.from_kubernetes({"cpu": "2"}),
+            advertisement="home-advertisement", advertised=Resources({"cpu": "1"}),
+            allocatable=Resources({"cpu": "2"}),
             sharing_percentage=CONFIGURED_PERCENT if request.sharing_percentage is None else request.sharing_percentage,
             config_generation=1, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
             timestamp=now, time_to_live=now + 3 * PERIOD, foreign_phase=self.foreign_phase,

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
@@ -98,8 +98,8 @@ def _ensure_cluster_role(home: k8s.ApiClient, name: str, rules: list[dict[str, A
     if ignore_not_found(rbac.read_cluster_role, name) is not None:
         return
     try:
-        rbac.create_cluster_role({"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-                                  "rules": rules})  # fmt: skip
+        rbac.create_cluster_role(k8s.V1ClusterRole.model_validate(
+            {"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, "rules": rules}))  # fmt: skip
     except ApiException as e:
         if e.status == 409:  # another peering created it meanwhile
             return
@@ -123,11 +123,13 @@ def issue_kubeconfig(
     """A kubeconfig with a fresh token of the ServiceAccount (TokenRequest: expiring, and bound to the
     anchor Secret of `generation`, whose deletion revokes it)."""
     anchor = _ensure_anchor(home, namespace, generation)
-    request = {"spec": {
+    request = k8s.AuthenticationV1TokenRequest.model_validate({"spec": {
         "expirationSeconds": token_lifetime_seconds(lifetime_seconds),
         "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": anchor.metadata.name, "uid": anchor.metadata.uid},
-    }}  # fmt: skip
-    token = k8s.CoreV1Api(home).create_namespaced_service_account_token(SERVICE_ACCOUNT, namespace, request)
+    }})  # fmt: skip
+    issued = k8s.CoreV1Api(home).create_namespaced_service_account_token(SERVICE_ACCOUNT, namespace, request).status
+    if issued is None or not issued.token or issued.expiration_timestamp is None:
+        raise ApplicationError(f"TokenRequest for {namespace}/{SERVICE_ACCOUNT} answered without a token", type="NoToken")
     configuration = home.configuration
     cluster: dict[str, Any] = {"server": server or configuration.host}
     if configuration.ssl_ca_cert:
@@ -138,12 +140,12 @@ def issue_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "provider", "cluster": cluster}],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token.status.token}}],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": issued.token}}],
         "contexts": [{"name": "provider", "context": {"cluster": "provider", "user": SERVICE_ACCOUNT,
                                                       "namespace": namespace}}],
         "current-context": "provider",
     }  # fmt: skip
-    return IssuedKubeconfig(text=yaml.safe_dump(config), expires_at=token.status.expiration_timestamp)
+    return IssuedKubeconfig(text=yaml.safe_dump(config), expires_at=issued.expiration_timestamp)
 
 
 def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
@@ -160,7 +162,7 @@ def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
     name = token_anchor_name(generation)
     # Empty: only its existence (and uid) matters.
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TOKEN_ANCHOR: str(generation)}
-    body = {"metadata": {"name": name, "labels": labels}, "type": "Opaque"}
+    body = k8s.V1Secret.model_validate({"metadata": {"name": name, "labels": labels}, "type": "Opaque"})
     for attempt in range(ANCHOR_FORBIDDEN_ATTEMPTS):
         try:
             return core.create_namespaced_secret(namespace, body)

@@ -10,13 +10,20 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import TimeSkipper
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
+from kube.objects import (
+    apply_cluster_object,
+    list_cluster_objects,
+    patch_cluster_object,
+    patch_cluster_object_status,
+    read_cluster_object,
+)
+from models.consumer import AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -57,8 +64,7 @@ def _incoming(api: k8s.ApiClient, **incoming: Any) -> None:
 
 
 def _phases(api: k8s.ApiClient) -> dict[str, str | None]:
-    items = k8s.CustomObjectsApi(api).list_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS)["items"]
-    return {a["spec"]["clusterId"]: (a.get("status") or {}).get("phase") for a in items}
+    return {a["spec"]["clusterId"]: (a.get("status") or {}).get("phase") for a in list_cluster_objects(api, ADVERTISEMENTS)}
 
 
 def _accepted(api: k8s.ApiClient) -> set[str]:
@@ -83,7 +89,7 @@ async def test_auto_accept_max_follows_a_maximum_raised_and_lowered(
             apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
             await eventually(lambda p=provider: _phases(api).get(p) in ("Accepted", "Refused"), what=f"{provider} decided")
         assert _accepted(api) == set(providers[:2])
-        assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(providers[2]))["status"]["reason"] == "MaxReached"
+        assert (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(providers[2])) or {})["status"]["reason"] == "MaxReached"
 
         _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=3)  # raised: the next in line
         await eventually(lambda: _accepted(api) == set(providers[:3]), what="the third accepted")
@@ -130,7 +136,7 @@ async def test_deny_and_allow_lists_and_invalid_advertisements_are_refused_with_
             return (obj.get("status") or {}).get("reason")
 
         def events(provider: str) -> list[str]:
-            return [e.reason for e in k8s.CoreV1Api(api).list_namespaced_event(
+            return [str(e.reason) for e in k8s.CoreV1Api(api).list_namespaced_event(
                 "default", field_selector=f"involvedObject.name={advertisement_name(provider)}").items]  # fmt: skip
 
         await eventually(lambda: all(reason(p) for p in (allowed, denied, stranger, f"empty-{unique}")),
@@ -157,7 +163,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
             apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
         await eventually(lambda: set(_phases(api).values()) == {"Pending"} and len(_phases(api)) == 3,
                          what="all pending")  # fmt: skip
-        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(by_update))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(by_update))
         with pytest.raises(WorkflowUpdateFailedError) as bad:
             await handle.execute_update(AdvertisementWorkflow.accept, "  ")
         assert isinstance(bad.value.cause, ApplicationError) and bad.value.cause.type == "InvalidDecision"
@@ -166,7 +172,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
 
         patch_cluster_object(api, ADVERTISEMENTS, advertisement_name(by_annotation),
                              {"metadata": {"annotations": {DECISION_ANNOTATION: "accept"}}})  # fmt: skip
-        refuse = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(refused))
+        refuse: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(refused))
         assert await refuse.execute_update(AdvertisementWorkflow.refuse, "too expensive") == "Refused"
         await eventually(lambda: _phases(api)[by_annotation] == "Accepted", what="accepted by annotation")
         with pytest.raises(WorkflowUpdateFailedError) as again:
@@ -174,7 +180,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
         assert isinstance(again.value.cause, ApplicationError) and again.value.cause.type == "InvalidDecision"
         assert "already Accepted" in again.value.cause.message
     assert _phases(api) == {by_update: "Accepted", by_annotation: "Accepted", refused: "Refused"}
-    reason = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(refused))["status"]["reason"]
+    reason = (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(refused)) or {})["status"]["reason"]
     assert reason == "ManuallyRefused"
 
 
@@ -207,7 +213,7 @@ async def test_nothing_is_created_before_the_pod_cidr_remapping_and_a_deleted_vi
 
         patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
         created = await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
-        adv = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
+        adv = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
         assert adv["status"]["vkReference"] == {"name": virtual_kubelet_name(provider), "namespace": SYSTEM_NAMESPACE}
 
         k8s.AppsV1Api(api).delete_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
@@ -241,7 +247,7 @@ async def test_teardown_deletes_the_node_then_the_virtual_kubelet_then_the_adver
         assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is not None
         k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
                                                        {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})
-        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
         state = await asyncio.wait_for(handle.result(), timeout=180)
     deleted = state.deleted
     assert deleted["virtual-node"] < deleted["virtual-kubelet"] < deleted["advertisement"]
@@ -264,7 +270,7 @@ async def test_an_advertisement_that_is_not_refreshed_expires_and_is_torn_down(
                                 {"phase": "Accepted", "reason": "WithinMaximum", "remoteRemappedPodCIDR": "None"})
     async with running_worker(settings):
         # The watcher starts the workflow; the skipper turns time skipping on for it and jumps its clock.
-        handle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
         await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
         k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
                                                        {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})

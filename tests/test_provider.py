@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import TimeSkipper
 
@@ -34,7 +34,7 @@ from models.names import (
     foreign_namespace,
     peering_workflow_id,
 )
-from models.peering import PeeringInput, PeeringStatus
+from models.peering import PeeringInput, PeeringStatus, WithdrawResult
 from tests.conftest import Clusters
 from tests.kube import (
     apply_cluster_config,
@@ -130,7 +130,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "1", what="10%")
-        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
 
         await handle.signal(PeeringWorkflow.set_sharing_percentage, 20)
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", timeout=30, what="signal")
@@ -169,7 +169,7 @@ async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_
         # A user starting the same peering from the CLI finds the running one.
         input = PeeringInput(foreign_cluster_id=foreign_id,
                              kube_config_ref=SecretReference(name=request_secret_name(foreign_id), namespace=SYSTEM_NAMESPACE))
-        first = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        first: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
         again = await temporal_client.start_workflow(
             PeeringWorkflow.run, input, id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -193,8 +193,9 @@ async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_
 
 
 def _can(api: k8s.ApiClient, namespace: str, verb: str, resource: str, subresource: str = "") -> bool:
-    review = k8s.AuthorizationV1Api(api).create_self_subject_access_review({"spec": {"resourceAttributes": {
-        "namespace": namespace, "verb": verb, "resource": resource, "subresource": subresource}}})  # fmt: skip
+    review = k8s.AuthorizationV1Api(api).create_self_subject_access_review(k8s.V1SelfSubjectAccessReview.model_validate(
+        {"spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource,
+                                         "subresource": subresource}}}))  # fmt: skip
     return bool(review.status.allowed)
 
 
@@ -208,7 +209,7 @@ async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_need
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
     secret = k8s.CoreV1Api(foreign).read_namespaced_secret(credentials_secret_name(home_id), SYSTEM_NAMESPACE)
-    kubeconfig = yaml.safe_load(base64.b64decode(secret.data["kubeconfig"]))
+    kubeconfig = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]))
     from kubernetes import config as k8s_config
 
     granted = k8s_config.new_client_from_config_dict(kubeconfig)
@@ -239,7 +240,7 @@ async def test_the_status_query_reports_the_push(
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
-        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
 
         async def pushed() -> PeeringStatus | None:
             status = await handle.query(PeeringWorkflow.status)
@@ -260,10 +261,10 @@ async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_n
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     secret = "foreign-credentials"
     create_namespace(api, SYSTEM_NAMESPACE)
-    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, {
+    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
         "metadata": {"name": secret},
         "data": {"kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()},
-    })  # fmt: skip
+    }))  # fmt: skip
     settings = worker_settings(localenv, home, home_id)
     skipper = TimeSkipper(temporal_client)
     async with running_worker(settings):
@@ -324,7 +325,7 @@ async def test_a_pending_decision_costs_nothing_until_the_foreign_cluster_decide
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
-        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
         settled = await settled_history(temporal_client, handle.id)
         assert _activities(settled, "push_advertisement") == 1

@@ -234,7 +234,7 @@ async def test_an_unreachable_foreign_cluster_shows_the_error_type_and_is_retrie
     assert retries[:3] == [5, 10, 20] and set(retries[2:]) == {20}, retries
     stub.failure = None
     assert await skipper.fast_forward(handle, timedelta(seconds=20))
-    latest = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # it continued as new meanwhile
+    latest: WorkflowHandle[PeeringWorkflow, WithdrawResult] = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # it continued as new meanwhile
     status = await status_when(latest, lambda s: s.pushes >= 1)
     assert (status.phase, status.last_error, status.pushes) == ("Advertised", None, 1)
 
@@ -264,7 +264,7 @@ async def test_continue_as_new_carries_the_state_over(
     handle = await peering.start(sharing_percentage=55)
     first_run = (await handle.describe()).run_id
     await status_when(handle, lambda s: s.pushes >= 1)
-    latest = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # follows continue-as-new
+    latest: WorkflowHandle[PeeringWorkflow, WithdrawResult] = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # follows continue-as-new
     await walk(skipper, latest, periods=12)
     status = await status_when(latest, lambda s: s.pushes >= 13)
     assert (await latest.describe()).run_id != first_run  # it did continue as new

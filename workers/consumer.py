@@ -137,7 +137,8 @@ def virtual_kubelet_key(obj: Obj) -> Hashable:
 def virtual_node_key(obj: Obj) -> Hashable:
     """Existence and the Ready condition's status and reason; never heartbeat or transition times (the
     workflow reads the transition time itself when the reason says the provider is unreachable)."""
-    ready = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    conditions: list[dict[str, Any]] = (obj.get("status") or {}).get("conditions") or []
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     return (_meta(obj).get("uid"), ready.get("status"), ready.get("reason"))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,7 +59,7 @@ def test_bad_slices_are_refused_with_the_rule(slice_: dict[str, str], message: s
 def test_the_quota_is_the_largest_hard_over_the_namespaces_quotas_and_the_default_slice_is_fresh() -> None:
     assert namespace_quota([{"cpu": "1", "memory": "1Gi"}, {"requests.cpu": "2", "pods": "10"}]) == Resources(
         cpu="2", memory="1Gi")  # fmt: skip
-    default_slice()._items["cpu"] = 999  # type: ignore[index]  # a caller mutating its copy...
+    default_slice()._items["cpu"] = Decimal(999)  # a caller mutating its copy...
     assert parse_slice(None) == Resources(cpu="2", memory="4Gi")  # ...changes nobody else's
     with pytest.raises(SliceError, match="not a JSON ResourceList"):
         parse_slice("{cpu: 1")

@@ -14,19 +14,18 @@ from kubernetes import client as k8s
 from temporalio import activity
 
 from kube.clients import SecretClients
+from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
-from kube.objects import record_event
+from kube.objects import list_cluster_objects, record_event
 from models.api import SuperCluster
 from models.api.conditions import EventReason, PlacedReason
 from models.names import (
-    GROUP,
     PLACED_SLICE_ANNOTATION,
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SCHEDULED_ANNOTATION,
     SUPER_CLUSTERS,
-    VERSION,
 )
 from models.pool.namespaces import (
     SYSTEM_NAMESPACES,
@@ -53,8 +52,9 @@ class PoolActivities:
         self._policy = policy
 
     def _snapshots(self) -> tuple[list[ClusterSnapshot], dict[str, str]]:
-        snapshots, health = [], {}
-        for obj in k8s.CustomObjectsApi(self._tenant).list_cluster_custom_object(GROUP, VERSION, SUPER_CLUSTERS)["items"]:
+        snapshots: list[ClusterSnapshot] = []
+        health: dict[str, str] = {}
+        for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
             name = cluster.metadata.name
             allocatable, ready = Resources(), False
@@ -62,10 +62,11 @@ class PoolActivities:
                 api = self._secrets.get(name=cluster.spec.kube_config_ref.name,
                                         namespace=cluster.spec.kube_config_ref.namespace)  # fmt: skip
                 for node in k8s.CoreV1Api(api).list_node().items:
-                    if node.spec.unschedulable:
+                    if node.spec is not None and node.spec.unschedulable:
                         continue
-                    if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                        allocatable = allocatable + Resources(node.status.allocatable or {})
+                    status = node.status or k8s.V1NodeStatus()
+                    if any(c.type == "Ready" and c.status == "True" for c in status.conditions or []):
+                        allocatable = allocatable + Resources(status.allocatable or {})
                         ready = True
                 health[name] = "Ready" if ready else "NotReady: no Ready node"
             except Exception as e:  # noqa: BLE001 - an unreachable member is NotReady, its slices move
@@ -80,32 +81,31 @@ class PoolActivities:
         result = PoolPassResult(clusters=health)
         quotas: dict[str, list[dict[str, Any]]] = {}
         for quota in self._core.list_resource_quota_for_all_namespaces().items:
-            quotas.setdefault(quota.metadata.namespace, []).append(dict(quota.spec.hard or {}))
-        namespaces = sorted((ns for ns in self._core.list_namespace().items if ns.metadata.name not in SYSTEM_NAMESPACES
-                             and not ns.metadata.deletion_timestamp),
-                            key=lambda ns: (ns.metadata.creation_timestamp, ns.metadata.name))  # fmt: skip
+            hard = quota.spec.hard if quota.spec else None
+            quotas.setdefault(served_metadata(quota).namespace or "", []).append(dict(hard or {}))
+        namespaces = sorted((meta for meta in map(served_metadata, self._core.list_namespace().items)
+                             if meta.name not in SYSTEM_NAMESPACES and not meta.deleting),
+                            key=lambda meta: (meta.created, meta.name))  # fmt: skip
         held: dict[str, dict[str, int]] = {}  # namespace -> placement, as it stands after this pass
         slices: dict[str, Resources] = {}  # namespace -> the slice its placement holds
         for ns in namespaces:
-            annotations = ns.metadata.annotations or {}
-            slice_ = held_slice(annotations)
-            held[ns.metadata.name] = placement_of(annotations) if slice_ is not None else {}  # garbage holds nothing
+            slice_ = held_slice(ns.annotations)
+            held[ns.name] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
             if slice_ is not None:
-                slices[ns.metadata.name] = slice_
+                slices[ns.name] = slice_
         for ns in namespaces:
-            name = ns.metadata.name
-            if name not in quotas:
+            if ns.name not in quotas:
                 continue
-            decision = self._place(ns, quotas[name], clusters, held, slices)
+            decision = self._place(ns, quotas[ns.name], clusters, held, slices)
             if decision is not None:
                 result.decisions.append(decision)
         self._place_pods(held, slices, result)
         return result
 
-    def _place(self, ns: Any, hards: list[dict[str, Any]], clusters: list[ClusterSnapshot],
+    def _place(self, ns: ServedMetadata, hards: list[dict[str, Any]], clusters: list[ClusterSnapshot],
                held: dict[str, dict[str, int]], slices: dict[str, Resources]) -> PoolDecision | None:  # fmt: skip
-        name, annotations = ns.metadata.name, ns.metadata.annotations or {}
-        decision = decide_namespace(name=name, annotations=annotations, hards=hards, clusters=clusters, held=held,
+        name = ns.name
+        decision = decide_namespace(name=name, annotations=ns.annotations, hards=hards, clusters=clusters, held=held,
                                     slices=slices, policy=self._policy)  # fmt: skip
         if isinstance(decision, Keep):
             return None
@@ -123,50 +123,54 @@ class PoolActivities:
         return PoolDecision(namespace=name, placement=decision.placement, reason=decision.message,
                             diagnosis=decision.diagnosis)  # fmt: skip
 
-    def _refuse(self, ns: Any, decision: Refuse) -> PoolDecision:
+    def _refuse(self, ns: ServedMetadata, decision: Refuse) -> PoolDecision:
         status = placement_status(decision)
-        previous = (ns.metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION)
+        previous = ns.annotations.get(PLACEMENT_STATUS_ANNOTATION)
         if previous != status:
-            self._core.patch_namespace(ns.metadata.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}})
+            self._core.patch_namespace(ns.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}})
             self._event(ns, decision.reason, decision.message, warning=True)
         if previous_reason(previous) != decision.reason:  # a new failure, not the same one said anew
             Metrics.of_activity().placement_failed(reason=decision.reason)
-        return PoolDecision(namespace=ns.metadata.name, placement=None, reason=f"{decision.reason}: {decision.message}",
+        return PoolDecision(namespace=ns.name, placement=None, reason=f"{decision.reason}: {decision.message}",
                             diagnosis=decision.diagnosis)  # fmt: skip
 
     def _place_pods(self, held: dict[str, dict[str, int]], slices: dict[str, Resources], result: PoolPassResult) -> None:
-        pods = [p for p in self._core.list_pod_for_all_namespaces().items if held.get(p.metadata.namespace)]
+        listed = [(served_metadata(pod), pod) for pod in self._core.list_pod_for_all_namespaces().items]
+        pods = [(meta, pod) for meta, pod in listed if held.get(meta.namespace or "")]
         used: dict[tuple[str, str], Resources] = {}
-        waiting = []
-        for pod in pods:
-            cluster = (pod.metadata.annotations or {}).get(POD_CLUSTER_ANNOTATION)
+        waiting: list[tuple[ServedMetadata, k8s.V1Pod]] = []
+        for meta, pod in pods:
+            cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
+            phase = pod.status.phase if pod.status else None
             if cluster is None:
-                waiting.append(pod)
-            elif pod.status.phase not in ("Succeeded", "Failed") and not pod.metadata.deletion_timestamp:
-                key = (pod.metadata.namespace, cluster)
+                waiting.append((meta, pod))
+            elif phase not in ("Succeeded", "Failed") and not meta.deleting:
+                key = (meta.namespace or "", cluster)
                 used[key] = used.get(key, Resources()) + pod_requests(_raw(self._tenant, pod))
-        for pod in sorted(waiting, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name)):
-            ns = pod.metadata.namespace
+        for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
+            ns = meta.namespace or ""
             requests = pod_requests(_raw(self._tenant, pod))
             choice = choose_cluster(requests=requests, placement=held[ns], slice_=slices[ns],
                                     used={c: used.get((ns, c), Resources()) for c in held[ns]})  # fmt: skip
-            key = f"{ns}/{pod.metadata.name}"
+            pod_key = f"{ns}/{meta.name}"
             if choice.cluster is None:
-                result.pods_unplaced[key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
-                self._event(pod, "FailedScheduling", f"fits in no super cluster of {ns}: {result.pods_unplaced[key]}",
+                result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
+                self._event(meta, "FailedScheduling", f"fits in no super cluster of {ns}: {result.pods_unplaced[pod_key]}",
                             warning=True, kind="Pod")  # fmt: skip
                 continue
-            self._core.patch_namespaced_pod(pod.metadata.name, ns,
+            self._core.patch_namespaced_pod(meta.name, ns,
                                             {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: choice.cluster}}})
             used[(ns, choice.cluster)] = used.get((ns, choice.cluster), Resources()) + requests
-            result.pods_placed[key] = choice.cluster
+            result.pods_placed[pod_key] = choice.cluster
 
-    def _event(self, obj: Any, reason: PlacedReason | EventReason, message: str, *, warning: bool = False, kind: str = "Namespace") -> None:
+    def _event(self, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *, warning: bool = False,
+               kind: str = "Namespace") -> None:  # fmt: skip
         record_event(self._tenant, {"apiVersion": "v1", "kind": kind, "metadata": {
-            "name": obj.metadata.name, "namespace": obj.metadata.namespace, "uid": obj.metadata.uid}},
+            "name": obj.name, "namespace": obj.namespace, "uid": obj.uid}},
             reason=reason, message=message, warning=warning)  # fmt: skip
 
 
-def _raw(api: k8s.ApiClient, pod: Any) -> dict[str, Any]:
-    return api.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+def _raw(api: k8s.ApiClient, pod: k8s.V1Pod) -> dict[str, Any]:
+    raw: dict[str, Any] = api.sanitize_for_serialization(pod)
+    return raw
 

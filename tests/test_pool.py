@@ -48,8 +48,8 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
     create_namespace(api, "tidepool-system")
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
-        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", {"metadata": {"name": f"super-{name}"},
-            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}})  # fmt: skip
+        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"},
+            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
         apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
             "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
     syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
@@ -67,12 +67,16 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
 
 def _tenant_namespace(api: k8s.ApiClient, name: str, *, cpu: str, memory: str) -> None:
     core = k8s.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": name, "annotations": {"pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}})
-    core.create_namespaced_resource_quota(name, {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": cpu, "memory": memory}}})
+    core.create_namespace(k8s.V1Namespace.model_validate(
+        {"metadata": {"name": name, "annotations": {"pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}}))
+    core.create_namespaced_resource_quota(name, k8s.V1ResourceQuota.model_validate(
+        {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": cpu, "memory": memory}}}))
 
 
 def _placement(api: k8s.ApiClient, name: str) -> dict[str, int]:
-    return json.loads((k8s.CoreV1Api(api).read_namespace(name).metadata.annotations or {}).get(PLACEMENTS_ANNOTATION) or "{}")
+    placement: dict[str, int] = json.loads(
+        (k8s.CoreV1Api(api).read_namespace(name).metadata.annotations or {}).get(PLACEMENTS_ANNOTATION) or "{}")
+    return placement
 
 
 def _has_namespace(cluster: LocalCluster, name: str) -> bool:
@@ -86,14 +90,14 @@ async def test_a_namespace_is_placed_as_slices_its_objects_follow_and_its_pod_ru
     _tenant_namespace(api, "shop", cpu="6", memory="12Gi")  # 6 slices: more than one cluster holds
     placement = await eventually(lambda: _placement(api, "shop"), timeout=60, what="the placement")
     assert sum(placement.values()) == 6 and set(placement) == {"s1", "s2"}
-    core.create_namespaced_config_map("shop", {"metadata": {"name": "settings"}, "data": {"a": "b"}})
+    core.create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate({"metadata": {"name": "settings"}, "data": {"a": "b"}}))
     for name, cluster in pool.supers.items():
         await eventually(lambda c=cluster: "settings" in {m.metadata.name for m in
                          k8s.CoreV1Api(c.api_client()).list_namespaced_config_map("t1-shop").items},
                          timeout=30, what=f"the ConfigMap on {name}")  # fmt: skip
 
-    core.create_namespaced_pod("shop", {"metadata": {"name": "web"}, "spec": {
-        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+    core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
+        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}))
     chosen = await eventually(lambda: (core.read_namespaced_pod("web", "shop").metadata.annotations or {}).get(
         POD_CLUSTER_ANNOTATION), timeout=30, what="the pod's super cluster")  # fmt: skip
     pod = await eventually(lambda: (p := core.read_namespaced_pod("web", "shop")).status.phase == "Running" and p,
@@ -161,8 +165,8 @@ async def test_the_scheduler_sleeps_through_pod_status_and_quota_usage_churn_and
     core = k8s.CoreV1Api(api)
     _tenant_namespace(api, "steady", cpu="2", memory="4Gi")
     await eventually(lambda: _placement(api, "steady"), timeout=60, what="the placement")
-    core.create_namespaced_pod("steady", {"metadata": {"name": "web"}, "spec": {
-        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}})
+    core.create_namespaced_pod("steady", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
+        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
     await eventually(lambda: core.read_namespaced_pod("web", "steady").status.phase == "Running", timeout=60,
                      what="the pod Running")  # fmt: skip
     handle = temporal_client.get_workflow_handle(f"pool-scheduler-{unique}")

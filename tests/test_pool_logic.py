@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +13,7 @@ from models.pool.placement import (
     ClusterSnapshot,
     PlacementRequest,
     first_fit_whole_quota,
+    normalised,
     schedule,
 )
 from models.pool.pods import choose_cluster
@@ -57,7 +61,7 @@ def test_bad_slices_are_refused_with_the_rule(slice_: dict[str, str], message: s
 def test_the_quota_is_the_largest_hard_over_the_namespaces_quotas_and_the_default_slice_is_fresh() -> None:
     assert namespace_quota([{"cpu": "1", "memory": "1Gi"}, {"requests.cpu": "2", "pods": "10"}]) == Resources(
         cpu="2", memory="1Gi")  # fmt: skip
-    default_slice()._items["cpu"] = 999  # type: ignore[index]  # a caller mutating its copy...
+    default_slice()._items["cpu"] = Decimal(999)  # a caller mutating its copy...
     assert parse_slice(None) == Resources(cpu="2", memory="4Gi")  # ...changes nobody else's
     with pytest.raises(SliceError, match="not a JSON ResourceList"):
         parse_slice("{cpu: 1")
@@ -100,6 +104,28 @@ def test_a_full_cluster_says_why_it_was_not_used() -> None:
     assert result.diagnosis["r3"].startswith("NotReady")
     assert result.diagnosis["r1"].startswith("InsufficientCapacity: room for 0")
     assert result.diagnosis["r2"].startswith("InsufficientCapacity: room for 1")
+
+
+def test_every_cluster_left_out_keeps_one_closed_reason_code_with_its_message() -> None:
+    result = schedule(PlacementRequest("ns", SLICE, 1, previous={"gone": 1}),
+                      [cluster("r1"), cluster("r2"), cluster("r3", ready=False)])  # fmt: skip
+    assert result.placement == {"r1": 1}
+    assert {name: r.code for name, r in result.rejections.items()} == {"r2": "NotNeeded", "r3": "NotReady",
+                                                                        "gone": "Unknown"}  # fmt: skip
+    assert result.diagnosis["r3"] == f"NotReady: {result.rejections['r3'].message}"
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        pytest.param({"a": 3, "b": 5, "c": 4}, {"a": 0, "b": 100, "c": 50}, id="the lowest is 0, the highest 100"),
+        pytest.param({"a": -2, "b": -2}, {"a": 100, "b": 100}, id="all equal score 100"),
+        pytest.param({"a": 0, "b": 1, "c": 3}, {"a": 0, "b": Fraction(100, 3), "c": 100}, id="exact, never rounded"),
+    ],
+)
+def test_score_plugins_are_normalised_to_0_100_over_the_candidates(scores: dict[str, int],
+                                                                   expected: dict[str, Fraction]) -> None:  # fmt: skip
+    assert normalised(scores) == expected
 
 
 def test_headroom_is_kept_free() -> None:

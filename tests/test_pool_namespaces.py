@@ -14,6 +14,7 @@ from models.pool.namespaces import (
     Place,
     Refuse,
     decide_namespace,
+    held_slice,
     placement_author,
     placement_status,
     slice_change,
@@ -91,3 +92,27 @@ def test_no_room_is_insufficient_capacity_with_a_reason_per_cluster() -> None:
                                 clusters=CLUSTERS, held={}, slices={}, policy="spread")  # fmt: skip
     assert isinstance(decision, Refuse) and decision.reason == "InsufficientCapacity"
     assert set(decision.diagnosis) == {"s1", "s2"}
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param('{"cpu": "lots"}', id="a quantity that is not one"),
+        pytest.param('{"cpu": [1]}', id="a list for a quantity"),
+        pytest.param("[1]", id="JSON that is not an object"),
+        pytest.param("{cpu: 1", id="not JSON"),
+    ],
+)  # fmt: skip
+def test_a_garbage_placed_slice_is_refused_as_invalid_slice_and_holds_nothing(garbage: str) -> None:
+    placed = json.dumps({"s1": 2})
+    annotations = {SLICE_ANNOTATION: SLICE, PLACEMENTS_ANNOTATION: placed, SCHEDULED_ANNOTATION: placed,
+                   PLACED_SLICE_ANNOTATION: garbage}  # fmt: skip
+    decision = decide(annotations)
+    assert isinstance(decision, Refuse) and decision.reason == "InvalidSlice"
+    assert PLACED_SLICE_ANNOTATION in decision.message and "clear the placement to reschedule" in decision.message
+    assert held_slice(annotations) is None
+
+
+def test_a_cleared_placement_with_a_garbage_placed_slice_is_placed_afresh() -> None:
+    decision = decide({SLICE_ANNOTATION: SLICE, PLACED_SLICE_ANNOTATION: '{"cpu": "lots"}'})
+    assert isinstance(decision, Place) and decision.placement == {"s1": 1, "s2": 1}

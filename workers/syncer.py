@@ -17,10 +17,11 @@ import threading
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
+from kube.metadata import served_metadata
 from kube.objects import APPLY, ignore_not_found
 from kube.process import wait_for_termination
 from models.names import (
@@ -97,23 +98,23 @@ class Syncer:
 
     def reconcile(self) -> None:
         wanted: dict[str, str] = {}  # tenant namespace -> super namespace
-        for ns in self.up.list_namespace().items:
-            name = ns.metadata.name
-            if name in SYSTEM_NAMESPACES or name.startswith("kube-") or ns.metadata.deletion_timestamp:
+        for ns in map(served_metadata, self.up.list_namespace().items):
+            name = ns.name
+            if name in SYSTEM_NAMESPACES or name.startswith("kube-") or ns.deleting:
                 continue
             try:
-                placement = json.loads((ns.metadata.annotations or {}).get(PLACEMENTS_ANNOTATION) or "{}")
+                placement = json.loads(ns.annotations.get(PLACEMENTS_ANNOTATION) or "{}")
             except json.JSONDecodeError:
                 placement = {}
             if in_scope(placement if isinstance(placement, dict) else {}, self.cluster, pooling=self.pooling):
                 wanted[name] = super_cluster_namespace(self.tenant_name, name)
         for tenant_ns, target in wanted.items():
             self._sync_namespace(tenant_ns, target)
-        for ns in self.down.list_namespace(label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}").items:
-            origin = (ns.metadata.labels or {}).get(LABEL_TENANT_NAMESPACE)
-            if origin and origin not in wanted and not ns.metadata.deletion_timestamp:
-                log.info("syncer %s: %s left the placement, deleting %s", self.cluster, origin, ns.metadata.name)
-                ignore_not_found(self.down.delete_namespace, ns.metadata.name)
+        for copy in map(served_metadata, self.down.list_namespace(label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}").items):
+            origin = copy.labels.get(LABEL_TENANT_NAMESPACE)
+            if origin and origin not in wanted and not copy.deleting:
+                log.info("syncer %s: %s left the placement, deleting %s", self.cluster, origin, copy.name)
+                ignore_not_found(self.down.delete_namespace, copy.name)
 
     def _sync_namespace(self, tenant_ns: str, target: str) -> None:
         labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_ns}
@@ -157,8 +158,8 @@ class Syncer:
                     ignore_not_found(self.up.delete_namespaced_pod, meta["name"], tenant_ns, grace_period_seconds=0)
             elif copy is None:
                 try:
-                    self.down.create_namespaced_pod(target, pod_for_super(pod, target_namespace=target,
-                                                                          tenant_namespace=tenant_ns))  # fmt: skip
+                    self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
+                        pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
                 except ApiException as e:
                     if e.status != 409:
                         raise

@@ -6,8 +6,9 @@ then kept as mandatory), what the scheduler last wrote (to tell an edit from its
 the placement was made with (a changed slice is refused), and a status saying why it is not placed.
 The rules, in the order of the code:
 1. The slice must parse and divide the quota (models/pool/slicing.py), else InvalidSlice.
-2. A placed namespace whose slice changed is refused (InvalidSlice): moving slices of another size
-   would overcommit; clearing the placement reschedules it with the new slice.
+2. A placed namespace whose slice changed, or whose placed slice cannot be read, is refused
+   (InvalidSlice): moving slices of another size would overcommit; clearing the placement reschedules
+   it with the new slice.
 3. Placed, as we wrote it, with the right count on Ready clusters: kept, nothing written.
 4. Otherwise placed anew (models/pool/placement.py): a user's edit is mandatory, our own previous
    placement a hint; no room is InsufficientCapacity, and nothing partial is written.
@@ -67,13 +68,25 @@ def slice_change(*, current: Mapping[str, int], placed_slice: Resources | None, 
     return "Unchanged" if placed_slice == slice_ else "Changed"
 
 
+def placed_slice_of(annotations: Mapping[str, str]) -> Resources | None:
+    """The slice the placement was made with; None when absent (placed before the annotation existed).
+    Raises SliceError for garbage: nobody can tell whether the slice changed."""
+    text = annotations.get(PLACED_SLICE_ANNOTATION)
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_slice(text)
+    except SliceError as e:
+        raise SliceError(f"the {PLACED_SLICE_ANNOTATION} annotation cannot be read ({e}); clear the placement to "
+                         "reschedule") from e  # fmt: skip
+
+
 def held_slice(annotations: Mapping[str, str]) -> Resources | None:
     """The slice a namespace's placement holds: the one it was placed with, else the one it asks for;
     None for garbage, which holds no capacity (its own decision reports it)."""
-    placed = _json(annotations.get(PLACED_SLICE_ANNOTATION))
     try:
-        return Resources(placed) if placed else parse_slice(annotations.get(SLICE_ANNOTATION))
-    except (SliceError, ValueError):
+        return placed_slice_of(annotations) or parse_slice(annotations.get(SLICE_ANNOTATION))
+    except SliceError:
         return None
 
 
@@ -123,8 +136,10 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
         count = slice_count(namespace_quota(hards), slice_)
     except SliceError as e:
         return Refuse("InvalidSlice", str(e), {})
-    placed = _json(annotations.get(PLACED_SLICE_ANNOTATION))
-    placed_slice = Resources(placed) if placed is not None else None
+    try:
+        placed_slice = placed_slice_of(annotations) if current else None  # unplaced: the next Place rewrites it
+    except SliceError as e:
+        return Refuse("InvalidSlice", str(e), {})
     if slice_change(current=current, placed_slice=placed_slice, slice_=slice_) == "Changed":
         assert placed_slice is not None  # "Changed" compares two slices
         return Refuse("InvalidSlice", f"the slice changed from {placed_slice.to_kubernetes()} to "

@@ -1,20 +1,36 @@
-"""Namespace placement: where a namespace's quota slices go, as filter and score steps over an immutable
-snapshot of the super clusters (Karmada's shape), keeping a reason for every cluster it did not use.
+"""Namespace placement: where a namespace's quota slices go, as named steps over an immutable snapshot of
+the super clusters (Karmada's shape), keeping a closed reason code and a message for every cluster it did
+not use. models/pool/namespaces.py calls `schedule`; bench/pool_placement.py measures it.
 
-Deterministic, and better than virtualcluster's first fit over a Go map: `spread` balances the free
-share of the clusters, `pack` fills the fullest cluster that still fits (fewest clusters). A user-edited
-placement is kept as mandatory (capped to the slice count), the previous placement is kept where it
-still fits, and nothing partial is ever returned.
+The steps, in the order of the code:
+1. fit: every filter plugin judges each cluster; the first rejection is its reason (NotReady). A cluster
+   the request names that is not in the snapshot is Unknown.
+2. mandatory: a user-edited placement is kept (capped to the slice count); an entry that does not fit
+   fails the whole placement (InsufficientCapacity).
+3. keep: the previous placement stays where it still fits (stability).
+4. score and select, one slice at a time: among the feasible clusters that hold one more slice, the
+   policy's score plugins rank them (0–100 each, normalised over the candidates) and the best takes it.
+   `spread` balances the free share of the clusters, `pack` fills the fullest cluster that still fits
+   (fewest clusters). No room left fails the whole placement: nothing partial is ever returned.
+5. every feasible cluster left without slices is NotNeeded.
+
+Deterministic, and better than virtualcluster's first fit over a Go map. The policy's score plugins are
+weighted by rank, not summed: a later plugin only breaks the ties of the ones before it (then the name),
+because a weighted sum would let a tie-breaker outvote the main criterion on some snapshot.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from models.resources import Resources
 
 Policy = Literal["spread", "pack"]
+# Why a cluster got no (more) slices: one per cluster in the diagnosis.
+RejectionCode = Literal["NotReady", "Unknown", "InsufficientCapacity", "NotNeeded"]
 
 
 @dataclass(frozen=True)
@@ -41,87 +57,187 @@ class PlacementRequest:
 
 
 @dataclass(frozen=True)
-class PlacementResult:
-    placement: dict[str, int] | None  # None: not placed, and nothing written
-    diagnosis: dict[str, str]  # cluster -> why it got no (more) slices
+class Rejection:
+    code: RejectionCode
     message: str
 
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
 
-def _fits(cluster: ClusterSnapshot, slice_: Resources, count: int) -> bool:
+
+@dataclass(frozen=True)
+class Fits:
+    """A filter plugin's verdict for a cluster that may take slices."""
+
+
+FilterResult = Fits | Rejection
+FilterPlugin = Callable[[PlacementRequest, ClusterSnapshot], FilterResult]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A feasible cluster as a score plugin sees it: how many slices of this request it already holds,
+    and how many free slices it would have left after taking one more."""
+
+    cluster: ClusterSnapshot
+    held: int
+    free_after: int
+
+
+# A raw score, higher is better; `select` normalises it to 0–100 over the candidates.
+ScorePlugin = Callable[[Candidate], int]
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    placement: dict[str, int] | None  # None: not placed, and nothing written
+    rejections: dict[str, Rejection]  # cluster -> why it got no (more) slices
+    message: str
+
+    @property
+    def diagnosis(self) -> dict[str, str]:
+        """The rejections as the namespace's placement status and the Web UI print them: "Code: message"."""
+        return {name: str(rejection) for name, rejection in self.rejections.items()}
+
+
+# Filter plugins -------------------------------------------------------------------------------------
+
+
+def cluster_ready(request: PlacementRequest, cluster: ClusterSnapshot) -> FilterResult:
+    if not cluster.ready:
+        return Rejection("NotReady", "the cluster has no Ready nodes or is marked not ready")
+    return Fits()
+
+
+FILTERS: tuple[FilterPlugin, ...] = (cluster_ready,)
+
+
+# Score plugins --------------------------------------------------------------------------------------
+
+
+def most_room_left(candidate: Candidate) -> int:
+    return candidate.free_after
+
+
+def fewest_slices_held(candidate: Candidate) -> int:
+    return -candidate.held
+
+
+def already_used(candidate: Candidate) -> int:
+    return 1 if candidate.held else 0
+
+
+def least_room_left(candidate: Candidate) -> int:
+    """Best fit: the cluster that the slice fills the most."""
+    return -candidate.free_after
+
+
+# Per policy, in rank order: a plugin breaks the ties of the ones before it.
+SCORES: dict[Policy, tuple[ScorePlugin, ...]] = {
+    "spread": (most_room_left, fewest_slices_held),
+    "pack": (already_used, least_room_left),
+}
+
+
+# The steps ------------------------------------------------------------------------------------------
+
+
+def holds(cluster: ClusterSnapshot, slice_: Resources, count: int) -> bool:
+    """Whether the cluster holds `count` slices beside what other namespaces hold there."""
     needed = cluster.placed + Resources({k: v * count for k, v in slice_.items()})
     return needed.fits_in(cluster.capacity)
 
 
-def _free_slices(cluster: ClusterSnapshot, slice_: Resources) -> int:
+def free_slices(cluster: ClusterSnapshot, slice_: Resources) -> int:
     free = (cluster.capacity - cluster.placed).clamp_at_zero()
     return int(min((free.get_or_zero(name) // size for name, size in slice_.items() if size > 0), default=0))
 
 
-def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> PlacementResult:
-    by_name = {c.name: c for c in sorted(clusters, key=lambda c: c.name)}
-    diagnosis: dict[str, str] = {}
-    usable: dict[str, ClusterSnapshot] = {}
-    for name, cluster in by_name.items():  # filter
-        if not cluster.ready:
-            diagnosis[name] = "NotReady: the cluster has no Ready nodes or is marked not ready"
+def fit(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> tuple[dict[str, ClusterSnapshot], dict[str, Rejection]]:
+    """The feasible clusters by name (sorted), and the rejection of every other cluster."""
+    feasible: dict[str, ClusterSnapshot] = {}
+    rejections: dict[str, Rejection] = {}
+    for cluster in sorted(clusters, key=lambda c: c.name):
+        verdicts = (plugin(request, cluster) for plugin in FILTERS)
+        rejection = next((v for v in verdicts if isinstance(v, Rejection)), None)
+        if rejection is None:
+            feasible[cluster.name] = cluster
         else:
-            usable[name] = cluster
-    for name in {*request.mandatory, *request.previous} - set(by_name):
-        diagnosis[name] = "Unknown: no such super cluster (removed from the pool); its slices move elsewhere"
+            rejections[cluster.name] = rejection
+    known = {c.name for c in clusters}
+    for name in sorted({*request.mandatory, *request.previous} - known):
+        rejections[name] = Rejection("Unknown", "no such super cluster (removed from the pool); its slices move elsewhere")
+    return feasible, rejections
+
+
+def normalised(scores: Mapping[str, int]) -> dict[str, Fraction]:
+    """Karmada's 0–100 range over the candidates, exact so that no two raw scores become equal."""
+    low, high = min(scores.values()), max(scores.values())
+    return {name: Fraction(100 * (s - low), high - low) if high > low else Fraction(100) for name, s in scores.items()}
+
+
+def select(candidates: list[Candidate], plugins: tuple[ScorePlugin, ...]) -> ClusterSnapshot:
+    """The best candidate by the plugins' normalised scores in rank order, ties to the first name."""
+    ranked = [normalised({c.cluster.name: plugin(c) for c in candidates}) for plugin in plugins]
+    best = min(candidates, key=lambda c: (*(-scores[c.cluster.name] for scores in ranked), c.cluster.name))
+    return best.cluster
+
+
+def _candidates(feasible: Mapping[str, ClusterSnapshot], placement: Mapping[str, int],
+                slice_: Resources) -> list[Candidate]:  # fmt: skip
+    """The feasible clusters that hold one more slice."""
+    held = {name: placement.get(name, 0) for name in feasible}
+    return [Candidate(c, held[c.name], free_slices(c, slice_) - held[c.name] - 1)
+            for c in feasible.values() if holds(c, slice_, held[c.name] + 1)]  # fmt: skip
+
+
+def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> PlacementResult:
+    feasible, rejections = fit(request, clusters)
 
     placement: dict[str, int] = {}
     remaining = request.count
     for name, wanted in sorted(request.mandatory.items()):  # the user's entries, capped to the total
         take = min(wanted, remaining)
-        if take <= 0 or name not in usable:
+        if take <= 0 or name not in feasible:
             continue
-        if not _fits(usable[name], request.slice, take):
-            return PlacementResult(None, {**diagnosis, name: "InsufficientCapacity: cannot hold the slices the "
-                                          f"placement annotation asks for ({take})"},
+        if not holds(feasible[name], request.slice, take):
+            refused = Rejection("InsufficientCapacity", f"cannot hold the slices the placement annotation asks for ({take})")
+            return PlacementResult(None, {**rejections, name: refused},
                                    f"the edited placement asks {name} for {take} slices, which do not fit")  # fmt: skip
         placement[name], remaining = take, remaining - take
-    def keep_first(item: tuple[str, int]) -> tuple[object, ...]:
+
+    def keep_first(item: tuple[str, int]) -> tuple[int, str]:
         """When the quota shrank, which slices stay: pack keeps the biggest holdings, spread the roomiest."""
         name, had = item
         if request.policy == "pack":
             return (-had, name)
-        return (-_free_slices(usable[name], request.slice) if name in usable else 0, name)
+        return (-free_slices(feasible[name], request.slice) if name in feasible else 0, name)
 
-    keep_order = sorted(request.previous.items(), key=keep_first)
-    for name, had in keep_order:  # stability: slices stay where they are while they fit
-        if name in placement or name not in usable or remaining <= 0:
+    for name, had in sorted(request.previous.items(), key=keep_first):  # slices stay where they are while they fit
+        if name in placement or name not in feasible or remaining <= 0:
             continue
         take = min(had, remaining)
-        while take > 0 and not _fits(usable[name], request.slice, take):
+        while take > 0 and not holds(feasible[name], request.slice, take):
             take -= 1
         if take:
             placement[name], remaining = take, remaining - take
 
-    while remaining > 0:  # score: one slice at a time
-        candidates = [c for c in usable.values() if _fits(c, request.slice, placement.get(c.name, 0) + 1)]
+    while remaining > 0:  # score and select, one slice at a time
+        candidates = _candidates(feasible, placement, request.slice)
         if not candidates:
-            for name, cluster in usable.items():
-                diagnosis.setdefault(name, f"InsufficientCapacity: room for {_free_slices(cluster, request.slice)} "
-                                           f"slice(s) of {request.slice.to_kubernetes()}")  # fmt: skip
-            return PlacementResult(None, diagnosis, f"{request.count} slices do not fit in the pool; {remaining} left over")
-        best = min(candidates, key=lambda c: _score(c, request, placement))
+            for name, cluster in feasible.items():
+                rejections.setdefault(name, Rejection("InsufficientCapacity", f"room for {free_slices(cluster, request.slice)} "
+                                                      f"slice(s) of {request.slice.to_kubernetes()}"))  # fmt: skip
+            return PlacementResult(None, rejections, f"{request.count} slices do not fit in the pool; {remaining} left over")
+        best = select(candidates, SCORES[request.policy])
         placement[best.name] = placement.get(best.name, 0) + 1
         remaining -= 1
-    for name in usable:
+    not_needed = "the other clusters scored higher" if request.policy == "spread" else "packed onto fewer clusters"
+    for name in feasible:
         if name not in placement:
-            diagnosis.setdefault(name, "NotNeeded: the other clusters scored higher"
-                                 if request.policy == "spread" else "NotNeeded: packed onto fewer clusters")
-    return PlacementResult({k: v for k, v in sorted(placement.items()) if v}, diagnosis,
+            rejections.setdefault(name, Rejection("NotNeeded", not_needed))
+    return PlacementResult({k: v for k, v in sorted(placement.items()) if v}, rejections,
                            f"{request.count} slices placed ({request.policy})")  # fmt: skip
-
-
-def _score(cluster: ClusterSnapshot, request: PlacementRequest, placement: dict[str, int]) -> tuple[object, ...]:
-    """Lower is better. spread: the most free slices left; pack: a cluster already used, then the fewest
-    free slices left (best fit)."""
-    free_after = _free_slices(cluster, request.slice) - placement.get(cluster.name, 0) - 1
-    if request.policy == "pack":
-        return (0 if placement.get(cluster.name) else 1, free_after, cluster.name)
-    return (-free_after, placement.get(cluster.name, 0), cluster.name)
 
 
 def first_fit_whole_quota(quota: Resources, clusters: list[ClusterSnapshot]) -> str | None:

@@ -1,0 +1,36 @@
+"""The identity of an object the API server returned, narrowed once: the Kubernetes client types every
+metadata field as optional (it also builds bodies), while the server always sets name, uid and
+creationTimestamp. Used by activities/pool.py and workers/syncer.py, which read typed objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from kubernetes import client as k8s
+
+
+class HasMetadata(Protocol):
+    @property
+    def metadata(self) -> k8s.V1ObjectMeta | None: ...
+
+
+@dataclass(frozen=True)
+class ServedMetadata:
+    name: str
+    namespace: str | None  # None for cluster-scoped objects
+    uid: str
+    created: datetime
+    deleting: bool  # a deletionTimestamp is set
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+def served_metadata(obj: HasMetadata) -> ServedMetadata:
+    meta = obj.metadata
+    if meta is None or meta.name is None or meta.uid is None or meta.creation_timestamp is None:
+        raise ValueError(f"the API server returned a {type(obj).__name__} without name, uid or creationTimestamp")
+    return ServedMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid, created=meta.creation_timestamp,
+                          deleting=meta.deletion_timestamp is not None, labels=dict(meta.labels or {}),
+                          annotations=dict(meta.annotations or {}))  # fmt: skip

@@ -55,12 +55,13 @@ def _ready(core: k8s.CoreV1Api, name: str) -> bool:
         node = core.read_node(name)
     except k8s.ApiException:
         return False
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions if node.status else None) or [])
 
 
 def _running(core: k8s.CoreV1Api, namespace: str, name: str) -> bool:
     try:
-        return core.read_namespaced_pod(name, namespace).status.phase == "Running"
+        status = core.read_namespaced_pod(name, namespace).status
+        return status is not None and status.phase == "Running"
     except k8s.ApiException:
         return False
 

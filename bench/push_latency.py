@@ -20,11 +20,13 @@ import time
 import uuid
 from typing import Any
 
+from temporalio.client import WorkflowHandle
 from temporalio.worker import Worker
 
 from bench.common import AdvertisementWatch, emit, local_env, log, percentile
 from bench.echo import EchoActivities, EchoWorkflow
 from models.names import advertisement_name, peering_workflow_id
+from models.peering import WithdrawResult
 from tests.kube import apply_cluster_config, create_node
 from tests.running import running_worker, worker_settings
 from workers.cluster import connect
@@ -62,7 +64,8 @@ async def _measure(params: dict[str, Any]) -> None:
             ):  # fmt: skip
                 await asyncio.to_thread(watch.wait_for, "1", after=0, timeout=120)
                 log("first Advertisement on the foreign cluster; measuring")
-                peering = client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+                peering: WorkflowHandle[PeeringWorkflow, WithdrawResult] = client.get_workflow_handle_for(
+                    PeeringWorkflow.run, peering_workflow_id(foreign_id))
                 echo = await client.start_workflow(EchoWorkflow.run, id=f"bench-echo-{uuid.uuid4().hex[:8]}",
                                                    task_queue=echo_queue)  # fmt: skip
                 values = _percentages(2 * changes, start=1)
@@ -97,7 +100,7 @@ def _report(samples: dict[str, list[float]], changes: int) -> None:
     base = {p: percentile(ms["baseline"], p) for p in (50, 99)}
     for kind in ("signal", "update"):
         for p in (50, 99):
-            params = {"changes": changes, "percentile": p,
+            params: dict[str, Any] = {"changes": changes, "percentile": p,
                       "baseline": "signal → activity start of a bare workflow, same server and process",
                       "target": "p50 ≤ 2× baseline" if p == 50 else "p99 ≤ 500 ms"}  # fmt: skip
             if kind == "update":

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 
 from bench.common import emit, local_env, log, rss_mb
@@ -111,7 +112,11 @@ def _measure(params: dict[str, Any]) -> None:
         del capacity
         gc.collect()
 
-        raw = core.list_pod_for_all_namespaces(_preload_content=False).data
+        # Without preloading the client returns urllib3's response, not the V1PodList it is typed to return.
+        response: object = core.list_pod_for_all_namespaces(_preload_content=False)
+        if not isinstance(response, urllib3.BaseHTTPResponse):
+            raise TypeError(f"expected an HTTP response, got {type(response).__name__}")
+        raw = response.data
         t = time.perf_counter()
         parsed = json.loads(raw)
         parse = time.perf_counter() - t

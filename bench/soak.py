@@ -39,7 +39,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -191,7 +191,7 @@ class LossLedger:
         return new
 
 
-def token_hash(data: dict[str, str] | None) -> str | None:
+def token_hash(data: Mapping[str, bytes | str] | None) -> str | None:
     """A hash of the token(s) in a credentials Secret's data (base64 values, as the API returns them):
     the tokens of any kubeconfig in it, else a `token` key; None when there is none. The token itself is
     never kept."""
@@ -276,34 +276,38 @@ class Observer:
         nodes = k8s.CoreV1Api(self.apis[CONSUMER]).list_node(
             label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}", _request_timeout=CALL_TIMEOUT_SECONDS).items
         self.clock.sample(at, {n.metadata.name: any(c.type == "Ready" and c.status == "True"
-                                                    for c in n.status.conditions or []) for n in nodes})  # fmt: skip
+                                                    for c in (n.status.conditions if n.status else None) or [])
+                               for n in nodes if n.metadata and n.metadata.name})  # fmt: skip
 
     def _pods(self) -> None:
-        copies: dict[str, Any] = {}
+        copies: dict[str, k8s.V1Pod] = {}
         for cluster in PROVIDERS:
             for pod in k8s.CoreV1Api(self.apis[cluster]).list_pod_for_all_namespaces(
                 label_selector=f"{LABEL_OFFLOADED}=true", _request_timeout=CALL_TIMEOUT_SECONDS
             ).items:
-                origin = (pod.metadata.annotations or {}).get(ORIGIN_UID)
-                if origin and not pod.metadata.deletion_timestamp:
+                meta = pod.metadata or k8s.V1ObjectMeta()
+                origin = (meta.annotations or {}).get(ORIGIN_UID)
+                if origin and not meta.deletion_timestamp:
                     copies[origin] = pod
         virtual = set(self.clock.first_ready)
         seen: dict[str, OffloadedPod] = {}
         for pod in k8s.CoreV1Api(self.apis[CONSUMER]).list_pod_for_all_namespaces(
             _request_timeout=CALL_TIMEOUT_SECONDS
         ).items:
-            if pod.spec.node_name not in virtual or pod.metadata.deletion_timestamp:
+            meta = pod.metadata or k8s.V1ObjectMeta()
+            node = pod.spec.node_name if pod.spec else None
+            if node is None or node not in virtual or meta.deletion_timestamp or meta.uid is None:
                 continue
-            copy = copies.get(pod.metadata.uid)
-            seen[pod.metadata.uid] = OffloadedPod(
-                uid=pod.metadata.uid, name=f"{pod.metadata.namespace}/{pod.metadata.name}", restarts=_restarts(pod),
-                copy_uid=copy.metadata.uid if copy is not None else None,
+            copy = copies.get(meta.uid)
+            seen[meta.uid] = OffloadedPod(
+                uid=meta.uid, name=f"{meta.namespace}/{meta.name}", restarts=_restarts(pod),
+                copy_uid=(copy.metadata or k8s.V1ObjectMeta()).uid if copy is not None else None,
                 copy_restarts=_restarts(copy) if copy is not None else 0,
             )  # fmt: skip
         for lost in self.ledger.observe(seen):
             log(f"offloaded pod lost: {lost}")
-        for pod in seen.values():
-            self.ledger.track(pod)
+        for offloaded in seen.values():
+            self.ledger.track(offloaded)
 
     def _secrets(self, at: float) -> None:
         core = k8s.CoreV1Api(self.apis[CONSUMER])
@@ -336,8 +340,8 @@ class Observer:
             pass  # it exited between the listing and the reading
 
 
-def _restarts(pod: Any) -> int:
-    return sum(s.restart_count or 0 for s in (pod.status.container_statuses or []))
+def _restarts(pod: k8s.V1Pod) -> int:
+    return sum(s.restart_count or 0 for s in ((pod.status.container_statuses if pod.status else None) or []))
 
 
 @dataclass
@@ -347,7 +351,7 @@ class Churn:
 
     api: k8s.ApiClient
     ledger: LossLedger
-    alive: deque[tuple[str, str]] = field(default_factory=deque)  # (name, uid), oldest first
+    alive: deque[tuple[str, str | None]] = field(default_factory=deque)  # (name, uid), oldest first
     created: int = 0
     deleted: int = 0
     errors: int = 0
@@ -365,10 +369,11 @@ class Churn:
                          "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]},
             }), _request_timeout=CALL_TIMEOUT_SECONDS)  # fmt: skip
             self.created += 1
-            self.alive.append((name, pod.metadata.uid))
+            self.alive.append((name, pod.metadata.uid if pod.metadata else None))
             while len(self.alive) > CHURN_ALIVE:
                 old, uid = self.alive.popleft()
-                self.ledger.forget(uid)
+                if uid is not None:  # a pod the server returned without a UID was never tracked
+                    self.ledger.forget(uid)
                 core.delete_namespaced_pod(old, CHURN_NAMESPACE, grace_period_seconds=0,
                                            _request_timeout=CALL_TIMEOUT_SECONDS)  # fmt: skip
                 self.deleted += 1

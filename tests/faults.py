@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
-from temporalio.api.history.v1 import History
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster
@@ -178,10 +178,11 @@ def convergence_problems(pair: Pair, *, peered: bool) -> list[str]:
         (f"virtual node {node}", node in nodes),
         (f"PeeringRequest {pair.consumer_id}", read_cluster_object(provider, PEERING_REQUESTS, pair.consumer_id) is not None),
     ) if present]  # fmt: skip
-    namespace = next((n for n in p_core.list_namespace().items if n.metadata.name == foreign_namespace(pair.consumer_id)), None)
+    foreign = foreign_namespace(pair.consumer_id)
+    namespace = next((n for n in p_core.list_namespace().items if n.metadata.name == foreign), None)
     if namespace is not None:  # say whether it is on its way out, and what holds it
-        left = _names(p_core.list_namespaced_pod(namespace.metadata.name).items)
-        problems.append(f"orphaned foreign namespace {namespace.metadata.name} (phase {namespace.status.phase}, "
+        left = _names(p_core.list_namespaced_pod(foreign).items)
+        problems.append(f"orphaned foreign namespace {foreign} (phase {namespace.status.phase}, "
                         f"deletion requested: {namespace.metadata.deletion_timestamp is not None}, pods: {left})")  # fmt: skip
     problems += [f"orphaned reflected pod {p.metadata.namespace}/{p.metadata.name}" for p in reflected]
     return problems
@@ -323,11 +324,11 @@ def find_secrets(blob: bytes, secrets: SecretValues) -> list[str]:
     return found
 
 
-def scan_history(history: History, secrets: SecretValues) -> list[str]:
+def scan_history(events: Iterable[HistoryEvent], secrets: SecretValues) -> list[str]:
     """Every event of a history in its wire form: inputs, results, signals, updates, memo, search
     attributes and user metadata (summaries, details) are all payloads whose data is raw bytes there."""
     findings = []
-    for event in history.events:
+    for event in events:
         for label in find_secrets(event.SerializeToString(), secrets):
             findings.append(f"event {event.event_id} ({EventType.Name(event.event_type)}): {label}")
     return findings
@@ -341,7 +342,7 @@ async def scan_namespace(client: Client, secrets: SecretValues) -> tuple[int, li
         runs += 1
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         where = f"{client.namespace}/{execution.id}/{execution.run_id}"
-        findings += [f"{where} {f}" for f in scan_history(await handle.fetch_history(), secrets)]
+        findings += [f"{where} {f}" for f in scan_history((await handle.fetch_history()).events, secrets)]
         # The description holds the memo, search attributes, user metadata and pending activities' failures.
         raw = (await handle.describe()).raw_description.SerializeToString()
         findings += [f"{where} description: {label}" for label in find_secrets(raw, secrets)]

@@ -23,9 +23,17 @@ PLURALS = {ClusterConfig: "clusterconfigs", PeeringRequest: "peeringrequests", A
 
 def _create(api: k8s.ApiClient, kind: Any, name: str, obj: dict[str, Any]) -> dict[str, Any]:
     body = {"apiVersion": "tidepool.io/v1alpha1", "kind": kind.KIND, **obj, "metadata": {"name": name}}
-    return k8s.CustomObjectsApi(api).create_cluster_custom_object(  # type: ignore[no-any-return]
+    created = k8s.CustomObjectsApi(api).create_cluster_custom_object(
         "tidepool.io", "v1alpha1", PLURALS[kind], body, field_validation="Strict"
     )
+    assert isinstance(created, dict), created  # the client types a custom object as `object`
+    return created
+
+
+def _message(refused: ApiException) -> str:
+    """What the API server said in the Status body of a refused call."""
+    assert refused.body is not None, refused
+    return str(json.loads(refused.body)["message"])
 
 
 def _delete(api: k8s.ApiClient, kind: Any, name: str) -> None:
@@ -50,7 +58,7 @@ def test_the_api_server_refuses_what_the_models_refuse_and_names_the_field(
     finally:
         _delete(api, kind, name)
     assert refused.value.status in (400, 422)
-    message = json.loads(refused.value.body)["message"]
+    message = _message(refused.value)
     assert field.split(".")[-1] in message, message
 
 
@@ -61,7 +69,7 @@ def test_the_ttl_rule_has_the_same_message_in_both_places(clusters: Clusters, un
     with pytest.raises(ApiException) as server_error:
         _create(clusters.a.api_client(), Advertisement, f"ttl-{unique}", bad)
     assert "timeToLive must be later than timestamp" in str(python_error.value)
-    assert "timeToLive must be later than timestamp" in json.loads(server_error.value.body)["message"]
+    assert "timeToLive must be later than timestamp" in _message(server_error.value)
 
 
 def test_a_cluster_id_cannot_change_once_set(clusters: Clusters, unique: str) -> None:
@@ -73,7 +81,7 @@ def test_a_cluster_id_cannot_change_once_set(clusters: Clusters, unique: str) ->
             k8s.CustomObjectsApi(api).patch_cluster_custom_object(
                 "tidepool.io", "v1alpha1", "advertisements", name, {"spec": {"clusterId": "someone-else"}}
             )
-        assert "clusterId is immutable" in json.loads(refused.value.body)["message"]
+        assert "clusterId is immutable" in _message(refused.value)
     finally:
         _delete(api, Advertisement, name)
 

@@ -70,7 +70,7 @@ async def test_a_user_starts_signals_queries_and_lists_a_peering_with_the_tempor
             return json.loads(out) if out.strip() else []
 
         found = await eventually(listed, timeout=20, what="the peering listed by ForeignCluster")
-        assert {w["execution"]["workflowId"] for w in found} == {workflow_id}  # type: ignore[index]
+        assert {w["execution"]["workflowId"] for w in found} == {workflow_id}
         await temporal(localenv, "workflow", "signal", "-w", workflow_id, "--name", "withdraw")
 
 

@@ -11,7 +11,6 @@ from temporalio.exceptions import ApplicationError
 
 from kube.clients import SecretClients
 from models.api.common import SecretReference
-from workers import decision_watch
 from workers.decision_watch import DecisionWatch
 
 pytestmark = [pytest.mark.provider, pytest.mark.steady]
@@ -86,7 +85,7 @@ def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credenti
         def list_cluster_custom_object(self, **kwargs: Any) -> str:
             return "response"
 
-    monkeypatch.setattr(decision_watch.k8s, "CustomObjectsApi", _Api)
+    monkeypatch.setattr(k8s, "CustomObjectsApi", _Api)  # workers.decision_watch calls it as k8s.CustomObjectsApi
     secrets.reachable = True
     assert watch._call(limit=1) == "response"  # after one more wait
     assert watch._call(watch=True) == "response"

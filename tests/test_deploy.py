@@ -202,11 +202,11 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         try:
             worker.delete_namespace("victim", dry_run="All")
         except ApiException as e:
-            return e.status == 403
+            return bool(e.status == 403)  # the client leaves `status` untyped
         return False
 
     wait_for(policy_in_force, timeout=30, what="the admission policy in force")
-    refusals = {
+    refusals: dict[str, Callable[[], object]] = {
         "namespace": lambda: worker.delete_namespace("victim"),
         "node": lambda: worker.delete_node("physical"),
         "cordon": lambda: worker.patch_node("physical", {"spec": {"unschedulable": True}}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -13,14 +14,14 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from kube.errors import as_application_error
 from workers.errors import KubernetesErrors
 
 
-def _error(status: int, body: dict[str, object]) -> ApiException:
+def _error(status: int, body: Mapping[str, object]) -> ApiException:
     e = ApiException(status=status, reason="x")
     e.body = json.dumps(body)
     return e
@@ -61,8 +62,8 @@ class _CallsForbidden:
             await workflow.execute_activity(_read_forbidden, start_to_close_timeout=timedelta(seconds=10),
                                             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1)))  # fmt: skip
         except ActivityError as e:
-            assert isinstance(e.cause, ApplicationError)
-            return f"{e.cause.type} non_retryable={e.cause.non_retryable} retry_state={RetryState(e.retry_state).name}"
+            assert isinstance(e.cause, ApplicationError) and e.retry_state is not None
+            return f"{e.cause.type} non_retryable={e.cause.non_retryable} retry_state={e.retry_state.name}"
         return "no error"
 
 

@@ -28,7 +28,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from deploy.localenv.binaries import ensure_binaries
@@ -37,6 +37,7 @@ from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, read_cluster_object
 from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
 from models.api.common import SecretReference
+from models.consumer import AdvertisementState
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
@@ -128,7 +129,7 @@ def test_an_invalid_cr_field_is_refused_by_the_api_server_naming_the_field(
     finally:
         delete_quietly(k8s.CustomObjectsApi(api).delete_cluster_custom_object, "tidepool.io", "v1alpha1",
                        PLURALS[kind], name)  # fmt: skip
-    assert refused.value.status == 422
+    assert refused.value.status == 422 and refused.value.body is not None, refused.value
     message = json.loads(refused.value.body)["message"]
     assert field in message, message
 
@@ -247,7 +248,7 @@ async def test_a_bad_signal_is_ignored_and_a_bad_update_refused_and_nothing_chan
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await world.peering.execute_update(name, value)
         message = str(refused.value.cause)
-        assert message and reason in message, message
+        assert reason is not None and reason in message, message
     else:
         await world.peering.signal(name, value)
     # Not stuck: a valid update goes through the loop and comes back (it pushes the same percentage).
@@ -353,7 +354,7 @@ def _decided_or_gone(api: k8s.ApiClient, name: str) -> dict[str, Any] | None:
 def _events_by_reason(api: k8s.ApiClient, name: str, reasons: set[str]) -> dict[str, str] | None:
     """The messages of the Events about `name` by reason, once there is one for each of `reasons`."""
     events = k8s.CoreV1Api(api).list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-    found = {e.reason: e.message for e in events}
+    found = {e.reason: e.message or "" for e in events if e.reason}
     return found if reasons <= found.keys() else None
 
 
@@ -446,7 +447,8 @@ async def test_a_misnamed_advertisement_claiming_a_provider_does_not_hijack_the_
         apply_cluster_object(consumer, ADVERTISEMENTS, _foreign_advertisement(advertisement_name(provider), provider))
         await eventually(lambda: ((read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider)) or {})
                                   .get("status") or {}).get("phase") == "Pending", timeout=60, what="the real one Pending")  # fmt: skip
-        handle = world.client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = world.client.get_workflow_handle_for(
+            AdvertisementWorkflow.run, advertisement_workflow_id(provider))
         assert await handle.execute_update(AdvertisementWorkflow.accept, "the real one") == "Accepted"
         await eventually(lambda: ADVERTISEMENT_FINALIZER in (
             (read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider)) or {}).get("metadata", {})
@@ -525,7 +527,7 @@ async def test_a_garbage_slice_annotation_is_reported_on_the_namespace_and_nothi
     def warned() -> bool:  # the event is recorded just after the annotation
         events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={namespace}").items
         events += core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={namespace}").items
-        return any(e.reason == "InvalidSlice" and e.type == "Warning" and problem in e.message for e in events)
+        return any(e.reason == "InvalidSlice" and e.type == "Warning" and problem in (e.message or "") for e in events)
 
     await eventually(warned, timeout=30, what="a Warning event InvalidSlice on the namespace")
     assert not pool.task.done(), "the pool worker stopped"

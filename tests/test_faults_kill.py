@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -86,10 +87,11 @@ class Killer:
         await eventually(worker.ready, timeout=60, what=f"worker {worker.cluster_id} serving")
         handle = client.get_workflow_handle(workflow_id)
         loop = asyncio.get_running_loop()
-        deadline, running = loop.time() + ACTIVITY_WATCH, []
+        deadline = loop.time() + ACTIVITY_WATCH
+        running: list[str] = []
         while not running and loop.time() < deadline:
             try:
-                pending = (await handle.describe()).raw_description.pending_activities
+                pending: Sequence[PendingActivityInfo] = (await handle.describe()).raw_description.pending_activities
             except RPCError:  # not started yet
                 pending = []
             running = [a.activity_type.name for a in pending if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
@@ -145,7 +147,7 @@ def _offload(pair: Pair, name: str) -> None:
 def _reflected(pair: Pair) -> list[str]:
     pods = k8s.CoreV1Api(pair.provider.api_client()).list_namespaced_pod(
         foreign_namespace(pair.consumer_id), label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
-    return sorted(p.metadata.name for p in pods)
+    return sorted(p.metadata.name for p in pods if p.metadata.name)
 
 
 @pytest.mark.timeout(720)

@@ -12,7 +12,7 @@ teardown, and with a virtual kubelet it comes first whenever it is shorter than 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
+from models.consumer import AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
     SYSTEM_NAMESPACE,
@@ -33,7 +34,7 @@ from models.names import (
     advertisement_workflow_id,
     peering_workflow_id,
 )
-from models.peering import PeeringStatus
+from models.peering import PeeringStatus, WithdrawResult
 from tests.faults import failed_workflow_tasks
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
@@ -111,7 +112,7 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
     localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str
 ) -> None:
     provider, consumer = make_cluster("prov"), make_cluster("cons")
-    pair = {"consumer": consumer, "provider_id": f"prov-{unique}"}
+    pair: dict[str, Any] = {"consumer": consumer, "provider_id": f"prov-{unique}"}
     consumer_id = f"cons-{unique}"
     binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
@@ -119,9 +120,10 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
                                                           "advertisementTimeToLiveSeconds": TTL})  # fmt: skip
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
     request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
-    peering = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(consumer_id))
-    lifecycle = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run,
-                                                        advertisement_workflow_id(pair["provider_id"]))  # fmt: skip
+    peering: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
+        PeeringWorkflow.run, peering_workflow_id(consumer_id))
+    lifecycle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
+        AdvertisementWorkflow.run, advertisement_workflow_id(pair["provider_id"]))
 
     async def phase() -> str | None:
         return (await peering.describe()).typed_search_attributes.get(PEERING_PHASE)
@@ -209,5 +211,5 @@ async def _recovered_within_a_cycle(peering: WorkflowHandle[Any, Any], starting:
     )
 
 
-async def _is(value: Any, expected: str) -> bool:
+async def _is(value: Awaitable[object], expected: str) -> bool:
     return await value == expected

@@ -19,14 +19,13 @@ from temporalio.api.common.v1 import Memo, Payloads, SearchAttributes
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import (
     ActivityTaskCompletedEventAttributes,
-    History,
     HistoryEvent,
     UpsertWorkflowSearchAttributesEventAttributes,
     WorkflowExecutionSignaledEventAttributes,
     WorkflowExecutionStartedEventAttributes,
 )
 from temporalio.api.sdk.v1 import UserMetadata
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from deploy.localenv.clusters import LocalCluster
@@ -42,6 +41,7 @@ from models.names import (
     credentials_secret_name,
     peering_workflow_id,
 )
+from models.peering import WithdrawResult
 from tests.faults import (
     GENERIC_MARKERS,
     Pair,
@@ -116,14 +116,14 @@ PLACES = ["workflow input", "memo", "signal", "activity result", "search attribu
 def test_the_scanner_finds_a_secret_planted_in_a_synthetic_history(place: str, planted: Any) -> None:
     secrets = SecretValues()
     secrets.add_kubeconfig("planted", PLANTED_KUBECONFIG)
-    clean = History(events=[_event(place, {"foreign_cluster_id": "cluster-b", "kube_config_ref": {"name": "s"}})])
+    clean = [_event(place, {"foreign_cluster_id": "cluster-b", "kube_config_ref": {"name": "s"}})]
     assert scan_history(clean, secrets) == []
-    found = scan_history(History(events=[_event(place, planted)]), secrets)
+    found = scan_history([_event(place, planted)], secrets)
     assert found, f"the scanner missed a secret planted in the {place}"
 
 
 def test_the_scanner_knows_a_token_it_was_never_told_of_by_its_shape() -> None:
-    found = scan_history(History(events=[_event("signal", f"Bearer {PLANTED_TOKEN}")]), SecretValues())
+    found = scan_history([_event("signal", f"Bearer {PLANTED_TOKEN}")], SecretValues())
     assert found == ["event 5 (EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED): marker JWT"]
 
 
@@ -131,7 +131,7 @@ def _credentials(pair: Pair) -> str | None:
     """The kubeconfig the provider wrote on the consumer (it renews the token on every push)."""
     secret = k8s.CoreV1Api(pair.consumer.api_client()).read_namespaced_secret(
         credentials_secret_name(pair.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
-    return base64.b64decode(secret.data["kubeconfig"]).decode()
+    return base64.b64decode((secret.data or {})["kubeconfig"]).decode()
 
 
 def _advertised_cpu(pair: Pair) -> str | None:
@@ -166,7 +166,7 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
         with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
             request_peering(provider, consumer_id=pair.consumer_id, consumer_kubeconfig=pair.consumer.kubeconfig.read_text())
             request = k8s.CoreV1Api(provider).read_namespaced_secret(request_secret_name(pair.consumer_id), SYSTEM_NAMESPACE)
-            secrets.add_kubeconfig("consumer (PeeringRequest Secret)", base64.b64decode(request.data["kubeconfig"]).decode())
+            secrets.add_kubeconfig("consumer (PeeringRequest Secret)", base64.b64decode((request.data or {})["kubeconfig"]).decode())
             await eventually(lambda: not convergence_problems(pair, peered=True), timeout=120, what="accepted")
             secrets.add_kubeconfig("provider credentials, first push", await eventually(lambda: _credentials(pair)))
 
@@ -177,7 +177,8 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
             await eventually(lambda: k8s.CoreV1Api(consumer).read_namespaced_pod("job", "app").status.phase == "Running",
                              timeout=60, what="the offloaded pod Running")  # fmt: skip
 
-            handle = provider_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(pair.consumer_id))
+            handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = provider_client.get_workflow_handle_for(
+                PeeringWorkflow.run, peering_workflow_id(pair.consumer_id))
             await handle.signal(PeeringWorkflow.set_sharing_percentage, 25)
             await eventually(lambda: _advertised_cpu(pair) == "2", timeout=60, what="25% advertised")
             secrets.add_kubeconfig("provider credentials, after the signal", _credentials(pair) or "")
@@ -194,7 +195,8 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
     secrets.add_kubeconfig("provider's own", pair.provider.kubeconfig.read_text())
     assert any("token" in label for label in secrets.values), "no token was read: the scan would prove nothing"
 
-    scanned, findings = 0, []
+    scanned = 0
+    findings: list[str] = []
     for namespace in localenv.temporal_namespaces:
         client = await Client.connect(localenv.temporal_address, namespace=namespace, data_converter=pydantic_data_converter)
         runs, found = await scan_namespace(client, secrets)

@@ -9,13 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from deploy.containers.podman import PodmanService
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, advertisement_name, peering_workflow_id
+from models.peering import WithdrawResult
 from tests.conftest import Clusters
 from tests.containers import worker_container
 from tests.kube import create_node, flattened_kubeconfig
@@ -52,7 +53,8 @@ async def test_the_worker_in_tidepool_s_image_runs_a_peering_from_request_to_wit
             timeout=120, what="the Advertisement on b, pushed by the worker in the container",
         )  # fmt: skip
         assert advertisement["spec"]["resourceQuota"]["hard"]["cpu"] == "3"
-        handle = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
+            PeeringWorkflow.run, peering_workflow_id(foreign_id))
         cancel_peering(api, consumer_id=foreign_id)
         result = await asyncio.wait_for(handle.result(), timeout=60)
         logs = b"".join(worker.get_logs()).decode(errors="replace")

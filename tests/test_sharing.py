@@ -276,7 +276,7 @@ Step = tuple[str, str, dict[str, Any]]  # ("node" | "pod", event type, object)
                      {"cpu": "1", "pods": "1"}, {"cpu": "10"}, id="a pod listed before its node counts once the node is"),
         pytest.param([("node", "MODIFIED", node("n1", cpu="6"))], {}, {"cpu": "6"},
                      id="a node whose allocatable changes replaces what it offered"),
-        pytest.param([("node", "ADDED", node("gpu", **{"nvidia.com/gpu": "2"})), ("node", "DELETED", node("gpu"))],
+        pytest.param([("node", "ADDED", node("gpu", None, **{"nvidia.com/gpu": "2"})), ("node", "DELETED", node("gpu"))],
                      {}, {"cpu": "8"}, id="a resource whose last node leaves is dropped from the totals"),
     ],
 )  # fmt: skip

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, patch_cluster_object, patch_cluster_object_status, read_cluster_object
+from models.consumer import AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,
@@ -148,8 +149,8 @@ async def test_a_push_that_only_renews_the_time_to_live_of_an_accepted_advertise
             apply_cluster_object(api, ADVERTISEMENTS, renewed)
             await asyncio.sleep(1)
         await asyncio.sleep(SETTLE)  # the last push's watch event reaches the worker
-        ttl = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))["spec"]["timeToLive"]
-        assert ttl == renewed["spec"]["timeToLive"]  # the pushes did land
+        landed = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
+        assert landed is not None and landed["spec"]["timeToLive"] == renewed["spec"]["timeToLive"]  # the pushes did land
         assert len(await history(temporal_client, handle.id)) == before
         assert len(await history(temporal_client, admission.id)) == admission_before
 
@@ -172,8 +173,9 @@ async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_
             apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, ttl=timedelta(seconds=20)))
         await eventually(lambda: (_phase(api, pending), _phase(api, refused)) == ("Pending", "Refused"),
                          what="one pending, one refused")  # fmt: skip
-        handles = {p: temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(p))
-                   for p in (pending, refused)}  # fmt: skip
+        handles: dict[str, WorkflowHandle[AdvertisementWorkflow, AdvertisementState]] = {
+            p: temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(p))
+            for p in (pending, refused)}  # fmt: skip
         states = {p: await asyncio.wait_for(h.result(), timeout=90) for p, h in handles.items()}
         for provider, state in states.items():
             assert state.teardown == "Expired", provider
@@ -181,7 +183,7 @@ async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_
             assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None
             events = k8s.CoreV1Api(api).list_namespaced_event(
                 "default", field_selector=f"involvedObject.name={advertisement_name(provider)},reason=Expired").items
-            assert len(events) == 1 and "passed while" in events[0].message, provider
+            assert len(events) == 1 and "passed while" in (events[0].message or ""), provider
             # Slept until the expiry, then deleted: not a timer a second.
             timers = [e for e in await history(temporal_client, handles[provider].id)
                       if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]

@@ -271,7 +271,7 @@ def test_when_an_advertisement_looks_again_on_its_own(
     obs: AdvertisementObservation, state: AdvertisementState, step: str, after: timedelta | None
 ) -> None:
     assert next_step(obs, state.model_copy(), NOW).step == step
-    assert wake_after(obs, state, step, NOW) == after  # type: ignore[arg-type]
+    assert wake_after(obs, state, step, NOW) == after
 
 
 @pytest.mark.parametrize("phase", [None, "Pending", "Refused", "Accepted"])

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -210,7 +211,9 @@ def test_a_401_makes_the_client_read_its_file_again_and_retry_once_unseen_by_the
     _write_kubeconfig(path, server.url, "token-b")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert os.stat(path).st_ino == stat.st_ino and os.stat(path).st_size == stat.st_size
-    assert k8s.CoreV1Api(client).list_namespaced_pod("ns", _preload_content=False).status == 200
+    # Without preloading the client returns urllib3's response, not the V1PodList it is typed to return.
+    response: object = k8s.CoreV1Api(client).list_namespaced_pod("ns", _preload_content=False)
+    assert isinstance(response, urllib3.BaseHTTPResponse) and response.status == 200
     assert server.seen == ["Bearer token-a", "Bearer token-b"]
     # And with the model deserialisation path, on the next request: the new token straight away.
     assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []

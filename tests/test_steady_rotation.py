@@ -85,7 +85,7 @@ def _held_kubeconfig(run: Running) -> str:
     """The kubeconfig the consumer holds now (the test reads it as the virtual kubelet's volume would)."""
     secret = k8s.CoreV1Api(run.pair.consumer.api_client()).read_namespaced_secret(
         credentials_secret_name(run.pair.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
-    return base64.b64decode(secret.data["kubeconfig"]).decode()
+    return base64.b64decode((secret.data or {})["kubeconfig"]).decode()
 
 
 def _refused(kubeconfig: str, namespace: str) -> bool:
@@ -128,11 +128,11 @@ def _offloaded_pod(name: str, provider_id: str) -> dict[str, Any]:
         "nodeSelector": {LABEL_PROVIDER: provider_id}}}  # fmt: skip
 
 
-def _copies(run: Running) -> dict[str, tuple[str, int]]:
+def _copies(run: Running) -> dict[str | None, tuple[str | None, int]]:
     """The provider's copies: name -> (uid, restarts)."""
     pods = k8s.CoreV1Api(run.pair.provider.api_client()).list_namespaced_pod(
         run.namespace, label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
-    return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in p.status.container_statuses or []))
+    return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in (p.status.container_statuses if p.status else None) or []))
             for p in pods}  # fmt: skip
 
 

@@ -84,8 +84,10 @@ async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster
 
 def _remote(peering: Peering, kind: str) -> list[str]:
     core = k8s.CoreV1Api(peering.provider.api_client())
-    lister = {"pods": core.list_namespaced_pod, "configmaps": core.list_namespaced_config_map}[kind]
-    return sorted(o.metadata.name for o in lister(peering.remote_namespace, label_selector=f"{LABEL_OFFLOADED}=true").items)
+    listers: dict[str, Callable[..., k8s.V1PodList | k8s.V1ConfigMapList]] = {
+        "pods": core.list_namespaced_pod, "configmaps": core.list_namespaced_config_map}
+    listed = listers[kind](peering.remote_namespace, label_selector=f"{LABEL_OFFLOADED}=true").items
+    return sorted(o.metadata.name for o in listed if o.metadata.name)
 
 
 async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leaves_it_clean(peering: Peering) -> None:
@@ -133,7 +135,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
 
     # Capacity follows the Advertisement without a restart.
     _sharing(peering.provider.api_client(), 25)
-    await eventually(lambda: core.read_node(peering.node).status.allocatable["cpu"] == "2", timeout=30,
+    await eventually(lambda: (core.read_node(peering.node).status.allocatable or {}).get("cpu") == "2", timeout=30,
                      what="the node's capacity to follow")  # fmt: skip
 
     # A virtual node deleted by hand is registered again at once (its watch says so), not at the next

@@ -11,9 +11,11 @@ import json
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from kube.clients import SecretClients
+from kube.errors import as_application_error
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, record_event
@@ -70,7 +72,9 @@ class PoolActivities:
                         ready = True
                 health[name] = "Ready" if ready else "NotReady: no Ready node"
             except Exception as e:  # noqa: BLE001 - an unreachable member is NotReady, its slices move
-                health[name] = f"NotReady: {str(e)[:120]}"
+                # The error's type and vocabulary message, never str(ApiException): it carries headers and body.
+                said = as_application_error(e).message if isinstance(e, ApiException) else type(e).__name__
+                health[name] = f"NotReady: {said[:120]}"
             snapshots.append(ClusterSnapshot(name=name, ready=ready, allocatable=allocatable.only(("cpu", "memory")),
                                              headroom=cluster.spec.headroom, placed=Resources()))  # fmt: skip
         return snapshots, health

@@ -122,7 +122,7 @@ class SecretClients:
                 raise ApplicationError(
                     f"Secret {namespace}/{name} with the foreign cluster's kubeconfig does not exist",
                     type=MISSING_CREDENTIALS,
-                ) from e
+                ) from None  # the response as a cause would reach the workflow's history
             raise
         data = (secret.data or {}).get(key)
         if not data:

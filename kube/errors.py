@@ -27,7 +27,7 @@ INVALID_CREDENTIALS = "InvalidCredentials"
 def as_application_error(error: ApiException) -> ApplicationError:
     status = int(error.status or 0)
     body = _status_body(error)
-    if status == 422:
+    if status in (400, 422):  # both may quote the values they refuse: say which fields only
         causes = (body.get("details") or {}).get("causes") or []
         fields = sorted({str(c.get("field")) for c in causes if c.get("field")})
         detail = f"invalid fields: {', '.join(fields)}" if fields else "invalid"

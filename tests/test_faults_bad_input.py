@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
@@ -262,7 +263,7 @@ async def test_a_bad_signal_is_ignored_and_a_bad_update_refused_and_nothing_chan
 
 DECISIONS = [
     pytest.param("accept", "x" * 257, "at most 256 characters", id="accept: a reason of 257 characters"),
-    pytest.param("refuse", "", "non-empty string", id="refuse: an empty reason"),
+    pytest.param("refuse", "", "a non-empty text", id="refuse: an empty reason"),
     pytest.param("accept", 42, "", id="accept: a number for a reason"),
     pytest.param("refuse", None, "", id="refuse: no reason at all"),
 ]  # fmt: skip
@@ -278,8 +279,9 @@ async def test_a_bad_manual_decision_is_refused_and_the_advertisement_stays_pend
                                or {}).get("status") or {}).get("phase") == "Pending", what="Pending")  # fmt: skip
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await world.lifecycle.execute_update(update, value)
-    message = str(refused.value.cause)
-    assert message and reason in message, message
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidDecision" and cause.non_retryable, cause
+    assert reason in cause.message, cause.message
     adv = read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(world.provider_id))
     assert adv is not None and adv["status"]["phase"] == "Pending"
     assert not (adv["metadata"].get("annotations") or {})  # no decision recorded

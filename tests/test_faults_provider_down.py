@@ -40,7 +40,8 @@ from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
 from workflows.advertisement import AdvertisementWorkflow
-from workflows.peering import PEERING_PHASE, PeeringWorkflow
+from workflows.peering import PeeringWorkflow
+from workflows.search_attributes import PEERING_PHASE
 
 pytestmark = [pytest.mark.env, pytest.mark.faults]
 

@@ -127,7 +127,7 @@ async def test_a_pass_that_fails_for_good_is_recorded_and_the_next_change_passes
     stub = StubPass(failing={1})
     async with scheduler(workflow_client, stub) as handle:
         error = await queried(lambda: handle.query(PoolSchedulerWorkflow.last_error), lambda e: e is not None)
-        assert error == "KubernetesForbidden: patch namespaces: forbidden"
+        assert error == "schedule_pool: KubernetesForbidden: patch namespaces: forbidden"
         assert stub.calls == 1  # non-retryable: not retried by the activity's policy
         assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
         await handle.signal(PoolSchedulerWorkflow.changed)

@@ -14,10 +14,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.failures import describe_failure
+from workflows.search_attributes import HOME_CLUSTER
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
@@ -30,7 +31,6 @@ IDLE_RECHECK = timedelta(minutes=10)
 EVENT_DRIVEN_PATCH = "admission-event-driven"
 # Runs begun before issue 19 never set HomeCluster (a new command): only new runs do.
 HOME_CLUSTER_PATCH = "admission-home-cluster"
-HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
 # A pass the retry policy gave up on (a permanent failure: a forbidden list) is shown and retried at the
 # next signal, or after this long.
 FAILED_PASS_RETRY = timedelta(minutes=5)
@@ -57,6 +57,7 @@ class AdmissionWorkflow:
                 )  # fmt: skip
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
                 await self._wait_out(failure)
+                self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history
                 continue
             self._input.reconciles += 1
             workflow.set_current_details(_details(self._last, self._input.reconciles))
@@ -68,10 +69,13 @@ class AdmissionWorkflow:
                                                   timeout_summary="recheck")  # fmt: skip
                 except TimeoutError:
                     pass
-            # Updates wait for the loop's next pass, so never block on them: continue-as-new only
-            # between them (a suggestion is not a deadline).
-            if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
-                workflow.continue_as_new(self._input)
+            self._continue_as_new_if_suggested()
+
+    def _continue_as_new_if_suggested(self) -> None:
+        # Updates wait for the loop's next pass, so never block on them: continue-as-new only
+        # between them (a suggestion is not a deadline).
+        if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
+            workflow.continue_as_new(self._input)
 
     async def _wait_out(self, failure: ActivityError) -> None:
         """Shows the failure in the current details and waits for the next signal or FAILED_PASS_RETRY: the

@@ -26,10 +26,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.failures import describe_failure
+from workflows.search_attributes import ADVERTISEMENT_PHASE, HOME_CLUSTER, PROVIDER_CLUSTER
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
@@ -54,9 +55,6 @@ with workflow.unsafe.imports_passed_through():
         wake_after,
     )
 
-PROVIDER_CLUSTER = SearchAttributeKey.for_keyword("ProviderCluster")
-HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
-ADVERTISEMENT_PHASE = SearchAttributeKey.for_keyword("AdvertisementPhase")
 
 # Reads and writes on the consumer's own API server: quick, retried without end (the API server will be
 # back), each attempt bounded.
@@ -150,12 +148,15 @@ class AdvertisementWorkflow:
             await self._wait_for_change_or_deadline(obs, step)
         else:
             await self._wait(obs, step)
+        self._continue_as_new_if_suggested()
+        return False
+
+    def _continue_as_new_if_suggested(self) -> None:
         # Updates wait for the loop's next pass, so never block on them: continue-as-new only
         # between them (a suggestion is not a deadline).
         if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
             self._disarm()
             workflow.continue_as_new(self._input.model_copy(update={"state": self._state}))
-        return False
 
     async def _act(self, step: Step) -> bool:
         """Runs one acting step; False only when DeleteExpired found nothing to delete."""
@@ -213,6 +214,7 @@ class AdvertisementWorkflow:
                                           timeout_summary=f"after a failure: retry in {backoff}")  # fmt: skip
         except TimeoutError:
             pass
+        self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history without end
 
     async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
         timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)

@@ -23,10 +23,12 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
-    SearchAttributeKey,
     SearchAttributePair,
 )
 from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.failures import describe_failure
+from workflows.search_attributes import FOREIGN_CLUSTER, HOME_CLUSTER, PEERING_PHASE, SHARING_PERCENTAGE
 
 with workflow.unsafe.imports_passed_through():
     from activities.peering import PeeringActivities
@@ -49,10 +51,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from models.settings import ProviderSettings
 
-HOME_CLUSTER = SearchAttributeKey.for_keyword("HomeCluster")
-FOREIGN_CLUSTER = SearchAttributeKey.for_keyword("ForeignCluster")
-PEERING_PHASE = SearchAttributeKey.for_keyword("PeeringPhase")
-SHARING_PERCENTAGE = SearchAttributeKey.for_int("SharingPercentage")
 
 # A push talks to two API servers; a minute is ample. Three quick attempts, then the workflow's own
 # backoff takes over so that the Web UI shows the failure instead of a silent retry loop.
@@ -65,6 +63,9 @@ CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempt
 WITHDRAW_TIMEOUT = timedelta(seconds=60)
 WITHDRAW_SCHEDULE_TIMEOUT = timedelta(minutes=30)
 WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60))
+# A home-side withdrawal that failed for good is tried again, ever less often.
+HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
+HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
 
 PROVIDER = ProviderSettings()
 # Runs that started before the foreign watch (no FOLLOW_BY_WATCH marker) keep polling a pending decision,
@@ -231,7 +232,18 @@ class PeeringWorkflow:
         except ActivityError as e:
             # The foreign cluster stayed out of reach: clean at home and let the Advertisement expire there.
             workflow.logger.warning("withdrawal from %s incomplete: %s", self._input.foreign_cluster_id, e.cause or e)
-            return await self._execute_withdraw(request.model_copy(update={"skip_foreign": True}), None)
+        home_only = request.model_copy(update={"skip_foreign": True})
+        backoff = HOME_WITHDRAW_BACKOFF_INITIAL
+        while True:
+            try:
+                return await self._execute_withdraw(home_only, None)
+            except ActivityError as e:
+                # A permanent error at home (a 403 after an RBAC change): the PeeringRequest's finalizer waits
+                # on this run, so say why and try again once someone mends it; never fail the workflow.
+                self._state.last_error = describe_failure(e)
+                self._publish()
+                await workflow.sleep(backoff, summary="withdraw at home: retry")
+                backoff = min(backoff * 2, HOME_WITHDRAW_BACKOFF_MAX)
 
     async def _execute_withdraw(self, request: WithdrawRequest, schedule_timeout: timedelta | None) -> WithdrawResult:
         return await workflow.execute_activity_method(

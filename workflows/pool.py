@@ -15,8 +15,11 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+from workflows.failures import describe_failure
+from workflows.search_attributes import SUPER_CLUSTERS
 
 with workflow.unsafe.imports_passed_through():
     from activities.pool import PoolActivities
@@ -30,7 +33,6 @@ RECHECK = timedelta(minutes=1)  # runs started before RESYNC_ONCE_A_PERIOD: a re
 # The advertisement period's default: nothing in tidepool wakes more often than once a period on its own.
 RESYNC = timedelta(minutes=10)
 RESYNC_ONCE_A_PERIOD = "pool-resync-once-a-period"
-SUPER_CLUSTERS = SearchAttributeKey.for_keyword_list("SuperClusters")
 
 
 @workflow.defn
@@ -70,13 +72,8 @@ class PoolSchedulerWorkflow:
                 workflow.continue_as_new(passes)
 
     def _record_failure(self, error: ActivityError) -> None:
-        """The error's type and message (the error vocabulary names fields, never values), above the last
-        pass that went through."""
-        cause = error.cause
-        if isinstance(cause, ApplicationError):
-            self._last_error = f"{cause.type or 'ApplicationError'}: {cause.message}"
-        else:
-            self._last_error = f"{type(cause or error).__name__}: {cause or error}"
+        """The failure above the last pass that went through."""
+        self._last_error = describe_failure(error)
         workflow.logger.warning("pool pass failed: %s", self._last_error)
         workflow.set_current_details(self._details())
 

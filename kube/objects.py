@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from models.api.conditions import ConditionValue
+from models.api.conditions import ConditionValue, Reason
 from models.names import GROUP, VERSION
 
 FIELD_MANAGER = "tidepool"
@@ -106,8 +106,9 @@ def _raw_json(response: object) -> dict[str, Any]:
     return _json_object(json.loads(response.data))
 
 
-def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
-    """A Kubernetes Event on a tidepool object, so that `kubectl describe` says what tidepool decided."""
+def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: Reason, message: str, warning: bool = False) -> None:
+    """A Kubernetes Event on a tidepool object, so that `kubectl describe` says what tidepool decided; its
+    reason is one of the vocabulary's (models/api/conditions.py), checked by the type checker."""
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
     now = datetime.now(UTC)

@@ -56,6 +56,10 @@ EventReason = Literal[
     "FailedScheduling",  # a pool pod fits in none of its namespace's super clusters
 ]
 
+# Every reason a tidepool Event may carry: what a condition says, or a moment.
+Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
+                 NodeReadyReason, PlacedReason, EventReason]  # fmt: skip
+
 
 class ConditionValue(BaseModel):
     """A condition before it is written: kube.objects.with_condition adds lastTransitionTime."""

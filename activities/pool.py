@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from kube.clients import SecretClients
 from kube.errors import as_application_error
@@ -72,8 +73,10 @@ class PoolActivities:
                         ready = True
                 health[name] = "Ready" if ready else "NotReady: no Ready node"
             except Exception as e:  # noqa: BLE001 - an unreachable member is NotReady, its slices move
-                # The error's type and vocabulary message, never str(ApiException): it carries headers and body.
-                said = as_application_error(e).message if isinstance(e, ApiException) else type(e).__name__
+                # The vocabulary's message (never str(ApiException): it carries headers and body), or what
+                # tidepool's own error says (e.g. a missing kubeconfig Secret); else only the error's type.
+                said = (as_application_error(e).message if isinstance(e, ApiException)
+                        else e.message if isinstance(e, ApplicationError) else type(e).__name__)  # fmt: skip
                 health[name] = f"NotReady: {said[:120]}"
             snapshots.append(ClusterSnapshot(name=name, ready=ready, allocatable=allocatable.only(("cpu", "memory")),
                                              headroom=cluster.spec.headroom, placed=Resources()))  # fmt: skip

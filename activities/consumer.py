@@ -14,7 +14,9 @@ from temporalio import activity
 from kube.metrics import Metrics
 from kube.objects import (
     apply_core,
+    delete_cluster_object,
     ignore_not_found,
+    list_cluster_objects,
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
@@ -24,10 +26,6 @@ from kube.objects import (
 from models.admission import AdmissionSnapshot, decide
 from models.api import ClusterConfig
 from models.api.conditions import (
-    AdmissionReason,
-    AdvertisementReadyReason,
-    EventReason,
-    PodCIDRReason,
     condition,
 )
 from models.consumer import (
@@ -50,9 +48,11 @@ from models.names import (
     CLUSTER_CONFIGS,
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
+    GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     SYSTEM_NAMESPACE,
+    VERSION,
     VK_CLEAN_ANNOTATION,
     virtual_kubelet_name,
     virtual_node_name,
@@ -61,8 +61,6 @@ from models.settings import WorkerSettings
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
-# What the consumer's Events may say: the vocabulary's reasons (models/api/conditions.py) it writes.
-ConsumerEventReason = AdmissionReason | AdvertisementReadyReason | PodCIDRReason | EventReason
 # The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
 # slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
 EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
@@ -89,10 +87,7 @@ class ConsumerActivities:
     @activity.defn
     def admit_advertisements(self, cluster_id: str) -> AdmissionResult:
         config = self._config()
-        listed: dict[str, Any] = k8s.CustomObjectsApi(self._home).list_cluster_custom_object(
-            "tidepool.io", "v1alpha1", ADVERTISEMENTS
-        )  # type: ignore[assignment]  # the client types a JSON body as object
-        advertisements: list[dict[str, Any]] = listed["items"]
+        advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=_now())
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
@@ -106,7 +101,7 @@ class ConsumerActivities:
                                         list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
-            self._event(obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
+            record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if decision.phase == "Accepted":
                 result.accepted.append(decision.name)
@@ -193,7 +188,7 @@ class ConsumerActivities:
                                     list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, request.advertisement,
                                     {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
-        self._event(obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
+        record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
 
     @activity.defn
     def delete_virtual_node(self, request: DeleteVirtualNodeInput) -> None:
@@ -218,8 +213,7 @@ class ConsumerActivities:
             return
         self._set_finalizer(obj, present=False)
         if request.teardown != "Deleted":
-            ignore_not_found(k8s.CustomObjectsApi(self._home).delete_cluster_custom_object,
-                             "tidepool.io", "v1alpha1", ADVERTISEMENTS, request.advertisement)  # fmt: skip
+            delete_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
 
     @activity.defn
     def delete_expired(self, request: DeleteExpiredInput) -> bool:
@@ -260,7 +254,7 @@ class ConsumerActivities:
             return False
         try:
             k8s.CustomObjectsApi(self._home).delete_cluster_custom_object(
-                "tidepool.io", "v1alpha1", ADVERTISEMENTS, meta["name"],
+                GROUP, VERSION, ADVERTISEMENTS, meta["name"],
                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(resource_version=meta["resourceVersion"])),
             )  # fmt: skip
         except k8s.ApiException as e:
@@ -268,7 +262,7 @@ class ConsumerActivities:
                 return False
             raise
         # After the deletion, so that a retried attempt does not say it twice.
-        self._event(obj, reason="Expired", warning=True,
+        record_event(self._home, obj, reason="Expired", warning=True,
                     message=f"timeToLive {spec.get('timeToLive')} passed while {phase}: deleted")  # fmt: skip
         return True
 
@@ -283,7 +277,7 @@ class ConsumerActivities:
             "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
         ), list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
-        self._event(obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
+        record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
 
     def _set_finalizer(self, obj: dict[str, Any], *, present: bool) -> None:
         meta = obj["metadata"]
@@ -316,8 +310,4 @@ class ConsumerActivities:
             "vnodeReference": {"name": virtual_node_name(provider)},
             "conditions": conditions,
         })  # fmt: skip
-        self._event(obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")
-
-    def _event(self, obj: dict[str, Any], *, reason: ConsumerEventReason, message: str, warning: bool = False) -> None:
-        """record_event, with the reason checked against the vocabulary by the type checker."""
-        record_event(self._home, obj, reason=reason, message=message, warning=warning)
+        record_event(self._home, obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")

@@ -153,7 +153,7 @@ async def _measure(params: dict[str, Any]) -> None:
                     PeeringWorkflow.run,
                     PeeringInput(foreign_cluster_id=foreign_id,
                                  kube_config_ref=SecretReference(name="foreign-credentials", namespace=SYSTEM_NAMESPACE)),
-                    id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
+                    id=peering_workflow_id(settings.cluster.cluster_id, foreign_id), task_queue=settings.task_queue,
                 )  # fmt: skip
                 tick = await skipper.client.start_workflow(TickWorkflow.run, PERIOD_SECONDS,
                                                            id=f"bench-tick-{uuid.uuid4().hex[:8]}", task_queue=tick_queue)  # fmt: skip

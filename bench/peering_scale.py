@@ -109,7 +109,7 @@ async def _measure(params: dict[str, Any]) -> None:
                               range(n)))  # fmt: skip
             log(f"{n} PeeringRequests in {time.monotonic() - started:.0f} s; waiting for every first push")
             while True:
-                pushed = await _count_pushed(client, ids)
+                pushed = await _count_pushed(client, home_id, ids)
                 log(f"{pushed}/{n} peerings pushed ({time.monotonic() - started:.0f} s)")
                 if pushed == n:
                     break
@@ -124,7 +124,7 @@ async def _measure(params: dict[str, Any]) -> None:
             log("window over; reading histories")
             samples: list[float] = []
             for i in range(0, n, 50):
-                batch = await asyncio.gather(*(lateness(client, peering_workflow_id(x), since=since, activity=PUSH)
+                batch = await asyncio.gather(*(lateness(client, peering_workflow_id(home_id, x), since=since, activity=PUSH)
                                                for x in ids[i:i + 50]))  # fmt: skip
                 samples.extend(s for b in batch for s in b)
             baseline = await lateness(client, tick.id, since=since, activity="echo")
@@ -143,9 +143,9 @@ async def _measure(params: dict[str, Any]) -> None:
                  "target": "≤ 1 GB"})  # fmt: skip
 
 
-async def _count_pushed(client: Client, ids: list[str]) -> int:
+async def _count_pushed(client: Client, home_id: str, ids: list[str]) -> int:
     """Peerings whose workflow has completed a push (their PeeringPhase search attribute left the start)."""
-    wanted, count = {peering_workflow_id(i) for i in ids}, 0
+    wanted, count = {peering_workflow_id(home_id, i) for i in ids}, 0
     async for w in client.list_workflows(
         "WorkflowType = 'PeeringWorkflow' AND PeeringPhase IN ('Advertised', 'Accepted')"
     ):

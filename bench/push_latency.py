@@ -65,7 +65,7 @@ async def _measure(params: dict[str, Any]) -> None:
                 await asyncio.to_thread(watch.wait_for, "1", after=0, timeout=120)
                 log("first Advertisement on the foreign cluster; measuring")
                 peering: WorkflowHandle[PeeringWorkflow, WithdrawResult] = client.get_workflow_handle_for(
-                    PeeringWorkflow.run, peering_workflow_id(foreign_id))
+                    PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
                 echo = await client.start_workflow(EchoWorkflow.run, id=f"bench-echo-{uuid.uuid4().hex[:8]}",
                                                    task_queue=echo_queue)  # fmt: skip
                 values = _percentages(2 * changes, start=1)

@@ -60,13 +60,17 @@ def task_queue(cluster_id: str) -> str:
     return f"tidepool-{cluster_id}"
 
 
-def peering_workflow_id(foreign_cluster_id: str) -> str:
-    """One peering workflow per foreign cluster, ever: a second start finds the running one."""
-    return f"peering-{foreign_cluster_id}"
+# Workflow ids name the home cluster too: operators share Temporal namespaces, and two providers peering
+# with one consumer (or two consumers of one provider) must never attach to each other's workflow. '@' is
+# no DNS label character, so no two (home, foreign) pairs make the same id.
+def peering_workflow_id(home_cluster_id: str, foreign_cluster_id: str) -> str:
+    """One peering workflow per foreign cluster of a home cluster, ever: a second start finds the running one."""
+    return f"peering-{foreign_cluster_id}@{home_cluster_id}"
 
 
-def advertisement_workflow_id(provider_cluster_id: str) -> str:
-    return f"advertisement-{provider_cluster_id}"
+def advertisement_workflow_id(home_cluster_id: str, provider_cluster_id: str) -> str:
+    """One Advertisement workflow per provider of a consumer (the home cluster)."""
+    return f"advertisement-{provider_cluster_id}@{home_cluster_id}"
 
 
 def admission_workflow_id(cluster_id: str) -> str:

@@ -110,7 +110,7 @@ class PeeringState(_Model):
 class PeeringInput(_Model):
     """Start a peering with this, from the worker's PeeringRequest watcher or from the `temporal` CLI:
 
-    temporal workflow start --type PeeringWorkflow --task-queue tidepool-<home> --workflow-id peering-<foreign>
+    temporal workflow start --type PeeringWorkflow --task-queue tidepool-<home> --workflow-id peering-<foreign>@<home>
       --input '{"foreign_cluster_id": "<foreign>", "kube_config_ref": {"name": "...", "namespace": "..."}}'
     """
 

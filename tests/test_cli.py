@@ -47,7 +47,7 @@ async def test_a_user_starts_signals_queries_and_lists_a_peering_with_the_tempor
         "kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     settings = worker_settings(localenv, home, f"home-{unique}")
     foreign = f"b-{unique}"
-    workflow_id = peering_workflow_id(foreign)
+    workflow_id = peering_workflow_id(settings.cluster.cluster_id, foreign)
     start = ["workflow", "start", "--task-queue", settings.task_queue, "--type", "PeeringWorkflow",
              "--workflow-id", workflow_id, "--id-conflict-policy", "UseExisting", "-o", "json", "--input",
              json.dumps({"foreign_cluster_id": foreign,

@@ -163,7 +163,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
             apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
         await eventually(lambda: set(_phases(api).values()) == {"Pending"} and len(_phases(api)) == 3,
                          what="all pending")  # fmt: skip
-        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(by_update))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", by_update))
         with pytest.raises(WorkflowUpdateFailedError) as bad:
             await handle.execute_update(AdvertisementWorkflow.accept, "  ")
         assert isinstance(bad.value.cause, ApplicationError) and bad.value.cause.type == "InvalidDecision"
@@ -172,7 +172,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
 
         patch_cluster_object(api, ADVERTISEMENTS, advertisement_name(by_annotation),
                              {"metadata": {"annotations": {DECISION_ANNOTATION: "accept"}}})  # fmt: skip
-        refuse: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(refused))
+        refuse: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", refused))
         assert await refuse.execute_update(AdvertisementWorkflow.refuse, "too expensive") == "Refused"
         await eventually(lambda: _phases(api)[by_annotation] == "Accepted", what="accepted by annotation")
         with pytest.raises(WorkflowUpdateFailedError) as again:
@@ -247,11 +247,11 @@ async def test_teardown_deletes_the_node_then_the_virtual_kubelet_then_the_adver
         assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is not None
         k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
                                                        {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})
-        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", provider))
         state = await asyncio.wait_for(handle.result(), timeout=180)
     deleted = state.deleted
     assert deleted["virtual-node"] < deleted["virtual-kubelet"] < deleted["advertisement"]
-    await replay_all_runs(temporal_client, advertisement_workflow_id(provider))
+    await replay_all_runs(temporal_client, advertisement_workflow_id(f"cons-{unique}", provider))
     await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))
     assert read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None
     assert _deployment(api, provider) is None
@@ -270,7 +270,7 @@ async def test_an_advertisement_that_is_not_refreshed_expires_and_is_torn_down(
                                 {"phase": "Accepted", "reason": "WithinMaximum", "remoteRemappedPodCIDR": "None"})
     async with running_worker(settings):
         # The watcher starts the workflow; the skipper turns time skipping on for it and jumps its clock.
-        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", provider))
         await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
         k8s.AppsV1Api(api).patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
                                                        {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})

@@ -150,11 +150,11 @@ class World:
 
     @property
     def peering(self) -> Any:
-        return self.client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(self.consumer_id))
+        return self.client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(self.provider_id, self.consumer_id))
 
     @property
     def lifecycle(self) -> Any:
-        return self.client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(self.provider_id))
+        return self.client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(self.consumer_id, self.provider_id))
 
     def advertised_cpu(self) -> str | None:
         obj = read_cluster_object(self.consumer.api_client(), ADVERTISEMENTS, advertisement_name(self.provider_id))
@@ -344,7 +344,7 @@ async def test_a_malformed_foreign_advertisement_is_refused_with_the_problem_nam
     finally:
         delete_quietly(k8s.CustomObjectsApi(consumer).delete_cluster_custom_object, "tidepool.io", "v1alpha1",
                        ADVERTISEMENTS, name)  # fmt: skip
-    await world.healthy(advertisement_workflow_id(f"rogue-{unique}"))
+    await world.healthy(advertisement_workflow_id(world.consumer_id, f"rogue-{unique}"))
 
 
 GONE: dict[str, Any] = {"gone": True}
@@ -387,7 +387,7 @@ async def test_a_peering_whose_credentials_are_missing_reports_it_and_can_be_wit
         k8s.CoreV1Api(provider).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": secret}, "data": data}))
     handle = await world.client.start_workflow(
         PeeringWorkflow.run, PeeringInput(foreign_cluster_id=foreign, kube_config_ref=SecretReference(name=secret, namespace=SYSTEM_NAMESPACE)),
-        id=peering_workflow_id(foreign), task_queue=task_queue(world.provider_id),
+        id=peering_workflow_id(world.provider_id, foreign), task_queue=task_queue(world.provider_id),
     )  # fmt: skip
 
     async def unreachable() -> PeeringStatus | None:
@@ -419,14 +419,14 @@ async def test_a_peering_request_whose_secret_is_missing_says_so_in_its_status(w
     k8s.CustomObjectsApi(provider).delete_cluster_custom_object("tidepool.io", "v1alpha1", PEERING_REQUESTS, foreign)
     await eventually(lambda: read_cluster_object(provider, PEERING_REQUESTS, foreign) is None, timeout=60,
                      what="the request withdrawn and gone")  # fmt: skip
-    await world.healthy(peering_workflow_id(foreign))
+    await world.healthy(peering_workflow_id(world.provider_id, foreign))
 
 
 @pytest.mark.timeout(SETUP_AND_TEST)
 async def test_a_peering_started_with_an_invalid_input_fails_at_once_instead_of_hanging(world: World, unique: str) -> None:
     """From the `temporal` CLI anything can come: the workflow must fail with the reason, not retry a
     failing workflow task for ever."""
-    workflow_id = f"peering-bad-input-{unique}"
+    workflow_id = peering_workflow_id(world.provider_id, f"bad-input-{unique}")
     handle = await world.client.start_workflow(
         "PeeringWorkflow", {"foreign_cluster_id": "Not_A_DNS_Label", "kube_config_ref": {"name": "s", "namespace": "n"}},
         id=workflow_id, task_queue=task_queue(world.provider_id),
@@ -454,7 +454,7 @@ async def test_a_misnamed_advertisement_claiming_a_provider_does_not_hijack_the_
         await eventually(lambda: ((read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider)) or {})
                                   .get("status") or {}).get("phase") == "Pending", timeout=60, what="the real one Pending")  # fmt: skip
         handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = world.client.get_workflow_handle_for(
-            AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+            AdvertisementWorkflow.run, advertisement_workflow_id(world.consumer_id, provider))
         assert await handle.execute_update(AdvertisementWorkflow.accept, "the real one") == "Accepted"
         await eventually(lambda: ADVERTISEMENT_FINALIZER in (
             (read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider)) or {}).get("metadata", {})
@@ -463,7 +463,7 @@ async def test_a_misnamed_advertisement_claiming_a_provider_does_not_hijack_the_
         for name in (impostor["metadata"]["name"], advertisement_name(provider)):
             delete_quietly(k8s.CustomObjectsApi(consumer).delete_cluster_custom_object, "tidepool.io", "v1alpha1",
                            ADVERTISEMENTS, name)  # fmt: skip
-    await world.healthy(advertisement_workflow_id(provider))
+    await world.healthy(advertisement_workflow_id(world.consumer_id, provider))
 
 
 # 5. The pool: garbage slice annotations, a SuperCluster whose Secret is missing ---------------------------

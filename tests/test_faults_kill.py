@@ -109,7 +109,7 @@ async def _peering_workflows_completed(client: Client, pair: Pair, *, what: str)
     new); one that failed or was terminated fails the wait at once."""
 
     async def open_runs() -> list[str]:
-        return [run for workflow_id in (peering_workflow_id(pair.consumer_id), advertisement_workflow_id(pair.provider_id))
+        return [run for workflow_id in (peering_workflow_id(pair.provider_id, pair.consumer_id), advertisement_workflow_id(pair.consumer_id, pair.provider_id))
                 for run in await runs_still_open(client, workflow_id)]  # fmt: skip
 
     last: list[str] = []
@@ -178,7 +178,7 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 # The first cycle kills once while an activity runs (an attempt lost costs its timeout: once is enough).
                 if cycle == 0:
                     await killer.kill_during_activity(workers["provider"], temporal_client,
-                                                      peering_workflow_id(pair.consumer_id), f"cycle {cycle} peering")
+                                                      peering_workflow_id(pair.provider_id, pair.consumer_id), f"cycle {cycle} peering")
                 else:
                     await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
                 await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
@@ -188,7 +188,7 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 # The acceptance: the consumer's worker dies while it admits and builds the virtual kubelet.
                 if cycle == 0:
                     await killer.kill_during_activity(workers["consumer"], temporal_client,
-                                                      advertisement_workflow_id(pair.provider_id), f"cycle {cycle} acceptance")
+                                                      advertisement_workflow_id(pair.consumer_id, pair.provider_id), f"cycle {cycle} acceptance")
                 else:
                     await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
                 await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
@@ -214,12 +214,12 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
     print("\n".join(killer.points))
     assert len(killer.points) >= 20
     stuck = []
-    for workflow_id in (peering_workflow_id(pair.consumer_id), advertisement_workflow_id(pair.provider_id),
+    for workflow_id in (peering_workflow_id(pair.provider_id, pair.consumer_id), advertisement_workflow_id(pair.consumer_id, pair.provider_id),
                         admission_workflow_id(pair.consumer_id)):  # fmt: skip
         stuck += await failed_workflow_tasks(temporal_client, workflow_id)
     assert stuck == []
-    hit = await interrupted_work_of(temporal_client, (peering_workflow_id(pair.consumer_id),
-                                                      advertisement_workflow_id(pair.provider_id),
+    hit = await interrupted_work_of(temporal_client, (peering_workflow_id(pair.provider_id, pair.consumer_id),
+                                                      advertisement_workflow_id(pair.consumer_id, pair.provider_id),
                                                       admission_workflow_id(pair.consumer_id)))  # fmt: skip
     print(f"work the kills interrupted: {hit}")
     assert hit.activities_hit > 0, f"no kill hit an activity in flight (no retry, timeout or failure): {hit}"

@@ -122,9 +122,9 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
     request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
     peering: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
-        PeeringWorkflow.run, peering_workflow_id(consumer_id))
+        PeeringWorkflow.run, peering_workflow_id(pair["provider_id"], consumer_id))
     lifecycle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
-        AdvertisementWorkflow.run, advertisement_workflow_id(pair["provider_id"]))
+        AdvertisementWorkflow.run, advertisement_workflow_id(consumer_id, pair["provider_id"]))
 
     async def phase() -> str | None:
         return (await peering.describe()).typed_search_attributes.get(PEERING_PHASE)

@@ -178,7 +178,7 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
                              timeout=60, what="the offloaded pod Running")  # fmt: skip
 
             handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = provider_client.get_workflow_handle_for(
-                PeeringWorkflow.run, peering_workflow_id(pair.consumer_id))
+                PeeringWorkflow.run, peering_workflow_id(pair.provider_id, pair.consumer_id))
             await handle.signal(PeeringWorkflow.set_sharing_percentage, 25)
             await eventually(lambda: _advertised_cpu(pair) == "2", timeout=60, what="25% advertised")
             secrets.add_kubeconfig("provider credentials, after the signal", _credentials(pair) or "")

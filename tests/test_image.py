@@ -54,7 +54,7 @@ async def test_the_worker_in_tidepool_s_image_runs_a_peering_from_request_to_wit
         )  # fmt: skip
         assert advertisement["spec"]["resourceQuota"]["hard"]["cpu"] == "3"
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
-            PeeringWorkflow.run, peering_workflow_id(foreign_id))
+            PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
         cancel_peering(api, consumer_id=foreign_id)
         result = await asyncio.wait_for(handle.result(), timeout=60)
         logs = b"".join(worker.get_logs()).decode(errors="replace")

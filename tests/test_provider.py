@@ -130,7 +130,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "1", what="10%")
-        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
 
         await handle.signal(PeeringWorkflow.set_sharing_percentage, 20)
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", timeout=30, what="signal")
@@ -169,13 +169,13 @@ async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_
         # A user starting the same peering from the CLI finds the running one.
         input = PeeringInput(foreign_cluster_id=foreign_id,
                              kube_config_ref=SecretReference(name=request_secret_name(foreign_id), namespace=SYSTEM_NAMESPACE))
-        first: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        first: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
         again = await temporal_client.start_workflow(
-            PeeringWorkflow.run, input, id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
+            PeeringWorkflow.run, input, id=peering_workflow_id(home_id, foreign_id), task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )  # fmt: skip
         assert again.result_run_id == (await first.describe()).run_id
-        running = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{peering_workflow_id(foreign_id)}'")]
+        running = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{peering_workflow_id(home_id, foreign_id)}'")]
         assert len(running) == 1
 
         cancel_peering(api, consumer_id=foreign_id)
@@ -240,7 +240,7 @@ async def test_the_status_query_reports_the_push(
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
-        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
 
         async def pushed() -> PeeringStatus | None:
             status = await handle.query(PeeringWorkflow.status)
@@ -273,7 +273,7 @@ async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_n
             PeeringWorkflow.run,
             PeeringInput(foreign_cluster_id=foreign_id, kube_config_ref=SecretReference(name=secret, namespace=SYSTEM_NAMESPACE),
                          sharing_percentage=50),
-            id=peering_workflow_id(foreign_id), task_queue=settings.task_queue,
+            id=peering_workflow_id(home_id, foreign_id), task_queue=settings.task_queue,
         )  # fmt: skip
         first_run = (await handle.describe()).run_id
         assert await skipper.fast_forward(handle, timedelta(minutes=35))
@@ -325,7 +325,7 @@ async def test_a_pending_decision_costs_nothing_until_the_foreign_cluster_decide
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     _peer(home, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
-        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(foreign_id))
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
         settled = await settled_history(temporal_client, handle.id)
         assert _activities(settled, "push_advertisement") == 1

@@ -64,13 +64,13 @@ def _deployment_exists(api: k8s.ApiClient, provider: str) -> bool:
     return virtual_kubelet_name(provider) in {d.metadata.name for d in names}
 
 
-async def _steady_accepted(api: k8s.ApiClient, client: Client, provider: str) -> WorkflowHandle[Any, Any]:
+async def _steady_accepted(api: k8s.ApiClient, client: Client, consumer_id: str, provider: str) -> WorkflowHandle[Any, Any]:
     """An accepted Advertisement with its virtual kubelet Deployment, its workflow waiting."""
     apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
     await eventually(lambda: _phase(api, provider) == "Accepted", what="accepted")
     patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
     await eventually(lambda: _deployment_exists(api, provider), what="the virtual kubelet Deployment")
-    return client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(provider))
+    return client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(consumer_id, provider))
 
 
 def _ready(status: str, reason: str, *, since: str, heartbeat: str) -> dict[str, Any]:
@@ -102,7 +102,7 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
     provider = f"prov-{unique}"
     node = virtual_node_name(provider)
     async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
-        handle = await _steady_accepted(api, temporal_client, provider)
+        handle = await _steady_accepted(api, temporal_client, f"cons-{unique}", provider)
         # A virtual node as the virtual kubelet registers it (not a kwok one: nobody else writes it).
         core.create_node(k8s.V1Node.model_validate({"metadata": {"name": node, "labels": {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE,
                                                                  LABEL_PROVIDER: provider}}}))  # fmt: skip
@@ -139,7 +139,7 @@ async def test_a_push_that_only_renews_the_time_to_live_of_an_accepted_advertise
     provider = f"prov-{unique}"
     cluster_id = f"cons-{unique}"
     async with running_worker(worker_settings(localenv, consumer, cluster_id)):
-        handle = await _steady_accepted(api, temporal_client, provider)
+        handle = await _steady_accepted(api, temporal_client, f"cons-{unique}", provider)
         admission = temporal_client.get_workflow_handle(admission_workflow_id(cluster_id))
         before = len(await settled_history(temporal_client, handle.id))
         admission_before = len(await settled_history(temporal_client, admission.id))
@@ -174,7 +174,7 @@ async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_
         await eventually(lambda: (_phase(api, pending), _phase(api, refused)) == ("Pending", "Refused"),
                          what="one pending, one refused")  # fmt: skip
         handles: dict[str, WorkflowHandle[AdvertisementWorkflow, AdvertisementState]] = {
-            p: temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(p))
+            p: temporal_client.get_workflow_handle_for(AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", p))
             for p in (pending, refused)}  # fmt: skip
         states = {p: await asyncio.wait_for(h.result(), timeout=90) for p, h in handles.items()}
         for provider, state in states.items():
@@ -188,5 +188,5 @@ async def test_an_expired_never_accepted_advertisement_is_deleted_with_a_reason_
             timers = [e for e in await history(temporal_client, handles[provider].id)
                       if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
             assert len(timers) <= 2, f"{provider}: {len(timers)} timers"
-        await replay_all_runs(temporal_client, advertisement_workflow_id(refused))
+        await replay_all_runs(temporal_client, advertisement_workflow_id(f"cons-{unique}", refused))
         await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))

@@ -113,7 +113,7 @@ async def _force_rotation(run: Running, client: Client) -> TokenGeneration:
                            secret_version=held.secret_version)  # fmt: skip
     k8s.CoreV1Api(run.pair.provider.api_client()).patch_namespace(
         run.namespace, {"metadata": {"annotations": aged.to_annotations()}})  # fmt: skip
-    await client.get_workflow_handle(peering_workflow_id(run.pair.consumer_id)).execute_update(
+    await client.get_workflow_handle(peering_workflow_id(run.pair.provider_id, run.pair.consumer_id)).execute_update(
         "update_sharing_percentage", 50)  # fmt: skip
     renewed = _generation(run)
     assert renewed is not None and renewed.number == held.number + 1, (held, renewed)

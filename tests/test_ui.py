@@ -65,7 +65,7 @@ async def test_the_web_ui_lists_a_peering_by_foreign_cluster_and_shows_its_resou
         try:
             page = browser.pages[0] if browser.pages else await browser.new_page()
             # The list is filtered by the search attribute: the peering's row, and no other peering's.
-            row = page.get_by_role("link", name=peering_workflow_id(foreign_id))
+            row = page.get_by_role("link", name=peering_workflow_id(home_id, foreign_id))
 
             async def listed() -> bool:
                 await page.goto(url)

@@ -201,6 +201,9 @@ class ConsumerWatchers(Watchers):
         if self._lifecycles.event(kind, obj):
             self._lifecycle_changed(obj, deleted=kind == "DELETED")
 
+    def _workflow_id(self, provider: str) -> str:
+        return advertisement_workflow_id(self._settings.cluster.cluster_id, provider)
+
     def _lifecycle_changed(self, obj: Obj, *, deleted: bool) -> None:
         """A deleted one only signals (its workflow tears down, or has completed); a live one starts its
         workflow if none runs."""
@@ -208,12 +211,12 @@ class ConsumerWatchers(Watchers):
         if provider is None:
             return
         if deleted:
-            self._submit(self._signal(advertisement_workflow_id(provider), "changed"))
+            self._submit(self._signal(self._workflow_id(provider), "changed"))
             return
         self._submit(self._forgetting_on_failure(self._signal_with_start(
             AdvertisementWorkflow.run,
             AdvertisementInput(provider_id=provider, advertisement=name, home_cluster_id=self._settings.cluster.cluster_id),
-            advertisement_workflow_id(provider), "changed", f"Advertisement from {provider}",
+            self._workflow_id(provider), "changed", f"Advertisement from {provider}",
         ), self._lifecycles, name=name))  # fmt: skip
 
     # Virtual kubelets and virtual nodes ----------------------------------------------------------------
@@ -228,7 +231,7 @@ class ConsumerWatchers(Watchers):
     def _signal_child(self, keys: ObjectKeys, obj: Obj) -> None:
         provider = (_meta(obj).get("labels") or {}).get(LABEL_PROVIDER)
         if provider:
-            self._submit(self._forgetting_on_failure(self._signal(advertisement_workflow_id(provider), "changed"),
+            self._submit(self._forgetting_on_failure(self._signal(self._workflow_id(provider), "changed"),
                                                      keys, name=str(_meta(obj).get("name"))))  # fmt: skip
 
     # Temporal -----------------------------------------------------------------------------------------

@@ -73,6 +73,9 @@ class ProviderWatchers(Watchers):
                      on_sync=self._sync_config, on_event=lambda _kind, obj: self._sync_config([obj])),
         ]  # fmt: skip
 
+    def _workflow_id(self, foreign: str) -> str:
+        return peering_workflow_id(self._settings.cluster.cluster_id, foreign)
+
     # PeeringRequests ---------------------------------------------------------------------------------
     def _sync_requests(self, objects: list[dict[str, Any]]) -> None:
         for obj in objects:
@@ -91,7 +94,7 @@ class ProviderWatchers(Watchers):
         foreign = request.spec.cluster_identity.cluster_id
         if kind == "DELETED" or request.metadata.deletion_timestamp:
             self._unwatch_decision(foreign)
-            self._submit(self._signal(peering_workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
+            self._submit(self._signal(self._workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
             return
         ref = request.spec.kube_config_ref
         self._watch_decision(foreign, ref)
@@ -110,7 +113,7 @@ class ProviderWatchers(Watchers):
                 return
             if current is not None:
                 current.stop()  # the request names other credentials now
-            workflow_id = peering_workflow_id(foreign)
+            workflow_id = self._workflow_id(foreign)
             watch = DecisionWatch(
                 foreign_cluster_id=foreign, kube_config_ref=ref,
                 advertisement=advertisement_name(self._settings.cluster.cluster_id), secrets=self._secrets,
@@ -142,7 +145,7 @@ class ProviderWatchers(Watchers):
     async def _start_peering(self, input: PeeringInput) -> None:
         await self._client.start_workflow(
             PeeringWorkflow.run, input,
-            id=peering_workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
+            id=self._workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one peering per foreign cluster, ever
             static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
         )  # fmt: skip

@@ -193,7 +193,7 @@ def sharing_percentage_problem(value: object) -> str | None:
     updates take their value untyped and ask this: typed as int, the data converter would turn `true` into 1
     and "50" into 50 first."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100):
-        return f"sharing_percentage must be an integer between 0 and 100, or null to follow the ClusterConfig, got {value!r}"
+        return f"sharing_percentage must be an integer between 0 and 100, got {value!r} (null follows the ClusterConfig)"
     return None
 
 

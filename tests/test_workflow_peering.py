@@ -215,9 +215,7 @@ async def test_a_sharing_percentage_update_pushes_at_once_and_a_bad_value_is_ref
         await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 101)
     cause = refused.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidSharingPercentage" and cause.non_retryable
-    assert cause.message == (
-        "sharing_percentage must be an integer between 0 and 100, or null to follow the ClusterConfig, got 101"
-    )
+    assert cause.message == "sharing_percentage must be an integer between 0 and 100, got 101 (null follows the ClusterConfig)"
     assert len(stub.pushes) == 2  # the refused value pushed nothing
 
 

@@ -171,6 +171,7 @@ class PeeringActivities:
             advertised=advertised,
             allocatable=allocatable,
             sharing_percentage=percent,
+            configured_percentage=outgoing.sharing_percentage,
             config_generation=generation,
             period_seconds=outgoing.advertisement_period_seconds,
             capacity_change_threshold_percent=outgoing.capacity_change_threshold_percent,

@@ -74,6 +74,9 @@ class PushResult(_Model):
     time_to_live: datetime
     foreign_phase: str | None = None
     remote_remapped_pod_cidr: str | None = None
+    configured_percentage: int | None = Field(
+        default=None, ge=0, le=100, description="The ClusterConfig's sharing percentage, as the push read it."
+    )
     # Kept for runs begun before push_advertisement answered `Withdraw` instead: their histories hold a
     # PushResult padded with empty values and this reason.
     withdraw: WithdrawReason | None = None
@@ -91,7 +94,13 @@ class ForeignDecision(_Model):
 class PeeringState(_Model):
     """Everything the loop knows, carried over continue-as-new."""
 
+    # Runs begun before `peering-percentage-one-owner` adopt here the percentage of every push and send it
+    # back as an override; later runs find such a value only when continued from one, and migrate it at
+    # their first push (`migrated_override`).
     sharing_percentage: int | None = Field(default=None, ge=0, le=100)
+    # Set only by the input, the signal `set_sharing_percentage` or the update `update_sharing_percentage`
+    # (null drops it); None follows the ClusterConfig.
+    sharing_percentage_override: int | None = Field(default=None, ge=0, le=100)
     config_generation: int = 0
     phase: PeeringRequestPhase = "Pending"
     pushes: int = 0
@@ -166,7 +175,7 @@ class PeeringStatus(_Model):
 
     foreign_cluster_id: str
     phase: PeeringRequestPhase
-    sharing_percentage: int | None
+    sharing_percentage: int | None = Field(description="The effective percentage, from the last push.")
     pushes: int
     advertised: Resources | None
     last_push: datetime | None
@@ -174,14 +183,32 @@ class PeeringStatus(_Model):
     foreign_phase: str | None
     remote_remapped_pod_cidr: str | None
     last_error: str | None
+    sharing_percentage_override: int | None = Field(
+        default=None, description="The peering's own percentage, if it has one; None follows the ClusterConfig."
+    )
 
 
 def sharing_percentage_problem(value: object) -> str | None:
-    """Why `value` cannot be a sharing percentage, or None. Signals and updates take their value untyped
-    and ask this: typed as int, the data converter would turn `true` into 1 and "50" into 50 first."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
-        return f"sharing_percentage must be an integer between 0 and 100, got {value!r}"
+    """Why `value` cannot be a sharing percentage override, or None (null drops the override). Signals and
+    updates take their value untyped and ask this: typed as int, the data converter would turn `true` into 1
+    and "50" into 50 first."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100):
+        return f"sharing_percentage must be an integer between 0 and 100, got {value!r} (null follows the ClusterConfig)"
     return None
+
+
+def requested_percentage(state: PeeringState) -> int | None:
+    """What a push asks for: the override, else a value adopted by a run begun before
+    `peering-percentage-one-owner` and not migrated yet. Pushed as it stands, the adopted value is right
+    either way: it is the ClusterConfig's or an override."""
+    return state.sharing_percentage if state.sharing_percentage_override is None else state.sharing_percentage_override
+
+
+def migrated_override(*, adopted: int, configured: int) -> int | None:
+    """The override a value adopted by a run begun before `peering-percentage-one-owner` becomes. Those runs
+    adopted the percentage of every push, so an adopted value equal to the ClusterConfig's is no override;
+    a different one came from the input, a signal or an update, and stays one."""
+    return None if adopted == configured else adopted
 
 
 def phase_after_push(foreign: ForeignDecision | None) -> PeeringRequestPhase:
@@ -217,13 +244,14 @@ def backoff_seconds(failures: int, *, ceiling: int, base: int = 5) -> int:
 
 def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
     """The markdown the Web UI shows as the workflow's current details."""
+    push = state.last_push
     lines = [
         f"**Peering with `{foreign_cluster_id}`** — phase **{state.phase}**",
         "",
-        f"- sharing percentage: {_or_dash(state.sharing_percentage, '%')}",
+        f"- sharing percentage: {_or_dash(push.sharing_percentage if push else None, '%')} "
+        f"({_percentage_owner(state)})",
         f"- pushes: {state.pushes}",
     ]
-    push = state.last_push
     if push is not None:
         lines.append(f"- last push: {push.timestamp:%Y-%m-%d %H:%M:%S} UTC (expires {push.time_to_live:%H:%M:%S})")
     if state.next_push is not None:
@@ -243,6 +271,14 @@ def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
             advertised = push.advertised.only([name]).to_kubernetes().get(name, "0")
             lines.append(f"| {name} | {allocatable} | {advertised} |")
     return "\n".join(lines)
+
+
+def _percentage_owner(state: PeeringState) -> str:
+    if state.sharing_percentage_override is not None:
+        return f"this peering's override, {state.sharing_percentage_override}%"
+    if state.sharing_percentage is not None:
+        return "adopted by a run begun before the override had one owner"
+    return "the ClusterConfig's"
 
 
 def _or_dash(value: object, suffix: str = "") -> str:

@@ -1,5 +1,5 @@
-"""The peering's pure decisions (push or withdraw, when to wake, how to back off, what the Web UI shows) and
-which credential failures are permanent."""
+"""The peering's pure decisions (push or withdraw, who owns the percentage, when to wake, how to back off,
+what the Web UI shows) and which credential failures are permanent."""
 
 from __future__ import annotations
 
@@ -24,9 +24,12 @@ from models.peering import (
     backoff_seconds,
     decide_push,
     decision_key,
+    migrated_override,
     next_wait,
     phase_after_push,
     render_details,
+    requested_percentage,
+    sharing_percentage_problem,
 )
 from models.resources import Resources
 
@@ -84,11 +87,64 @@ def test_the_phase_follows_the_foreign_decision(decision: ForeignDecision | None
 
 
 def test_the_details_say_the_phase_the_decision_and_the_last_error() -> None:
-    state = PeeringState(phase="Unreachable", sharing_percentage=40, consecutive_failures=2,
+    state = PeeringState(phase="Unreachable", sharing_percentage_override=40, consecutive_failures=2,
                          last_error="connection refused", foreign=ForeignDecision(phase="Accepted"))  # fmt: skip
     details = render_details(state, foreign_cluster_id="b")
     assert "phase **Unreachable**" in details and "40%" in details
     assert "connection refused" in details and "foreign decision: Accepted" in details
+
+
+@pytest.mark.parametrize(
+    ("state", "shown"),
+    [pytest.param(PeeringState(), "- sharing percentage: 30% (the ClusterConfig's)", id="no override"),
+     pytest.param(PeeringState(sharing_percentage_override=50), "- sharing percentage: 30% (this peering's override, 50%)",
+                  id="an override not pushed yet"),
+     pytest.param(PeeringState(sharing_percentage=30), "- sharing percentage: 30% (adopted by a run begun before",
+                  id="an adopted value of an older run")],
+)  # fmt: skip
+def test_the_details_show_the_pushed_percentage_and_who_owns_it(state: PeeringState, shown: str) -> None:
+    state.last_push = PushResult(
+        advertisement="a", advertised=Resources(), allocatable=Resources(), sharing_percentage=30, config_generation=1,
+        period_seconds=10, capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW,
+    )  # fmt: skip
+    assert shown in render_details(state, foreign_cluster_id="b")
+
+
+@pytest.mark.federation
+@pytest.mark.parametrize(
+    ("adopted", "configured", "override"),
+    [pytest.param(40, 40, None, id="equal to the ClusterConfig's: no override"),
+     pytest.param(70, 40, 70, id="different: an override"),
+     pytest.param(0, 40, 0, id="zero is an override too")],
+)  # fmt: skip
+def test_a_value_adopted_by_an_older_run_is_an_override_only_when_it_differs_from_the_cluster_configs(
+    adopted: int, configured: int, override: int | None
+) -> None:
+    assert migrated_override(adopted=adopted, configured=configured) == override
+
+
+@pytest.mark.federation
+@pytest.mark.parametrize(
+    ("state", "requested"),
+    [pytest.param(PeeringState(), None, id="nothing: the ClusterConfig's"),
+     pytest.param(PeeringState(sharing_percentage_override=0), 0, id="the override, zero included"),
+     pytest.param(PeeringState(sharing_percentage=70), 70, id="an adopted value not migrated yet, as it stands")],
+)  # fmt: skip
+def test_a_push_asks_for_the_override_or_an_adopted_value_not_migrated_yet(
+    state: PeeringState, requested: int | None
+) -> None:
+    assert requested_percentage(state) == requested
+
+
+@pytest.mark.federation
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [pytest.param(None, False, id="null drops the override"), pytest.param(0, False, id="zero"),
+     pytest.param(100, False, id="a hundred"), pytest.param(101, True, id="above a hundred"),
+     pytest.param(True, True, id="a boolean"), pytest.param("50", True, id="a string")],
+)  # fmt: skip
+def test_an_override_is_an_integer_from_0_to_100_or_null(value: object, refused: bool) -> None:
+    assert (sharing_percentage_problem(value) is not None) == refused
 
 
 @pytest.mark.steady

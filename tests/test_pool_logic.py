@@ -20,7 +20,9 @@ from models.pool.pods import choose_cluster
 from models.pool.slicing import (
     SliceError,
     default_slice,
+    default_slice_for,
     namespace_quota,
+    namespace_slices,
     parse_slice,
     slice_count,
 )
@@ -65,6 +67,44 @@ def test_the_quota_is_the_largest_hard_over_the_namespaces_quotas_and_the_defaul
     assert parse_slice(None) == Resources(cpu="2", memory="4Gi")  # ...changes nobody else's
     with pytest.raises(SliceError, match="not a JSON ResourceList"):
         parse_slice("{cpu: 1")
+
+
+@pytest.mark.federation
+@pytest.mark.parametrize(
+    ("quota", "placed", "slice_", "count"),
+    [
+        pytest.param({"cpu": "8", "memory": "16Gi"}, None, {"cpu": "2", "memory": "4Gi"}, 4,
+                     id="a quota at least the default: the default, as before"),
+        pytest.param({"cpu": "1", "memory": "2Gi"}, None, {"cpu": "1", "memory": "2Gi"}, 1,
+                     id="a quota smaller than the default: one slice of it"),
+        pytest.param({"cpu": "500m", "memory": "8Gi"}, None, {"cpu": "500m", "memory": "4Gi"}, 2,
+                     id="smaller in one resource: capped there only"),
+        pytest.param({"cpu": "3"}, None, {"cpu": "2"}, 2, id="only the quota's resources"),
+        pytest.param({"cpu": "4", "memory": "8Gi"}, {"cpu": "1", "memory": "2Gi"}, {"cpu": "1", "memory": "2Gi"}, 4,
+                     id="a grown quota keeps the placed slice and adds slices"),
+        pytest.param({"cpu": "1", "memory": "1Gi"}, {"cpu": "2", "memory": "4Gi"}, {"cpu": "1", "memory": "1Gi"}, 1,
+                     id="a quota shrunk below the placed slice: the default again, capped"),
+    ],
+)  # fmt: skip
+def test_the_default_slice_adapts_to_the_quota(
+    quota: dict[str, str], placed: dict[str, str] | None, slice_: dict[str, str], count: int
+) -> None:
+    adapted = default_slice_for(Resources(quota), placed=None if placed is None else Resources(placed))
+    assert (adapted, slice_count(Resources(quota), adapted)) == (Resources(slice_), count)
+
+
+@pytest.mark.federation
+def test_an_annotated_slice_is_the_users_and_a_refused_default_says_it_is_the_default() -> None:
+    assert namespace_slices(annotation='{"cpu": "250m"}', quota=Resources(cpu="1"), placed=Resources(cpu="1")) == (
+        Resources(cpu="250m"), 4)  # fmt: skip
+    with pytest.raises(SliceError, match="bigger than the quota"):  # the user's slice is not adapted
+        namespace_slices(annotation='{"cpu": "2"}', quota=Resources(cpu="1"), placed=None)
+    with pytest.raises(SliceError) as refused:
+        namespace_slices(annotation=None, quota=Resources(cpu="0", memory="1Gi"), placed=None)
+    assert str(refused.value) == (
+        'slice cpu must be positive, got 0 (no pool.tidepool.io/slice annotation: the slice is the default, '
+        '{"cpu": "2", "memory": "4Gi"} capped at the quota)'
+    )
 
 
 def cluster(name: str, placed: str = "0", *, ready: bool = True, cpu: str = "2000m", memory: str = "4Gi",

@@ -113,6 +113,42 @@ def test_a_garbage_placed_slice_is_refused_as_invalid_slice_and_holds_nothing(ga
     assert held_slice(annotations) is None
 
 
+@pytest.mark.federation
+def test_a_namespace_without_a_slice_whose_quota_is_smaller_than_the_default_is_placed_as_one_slice() -> None:
+    decision = decide_namespace(name="shop", annotations={}, hards=[{"cpu": "1", "memory": "512Mi"}],
+                                clusters=CLUSTERS, held={}, slices={}, policy="spread")  # fmt: skip
+    assert isinstance(decision, Place) and decision.count == 1 and sum(decision.placement.values()) == 1
+    assert decision.slice == Resources(cpu="1", memory="512Mi")
+
+
+@pytest.mark.federation
+def test_a_placed_namespace_without_a_slice_keeps_its_slice_when_its_quota_grows() -> None:
+    placed = json.dumps({"s1": 1})
+    decision = decide_namespace(
+        name="shop", hards=[{"cpu": "3", "memory": "1536Mi"}], clusters=CLUSTERS, held={}, slices={}, policy="pack",
+        annotations={PLACEMENTS_ANNOTATION: placed, SCHEDULED_ANNOTATION: placed,
+                     PLACED_SLICE_ANNOTATION: '{"cpu": "1", "memory": "512Mi"}'},
+    )  # fmt: skip
+    assert isinstance(decision, Place) and decision.slice == Resources(cpu="1", memory="512Mi")
+    assert decision.placement == {"s1": 3}  # three slices of the placed size, not one of a new size
+
+
+@pytest.mark.federation
+def test_a_default_slice_that_fits_nowhere_names_the_annotation_that_sets_a_smaller_one() -> None:
+    small = [ClusterSnapshot(c, True, Resources(cpu="1500m", memory="8Gi"), Resources(), Resources()) for c in ("s1", "s2")]
+    decision = decide_namespace(name="shop", annotations={}, hards=[{"cpu": "2", "memory": "4Gi"}], clusters=small,
+                                held={}, slices={}, policy="spread")  # fmt: skip
+    assert isinstance(decision, Refuse) and decision.reason == "InsufficientCapacity"
+    assert decision.message.endswith(
+        '(the default slice, {"cpu": "2", "memory": "4Gi"}; a smaller one in the pool.tidepool.io/slice annotation '
+        "may fit)"
+    )
+    annotated = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: '{"cpu": "1", "memory": "2Gi"}'},
+                                 hards=[{"cpu": "2", "memory": "4Gi"}], clusters=small, held={}, slices={},
+                                 policy="spread")  # fmt: skip
+    assert isinstance(annotated, Place) and annotated.placement == {"s1": 1, "s2": 1}  # what the hint leads to
+
+
 def test_a_cleared_placement_with_a_garbage_placed_slice_is_placed_afresh() -> None:
     decision = decide({SLICE_ANNOTATION: SLICE, PLACED_SLICE_ANNOTATION: '{"cpu": "lots"}'})
     assert isinstance(decision, Place) and decision.placement == {"s1": 1, "s2": 1}

@@ -145,7 +145,9 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
         assert (await handle.query(PeeringWorkflow.status)).sharing_percentage == 30
         assert (_advertised(foreign, home_id) or {}).get("cpu") == "3"  # nothing changed
 
-        _config(api, sharingPercentage=40)  # the ClusterConfig's new value wins over the update's
+        status = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, None)  # the override dropped
+        assert (status.sharing_percentage, status.sharing_percentage_override) == (10, None)
+        _config(api, sharingPercentage=40)  # the ClusterConfig's again, each edit pushed at once
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "4", timeout=30, what="edit")
         # The Advertisement is on b before the workflow has taken in its push's result: ask until it has.
         async def adopted() -> PeeringStatus | None:

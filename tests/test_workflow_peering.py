@@ -1,6 +1,7 @@
 """PeeringWorkflow, the real class, against stubbed activities on a Temporal dev server of its own (no
 clusters, seconds each): the first push, the periodic re-push, a sharing percentage update and its
-refusal of a bad value, a foreign decision, an unreachable foreign cluster, withdrawal and
+refusal of a bad value, who owns the percentage (an override or the ClusterConfig, and the migration
+of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal and
 continue-as-new. The end-to-end behaviour against real clusters is in tests/test_provider.py."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from models.peering import (
     DecisionRequest,
     ForeignDecision,
     PeeringInput,
+    PeeringState,
     PeeringStatus,
     PushRequest,
     PushResult,
@@ -40,7 +42,7 @@ from workflows.peering import PeeringWorkflow
 pytestmark = [pytest.mark.workflow, pytest.mark.provider]
 
 PERIOD = timedelta(minutes=10)
-CONFIGURED_PERCENT = 40  # the stub ClusterConfig's sharing percentage
+CONFIGURED_PERCENT = 40  # the stub ClusterConfig's sharing percentage, until a test edits it
 T = TypeVar("T")
 FORBIDDEN = ApplicationError("Kubernetes API 403: forbidden", type="KubernetesForbidden", non_retryable=True)
 
@@ -55,6 +57,12 @@ class StubProvider:
         self.failure: ApplicationError | None = None
         self.withdraw: WithdrawReason | None = None
         self.foreign_phase: str | None = None
+        self.configured_percentage, self.config_generation = CONFIGURED_PERCENT, 1  # the ClusterConfig
+
+    def edit_cluster_config(self, percentage: int) -> int:
+        """The ClusterConfig's percentage edited: its next generation, which the watcher would signal."""
+        self.configured_percentage, self.config_generation = percentage, self.config_generation + 1
+        return self.config_generation
 
     @activity.defn(name="push_advertisement")
     async def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
@@ -67,8 +75,10 @@ class StubProvider:
         return PushResult(
             advertisement="home-advertisement", advertised=Resources({"cpu": "1"}),
             allocatable=Resources({"cpu": "2"}),
-            sharing_percentage=CONFIGURED_PERCENT if request.sharing_percentage is None else request.sharing_percentage,
-            config_generation=1, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
+            sharing_percentage=self.configured_percentage if request.sharing_percentage is None
+            else request.sharing_percentage,
+            configured_percentage=self.configured_percentage,
+            config_generation=self.config_generation, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
             timestamp=now, time_to_live=now + 3 * PERIOD, foreign_phase=self.foreign_phase,
         )  # fmt: skip
 
@@ -205,7 +215,7 @@ async def test_a_sharing_percentage_update_pushes_at_once_and_a_bad_value_is_ref
         await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 101)
     cause = refused.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidSharingPercentage" and cause.non_retryable
-    assert cause.message == "sharing_percentage must be an integer between 0 and 100, got 101"
+    assert cause.message == "sharing_percentage must be an integer between 0 and 100, got 101 (null follows the ClusterConfig)"
     assert len(stub.pushes) == 2  # the refused value pushed nothing
 
 
@@ -258,14 +268,78 @@ async def test_a_withdraw_signal_withdraws_without_another_push(peering: Peering
     assert len(stub.pushes) == 1
 
 
-async def test_continue_as_new_carries_the_state_over(
+async def test_a_cluster_config_edit_read_by_an_overdue_push_before_its_signal_is_used_and_stays(
     peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
 ) -> None:
+    # After a worker restart, the overdue push reads the edited ClusterConfig before the watcher signals it:
+    # the signal is then no news, and nothing may hold on to the old percentage.
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    generation = stub.edit_cluster_config(60)
+    await walk(skipper, handle, periods=1)
+    await handle.signal(PeeringWorkflow.cluster_config_changed, generation)
+    await walk(skipper, handle, periods=1)
+    status = await status_when(handle, lambda s: s.pushes >= 3)
+    assert [p.sharing_percentage for p in stub.pushes] == [None, None, None]  # the generation read: no extra push
+    assert (status.sharing_percentage, status.sharing_percentage_override) == (60, None)
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(SearchAttributeKey.for_int("SharingPercentage")) == 60
+
+
+async def test_an_input_percentage_is_the_peerings_override(peering: PeeringStarter, stub: StubProvider) -> None:
     handle = await peering.start(sharing_percentage=55)
+    status = await status_when(handle, lambda s: s.pushes >= 1)
+    assert (status.sharing_percentage, status.sharing_percentage_override, stub.pushes[0].sharing_percentage) == (
+        55, 55, 55,
+    )  # fmt: skip
+
+
+async def test_dropping_the_override_with_null_returns_to_the_cluster_configs_percentage(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    overridden = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 70)
+    assert (overridden.sharing_percentage, overridden.sharing_percentage_override) == (70, 70)
+    stub.edit_cluster_config(60)  # not signalled: the push reads it anyway
+    followed = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, None)
+    assert (followed.sharing_percentage, followed.sharing_percentage_override, followed.pushes) == (60, None, 3)
+    assert [p.sharing_percentage for p in stub.pushes] == [None, 70, None]
+
+
+@pytest.mark.parametrize(
+    ("adopted", "override", "after_edit"),
+    [
+        pytest.param(CONFIGURED_PERCENT, None, 60, id="an adopted value equal to the ClusterConfig's follows it"),
+        pytest.param(70, 70, 70, id="a different adopted value stays an override"),
+    ],
+)  # fmt: skip
+async def test_a_run_continued_from_one_that_adopted_the_percentage_migrates_it_at_its_first_push(
+    peering: PeeringStarter, stub: StubProvider, adopted: int, override: int | None, after_edit: int
+) -> None:
+    # The state a run begun before `peering-percentage-one-owner` hands to continue-as-new.
+    handle = await peering.start(state=PeeringState(sharing_percentage=adopted, config_generation=1))
+    migrated = await status_when(handle, lambda s: s.pushes >= 1)
+    assert (migrated.sharing_percentage, migrated.sharing_percentage_override) == (adopted, override)
+    assert stub.pushes[0].sharing_percentage == adopted  # what the old run would have pushed
+    await handle.signal(PeeringWorkflow.cluster_config_changed, stub.edit_cluster_config(60))
+    status = await status_when(handle, lambda s: s.pushes >= 2)
+    assert (status.pushes, status.sharing_percentage, status.sharing_percentage_override) == (2, after_edit, override)
+
+
+async def test_an_override_set_by_signal_survives_pushes_a_cluster_config_edit_and_continue_as_new(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    handle = await peering.start()
     first_run = (await handle.describe()).run_id
     await status_when(handle, lambda s: s.pushes >= 1)
+    await handle.signal(PeeringWorkflow.set_sharing_percentage, 55)
+    await status_when(handle, lambda s: s.pushes >= 2)
+    await handle.signal(PeeringWorkflow.cluster_config_changed, stub.edit_cluster_config(60))
+    await status_when(handle, lambda s: s.pushes >= 3)
     latest: WorkflowHandle[PeeringWorkflow, WithdrawResult] = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)  # follows continue-as-new
-    await walk(skipper, latest, periods=12)
+    await walk(skipper, latest, periods=10)
     status = await status_when(latest, lambda s: s.pushes >= 13)
     assert (await latest.describe()).run_id != first_run  # it did continue as new
-    assert (status.pushes, status.sharing_percentage, len(stub.pushes)) == (13, 55, 13)  # 0, 10, ..., 120 minutes
+    assert (status.pushes, status.sharing_percentage, status.sharing_percentage_override) == (13, 55, 55)
+    assert [p.sharing_percentage for p in stub.pushes] == [None] + [55] * 12  # 0, 0, 0, 10, ..., 100 minutes

@@ -9,6 +9,10 @@
 3. wait for the period, or less when the sharing percentage, the ClusterConfig or the capacity changes;
 4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete.
 
+The percentage has one owner: the peering's override when the input, the signal `set_sharing_percentage`
+or the update `update_sharing_percentage` set one (null drops it), the ClusterConfig's otherwise, as each
+push reads it; what a push used is shown, never fed back.
+
 An unreachable foreign cluster is retried with backoff for ever; the reason shows in the current
 details and in the PeeringPhase search attribute.
 """
@@ -44,9 +48,11 @@ with workflow.unsafe.imports_passed_through():
         WithdrawRequest,
         WithdrawResult,
         decision_pending,
+        migrated_override,
         next_wait,
         phase_after_push,
         render_details,
+        requested_percentage,
         sharing_percentage_problem,
     )
     from models.settings import ProviderSettings
@@ -72,6 +78,9 @@ PROVIDER = ProviderSettings()
 # at most this far apart, so that their histories replay.
 LEGACY_DECISION_POLL_MAX_SECONDS = 300
 FOLLOW_BY_WATCH = "peering-follows-foreign-watch"
+# Runs that started before ONE_OWNER adopt the percentage of each push and send it back as an override,
+# which a ClusterConfig change clears only when its signal beats the next push.
+ONE_OWNER = "peering-percentage-one-owner"
 
 
 # An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
@@ -82,7 +91,14 @@ class PeeringWorkflow:
     @workflow.init
     def __init__(self, input: PeeringInput) -> None:
         self._input = input
-        self._state = input.state or PeeringState(sharing_percentage=input.sharing_percentage)
+        # Asked here, not in run: a signal delivered with the start is handled before run begins.
+        self._one_owner = workflow.patched(ONE_OWNER)
+        if input.state is not None:
+            self._state = input.state
+        elif self._one_owner:
+            self._state = PeeringState(sharing_percentage_override=input.sharing_percentage)
+        else:
+            self._state = PeeringState(sharing_percentage=input.sharing_percentage)
         self._withdraw: WithdrawReason | None = None
         self._watched = False
         # The one timer of the watched loop, kept across wakes that do not move its deadline (a decision
@@ -119,7 +135,7 @@ class PeeringWorkflow:
             foreign_cluster_id=self._input.foreign_cluster_id,
             kube_config_ref=self._input.kube_config_ref,
             peering_request=self._input.peering_request,
-            sharing_percentage=self._state.sharing_percentage,
+            sharing_percentage=requested_percentage(self._state) if self._one_owner else self._state.sharing_percentage,
             phase=self._state.phase,
         )
         try:
@@ -141,7 +157,14 @@ class PeeringWorkflow:
             self._withdraw = result.withdraw
             return
         state.last_push, state.pushes, state.last_error, state.consecutive_failures = result, state.pushes + 1, None, 0
-        if state.sharing_percentage == request.sharing_percentage:
+        if self._one_owner:
+            if state.sharing_percentage is not None and result.configured_percentage is not None:
+                # Continued from a run begun before ONE_OWNER, and no signal or update chose since: migrate.
+                state.sharing_percentage_override = migrated_override(
+                    adopted=state.sharing_percentage, configured=result.configured_percentage
+                )
+                state.sharing_percentage = None
+        elif state.sharing_percentage == request.sharing_percentage:
             # Adopt the effective percentage, unless a signal or update changed it during the push: that
             # one wins, and the push it requested follows.
             state.sharing_percentage = result.sharing_percentage
@@ -260,8 +283,10 @@ class PeeringWorkflow:
         ]
         if self._input.home_cluster_id is not None:  # runs started before the worker passed it have none
             wanted.append(SearchAttributePair(HOME_CLUSTER, self._input.home_cluster_id))
-        if self._state.sharing_percentage is not None:
-            wanted.append(SearchAttributePair(SHARING_PERCENTAGE, self._state.sharing_percentage))
+        push = self._state.last_push
+        shown = (push.sharing_percentage if push else None) if self._one_owner else self._state.sharing_percentage
+        if shown is not None:
+            wanted.append(SearchAttributePair(SHARING_PERCENTAGE, shown))
         current = workflow.info().typed_search_attributes
         changes = [pair.key.value_set(pair.value) for pair in wanted if current.get(pair.key) != pair.value]
         if changes:
@@ -271,24 +296,32 @@ class PeeringWorkflow:
         )
 
     # Handlers -----------------------------------------------------------------------------------------
+    def _set_override(self, value: int | None) -> None:
+        if self._one_owner:
+            self._state.sharing_percentage_override = value
+            self._state.sharing_percentage = None  # a choice made replaces an adopted value not migrated yet
+        else:
+            self._state.sharing_percentage = value
+        self._state.push_requested = True
+
     @workflow.signal
     def set_sharing_percentage(self, value: Any) -> None:
-        """Change the share at once. Out-of-range values are ignored with a warning (a signal cannot be
-        refused: use the update `update_sharing_percentage` to get an error back)."""
+        """Override the ClusterConfig's share for this peering at once, or follow it again with null.
+        Out-of-range values are ignored with a warning (a signal cannot be refused: use the update
+        `update_sharing_percentage` to get an error back)."""
         problem = sharing_percentage_problem(value)
         if problem is not None:
             workflow.logger.warning("ignored signal set_sharing_percentage: %s", problem)
             return
-        self._state.sharing_percentage = value
-        self._state.push_requested = True
+        self._set_override(value)
 
     @workflow.update
     async def update_sharing_percentage(self, value: Any) -> PeeringStatus:
-        """Change the share and return the status once the new Advertisement is on the foreign cluster."""
+        """Override the share (null: follow the ClusterConfig again) and return the status once the new
+        Advertisement is on the foreign cluster."""
         # A push already under way started with the old value: wait for the one after it.
         ours = self._state.pushes_started + 1
-        self._state.sharing_percentage = value
-        self._state.push_requested = True
+        self._set_override(value)
         await workflow.wait_condition(
             lambda: (self._state.pushes_started >= ours and self._state.pushes_finished >= ours)
             or self._withdraw is not None
@@ -307,9 +340,10 @@ class PeeringWorkflow:
     @workflow.signal
     def cluster_config_changed(self, generation: int) -> None:
         """From the worker's ClusterConfig watcher: push now if this generation is news to us. The push
-        re-reads the ClusterConfig (level-triggered); a replayed old generation is dropped."""
+        re-reads the ClusterConfig (level-triggered); a generation a push already read is dropped."""
         if generation > self._state.config_generation:
-            self._state.sharing_percentage = None  # the ClusterConfig's new value wins
+            if not self._one_owner:
+                self._state.sharing_percentage = None  # the ClusterConfig's new value wins over the adopted one
             self._state.push_requested = True
 
     @workflow.signal
@@ -334,7 +368,8 @@ class PeeringWorkflow:
         return PeeringStatus(
             foreign_cluster_id=self._input.foreign_cluster_id,
             phase=self._state.phase,
-            sharing_percentage=self._state.sharing_percentage,
+            sharing_percentage=push.sharing_percentage if push else None,
+            sharing_percentage_override=self._state.sharing_percentage_override,
             pushes=self._state.pushes,
             advertised=push.advertised if push else None,
             last_push=push.timestamp if push else None,

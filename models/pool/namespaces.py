@@ -5,13 +5,15 @@ Annotations on a tenant namespace: the slice (the user's), the placement (ours, 
 then kept as mandatory), what the scheduler last wrote (to tell an edit from its own write), the slice
 the placement was made with (a changed slice is refused), and a status saying why it is not placed.
 The rules, in the order of the code:
-1. The slice must parse and divide the quota (models/pool/slicing.py), else InvalidSlice.
+1. The slice must parse and divide the quota (models/pool/slicing.py), else InvalidSlice. Without the slice
+   annotation the slice is the default, adapted to the quota (models/pool/slicing.py: default_slice_for).
 2. A placed namespace whose slice changed, or whose placed slice cannot be read, is refused
    (InvalidSlice): moving slices of another size would overcommit; clearing the placement reschedules
    it with the new slice.
 3. Placed, as we wrote it, with the right count on Ready clusters: kept, nothing written.
 4. Otherwise placed anew (models/pool/placement.py): a user's edit is mandatory, our own previous
-   placement a hint; no room is InsufficientCapacity, and nothing partial is written.
+   placement a hint; no room is InsufficientCapacity (with the default slice, naming the annotation that
+   sets a smaller one), and nothing partial is written.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Literal
 from models.api.conditions import ConditionValue, PlacedReason, condition
 from models.names import PLACED_SLICE_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
 from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
-from models.pool.slicing import SliceError, namespace_quota, parse_slice, slice_count
+from models.pool.slicing import SliceError, has_slice_annotation, namespace_quota, namespace_slices, parse_slice
 from models.resources import Resources
 
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "tidepool-system"})
@@ -131,9 +133,11 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
     placement and slice as they stand in this pass."""
     current = placement_of(annotations)
     scheduled = _counts(_json(annotations.get(SCHEDULED_ANNOTATION)))
+    annotation = annotations.get(SLICE_ANNOTATION)
     try:
-        slice_ = parse_slice(annotations.get(SLICE_ANNOTATION))
-        count = slice_count(namespace_quota(hards), slice_)
+        # Only the default slice depends on the placed one; an annotated slice is checked first.
+        placed_default = placed_slice_of(annotations) if current and not has_slice_annotation(annotation) else None
+        slice_, count = namespace_slices(annotation=annotation, quota=namespace_quota(hards), placed=placed_default)
     except SliceError as e:
         return Refuse("InvalidSlice", str(e), {})
     try:
@@ -156,7 +160,11 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
                                mandatory=current if edited else {}, previous={} if edited else current)  # fmt: skip
     outcome = schedule(request, snapshot)
     if outcome.placement is None:
-        return Refuse("InsufficientCapacity", outcome.message, outcome.diagnosis)
+        message = outcome.message
+        if not has_slice_annotation(annotation):  # slices of a size the user chose could fit where these do not
+            default = json.dumps(slice_.to_kubernetes(), sort_keys=True)
+            message += f" (the default slice, {default}; a smaller one in the {SLICE_ANNOTATION} annotation may fit)"
+        return Refuse("InsufficientCapacity", message, outcome.diagnosis)
     return Place(outcome.placement, slice_, count, outcome.message, outcome.diagnosis)
 
 

@@ -1,5 +1,5 @@
 """A tenant namespace's quota, divided into slices (virtualcluster's scheme, without its bugs: exact
-milli-CPU, a default slice that is never mutated, errors that say which rule)."""
+milli-CPU, a default slice that is never mutated and adapts to small quotas, errors that say which rule)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from models.names import SLICE_ANNOTATION
 from models.quantities import QuantityError
 from models.resources import Resources
 
@@ -16,6 +17,44 @@ SLICED = ("cpu", "memory")
 
 def default_slice() -> Resources:
     return Resources(cpu="2", memory="4Gi")  # a new object each time: callers cannot mutate a shared one
+
+
+def has_slice_annotation(annotation: str | None) -> bool:
+    return annotation is not None and bool(annotation.strip())
+
+
+def default_slice_for(quota: Resources, *, placed: Resources | None = None) -> Resources:
+    """The slice of a namespace without the slice annotation. The slice it was placed with while that still
+    divides its quota: a grown quota adds slices instead of resizing them (a resized slice needs a new
+    placement). Otherwise the default slice over the quota's resources, each capped at the quota: every slice
+    must fit in one super cluster, and a namespace whose quota is smaller than the default is one slice of
+    it in that resource (the default vector, with virtualcluster's count, the largest over resources)."""
+    if placed is not None:
+        try:
+            slice_count(quota, placed)
+        except SliceError:
+            pass
+        else:
+            return placed
+    return Resources({name: min(size, quota[name]) for name, size in default_slice().items() if name in quota})
+
+
+def namespace_slices(*, annotation: str | None, quota: Resources, placed: Resources | None) -> tuple[Resources, int]:
+    """A namespace's slice and how many of them its quota takes: the annotation's, else the default
+    (`default_slice_for`, given the slice it was `placed` with). A refusal of the default says it is one."""
+    if has_slice_annotation(annotation):
+        slice_ = parse_slice(annotation)
+        return slice_, slice_count(quota, slice_)
+    slice_ = default_slice_for(quota, placed=placed)
+    try:
+        return slice_, slice_count(quota, slice_)
+    except SliceError as e:
+        raise SliceError(f"{e} (no {SLICE_ANNOTATION} annotation: the slice is the default, "
+                         f"{_text(default_slice())} capped at the quota)") from e  # fmt: skip
+
+
+def _text(resources: Resources) -> str:
+    return json.dumps(resources.to_kubernetes(), sort_keys=True)
 
 
 class SliceError(ValueError):
@@ -35,6 +74,8 @@ def namespace_quota(hards: Iterable[Mapping[str, Any]]) -> Resources:
 
 
 def parse_slice(annotation: str | None) -> Resources:
+    """The slice annotation's; absent, the default slice before it adapted to the quota: what a namespace
+    placed before the placed-slice annotation existed holds."""
     if annotation is None or not annotation.strip():
         return default_slice()
     try:

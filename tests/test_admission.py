@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from models.admission import REASONS, AdmissionSnapshot, Decision, decide, validate_advertisement
 from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
-from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION
+from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, SYSTEM_NAMESPACE, credentials_secret_name
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -22,8 +22,10 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str | None = None,
         hard: Any = None, ttl: Any = timedelta(minutes=30), decision: str | None = None, why: str | None = None,
-        deleting: bool = False, name: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds)."""
+        deleting: bool = False, name: str | None = None, message: str | None = None, ref: Any = None,
+        prices: Any = None) -> dict[str, Any]:  # fmt: skip
+    """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds);
+    `message` the Accepted condition's, `ref` its kubeConfigRef (the protocol's Secret by default)."""
     annotations = {DECISION_ANNOTATION: decision} if decision else {}
     if why:
         annotations[DECISION_REASON_ANNOTATION] = why
@@ -32,13 +34,19 @@ def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str 
                             "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
     if deleting:
         meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, Any] = {"phase": phase, "reason": reason} if phase else {}
+    if message is not None:
+        status["conditions"] = [{"type": "Accepted", "status": str(phase == "Accepted"), "reason": reason,
+                                 "message": message}]  # fmt: skip
+    spec_prices = {} if prices is None else {"prices": prices}
     return {
         "apiVersion": "tidepool.io/v1alpha1", "kind": "Advertisement", "metadata": meta,
         "spec": {"clusterId": provider, "resourceQuota": {"hard": {"cpu": "1", "memory": "1Gi"} if hard is None else hard},
-                 "network": {"podCIDR": "10.1.0.0/16"}, "kubeConfigRef": {"name": "creds", "namespace": "tidepool-system"},
+                 "network": {"podCIDR": "10.1.0.0/16"},
+                 "kubeConfigRef": {"name": credentials_secret_name(provider), "namespace": SYSTEM_NAMESPACE} if ref is None else ref,
                  "timestamp": (NOW - timedelta(minutes=1)).isoformat(),
-                 "timeToLive": (NOW + ttl).isoformat() if isinstance(ttl, timedelta) else ttl},
-        "status": {"phase": phase, "reason": reason} if phase else {},
+                 "timeToLive": (NOW + ttl).isoformat() if isinstance(ttl, timedelta) else ttl, **spec_prices},
+        "status": status,
     }  # fmt: skip
 
 
@@ -53,13 +61,20 @@ def outcome(advertisements: list[dict[str, Any]], **incoming: Any) -> dict[str, 
 
 
 def applied(advertisements: list[dict[str, Any]], decisions: list[Decision]) -> list[dict[str, Any]]:
-    """The Advertisements after the admission pass wrote its decisions."""
+    """The Advertisements after the admission pass wrote its decisions (as activities/consumer.py does:
+    phase, reason, and the Accepted condition with the message)."""
     by_name = {d.name: d for d in decisions}
     result = []
     for a in advertisements:
         d = by_name.get(a["metadata"]["name"])
-        result.append({**a, "status": {"phase": d.phase, "reason": d.reason}} if d else a)
+        condition = {"type": "Accepted", "status": str(d.phase == "Accepted"), "reason": d.reason, "message": d.message} if d else {}
+        result.append({**a, "status": {"phase": d.phase, "reason": d.reason, "conditions": [condition]}} if d else a)
     return result
+
+
+def settled(advertisements: list[dict[str, Any]], **incoming: Any) -> list[dict[str, Any]]:
+    """The Advertisements once a pass under `incoming` has written its decisions."""
+    return applied(advertisements, decide(snapshot(advertisements, **incoming)))
 
 
 def accepted(advertisements: list[dict[str, Any]], **incoming: Any) -> set[str]:
@@ -108,14 +123,14 @@ def test_a_raised_maximum_accepts_refused_ones_in_arrival_order(maximum: int, ex
 
 def test_a_lowered_maximum_keeps_every_accepted_one_and_refuses_new_arrivals() -> None:
     state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
-    state += [adv("d", order=9), adv("e", order=10, phase="Refused", reason="MaxReached")]
+    state = settled([*state, adv("e", order=10)], maxAcceptableAdvertisements=1) + [adv("d", order=9)]
     assert outcome(state, maxAcceptableAdvertisements=1) == {"d": ("Refused", "MaxReached")}
     assert accepted(state, maxAcceptableAdvertisements=1) == {"a", "b", "c"}
 
 
 def test_a_lowered_maximum_accepts_again_only_once_below_it() -> None:
     state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
-    state += [adv("d", order=9, phase="Refused", reason="MaxReached")]
+    state = settled([*state, adv("d", order=9)], maxAcceptableAdvertisements=2)
     state[0] = adv("a", order=0, phase="Accepted", reason="WithinMaximum", deleting=True)
     assert outcome(state, maxAcceptableAdvertisements=2) == {}  # b and c still fill both places
     state[1] = adv("b", order=1, phase="Deleting", reason="WithinMaximum", deleting=True)
@@ -149,9 +164,9 @@ def test_an_accepted_advertisement_stays_accepted_when_it_expires_or_its_cluster
 
 
 def test_an_unchanged_decision_is_not_written_again() -> None:
-    state = [adv("a", order=1, phase="Refused", reason="MaxReached"),
-             adv("b", order=2, phase="Refused", reason="Denied"),
-             adv("c", order=3, phase="Accepted", reason="WithinMaximum")]  # fmt: skip
+    state = settled([adv("a", order=1), adv("b", order=2), adv("c", order=0)], maxAcceptableAdvertisements=1,
+                    deniedClusters=["b"])  # fmt: skip
+    assert [a["status"]["reason"] for a in state] == ["MaxReached", "Denied", "WithinMaximum"]
     assert outcome(state, maxAcceptableAdvertisements=1, deniedClusters=["b"]) == {}
 
 
@@ -348,7 +363,8 @@ def test_a_pass_is_final_bounded_and_fair(states: list[Any], policy: str, maximu
     # Only changes are returned, each with a reason of its phase's closed set, CamelCase.
     for d in decisions:
         before = next(a for a in advertisements if a["metadata"]["name"] == d.name).get("status") or {}
-        assert (before.get("phase"), before.get("reason")) != (d.phase, d.reason)
+        message = next((c["message"] for c in before.get("conditions", []) if c["type"] == "Accepted"), None)
+        assert (before.get("phase"), before.get("reason"), message) != (d.phase, d.reason, d.message)
         assert d.reason in REASONS[d.phase] and re.fullmatch(REASON_PATTERN, d.reason) and d.message
     # Accepted ones stay accepted; Deleting ones are never decided on.
     assert all(d.name not in {a["metadata"]["name"] for a in advertisements

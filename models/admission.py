@@ -315,4 +315,3 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Adv
     # The maximum, not the accepted count: a deletion among the accepted must not rewrite every refusal.
     return ("Refused", "MaxReached",
             f"every place is taken: maxAcceptableAdvertisements is {snapshot.maximum}")  # fmt: skip
-

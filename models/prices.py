@@ -19,7 +19,9 @@ from pydantic import AfterValidator, PlainSerializer, WithJsonSchema
 from models.resources import Resources
 
 # A Kubernetes quantity without a sign: the API server refuses a negative or garbage price itself.
-PRICE_PATTERN = r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+PRICE_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 PRICES_DESCRIPTION = (
     "Price per unit of each resource, a non-negative decimal in the federation's currency: per CPU core for cpu, "
     "per Gi (2^30 bytes) for memory, ephemeral-storage and hugepages-*, per unit for the rest. "

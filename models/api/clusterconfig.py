@@ -17,7 +17,9 @@ class OutgoingConfig(ApiModel):
     """Provider side."""
 
     sharing_percentage: int = Field(default=30, ge=0, le=100, description="Share of spare capacity, in percent.")
-    prices: Prices | None = Field(default=None, description=f"Carried in every Advertisement pushed. {PRICES_DESCRIPTION}")
+    prices: Prices | None = Field(
+        default=None, description=f"Carried in every Advertisement pushed. {PRICES_DESCRIPTION}"
+    )
     enable_broadcaster: bool = Field(default=True, description="Advertise to foreign clusters at all.")
     advertisement_period_seconds: int = Field(default=600, ge=10, le=86400, description="Re-push period, seconds.")
     advertisement_time_to_live_seconds: int = Field(

@@ -26,6 +26,7 @@ from models.names import (
     credentials_secret_name,
     virtual_kubelet_name,
 )
+from tests.conftest import Clusters
 from tests.kube import apply_cluster_config, create_namespace, delete_quietly
 from tests.running import eventually, running_worker, worker_settings
 from tests.test_consumer import advertisement
@@ -104,9 +105,9 @@ async def test_an_advertisement_the_consumer_does_not_trust_is_refused_with_its_
     ],
 )  # fmt: skip
 def test_a_garbage_price_is_refused_by_the_api_server_naming_the_field(
-    consumer: LocalCluster, unique: str, plural: str, body: dict[str, Any], field: str
+    clusters: Clusters, unique: str, plural: str, body: dict[str, Any], field: str
 ) -> None:
-    api, name = consumer.api_client(), f"bad-{unique}"
+    api, name = clusters.a.api_client(), f"bad-{unique}"
     objects = k8s.CustomObjectsApi(api)
     try:
         with pytest.raises(ApiException) as refused:

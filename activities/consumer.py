@@ -54,6 +54,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     VERSION,
     VK_CLEAN_ANNOTATION,
+    credentials_secret_name,
     virtual_kubelet_name,
     virtual_node_name,
 )
@@ -289,24 +290,26 @@ class ConsumerActivities:
                                  {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
 
     def _ensure_virtual_kubelet(self, obj: dict[str, Any], provider: str) -> None:
-        ref = obj["spec"]["kubeConfigRef"]
+        # The Secret and namespace the protocol assigns the provider, never spec.kubeConfigRef: admission
+        # refused any other, and a ref edited after acceptance must not redirect the virtual kubelet.
+        secret, namespace = credentials_secret_name(provider), SYSTEM_NAMESPACE
         apply_core(self._home, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                "metadata": {"name": VK_SERVICE_ACCOUNT, "namespace": ref["namespace"],
+                                "metadata": {"name": VK_SERVICE_ACCOUNT, "namespace": namespace,
                                              "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})  # fmt: skip
         deployment = virtual_kubelet_deployment(
             provider_id=provider, consumer_id=self._settings.cluster.cluster_id, advertisement=obj["metadata"]["name"],
-            kubeconfig_secret=ref["name"], namespace=ref["namespace"], image=self._settings.virtual_kubelet.image,
+            kubeconfig_secret=secret, namespace=namespace, image=self._settings.virtual_kubelet.image,
             metrics_port=self._settings.virtual_kubelet.metrics_port,
         )  # fmt: skip
         apps = k8s.AppsV1Api(self._home)
-        apps.patch_namespaced_deployment(deployment["metadata"]["name"], ref["namespace"], deployment,
+        apps.patch_namespaced_deployment(deployment["metadata"]["name"], namespace, deployment,
                                          field_manager="tidepool", force=True,
                                          _content_type="application/apply-patch+yaml")  # fmt: skip
         status = obj.get("status") or {}
         conditions = with_condition(condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists"),
                                     list(status.get("conditions") or []))  # fmt: skip
         patch_cluster_object_status(self._home, ADVERTISEMENTS, obj["metadata"]["name"], {
-            "vkReference": {"name": deployment["metadata"]["name"], "namespace": ref["namespace"]},
+            "vkReference": {"name": deployment["metadata"]["name"], "namespace": namespace},
             "vnodeReference": {"name": virtual_node_name(provider)},
             "conditions": conditions,
         })  # fmt: skip

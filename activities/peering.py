@@ -148,6 +148,7 @@ class PeeringActivities:
                     "kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE},
                     "timestamp": rfc3339(now),
                     "timeToLive": rfc3339(ttl),
+                    **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
                 },
             })  # fmt: skip
         except Exception as e:

@@ -10,36 +10,54 @@ overshoot the maximum.
 Rules, in the order they apply to every Advertisement that is not Accepted and not being deleted:
 
 1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message;
-2. provider in deniedClusters → Refused/Denied (deny wins over allow);
-3. allowedClusters not empty and provider not in it → Refused/NotAllowed;
-4. a manual decision (annotation names.DECISION_ANNOTATION = accept|refuse, written by kubectl or by
+2. spec.kubeConfigRef not the Secret the protocol assigns the provider (names.credentials_secret_name in
+   names.SYSTEM_NAMESPACE) → Refused/UnexpectedCredentials: a provider must not point its virtual kubelet
+   at another provider's credentials (activities/consumer.py never follows the ref either);
+3. provider in deniedClusters → Refused/Denied (deny wins over allow);
+4. allowedClusters not empty and provider not in it → Refused/NotAllowed;
+5. a price in spec.prices above the cap for its resource in maxPrices → Refused/PriceTooHigh (a resource
+   without a cap is not capped; a capped one the provider gives no price for is free, within any cap);
+6. a manual decision (annotation names.DECISION_ANNOTATION = accept|refuse, written by kubectl or by
    the Advertisement workflow's accept/refuse update) → Accepted/ManuallyAccepted or
    Refused/ManuallyRefused, under either policy: a person's explicit word wins over the automatic
-   policy, though not over the lists above, which the same person wrote;
-5. acceptPolicy Manual → Pending/AwaitingManualDecision;
-6. AutoAcceptMax → Accepted/WithinMaximum in arrival order (creationTimestamp, then name) while the
+   policy, though not over the rules above: the lists and the caps are the same person's word, and a
+   manual acceptance is not bound by maxAcceptableAdvertisements (it may take the accepted count above it);
+7. acceptPolicy Manual → Pending/AwaitingManualDecision;
+8. AutoAcceptMax → Accepted/WithinMaximum in arrival order (creationTimestamp, then name) while the
    accepted count is below maxAcceptableAdvertisements, else Refused/MaxReached.
 
-Accepted Advertisements stay accepted whatever changes (a lowered maximum, a new deny entry, an
-expired timeToLive): only their deletion ends them, through the ordered teardown, which is also how a
+Accepted Advertisements stay accepted whatever changes (a lowered maximum, a new deny entry, a lowered
+price cap or a raised price, an edited kubeConfigRef, an expired timeToLive): only their deletion ends them, through the ordered teardown, which is also how a
 cluster is revoked. A Deleting Advertisement holds no place. Rules are re-applied to Refused ones at
 every pass, so a raised maximum accepts MaxReached ones in arrival order, and a cluster taken off the
-deny list, or an Advertisement its provider has corrected, is reconsidered like a new arrival.
+deny list, or an Advertisement its provider has corrected, is reconsidered like a new arrival. A decision
+is written when the phase, the reason or the message differs from the Accepted condition's, so a moved
+maximum rewrites the MaxReached messages that quote it; every message is a function of the snapshot
+alone (MaxReached's quotes the maximum, not the accepted count), so a written one is never rewritten
+until the snapshot moves.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, get_args
 
 from models.api import ClusterConfig
 from models.api.advertisement import AdvertisementPhase
 from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason, RefusedReason
-from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, advertisement_name
+from models.names import (
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+    credentials_secret_name,
+)
+from models.prices import format_price, price_unit
 from models.quantities import QuantityError, parse_quantity
+from models.resources import Resources
 
 Policy = Literal["AutoAcceptMax", "Manual"]
 ManualVerdict = Literal["accept", "refuse"]
@@ -65,11 +83,14 @@ class Candidate:
     provider: str  # spec.clusterId ("" when missing)
     phase: str | None  # status.phase as found (None for a new arrival)
     reason: str | None  # status.reason as found
+    message: str | None  # the Accepted condition's message as found
     arrival: tuple[datetime, str]  # (creationTimestamp, name): arrival order
     problems: tuple[str, ...] = ()  # why it is invalid; empty when valid
     manual: ManualVerdict | None = None
     manual_reason: str = ""
     deleting: bool = False
+    credentials: tuple[str, str] | None = None  # spec.kubeConfigRef as found: (namespace, name)
+    prices: Resources = field(default_factory=Resources)  # spec.prices (empty when it has none)
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,7 @@ class AdmissionSnapshot:
     allowed: frozenset[str]
     denied: frozenset[str]
     candidates: tuple[Candidate, ...] = ()
+    max_prices: Resources = field(default_factory=Resources)
 
     @classmethod
     def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]],
@@ -103,6 +125,7 @@ class AdmissionSnapshot:
             allowed=frozenset(incoming.allowed_clusters),
             denied=frozenset(incoming.denied_clusters),
             candidates=tuple(candidate(a, now) for a in advertisements),
+            max_prices=incoming.max_prices or Resources(),
         )
 
 
@@ -148,6 +171,21 @@ def _check_resources(hard: Any) -> list[str]:
     return problems
 
 
+def _check_prices(prices: Any) -> list[str]:
+    if prices is None:
+        return []
+    if not isinstance(prices, Mapping):
+        return [f"spec.prices must be a map of resource name to price, got {type(prices).__name__}"]
+    problems = []
+    for name, value in prices.items():
+        try:
+            if parse_quantity(value) < 0:
+                problems.append(f"spec.prices.{name} must not be negative, got {value}")
+        except QuantityError:
+            problems.append(f"spec.prices.{name} is not a decimal price ({value!r})")
+    return problems
+
+
 def validate_advertisement(adv: Any, now: datetime) -> list[str]:
     """Why an arriving Advertisement cannot be accepted, one sentence per problem naming the field;
     empty when it can. Never raises: a foreign cluster may write anything the CRD lets through (and an
@@ -179,6 +217,7 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
         problems.append(f"spec.resourceQuota must be an object, got {type(quota).__name__}")
     else:
         problems += _check_resources(_mapping(quota).get("hard"))
+    problems += _check_prices(spec.get("prices"))
     ttl = spec.get("timeToLive")
     expires = _time(ttl)
     if ttl is None:
@@ -198,22 +237,39 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
     name = str(meta.get("name") or "")
     verdict = annotations.get(DECISION_ANNOTATION)
     phase, reason = status.get("phase"), status.get("reason")
+    conditions = status.get("conditions")
+    accepted = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Accepted"), None) \
+        if isinstance(conditions, list) else None  # fmt: skip
+    message = _mapping(accepted).get("message")
+    ref = _mapping(spec.get("kubeConfigRef"))
+    namespace, secret = ref.get("namespace"), ref.get("name")
     return Candidate(
         name=name,
         provider=spec["clusterId"] if isinstance(spec.get("clusterId"), str) else "",
         phase=phase if isinstance(phase, str) else None,
         reason=reason if isinstance(reason, str) else None,
+        message=message if isinstance(message, str) else None,
         arrival=(_time(meta.get("creationTimestamp")) or _NEVER, name),
         problems=tuple(validate_advertisement(adv, now)),
         manual=verdict if verdict in ("accept", "refuse") else None,
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
+        credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
+        prices=_prices(spec.get("prices")),
     )
 
 
+def _prices(prices: Any) -> Resources:
+    """spec.prices as a price list; empty when it is none (or not one: the Advertisement is invalid then)."""
+    try:
+        return Resources(prices) if isinstance(prices, Mapping) else Resources()
+    except QuantityError:
+        return Resources()
+
+
 def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
-    """The changes to make, in arrival order: only the Advertisements whose phase or reason differs
-    from what they have (see the module docstring for the rules)."""
+    """The changes to make, in arrival order: only the Advertisements whose phase, reason or message
+    differs from what they have (see the module docstring for the rules)."""
     ordered = sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival)
     accepted = sum(1 for c in ordered if c.phase == "Accepted")
     decisions: list[Decision] = []
@@ -223,7 +279,7 @@ def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
         phase, reason, message = _rule(snapshot, c, accepted)
         if phase == "Accepted":
             accepted += 1
-        if (c.phase, c.reason) != (phase, reason):
+        if (c.phase, c.reason, c.message) != (phase, reason, message):
             decisions.append(Decision(name=c.name, provider=c.provider, phase=phase, reason=reason, message=message))
     return decisions
 
@@ -232,10 +288,20 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Adv
     who = f"cluster {c.provider!r}"
     if c.problems:
         return "Refused", "Invalid", "invalid Advertisement: " + "; ".join(c.problems)
+    expected = (SYSTEM_NAMESPACE, credentials_secret_name(c.provider))
+    if c.credentials != expected:
+        found = "is missing" if c.credentials is None else f"names Secret {'/'.join(c.credentials)}"
+        return ("Refused", "UnexpectedCredentials",
+                f"spec.kubeConfigRef {found}; the protocol assigns {who} the Secret {'/'.join(expected)}")  # fmt: skip
     if c.provider in snapshot.denied:
         return "Refused", "Denied", f"{who} is in deniedClusters"
     if snapshot.allowed and c.provider not in snapshot.allowed:
         return "Refused", "NotAllowed", f"{who} is not in allowedClusters"
+    too_high = [name for name in sorted(snapshot.max_prices) if c.prices.get_or_zero(name) > snapshot.max_prices[name]]
+    if too_high:
+        return "Refused", "PriceTooHigh", "; ".join(
+            f"spec.prices.{name} is {format_price(c.prices[name])} per {price_unit(name)}, above maxPrices.{name} "
+            f"{format_price(snapshot.max_prices[name])}" for name in too_high)  # fmt: skip
     if c.manual == "accept":
         return "Accepted", "ManuallyAccepted", f"accepted by hand: {c.manual_reason or 'no reason given'}"
     if c.manual == "refuse":
@@ -246,5 +312,6 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Adv
     if accepted < snapshot.maximum:
         return ("Accepted", "WithinMaximum",
                 f"accepted as number {accepted + 1} of at most {snapshot.maximum} (maxAcceptableAdvertisements)")  # fmt: skip
+    # The maximum, not the accepted count: a deletion among the accepted must not rewrite every refusal.
     return ("Refused", "MaxReached",
-            f"{accepted} Advertisements are accepted and maxAcceptableAdvertisements is {snapshot.maximum}")  # fmt: skip
+            f"every place is taken: maxAcceptableAdvertisements is {snapshot.maximum}")  # fmt: skip

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from models.admission import REASONS, AdmissionSnapshot, Decision, decide, validate_advertisement
 from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
-from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION
+from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, SYSTEM_NAMESPACE, credentials_secret_name
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -22,8 +22,10 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str | None = None,
         hard: Any = None, ttl: Any = timedelta(minutes=30), decision: str | None = None, why: str | None = None,
-        deleting: bool = False, name: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds)."""
+        deleting: bool = False, name: str | None = None, message: str | None = None, ref: Any = None,
+        prices: Any = None) -> dict[str, Any]:  # fmt: skip
+    """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds);
+    `message` the Accepted condition's, `ref` its kubeConfigRef (the protocol's Secret by default)."""
     annotations = {DECISION_ANNOTATION: decision} if decision else {}
     if why:
         annotations[DECISION_REASON_ANNOTATION] = why
@@ -32,13 +34,19 @@ def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str 
                             "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
     if deleting:
         meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status: dict[str, Any] = {"phase": phase, "reason": reason} if phase else {}
+    if message is not None:
+        status["conditions"] = [{"type": "Accepted", "status": str(phase == "Accepted"), "reason": reason,
+                                 "message": message}]  # fmt: skip
+    spec_prices = {} if prices is None else {"prices": prices}
     return {
         "apiVersion": "tidepool.io/v1alpha1", "kind": "Advertisement", "metadata": meta,
         "spec": {"clusterId": provider, "resourceQuota": {"hard": {"cpu": "1", "memory": "1Gi"} if hard is None else hard},
-                 "network": {"podCIDR": "10.1.0.0/16"}, "kubeConfigRef": {"name": "creds", "namespace": "tidepool-system"},
+                 "network": {"podCIDR": "10.1.0.0/16"},
+                 "kubeConfigRef": {"name": credentials_secret_name(provider), "namespace": SYSTEM_NAMESPACE} if ref is None else ref,
                  "timestamp": (NOW - timedelta(minutes=1)).isoformat(),
-                 "timeToLive": (NOW + ttl).isoformat() if isinstance(ttl, timedelta) else ttl},
-        "status": {"phase": phase, "reason": reason} if phase else {},
+                 "timeToLive": (NOW + ttl).isoformat() if isinstance(ttl, timedelta) else ttl, **spec_prices},
+        "status": status,
     }  # fmt: skip
 
 
@@ -53,13 +61,20 @@ def outcome(advertisements: list[dict[str, Any]], **incoming: Any) -> dict[str, 
 
 
 def applied(advertisements: list[dict[str, Any]], decisions: list[Decision]) -> list[dict[str, Any]]:
-    """The Advertisements after the admission pass wrote its decisions."""
+    """The Advertisements after the admission pass wrote its decisions (as activities/consumer.py does:
+    phase, reason, and the Accepted condition with the message)."""
     by_name = {d.name: d for d in decisions}
     result = []
     for a in advertisements:
         d = by_name.get(a["metadata"]["name"])
-        result.append({**a, "status": {"phase": d.phase, "reason": d.reason}} if d else a)
+        condition = {"type": "Accepted", "status": str(d.phase == "Accepted"), "reason": d.reason, "message": d.message} if d else {}
+        result.append({**a, "status": {"phase": d.phase, "reason": d.reason, "conditions": [condition]}} if d else a)
     return result
+
+
+def settled(advertisements: list[dict[str, Any]], **incoming: Any) -> list[dict[str, Any]]:
+    """The Advertisements once a pass under `incoming` has written its decisions."""
+    return applied(advertisements, decide(snapshot(advertisements, **incoming)))
 
 
 def accepted(advertisements: list[dict[str, Any]], **incoming: Any) -> set[str]:
@@ -108,14 +123,14 @@ def test_a_raised_maximum_accepts_refused_ones_in_arrival_order(maximum: int, ex
 
 def test_a_lowered_maximum_keeps_every_accepted_one_and_refuses_new_arrivals() -> None:
     state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
-    state += [adv("d", order=9), adv("e", order=10, phase="Refused", reason="MaxReached")]
+    state = settled([*state, adv("e", order=10)], maxAcceptableAdvertisements=1) + [adv("d", order=9)]
     assert outcome(state, maxAcceptableAdvertisements=1) == {"d": ("Refused", "MaxReached")}
     assert accepted(state, maxAcceptableAdvertisements=1) == {"a", "b", "c"}
 
 
 def test_a_lowered_maximum_accepts_again_only_once_below_it() -> None:
     state = [adv(p, order=i, phase="Accepted", reason="WithinMaximum") for i, p in enumerate("abc")]
-    state += [adv("d", order=9, phase="Refused", reason="MaxReached")]
+    state = settled([*state, adv("d", order=9)], maxAcceptableAdvertisements=2)
     state[0] = adv("a", order=0, phase="Accepted", reason="WithinMaximum", deleting=True)
     assert outcome(state, maxAcceptableAdvertisements=2) == {}  # b and c still fill both places
     state[1] = adv("b", order=1, phase="Deleting", reason="WithinMaximum", deleting=True)
@@ -149,9 +164,9 @@ def test_an_accepted_advertisement_stays_accepted_when_it_expires_or_its_cluster
 
 
 def test_an_unchanged_decision_is_not_written_again() -> None:
-    state = [adv("a", order=1, phase="Refused", reason="MaxReached"),
-             adv("b", order=2, phase="Refused", reason="Denied"),
-             adv("c", order=3, phase="Accepted", reason="WithinMaximum")]  # fmt: skip
+    state = settled([adv("a", order=1), adv("b", order=2), adv("c", order=0)], maxAcceptableAdvertisements=1,
+                    deniedClusters=["b"])  # fmt: skip
+    assert [a["status"]["reason"] for a in state] == ["MaxReached", "Denied", "WithinMaximum"]
     assert outcome(state, maxAcceptableAdvertisements=1, deniedClusters=["b"]) == {}
 
 
@@ -285,7 +300,7 @@ json_values = st.recursive(
     max_leaves=12,
 )
 advertisement_keys = st.sampled_from(["metadata", "spec", "status"])
-spec_keys = st.sampled_from(["clusterId", "resourceQuota", "timeToLive"])
+spec_keys = st.sampled_from(["clusterId", "resourceQuota", "timeToLive", "kubeConfigRef", "prices"])
 
 
 @st.composite
@@ -348,7 +363,8 @@ def test_a_pass_is_final_bounded_and_fair(states: list[Any], policy: str, maximu
     # Only changes are returned, each with a reason of its phase's closed set, CamelCase.
     for d in decisions:
         before = next(a for a in advertisements if a["metadata"]["name"] == d.name).get("status") or {}
-        assert (before.get("phase"), before.get("reason")) != (d.phase, d.reason)
+        message = next((c["message"] for c in before.get("conditions", []) if c["type"] == "Accepted"), None)
+        assert (before.get("phase"), before.get("reason"), message) != (d.phase, d.reason, d.message)
         assert d.reason in REASONS[d.phase] and re.fullmatch(REASON_PATTERN, d.reason) and d.message
     # Accepted ones stay accepted; Deleting ones are never decided on.
     assert all(d.name not in {a["metadata"]["name"] for a in advertisements
@@ -370,3 +386,162 @@ def test_a_pass_is_final_bounded_and_fair(states: list[Any], policy: str, maximu
     accepted_now = sum(1 for a in live if a["status"].get("phase") == "Accepted")
     if accepted_now < maximum:
         assert not [a for a in live if a["status"].get("reason") == "MaxReached"]
+
+
+# The maximum quoted in refusals (issue 15, item 8b) -----------------------------------------------------------
+
+
+def _messages(advertisements: list[dict[str, Any]]) -> dict[str, str]:
+    return {a["spec"]["clusterId"]: next(c["message"] for c in a["status"]["conditions"] if c["type"] == "Accepted")
+            for a in advertisements if a.get("status")}  # fmt: skip
+
+
+def test_a_moved_maximum_rewrites_the_refusals_that_quote_it_and_nothing_else() -> None:
+    state = settled([adv("a", order=1), adv("b", order=2), adv("c", order=3)], maxAcceptableAdvertisements=1)
+    assert "maxAcceptableAdvertisements is 1" in _messages(state)["b"]
+    # Raised to 2: b is accepted in its turn, and c's refusal now quotes 2.
+    decisions = decide(snapshot(state, maxAcceptableAdvertisements=2))
+    assert [(d.provider, d.phase, d.reason) for d in decisions] == [("b", "Accepted", "WithinMaximum"),
+                                                                    ("c", "Refused", "MaxReached")]  # fmt: skip
+    assert "maxAcceptableAdvertisements is 2" in decisions[1].message
+    # Lowered to 0: the accepted stay, the refusal is rewritten once, and a second pass writes nothing.
+    state = applied(state, decisions)
+    lowered = decide(snapshot(state, maxAcceptableAdvertisements=0))
+    assert [(d.provider, d.reason) for d in lowered] == [("c", "MaxReached")]
+    assert "maxAcceptableAdvertisements is 0" in lowered[0].message
+    assert decide(snapshot(applied(state, lowered), maxAcceptableAdvertisements=0)) == []
+
+
+def test_an_unchanged_maximum_writes_nothing_when_an_accepted_one_goes() -> None:
+    state = settled([adv("a", order=1), adv("b", order=2), adv("c", order=3)], maxAcceptableAdvertisements=1)
+    state = settled(state, maxAcceptableAdvertisements=0)  # a stays accepted above the lowered maximum
+    state[0] = adv("a", order=1, phase="Deleting", reason="WithinMaximum", deleting=True)
+    assert decide(snapshot(state, maxAcceptableAdvertisements=0)) == []  # refusals do not quote the count
+
+
+def test_a_refusal_written_with_another_message_is_rewritten() -> None:
+    state = [adv("a", order=1, phase="Refused", reason="MaxReached",
+                 message="2 Advertisements are accepted and maxAcceptableAdvertisements is 2")]  # fmt: skip
+    decisions = decide(snapshot(state, maxAcceptableAdvertisements=0))
+    assert [(d.phase, d.reason) for d in decisions] == [("Refused", "MaxReached")]
+    assert "maxAcceptableAdvertisements is 0" in decisions[0].message
+
+
+# Credentials: only the protocol's Secret (issue 15, item 4) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "found"),
+    [
+        pytest.param({"name": credentials_secret_name("a"), "namespace": SYSTEM_NAMESPACE},
+                     f"names Secret {SYSTEM_NAMESPACE}/{credentials_secret_name('a')}", id="another provider's Secret"),
+        pytest.param({"name": credentials_secret_name("x"), "namespace": "kube-system"},
+                     f"names Secret kube-system/{credentials_secret_name('x')}", id="its own Secret name in another namespace"),
+        pytest.param({}, "is missing", id="no kubeConfigRef"),
+        pytest.param("creds", "is missing", id="a kubeConfigRef that is not an object"),
+        pytest.param({"name": 7, "namespace": SYSTEM_NAMESPACE}, "is missing", id="a Secret name that is not a string"),
+    ],
+)  # fmt: skip
+def test_a_kube_config_ref_other_than_the_protocols_is_refused_naming_what_it_said_and_what_is_expected(
+    ref: Any, found: str
+) -> None:
+    decisions = decide(snapshot([adv("x", ref=ref)]))
+    assert [(d.phase, d.reason) for d in decisions] == [("Refused", "UnexpectedCredentials")]
+    assert f"spec.kubeConfigRef {found}" in decisions[0].message
+    assert f"{SYSTEM_NAMESPACE}/{credentials_secret_name('x')}" in decisions[0].message.split("assigns")[1]
+
+
+@pytest.mark.parametrize(
+    ("incoming", "advertisement", "expected"),
+    [
+        pytest.param({"acceptPolicy": "Manual"}, adv("x", decision="accept", ref={"name": "s", "namespace": "n"}),
+                     "UnexpectedCredentials", id="a manual acceptance does not override the credentials rule"),
+        pytest.param({}, adv("x", ref={"name": "s", "namespace": "n"}, hard={}), "Invalid",
+                     id="an invalid Advertisement is refused as invalid first"),
+        pytest.param({"deniedClusters": ["x"]}, adv("x", ref={"name": "s", "namespace": "n"}), "UnexpectedCredentials",
+                     id="the credentials rule comes before the lists"),
+        pytest.param({}, adv("x", phase="Refused", reason="UnexpectedCredentials", message="old"), "WithinMaximum",
+                     id="an Advertisement its provider corrected is reconsidered"),
+    ],
+)  # fmt: skip
+def test_the_credentials_rule_in_the_order_of_rules(incoming: dict[str, Any], advertisement: dict[str, Any],
+                                                    expected: str) -> None:  # fmt: skip
+    assert outcome([advertisement], **incoming)["x"][1] == expected
+
+
+# Prices (issue 15, item 9) -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prices", "caps", "expected"),
+    [
+        pytest.param({"cpu": "0.05"}, {"cpu": "0.04"}, ("Refused", "PriceTooHigh"), id="a price above its cap"),
+        pytest.param({"cpu": "0.04"}, {"cpu": "0.04"}, ("Accepted", "WithinMaximum"), id="a price equal to its cap"),
+        pytest.param({"cpu": "40m"}, {"cpu": "0.04"}, ("Accepted", "WithinMaximum"),
+                     id="a price in quantity form compares by value"),
+        pytest.param({"cpu": "0.03", "memory": "9"}, {"cpu": "0.04"}, ("Accepted", "WithinMaximum"),
+                     id="a priced resource without a cap is not capped"),
+        pytest.param({"cpu": "0.03"}, {"cpu": "0.04", "memory": "0.001"}, ("Accepted", "WithinMaximum"),
+                     id="a capped resource without a price is free"),
+        pytest.param(None, {"cpu": "0"}, ("Accepted", "WithinMaximum"), id="no prices at all are within any cap"),
+        pytest.param({"cpu": "5"}, None, ("Accepted", "WithinMaximum"), id="no caps accept any price"),
+        pytest.param({"cpu": "0.001"}, {"cpu": "0"}, ("Refused", "PriceTooHigh"), id="a cap of zero takes only free offers"),
+    ],
+)  # fmt: skip
+def test_prices_against_the_consumers_caps(prices: Any, caps: Any, expected: tuple[str, str]) -> None:
+    incoming = {} if caps is None else {"maxPrices": caps}
+    assert outcome([adv("x", prices=prices)], **incoming)["x"] == expected
+
+
+def test_a_price_too_high_is_refused_with_both_figures_for_every_resource_above_its_cap() -> None:
+    decisions = decide(snapshot([adv("x", prices={"cpu": "0.05", "memory": "20m", "pods": "1"})],
+                                maxPrices={"cpu": "0.04", "memory": "0.01", "pods": "1"}))  # fmt: skip
+    assert [(d.phase, d.reason) for d in decisions] == [("Refused", "PriceTooHigh")]
+    assert decisions[0].message == ("spec.prices.cpu is 0.05 per CPU, above maxPrices.cpu 0.04; "
+                                    "spec.prices.memory is 0.02 per Gi, above maxPrices.memory 0.01")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("incoming", "advertisement", "expected"),
+    [
+        pytest.param({"acceptPolicy": "Manual", "maxPrices": {"cpu": "1"}}, adv("x", decision="accept", prices={"cpu": "2"}),
+                     ("Refused", "PriceTooHigh"), id="a manual acceptance does not override a cap"),
+        pytest.param({"deniedClusters": ["x"], "maxPrices": {"cpu": "1"}}, adv("x", prices={"cpu": "2"}),
+                     ("Refused", "Denied"), id="the lists come before the caps"),
+        pytest.param({"maxPrices": {"cpu": "3"}}, adv("x", prices={"cpu": "2"}, phase="Refused", reason="PriceTooHigh",
+                     message="old"), ("Accepted", "WithinMaximum"), id="a raised cap reconsiders a refused offer"),
+        pytest.param({"maxPrices": {"cpu": "1"}}, adv("x", prices={"cpu": "2"}, phase="Accepted", reason="WithinMaximum"),
+                     None, id="an accepted offer stays accepted when its price goes above the cap"),
+        pytest.param({}, adv("x", phase="Accepted", reason="WithinMaximum", ref={"name": "s", "namespace": "n"}),
+                     None, id="an accepted offer stays accepted when its kubeConfigRef is edited"),
+    ],
+)  # fmt: skip
+def test_the_price_rule_in_the_order_of_rules(incoming: dict[str, Any], advertisement: dict[str, Any],
+                                              expected: tuple[str, str] | None) -> None:  # fmt: skip
+    assert outcome([advertisement], **incoming).get("x") == expected
+
+
+@pytest.mark.parametrize(
+    ("prices", "problem"),
+    [
+        pytest.param({"cpu": "-1"}, "spec.prices.cpu must not be negative", id="a negative price"),
+        pytest.param({"cpu": "cheap"}, "spec.prices.cpu is not a decimal price", id="a price that is no number"),
+        pytest.param({"cpu": 0.5}, "spec.prices.cpu is not a decimal price", id="a float price"),
+        pytest.param(["cpu"], "spec.prices must be a map", id="prices that are a list"),
+    ],
+)  # fmt: skip
+def test_garbage_prices_make_an_advertisement_invalid(prices: Any, problem: str) -> None:
+    decisions = decide(snapshot([adv("x", prices=prices)], maxPrices={"cpu": "1"}))
+    assert [(d.phase, d.reason) for d in decisions] == [("Refused", "Invalid")]
+    assert problem in decisions[0].message
+
+
+# What README states (issue 15, item 8d) -------------------------------------------------------------------------
+
+
+def test_a_manual_acceptance_may_take_the_accepted_count_above_the_maximum() -> None:
+    state = settled([adv("a", order=1), adv("b", order=2)], maxAcceptableAdvertisements=2)
+    state.append(adv("c", order=3, decision="accept"))
+    assert accepted(state, maxAcceptableAdvertisements=2) == {"a", "b", "c"}
+    state = settled(state, maxAcceptableAdvertisements=2) + [adv("d", order=4)]
+    assert outcome(state, maxAcceptableAdvertisements=2) == {"d": ("Refused", "MaxReached")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -58,6 +59,13 @@ INVALID = [
                  id="a PodCIDR that is not a CIDR"),
     pytest.param(SuperCluster, {"spec": {"headroom": {"cpu": "1"}}}, "spec.kubeConfigRef",
                  id="a super cluster without a kubeconfig"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"prices": {"cpu": "cheap"}}}}, "spec.outgoing.prices.cpu",
+                 id="a price that is no number"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"prices": {"cpu": "-0.5"}}}}, "spec.outgoing.prices",
+                 id="a negative price"),
+    pytest.param(ClusterConfig, {"spec": {"incoming": {"maxPrices": {"memory": -1}}}}, "spec.incoming.maxPrices",
+                 id="a negative cap"),
+    pytest.param(Advertisement, advertisement(prices={"cpu": 0.5}), "spec.prices.cpu", id="a float price"),
 ]  # fmt: skip
 
 
@@ -74,3 +82,14 @@ def test_an_advertisement_round_trips_through_its_kubernetes_form() -> None:
     again = Advertisement.from_kubernetes(obj.to_kubernetes())
     assert again == obj
     assert again.to_kubernetes()["spec"]["resourceQuota"] == {"hard": {"cpu": "2", "memory": "4Gi"}}
+
+
+def test_prices_are_written_as_plain_decimals_whatever_form_they_were_given_in() -> None:
+    config = ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {
+        "outgoing": {"prices": {"cpu": "40m", "memory": "0.0050", "nvidia.com/gpu": 2}},
+        "incoming": {"maxPrices": {"cpu": "1e-1"}}}})  # fmt: skip
+    spec = config.to_kubernetes()["spec"]
+    assert spec["outgoing"]["prices"] == {"cpu": "0.04", "memory": "0.005", "nvidia.com/gpu": "2"}
+    assert spec["incoming"]["maxPrices"] == {"cpu": "0.1"}
+    assert Advertisement.from_kubernetes(advertisement(prices=spec["outgoing"]["prices"])).spec.prices == {
+        "cpu": Decimal("0.04"), "memory": Decimal("0.005"), "nvidia.com/gpu": Decimal(2)}  # fmt: skip

@@ -67,6 +67,12 @@ def _phases(api: k8s.ApiClient) -> dict[str, str | None]:
     return {a["spec"]["clusterId"]: (a.get("status") or {}).get("phase") for a in list_cluster_objects(api, ADVERTISEMENTS)}
 
 
+def _accepted_message(api: k8s.ApiClient, provider: str) -> str:
+    obj = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c.get("message") or "" for c in conditions if c["type"] == "Accepted"), "")
+
+
 def _accepted(api: k8s.ApiClient) -> set[str]:
     return {p for p, phase in _phases(api).items() if phase == "Accepted"}
 
@@ -93,6 +99,9 @@ async def test_auto_accept_max_follows_a_maximum_raised_and_lowered(
 
         _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=3)  # raised: the next in line
         await eventually(lambda: _accepted(api) == set(providers[:3]), what="the third accepted")
+        # The one still refused says the new maximum (issue 15, item 8b).
+        await eventually(lambda: "maxAcceptableAdvertisements is 3" in _accepted_message(api, providers[3]),
+                         what="the refusal rewritten with the new maximum")  # fmt: skip
 
         _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=1)  # lowered: accepted ones stay
         late = f"late-{unique}"

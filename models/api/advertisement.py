@@ -15,6 +15,7 @@ from models.api.common import (
     SecretReference,
 )
 from models.api.conditions import Condition
+from models.prices import PRICES_DESCRIPTION, Prices
 from models.resources import Resources
 
 AdvertisementPhase = Literal["Pending", "Accepted", "Refused", "Deleting"]
@@ -48,9 +49,12 @@ class AdvertisementSpec(ApiModel):
     cluster_name: str | None = None
     resource_quota: ResourceQuotaSpec
     limit_range: LimitRangeSpec | None = None
-    prices: Resources | None = None
+    prices: Prices | None = Field(default=None, description=PRICES_DESCRIPTION)
     network: NetworkInfo
-    kube_config_ref: SecretReference
+    kube_config_ref: SecretReference = Field(
+        description="The provider's credentials Secret here; only the protocol's (tidepool-system/"
+        "tidepool-kubeconfig-<clusterId>) is accepted, and the virtual kubelet always uses that one."
+    )
     timestamp: datetime
     time_to_live: datetime
 

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from models.api.common import DNS_LABEL, ApiModel, KubernetesObject
 from models.api.conditions import Condition
+from models.prices import PRICES_DESCRIPTION, Prices
 
 TTL_RULE = "advertisementTimeToLiveSeconds must be greater than advertisementPeriodSeconds"
 
@@ -16,6 +17,9 @@ class OutgoingConfig(ApiModel):
     """Provider side."""
 
     sharing_percentage: int = Field(default=30, ge=0, le=100, description="Share of spare capacity, in percent.")
+    prices: Prices | None = Field(
+        default=None, description=f"Carried in every Advertisement pushed. {PRICES_DESCRIPTION}"
+    )
     enable_broadcaster: bool = Field(default=True, description="Advertise to foreign clusters at all.")
     advertisement_period_seconds: int = Field(default=600, ge=10, le=86400, description="Re-push period, seconds.")
     advertisement_time_to_live_seconds: int = Field(
@@ -40,6 +44,10 @@ class IncomingConfig(ApiModel):
     allowed_clusters: list[str] = Field(default_factory=list, description="Cluster ids; empty allows all.")
     denied_clusters: list[str] = Field(default_factory=list, description="Cluster ids; deny wins over allow.")
     pod_cidr_wait_timeout_seconds: int = Field(default=300, ge=1, le=86400, alias="podCIDRWaitTimeoutSeconds")
+    max_prices: Prices | None = Field(default=None, description=(
+        "The most this cluster pays per unit of each resource listed, in the units of outgoing.prices: an Advertisement "
+        "asking more for any of them is refused (PriceTooHigh). A resource not listed is not capped; one the provider "
+        "gives no price for is free."))  # fmt: skip
 
 
 class KeepaliveConfig(ApiModel):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
 from models.early_push import EarlyPushes, plan_early_pushes
+from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
 from models.resources import Resources
 from models.sharing import (
     POD_SLOT,

@@ -1,8 +1,9 @@
 """Early pushes: when a consumer's offer moves past the threshold, whatever moved it (nodes or pods),
 signal `capacity_changed` to that consumer's peering only, debounced.
 
-HomeCapacity marks `dirty` at every change (cheap: an Event's set). One thread evaluates at most once per
-EVALUATE_INTERVAL_SECONDS however many events arrived (a relist of 100,000 pods is one evaluation), and
+HomeCapacity marks `dirty` at every change (cheap: an Event's set). One thread evaluates EVALUATE_INTERVAL_SECONDS
+after a change, at most once per that interval however many events arrived (a relist of 100,000 pods or a
+burst of pods is one evaluation), and
 again when a consumer held back by the minimum interval may be signalled (models/early_push.py decides).
 The baselines are the spares the pushes of this process recorded in HomeCapacity, so a periodic push
 resets them too and nothing drifts. Built by workers/provider.py."""
@@ -60,7 +61,8 @@ class EarlyPushWatch:
         while not self._stop.is_set():
             timeout = None if look_again_at is None else max(0.0, look_again_at - time.monotonic())
             self._dirty.wait(timeout)
-            if self._stop.is_set():
+            # Let the rest of a burst arrive, so that one evaluation (and one push) covers all of it.
+            if self._stop.wait(EVALUATE_INTERVAL_SECONDS):
                 return
             self._dirty.clear()  # changes from here on mark it again and are seen by the next evaluation
             try:
@@ -68,7 +70,6 @@ class EarlyPushWatch:
             except Exception as e:  # noqa: BLE001 - the watch must outlive any one failure; the period still pushes
                 log.warning("early push evaluation failed: %s", e)
                 look_again_at = None
-            self._stop.wait(EVALUATE_INTERVAL_SECONDS)
 
     def _evaluate(self) -> float | None:
         outgoing = self._outgoing()

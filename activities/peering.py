@@ -67,7 +67,7 @@ from models.peering import (
 )
 from models.resources import Resources
 from models.settings import WorkerSettings
-from models.sharing import shared_resources
+from models.sharing import shared_resources, spare
 
 
 def _now() -> datetime:
@@ -126,7 +126,7 @@ class PeeringActivities:
         if isinstance(action, Withdraw):
             return action
         percent = action.sharing_percentage
-        allocatable, used = self._capacity.snapshot()
+        allocatable, used = self._capacity.snapshot(request.foreign_cluster_id)
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
@@ -159,6 +159,7 @@ class PeeringActivities:
         metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
                        latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
         metrics.advertised(foreign_cluster=request.foreign_cluster_id, resources=advertised)
+        self._capacity.pushed(request.foreign_cluster_id, spare(allocatable=allocatable, used=used))  # early pushes' baseline
         if PROVIDER_WITHDRAWN_ANNOTATION in (applied["metadata"].get("annotations") or {}):
             # Peered again while the withdrawn Advertisement was still held by the consumer's teardown.
             patch_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id),

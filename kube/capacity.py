@@ -1,12 +1,13 @@
 """The home cluster's capacity, kept current by watching nodes and pods: one aggregate per worker,
-shared by every peering, so that a push reads two totals instead of listing every pod of the cluster
+shared by every peering, so that a push reads a few totals instead of listing every pod of the cluster
 (100,000 pods take 31 s to deserialise with the Kubernetes client). Built by the worker; read by
-activities/peering.py; its change callback lets the worker push early when allocatable moves."""
+activities/peering.py, which also records here the spare capacity each push used; its change callback
+and `spares` let workers/early_push.py push early when a consumer's offer moves."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client as k8s
@@ -14,17 +15,21 @@ from temporalio.exceptions import ApplicationError
 
 from kube.informer import Informer
 from models.resources import Resources
-from models.sharing import CapacityAggregate
+from models.sharing import CapacityAggregate, spare
 
 SYNC_TIMEOUT_SECONDS = 120
 
 
 class HomeCapacity:
-    def __init__(self, api: k8s.ApiClient, *, on_allocatable_change: Callable[[Resources], None] | None = None):
+    def __init__(self, api: k8s.ApiClient, *, on_change: Callable[[], None] | None = None):
+        """`on_change` is called in an informer thread after every node or pod event and relist: it must
+        be cheap (mark something dirty), an informer relisting 100,000 pods calls it once per relist but
+        a storm of events calls it once per event."""
         core = k8s.CoreV1Api(api)
         self._lock = threading.Lock()
         self._aggregate = CapacityAggregate()
-        self._on_allocatable_change = on_allocatable_change
+        self._pushed: dict[str, Resources] = {}  # consumer -> the spare capacity its last push used
+        self._on_change = on_change
         self._nodes = Informer("nodes", core.list_node, on_sync=self._sync_nodes, on_event=self._node_event)
         self._pods = Informer(
             "pods", core.list_pod_for_all_namespaces, on_sync=self._sync_pods, on_event=self._pod_event
@@ -39,34 +44,55 @@ class HomeCapacity:
         self._nodes.stop()
         self._pods.stop()
 
-    def snapshot(self) -> tuple[Resources, Resources]:
-        """(allocatable of physical nodes, requests of the pods that count against them)."""
+    def snapshot(self, consumer: str) -> tuple[Resources, Resources]:
+        """(allocatable of physical nodes, requests of the pods that count against them in the offer to
+        `consumer`: every pod but its own offloaded ones)."""
         for informer in (self._nodes, self._pods):
             if not informer.wait_synced(SYNC_TIMEOUT_SECONDS):
                 raise ApplicationError(f"the home cluster's {informer.name} are not listed yet", type="NotSynced")
         with self._lock:
-            return self._aggregate.allocatable(), self._aggregate.used()
+            return self._aggregate.allocatable(), self._aggregate.used_for(consumer)
+
+    def pushed(self, consumer: str, spare_capacity: Resources) -> None:
+        """Record the spare capacity (before the percentage) a push to `consumer` advertised: the baseline
+        an early push compares with."""
+        with self._lock:
+            self._pushed[consumer] = spare_capacity
+
+    def baselines(self) -> dict[str, Resources]:
+        """The spare capacity of each consumer's last push in this process (none after a restart)."""
+        with self._lock:
+            return dict(self._pushed)
+
+    def spares(self, consumers: Iterable[str]) -> dict[str, Resources]:
+        """The spare capacity of each consumer now; empty while nodes or pods are not listed yet (a partial
+        list is no figure to compare)."""
+        if not (self._nodes.wait_synced(0) and self._pods.wait_synced(0)):
+            return {}
+        with self._lock:
+            allocatable = self._aggregate.allocatable()
+            return {c: spare(allocatable=allocatable, used=self._aggregate.used_for(c)) for c in consumers}
 
     def _sync_nodes(self, nodes: list[dict[str, Any]]) -> None:
         with self._lock:
             self._aggregate.reset_nodes(nodes)
-        self._allocatable_may_have_changed()
+        self._changed()
 
     def _sync_pods(self, pods: list[dict[str, Any]]) -> None:
         with self._lock:
             self._aggregate.reset_pods(pods)
+        self._changed()
 
     def _node_event(self, kind: str, node: dict[str, Any]) -> None:
         with self._lock:
             self._aggregate.apply_node(kind, node)
-        self._allocatable_may_have_changed()
+        self._changed()
 
     def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
         with self._lock:
             self._aggregate.apply_pod(kind, pod)
+        self._changed()
 
-    def _allocatable_may_have_changed(self) -> None:
-        if self._on_allocatable_change is not None:
-            with self._lock:
-                allocatable = self._aggregate.allocatable()
-            self._on_allocatable_change(allocatable)
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()

@@ -10,24 +10,35 @@ from __future__ import annotations
 import decimal
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_core import core_schema
 
-from models.quantities import _EXACT, Quantity, format_quantity, parse_quantity
+from models.quantities import _EXACT, Quantity, QuantityError, format_quantity, parse_quantity
 
 # The unit a share is rounded down to: Kubernetes schedules CPU in thousandths of a core; bytes are
-# shared in whole mebibytes (an advertised 27487790694 helps nobody); everything else in whole units.
+# shared in whole mebibytes (an advertised 27487790694 helps nobody); hugepages in whole pages of their
+# size, the only amounts a pod can request (`hugepages-2Mi: 253Mi` fits no pod); everything else in
+# whole units.
 _MILLI = Decimal("0.001")
 _MEBI = Decimal(2**20)
+_HUGEPAGES_PREFIX = "hugepages-"
 
 
+@lru_cache(maxsize=64)
 def _share_unit(name: str) -> Decimal:
     if name == "cpu":
         return _MILLI
-    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+    if name in ("memory", "ephemeral-storage"):
         return _MEBI
+    if name.startswith(_HUGEPAGES_PREFIX):
+        try:
+            page = parse_quantity(name.removeprefix(_HUGEPAGES_PREFIX))
+        except QuantityError:
+            return _MEBI  # the API server admits no such name on a node; whole mebibytes as before
+        return page if page > 0 else _MEBI
     return Decimal(1)
 
 
@@ -81,8 +92,9 @@ class Resources(Mapping[str, Decimal]):
         return Resources({n: max(v, Decimal(0)) for n, v in self._items.items()})
 
     def scale(self, percent: int | Decimal) -> Resources:
-        """`percent`% of every resource, rounded down to the resource's unit (1m of CPU, 1Mi of memory,
-        one pod), so that a provider never advertises more than it has."""
+        """`percent`% of every resource, rounded down to the resource's unit (1m of CPU, 1Mi of memory
+        and ephemeral storage, one page of hugepages, one pod or extended resource), so that a provider
+        never advertises more than it has nor an amount no pod can request."""
         with decimal.localcontext(_EXACT):
             factor = Decimal(percent) / 100
             scaled: dict[str, Decimal] = {}

@@ -1,13 +1,14 @@
-"""What a provider can share: (allocatable of its physical nodes − requests of the pods that hold them)
-× sharing percentage, clamped at zero per resource after subtracting, with exact quantities (seed 001,
-Liqo's formula without its bugs).
+"""What a provider can share with one consumer: (allocatable of its physical nodes − requests of the pods
+that hold them, except the pods that consumer offloaded here) × sharing percentage, clamped at zero per
+resource after subtracting, with exact quantities (seed 001, Liqo's formula without its bugs).
 
 Everything here works on objects as the API server serves them in JSON (camelCase dicts, e.g. the
 items of `json.loads` of a list response or the objects of watch events), so that
 kube/capacity.py can feed it without deserialising into client models (100,000 pods take 31 s
-that way). `CapacityAggregate` keeps the two totals current event by event, O(1) per event, so that
-activities/peering.py reads two sums at each push instead of listing every pod of the cluster, and
-workers/provider.py uses `capacity_changed` to push early when allocatable moves.
+that way). `CapacityAggregate` keeps the totals current event by event, O(1) per event, so that
+activities/peering.py reads a few sums at each push instead of listing every pod of the cluster, and
+workers/early_push.py (with models/early_push.py) uses `spare` and `capacity_changed` to push early when a
+consumer's offer moves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
-from models.names import LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
+from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
 from models.quantities import _EXACT, parse_quantity
 from models.resources import Resources
 
@@ -165,9 +166,9 @@ def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()
     - Pods not yet scheduled (no spec.nodeName) hold nothing yet: they consume capacity only once
       bound, and counting them would subtract the same demand twice once they are.
     - Pods bound to a virtual node run in another cluster.
-    - Pods offloaded into this cluster by a consumer are counted by nobody: counting them made the
-      advertised size change at every push in Liqo (PR 445) — a consumer's own pods would shrink the
-      offer it then uses.
+    - Pods offloaded into this cluster by a consumer count like any other: they hold the node for every
+      other consumer. Only the offer to that consumer leaves them out (`offloaded_by`,
+      `CapacityAggregate.used_for`).
     - A terminating pod (deletionTimestamp set) still counts: its containers run, and hold their
       resources, until the kubelet has stopped them and the pod is gone.
     """
@@ -175,20 +176,35 @@ def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()
     node = spec.get("nodeName")
     if not node or node in virtual_node_names:
         return False
-    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-        return False
+    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+
+
+def offloaded_by(pod: Obj) -> str | None:
+    """The consumer that offloaded this pod here (the virtual kubelet labels it), or None.
+
+    The offer to that consumer leaves its own pods out: counting them made the advertised size change
+    at every push in Liqo (PR 445) — a consumer's own pods would shrink the offer it then uses. An
+    offloaded pod without a consumer label belongs to nobody we can name, so it counts for everyone.
+    """
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(LABEL_OFFLOADED) != "true"
+    if labels.get(LABEL_OFFLOADED) != "true":
+        return None
+    consumer = labels.get(LABEL_CONSUMER)
+    return str(consumer) if consumer else None
+
+
+def spare(*, allocatable: Resources, used: Resources) -> Resources:
+    """(allocatable − used), clamped at zero per resource. Clamped after subtracting, never before: Liqo
+    clamped first and advertised negative memory. Only resources the nodes offer are spare: a request
+    for a resource no node has (an extended resource of a deleted node) must not become a negative offer."""
+    return (allocatable - used.only(allocatable)).clamp_at_zero()
 
 
 def shared_resources(*, allocatable: Resources, used: Resources, percent: int) -> Resources:
-    """(allocatable − used), clamped at zero per resource, then `percent`% of it rounded down
-    (Resources.scale). Clamped after subtracting, never before: Liqo clamped first and advertised
-    negative memory. Only resources the nodes offer are shared: a request for a resource no node has
-    (an extended resource of a deleted node) must not become a negative offer."""
+    """`percent`% of the spare capacity, rounded down (Resources.scale)."""
     if not 0 <= percent <= 100:
         raise ValueError(f"percent must be between 0 and 100, got {percent}")
-    return (allocatable - used.only(allocatable)).clamp_at_zero().scale(percent)
+    return spare(allocatable=allocatable, used=used).scale(percent)
 
 
 def capacity_changed(previous: Resources, current: Resources, threshold_percent: int) -> bool:
@@ -236,29 +252,42 @@ class CapacitySnapshot(BaseModel):
     physical_nodes: int
     virtual_nodes: int
     counted_pods: int
+    # What each consumer's offloaded pods hold on physical nodes (part of `used`), by consumer cluster id.
+    offloaded: dict[str, Resources] = {}
+
+
+def _shift_keyed(into: dict[str, _Amounts], key: str, amounts: Mapping[str, Decimal], sign: int) -> None:
+    """`_shift` of one entry of a map of totals, dropping the entry when it comes back to nothing."""
+    total = into.setdefault(key, {})
+    _shift(total, amounts, sign)
+    if not total:
+        del into[key]
 
 
 class CapacityAggregate:
-    """Totals of allocatable (physical nodes) and used (pods that count, on physical nodes), kept
-    current from list and watch events.
+    """Totals of allocatable (physical nodes) and used (pods that count, on physical nodes), and of what
+    each consumer's offloaded pods hold among `used`, kept current from list and watch events.
 
     A pod counts when `counts_against_capacity` says so and its node is a known physical node: a pod
     bound to a node that is gone (or not listed yet) holds none of the allocatable summed here. Pods
-    are summed per node, so that a node turning virtual (or back, or being deleted) moves its pods in
-    or out of `used` in one step, O(number of resources), whatever the number of pods. Every object
-    remembers what it added, so that MODIFIED and DELETED take back exactly that: repeated events
-    are idempotent and a pod leaving the count (Running → Succeeded) subtracts what it had added.
-    Totals are plain dicts of exact Decimals changed in place (building a Resources per event would
-    triple the cost of a relist of 100,000 pods); readers get Resources. Not thread-safe:
-    kube/capacity.py holds a lock around it.
+    are summed per node (and per consumer on each node), so that a node turning virtual (or back, or
+    being deleted) moves its pods in or out of the totals in one step, O(consumers × resources),
+    whatever the number of pods. Every object remembers what it added, so that MODIFIED and DELETED
+    take back exactly that: repeated events are idempotent and a pod leaving the count (Running →
+    Succeeded) subtracts what it had added. Totals are plain dicts of exact Decimals changed in place
+    (building a Resources per event would triple the cost of a relist of 100,000 pods); readers get
+    Resources. Not thread-safe: kube/capacity.py holds a lock around it.
     """
 
     def __init__(self) -> None:
         self._nodes: dict[str, _Amounts | None] = {}  # name -> allocatable if physical, None if virtual
-        self._pods: dict[str, tuple[str, _Amounts]] = {}  # key -> (node name, what it holds); counted pods only
+        # key -> (node name, what it holds, consumer that offloaded it or None); counted pods only
+        self._pods: dict[str, tuple[str, _Amounts, str | None]] = {}
         self._by_node: dict[str, tuple[int, _Amounts]] = {}  # node name -> (pods, what they hold together)
+        self._offloaded_by_node: dict[str, dict[str, _Amounts]] = {}  # node name -> consumer -> what it holds
         self._allocatable: _Amounts = {}
         self._used: _Amounts = {}
+        self._offloaded: dict[str, _Amounts] = {}  # consumer -> what its pods hold on physical nodes
         self._physical = 0
         self._counted = 0  # counted pods on physical nodes
 
@@ -272,7 +301,7 @@ class CapacityAggregate:
     def reset_nodes(self, nodes: Iterable[Obj]) -> None:
         """Replace every node with a fresh list (an informer's initial list or relist)."""
         self._nodes.clear()
-        self._allocatable, self._used, self._physical, self._counted = {}, {}, 0, 0
+        self._allocatable, self._used, self._offloaded, self._physical, self._counted = {}, {}, {}, 0, 0
         for node in nodes:
             self.apply_node("ADDED", node)
 
@@ -280,7 +309,8 @@ class CapacityAggregate:
         """Replace every pod with a fresh list (an informer's initial list or relist)."""
         self._pods.clear()
         self._by_node.clear()
-        self._used, self._counted = {}, 0
+        self._offloaded_by_node.clear()
+        self._used, self._offloaded, self._counted = {}, {}, 0
         for pod in pods:
             self.apply_pod("ADDED", pod)
 
@@ -289,13 +319,13 @@ class CapacityAggregate:
         # Nodes by name: a node's name is what pods are bound to, and it is unique in a cluster.
         name = str((node.get("metadata") or {}).get("name", ""))
         pods_here, held_here = self._by_node.get(name, (0, {}))
+        offloaded_here = self._offloaded_by_node.get(name, {})
         with decimal.localcontext(_EXACT):
             old = self._nodes.pop(name, None)
             if old is not None:
                 _shift(self._allocatable, old, -1)
-                _shift(self._used, held_here, -1)
+                self._move_pods_of_node(pods_here, held_here, offloaded_here, -1)
                 self._physical -= 1
-                self._counted -= pods_here
             if event_type == "DELETED":
                 return
             if not is_physical_node(node):
@@ -304,9 +334,14 @@ class CapacityAggregate:
             allocatable = _node_amounts(node)
             self._nodes[name] = allocatable
             _shift(self._allocatable, allocatable, 1)
-            _shift(self._used, held_here, 1)
+            self._move_pods_of_node(pods_here, held_here, offloaded_here, 1)
             self._physical += 1
-            self._counted += pods_here
+
+    def _move_pods_of_node(self, pods: int, held: _Amounts, offloaded: Mapping[str, _Amounts], sign: int) -> None:
+        _shift(self._used, held, sign)
+        for consumer, amounts in offloaded.items():
+            _shift_keyed(self._offloaded, consumer, amounts, sign)
+        self._counted += sign * pods
 
     def apply_pod(self, event_type: str, pod: Obj) -> None:
         _check_event(event_type)
@@ -314,17 +349,18 @@ class CapacityAggregate:
         with decimal.localcontext(_EXACT):
             old = self._pods.pop(key, None)
             if old is not None:
-                self._hold(old[0], old[1], -1)
+                self._hold(*old, sign=-1)
             if event_type == "DELETED" or not counts_against_capacity(pod):
                 return
             # Whether its node is virtual is the node's business (apply_node), not the pod's.
             node = str((pod.get("spec") or {}).get("nodeName"))
             holds = _pod_amounts(pod)
             _shift(holds, POD_SLOT, 1)
-            self._pods[key] = (node, holds)
-            self._hold(node, holds, 1)
+            consumer = offloaded_by(pod)
+            self._pods[key] = (node, holds, consumer)
+            self._hold(node, holds, consumer, sign=1)
 
-    def _hold(self, node: str, holds: _Amounts, sign: int) -> None:
+    def _hold(self, node: str, holds: _Amounts, consumer: str | None, *, sign: int) -> None:
         pods_here, held_here = self._by_node.get(node, (0, {}))
         pods_here += sign
         _shift(held_here, holds, sign)
@@ -332,15 +368,31 @@ class CapacityAggregate:
             self._by_node[node] = (pods_here, held_here)
         else:
             self._by_node.pop(node, None)
+        if consumer is not None:
+            offloaded_here = self._offloaded_by_node.setdefault(node, {})
+            _shift_keyed(offloaded_here, consumer, holds, sign)
+            if not offloaded_here:
+                del self._offloaded_by_node[node]
         if self._nodes.get(node) is not None:  # a known physical node
             _shift(self._used, holds, sign)
+            if consumer is not None:
+                _shift_keyed(self._offloaded, consumer, holds, sign)
             self._counted += sign
 
     def allocatable(self) -> Resources:
         return Resources(self._allocatable)
 
     def used(self) -> Resources:
+        """What every counted pod holds, offloaded ones included: the used capacity of a consumer that
+        has offloaded nothing here."""
         return Resources(self._used)
+
+    def used_for(self, consumer: str) -> Resources:
+        """What the offer to `consumer` subtracts: everything running here except its own offloaded pods."""
+        used = dict(self._used)
+        with decimal.localcontext(_EXACT):
+            _shift(used, self._offloaded.get(consumer, {}), -1)
+        return Resources(used)
 
     def snapshot(self) -> CapacitySnapshot:
         return CapacitySnapshot(
@@ -349,4 +401,5 @@ class CapacityAggregate:
             physical_nodes=self._physical,
             virtual_nodes=len(self._nodes) - self._physical,
             counted_pods=self._counted,
+            offloaded={consumer: Resources(amounts) for consumer, amounts in self._offloaded.items()},
         )

@@ -25,7 +25,8 @@ def advertisement(**spec: Any) -> dict[str, Any]:
 def test_an_empty_cluster_config_takes_every_default() -> None:
     assert ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}}).to_kubernetes()["spec"] == {
         "outgoing": {"sharingPercentage": 30, "enableBroadcaster": True, "advertisementPeriodSeconds": 600,
-                     "advertisementTimeToLiveSeconds": 1800, "capacityChangeThresholdPercent": 10},
+                     "advertisementTimeToLiveSeconds": 1800, "capacityChangeThresholdPercent": 10,
+                     "earlyPushMinIntervalSeconds": 60},
         "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5, "allowedClusters": [],
                      "deniedClusters": [], "podCIDRWaitTimeoutSeconds": 300},
         "keepalive": {"thresholdFailures": 3, "retrySeconds": 20},
@@ -37,6 +38,8 @@ INVALID = [
                  id="sharing above 100"),
     pytest.param(ClusterConfig, {"spec": {"outgoing": {"sharingPercentage": -1}}}, "spec.outgoing.sharingPercentage",
                  id="sharing below 0"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"earlyPushMinIntervalSeconds": 9}}},
+                 "spec.outgoing.earlyPushMinIntervalSeconds", id="early pushes less than ten seconds apart"),
     pytest.param(ClusterConfig, {"spec": {"incoming": {"acceptPolicy": "AcceptAll"}}}, "spec.incoming.acceptPolicy",
                  id="an unknown accept policy"),
     pytest.param(ClusterConfig, {"spec": {"incoming": {"maxAcceptableAdvertisements": 1000001}}},

@@ -24,6 +24,7 @@ from kube.objects import patch_cluster_object_status, read_cluster_object
 from models.api.common import SecretReference
 from models.names import (
     ADVERTISEMENTS,
+    LABEL_CONSUMER,
     LABEL_NODE_TYPE,
     LABEL_OFFLOADED,
     PEERING_REQUESTS,
@@ -71,9 +72,9 @@ def home(make_cluster: Callable[[str], LocalCluster]) -> LocalCluster:
     return make_cluster("home")
 
 
-def _populate(api: k8s.ApiClient) -> None:
+def _populate(api: k8s.ApiClient, consumer: str) -> None:
     """Two physical nodes (6 CPU, 12Gi, 220 pods), one virtual node, and pods of every kind that the
-    computation must count or leave out."""
+    computation for `consumer` must count or leave out."""
     create_node(api, "n1", cpu="4", memory="8Gi")
     create_node(api, "n2", cpu="2", memory="4Gi")
     create_node(api, "virtual", cpu="100", memory="100Gi", labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})
@@ -87,14 +88,14 @@ def _populate(api: k8s.ApiClient) -> None:
     core = k8s.CoreV1Api(api)
     core.patch_namespaced_pod("terminating", "work", {"metadata": {"finalizers": ["tidepool.io/test-hold"]}})
     core.delete_namespaced_pod("terminating", "work")
-    # Not counted: completed, offloaded from a consumer, on the virtual node, not yet scheduled.
+    # Not counted: completed, offloaded by this consumer, on the virtual node, not yet scheduled.
     create_pod(api, "work", "completed", node_name="n2", requests={"cpu": "1", "memory": "1Gi"})
     # kwok starts every pod on its nodes; once it has, the pod "completes".
     wait_for(lambda: core.read_namespaced_pod("completed", "work").status.phase == "Running", timeout=30,
              what="kwok to start the pod")
     core.patch_namespaced_pod_status("completed", "work", {"status": {"phase": "Succeeded"}})
     create_pod(api, "work", "offloaded", node_name="n2", requests={"cpu": "1", "memory": "1Gi"},
-               labels={LABEL_OFFLOADED: "true"})
+               labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer})
     create_pod(api, "work", "on-virtual", node_name="virtual", requests={"cpu": "3", "memory": "3Gi"})
     # fmt: skip
 
@@ -107,9 +108,9 @@ async def test_the_advertisement_carries_exactly_the_shared_part_of_the_home_clu
     localenv: EnvState, clusters: Clusters, home: LocalCluster, unique: str
 ) -> None:
     api, foreign = home.api_client(), clusters.b.api_client()
-    _populate(api)
-    _config(api, sharingPercentage=50)
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    _populate(api, foreign_id)
+    _config(api, sharingPercentage=50)
     _peer(home, clusters.b, foreign_id)
     try:
         async with running_worker(worker_settings(localenv, home, home_id)):

@@ -37,6 +37,13 @@ def test_clamping_happens_after_subtracting_so_memory_is_never_negative() -> Non
         pytest.param({"pods": "110"}, 50, {"pods": "55"}, id="pods are whole"),
         pytest.param({"cpu": "7", "memory": "1Gi"}, 100, {"cpu": "7", "memory": "1Gi"}, id="100 percent is all"),
         pytest.param({"cpu": "7"}, 0, {"cpu": "0"}, id="0 percent is nothing"),
+        pytest.param({"hugepages-2Mi": "507Mi"}, 50, {"hugepages-2Mi": "252Mi"},
+                     id="hugepages of 2Mi floor to whole pages, not whole mebibytes"),
+        pytest.param({"hugepages-1Gi": "3Gi"}, 50, {"hugepages-1Gi": "1Gi"}, id="hugepages of 1Gi floor to whole pages"),
+        pytest.param({"hugepages-1Gi": "1Gi"}, 99, {"hugepages-1Gi": "0"}, id="less than one page shares none"),
+        pytest.param({"hugepages-64Ki": "1Mi"}, 10, {"hugepages-64Ki": "64Ki"}, id="pages smaller than a mebibyte"),
+        pytest.param({"ephemeral-storage": "10Gi"}, 33, {"ephemeral-storage": "3379Mi"},
+                     id="ephemeral storage floors to whole mebibytes"),
     ],
 )
 def test_scaling_by_a_percentage_rounds_down_to_the_resource_unit(

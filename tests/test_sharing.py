@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.names import LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
+from models.early_push import EarlyPushes, plan_early_pushes
+from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
 from models.resources import Resources
 from models.sharing import (
     POD_SLOT,
@@ -18,6 +19,7 @@ from models.sharing import (
     counts_against_capacity,
     is_physical_node,
     node_allocatable,
+    offloaded_by,
     pod_requests,
     shared_resources,
 )
@@ -155,14 +157,9 @@ def test_a_node_without_allocatable_offers_its_capacity() -> None:
         ),
         pytest.param(pod(container(cpu="1"), node="virtual"), False, id="a pod on a virtual node runs elsewhere"),
         pytest.param(
-            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true"}),
-            False,
-            id="a pod offloaded into this cluster is counted by nobody",
-        ),
-        pytest.param(
-            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "false"}),
+            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: "b"}),
             True,
-            id="only the offloaded value true excludes a pod",
+            id="a pod offloaded into this cluster holds its node like any other",
         ),
         pytest.param(
             pod(container(cpu="1"), deleting=True), True, id="a terminating pod holds its resources until it is gone"
@@ -171,6 +168,23 @@ def test_a_node_without_allocatable_offers_its_capacity() -> None:
 )
 def test_which_pods_hold_capacity(p: dict[str, Any], counts: bool) -> None:
     assert counts_against_capacity(p, {"virtual"}) is counts
+
+
+def offloaded(consumer: str | None) -> dict[str, str]:
+    return {LABEL_OFFLOADED: "true", **({LABEL_CONSUMER: consumer} if consumer else {})}
+
+
+@pytest.mark.parametrize(
+    ("labels", "consumer"),
+    [
+        pytest.param(offloaded("b"), "b", id="an offloaded pod belongs to the consumer its label names"),
+        pytest.param(offloaded(None), None, id="an offloaded pod without a consumer label belongs to nobody"),
+        pytest.param({LABEL_OFFLOADED: "false", LABEL_CONSUMER: "b"}, None, id="only the offloaded value true counts"),
+        pytest.param({}, None, id="an ordinary pod belongs to nobody"),
+    ],
+)
+def test_which_consumer_a_pod_was_offloaded_by(labels: dict[str, str], consumer: str | None) -> None:
+    assert offloaded_by(pod(container(cpu="1"), labels=labels)) == consumer
 
 
 # The formula ------------------------------------------------------------------------------------------------
@@ -236,11 +250,32 @@ def test_from_lists_sums_physical_nodes_and_the_pods_that_hold_them() -> None:
              node("virtual", VIRTUAL, cpu="100", memory="1Ti", pods="1000")]  # fmt: skip
     running = pod(container(cpu="1", memory="1Gi"), uid="a")
     pods = [running, pod(container(cpu="1"), uid="b", node="virtual"), pod(container(cpu="1"), uid="c", phase="Succeeded"),
-            pod(container(cpu="1"), uid="d", node=None), pod(container(cpu="1"), uid="e", labels={LABEL_OFFLOADED: "true"})]  # fmt: skip
-    snapshot = CapacityAggregate.from_lists(nodes, pods).snapshot()
+            pod(container(cpu="1"), uid="d", node=None), pod(container(cpu="1"), uid="e", labels=offloaded("b")),
+            pod(container(cpu="2"), uid="f", labels=offloaded(None))]  # fmt: skip
+    aggregate = CapacityAggregate.from_lists(nodes, pods)
+    snapshot = aggregate.snapshot()
     assert snapshot.allocatable == Resources(cpu="6", memory="12Gi", pods="220")
-    assert snapshot.used == Resources(cpu="1", memory="1Gi", pods="1")
-    assert (snapshot.physical_nodes, snapshot.virtual_nodes, snapshot.counted_pods) == (2, 1, 1)
+    assert snapshot.used == Resources(cpu="4", memory="1Gi", pods="3")
+    assert snapshot.offloaded == {"b": Resources(cpu="1", pods="1")}
+    assert (snapshot.physical_nodes, snapshot.virtual_nodes, snapshot.counted_pods) == (2, 1, 3)
+    assert aggregate.used_for("b") == Resources(cpu="3", memory="1Gi", pods="2")
+    assert aggregate.used_for("c") == snapshot.used
+
+
+def test_the_offer_to_each_consumer_leaves_out_only_its_own_offloaded_pods() -> None:
+    """The issue's figures: consumer b's offloaded pods hold 3 CPU / 6Gi of a 4 CPU / 8Gi node."""
+    aggregate = CapacityAggregate.from_lists(
+        [node("n1", cpu="4", memory="8Gi", pods="110")],
+        [pod(container(cpu="2", memory="4Gi"), uid="b1", labels=offloaded("b")),
+         pod(container(cpu="1", memory="2Gi"), uid="b2", labels=offloaded("b"))],
+    )  # fmt: skip
+    allocatable = aggregate.allocatable()
+
+    def offer(consumer: str) -> dict[str, str]:
+        return shared_resources(allocatable=allocatable, used=aggregate.used_for(consumer), percent=100).to_kubernetes()
+
+    assert offer("b") == {"cpu": "4", "memory": "8Gi", "pods": "110"}  # its own pods do not shrink its offer
+    assert offer("c") == {"cpu": "1", "memory": "2Gi", "pods": "108"}  # b's pods hold two of the pod slots
 
 
 Step = tuple[str, str, dict[str, Any]]  # ("node" | "pod", event type, object)
@@ -290,6 +325,62 @@ def test_the_aggregate_follows_watch_events(
     assert aggregate.allocatable().to_kubernetes() == Resources(allocatable).to_kubernetes()
 
 
+B_POD = pod(container(cpu="1"), uid="b1", labels=offloaded("b"))
+
+
+@pytest.mark.parametrize(
+    ("steps", "used_for_b", "used_for_c"),
+    [
+        pytest.param([("pod", "ADDED", B_POD)], {}, {"cpu": "1", "pods": "1"},
+                     id="an offloaded pod added counts for every consumer but its own"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="3"), uid="b1", labels=offloaded("b")))],
+                     {}, {"cpu": "3", "pods": "1"}, id="an offloaded pod resized replaces what it held for the others"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1"))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "1", "pods": "1"},
+                     id="a pod that loses its offloaded label counts for everyone"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1", labels=offloaded("c")))],
+                     {"cpu": "1", "pods": "1"}, {}, id="a pod relabelled to another consumer moves to that consumer"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "DELETED", B_POD), ("pod", "DELETED", B_POD)], {}, {},
+                     id="an offloaded pod deleted twice is subtracted once from every sum"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1", phase="Succeeded",
+                                                                       labels=offloaded("b")))],
+                     {}, {}, id="an offloaded pod that completes gives its resources back"),
+        pytest.param([("pod", "ADDED", B_POD), ("node", "MODIFIED", node("n1", VIRTUAL, cpu="8"))], {}, {},
+                     id="a node that becomes virtual takes the offloaded pods out too"),
+        pytest.param([("pod", "ADDED", B_POD), ("node", "MODIFIED", node("n1", VIRTUAL, cpu="8")),
+                      ("node", "MODIFIED", node("n1", cpu="8"))], {}, {"cpu": "1", "pods": "1"},
+                     id="a node that becomes physical again brings its offloaded pods back"),
+        pytest.param([("pod", "ADDED", B_POD), ("node", "DELETED", node("n1", cpu="8"))], {}, {},
+                     id="a deleted node takes its offloaded pods out of every sum"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="b1", node="n2", labels=offloaded("b"))),
+                      ("node", "ADDED", node("n2", cpu="2"))], {}, {"cpu": "1", "pods": "1"},
+                     id="an offloaded pod listed before its node counts once the node is"),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="x", labels=offloaded(None)))],
+                     {"cpu": "1", "pods": "1"}, {"cpu": "1", "pods": "1"},
+                     id="an offloaded pod without a consumer label counts for everyone"),
+    ],
+)  # fmt: skip
+def test_the_per_consumer_sums_follow_watch_events(
+    steps: list[Step], used_for_b: dict[str, str], used_for_c: dict[str, str]
+) -> None:
+    aggregate = CapacityAggregate.from_lists([node("n1", cpu="8")], [])
+    for kind, event, obj in steps:
+        (aggregate.apply_node if kind == "node" else aggregate.apply_pod)(event, obj)
+    assert aggregate.used_for("b").to_kubernetes() == Resources(used_for_b).to_kubernetes()
+    assert aggregate.used_for("c").to_kubernetes() == Resources(used_for_c).to_kubernetes()
+
+
+def test_a_relist_replaces_the_per_consumer_sums() -> None:
+    aggregate = CapacityAggregate.from_lists([node("n1", cpu="8"), node("n2", cpu="8")],
+                                             [B_POD, pod(container(cpu="2"), uid="c1", node="n2", labels=offloaded("c"))])  # fmt: skip
+    aggregate.reset_pods([pod(container(cpu="1"), uid="b1", labels=offloaded("b"))])
+    assert aggregate.snapshot().offloaded == {"b": Resources(cpu="1", pods="1")}
+    assert (aggregate.used_for("b"), aggregate.used_for("c")) == (Resources(), Resources(cpu="1", pods="1"))
+    aggregate.reset_nodes([node("n2", cpu="8")])  # b's pod is on n1, which the relist no longer has
+    assert aggregate.snapshot().offloaded == {}
+    assert (aggregate.used_for("b"), aggregate.used_for("c")) == (Resources(), Resources())
+
+
 @pytest.mark.parametrize("event", [pytest.param("BOOKMARK", id="a bookmark"), pytest.param("added", id="lower case")])
 def test_an_unknown_event_type_is_refused_by_name(event: str) -> None:
     with pytest.raises(ValueError, match="event_type must be ADDED, MODIFIED or DELETED"):
@@ -309,8 +400,8 @@ node_events = st.tuples(st.just("node"), st.sampled_from(["ADDED", "MODIFIED", "
                         st.booleans(), st.integers(0, 8), st.sampled_from(["", "nvidia.com/gpu"]))  # fmt: skip
 pod_events = st.tuples(st.just("pod"), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]), st.integers(0, 6),
                        st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
-                       st.sampled_from([*NODE_NAMES, "gone", None]), st.booleans(), st.integers(0, 4),
-                       st.booleans())  # fmt: skip
+                       st.sampled_from([*NODE_NAMES, "gone", None]), st.sampled_from([False, None, "b", "c"]),
+                       st.integers(0, 4), st.booleans())  # fmt: skip
 
 
 def make_node(name: str, virtual: bool, cpu: int, extra: str) -> dict[str, Any]:
@@ -318,10 +409,11 @@ def make_node(name: str, virtual: bool, cpu: int, extra: str) -> dict[str, Any]:
     return node(name, VIRTUAL if virtual else None, **allocatable)
 
 
-def make_pod(i: int, phase: str, where: str | None, offloaded: bool, cpu: int, sidecar: bool) -> dict[str, Any]:
+def make_pod(i: int, phase: str, where: str | None, consumer: str | bool | None, cpu: int, sidecar: bool) -> dict[str, Any]:
+    """`consumer`: False for an ordinary pod, else the consumer that offloaded it (None: unlabelled)."""
     init = [container("s", "Always", cpu="100m")] if sidecar else [container("i", cpu="3", memory="1Mi")]
     return pod(container(cpu=f"{cpu}00m", memory=f"{cpu}Mi"), init=init, node=where, phase=phase, uid=f"p{i}",
-               labels={LABEL_OFFLOADED: "true"} if offloaded else None)  # fmt: skip
+               labels=None if consumer is False else offloaded(str(consumer) if consumer else None))  # fmt: skip
 
 
 def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> CapacitySnapshot:
@@ -331,12 +423,14 @@ def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Cap
     physical_names = {n["metadata"]["name"] for n in physical}
     virtual_names = {n["metadata"]["name"] for n in nodes} - physical_names
     counted = [p for p in pods if counts_against_capacity(p, virtual_names) and p["spec"]["nodeName"] in physical_names]
+    consumers = {c for p in counted if (c := offloaded_by(p)) is not None}
     return CapacitySnapshot(
         allocatable=Resources.total(node_allocatable(n) for n in physical),
         used=used_by(*counted),
         physical_nodes=len(physical),
         virtual_nodes=len(virtual_names),
         counted_pods=len(counted),
+        offloaded={c: used_by(*(p for p in counted if offloaded_by(p) == c)) for c in consumers},
     )
 
 
@@ -362,4 +456,68 @@ def test_the_aggregate_equals_recomputing_from_scratch_after_any_events(sequence
     expected = from_scratch(list(nodes.values()), list(pods.values()))
     assert aggregate.snapshot() == expected
     assert (aggregate.allocatable(), aggregate.used()) == (expected.allocatable, expected.used)
+    for consumer in ("b", "c"):
+        assert aggregate.used_for(consumer) == expected.used - expected.offloaded.get(consumer, Resources())
     assert CapacityAggregate.from_lists(nodes.values(), pods.values()).snapshot() == expected
+
+
+# Early pushes ------------------------------------------------------------------------------------------------
+
+INTERVAL = 60.0
+SPARE = Resources(cpu="4", memory="8Gi", pods="110")
+SHRUNK = Resources(cpu="1", memory="2Gi", pods="108")
+
+
+def plan(*, spares: dict[str, Resources], baselines: dict[str, Resources] | None = None,
+         last_signals: dict[str, float] | None = None, now: float = 1000.0) -> EarlyPushes:  # fmt: skip
+    return plan_early_pushes(
+        baselines={"b": SPARE, "c": SPARE} if baselines is None else baselines, spares=spares,
+        last_signals=last_signals or {}, now=now, threshold_percent=10, min_interval_seconds=INTERVAL,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        pytest.param({"spares": {"b": SPARE, "c": SPARE}}, EarlyPushes(), id="an offer that did not move signals nobody"),
+        pytest.param({"spares": {"b": SPARE, "c": SHRUNK}}, EarlyPushes(signal=("c",)),
+                     id="only the peering whose offer moved past the threshold is signalled"),
+        pytest.param({"spares": {"b": SHRUNK, "c": SHRUNK}}, EarlyPushes(signal=("b", "c")),
+                     id="every peering whose offer moved is signalled"),
+        pytest.param({"spares": {"b": Resources(cpu="3700m", memory="8Gi", pods="110")}}, EarlyPushes(),
+                     id="a move within the threshold signals nobody"),
+        pytest.param({"spares": {"c": SHRUNK}, "baselines": {}}, EarlyPushes(),
+                     id="without a push seen by this process there is nothing to compare"),
+        pytest.param({"spares": {}}, EarlyPushes(), id="a consumer without a live peering is not signalled"),
+        pytest.param({"spares": {"c": SHRUNK}, "last_signals": {"c": 970.0}}, EarlyPushes(look_again_at=1030.0),
+                     id="a peering signalled within the interval waits and is looked at again when it ends"),
+        pytest.param({"spares": {"c": SHRUNK}, "last_signals": {"c": 940.0}}, EarlyPushes(signal=("c",)),
+                     id="a peering signalled exactly one interval ago is signalled again"),
+        pytest.param({"spares": {"b": SHRUNK, "c": SHRUNK}, "last_signals": {"b": 990.0, "c": 950.0}},
+                     EarlyPushes(look_again_at=1010.0), id="the next look is at the earliest end of an interval"),
+        pytest.param({"spares": {"b": SPARE, "c": SPARE}, "last_signals": {"c": 990.0}}, EarlyPushes(),
+                     id="a peering pushed since its signal needs no second look"),
+    ],
+)  # fmt: skip
+def test_which_peerings_are_pushed_early(kwargs: dict[str, Any], expected: EarlyPushes) -> None:
+    assert plan(**kwargs) == expected
+
+
+def test_a_storm_of_moves_signals_each_peering_once_per_interval_and_keeps_the_last_move() -> None:
+    """A clock runs through five minutes of churn evaluated every second; the offer to c keeps moving
+    but its push never lands (the baseline stays): c is signalled at 0, 60, 120, 180 and 240 s; b's
+    offer does not move and b is never signalled."""
+    last_signals: dict[str, float] = {}
+    signalled: list[tuple[float, str]] = []
+    looks: list[float] = []
+    for second in range(300):
+        now = float(second)
+        churned = Resources(cpu=f"{1 + second % 2}", memory="2Gi", pods="108")
+        result = plan(spares={"b": SPARE, "c": churned}, last_signals=last_signals, now=now)
+        for consumer in result.signal:
+            last_signals[consumer] = now
+            signalled.append((now, consumer))
+        if result.look_again_at is not None:
+            looks.append(result.look_again_at)
+    assert signalled == [(0.0, "c"), (60.0, "c"), (120.0, "c"), (180.0, "c"), (240.0, "c")]
+    assert set(looks) == {60.0, 120.0, 180.0, 240.0, 300.0}  # the trailing look after the last move

@@ -6,8 +6,8 @@
   (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
 - a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
   which re-reads it in its next push;
-- allocatable capacity that moves by more than the ClusterConfig's threshold signals
-  `capacity_changed`.
+- a consumer's spare capacity that moves by more than the ClusterConfig's threshold signals
+  `capacity_changed` to that consumer's peering (workers/early_push.py).
 
 Level-triggered: every (re)list replays the whole state, and the workflows drop what they already know
 (an unchanged generation, a peering that already runs).
@@ -30,6 +30,7 @@ from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
 from kube.informer import Informer
 from models.api import ClusterConfig, PeeringRequest
+from models.api.clusterconfig import OutgoingConfig
 from models.api.common import SecretReference
 from models.names import (
     CLUSTER_CONFIG_NAME,
@@ -41,10 +42,9 @@ from models.names import (
     peering_workflow_id,
 )
 from models.peering import PeeringInput
-from models.resources import Resources
 from models.settings import WorkerSettings
-from models.sharing import capacity_changed
 from workers.decision_watch import DecisionWatch
+from workers.early_push import EarlyPushWatch
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers
 from workflows.peering import PeeringWorkflow
@@ -59,8 +59,7 @@ class ProviderWatchers(Watchers):
         self._client = client
         self._settings = settings
         self._config_generation: int | None = None
-        self._threshold_percent = ClusterConfig.default().spec.outgoing.capacity_change_threshold_percent
-        self._capacity_baseline: Resources | None = None
+        self._outgoing = ClusterConfig.default().spec.outgoing
         self._secrets = SecretClients(home)
         self._decision_watches: dict[str, DecisionWatch] = {}  # by foreign cluster id
         self._decision_watches_lock = threading.Lock()  # the requests' informer thread vs stop()
@@ -164,22 +163,26 @@ class ProviderWatchers(Watchers):
             return
         obj = objects[0]
         try:
-            self._threshold_percent = ClusterConfig.from_kubernetes(obj).spec.outgoing.capacity_change_threshold_percent
+            self._outgoing = ClusterConfig.from_kubernetes(obj).spec.outgoing
         except ValueError as e:
-            log.warning("ClusterConfig is invalid, keeping the last threshold: %s", e)
+            log.warning("ClusterConfig is invalid, keeping the last settings: %s", e)
         generation = int(obj.get("metadata", {}).get("generation", 0))
         if generation != self._config_generation:
             self._config_generation = generation
             self._submit(self._signal_peerings("cluster_config_changed", generation))
 
-    def on_allocatable_change(self, allocatable: Resources) -> None:
-        """Called by HomeCapacity on node changes (in an informer thread)."""
-        if self._capacity_baseline is None:
-            self._capacity_baseline = allocatable
-            return
-        if capacity_changed(self._capacity_baseline, allocatable, self._threshold_percent):
-            self._capacity_baseline = allocatable
-            self._submit(self._signal_peerings("capacity_changed"))
+    def outgoing(self) -> OutgoingConfig:
+        """The ClusterConfig's provider settings as last read (the defaults until it is)."""
+        return self._outgoing
+
+    def live_consumers(self) -> set[str]:
+        """The foreign clusters of the live PeeringRequests: each has its decision watch."""
+        with self._decision_watches_lock:
+            return set(self._decision_watches)
+
+    def push_early(self, foreign: str) -> None:
+        """Called by EarlyPushWatch (in its thread) when the offer to `foreign` moved past the threshold."""
+        self._submit(self._signal(self._workflow_id(foreign), "capacity_changed"))
 
     async def _signal_peerings(self, signal: str, *args: Any) -> None:
         query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"
@@ -190,14 +193,19 @@ class ProviderWatchers(Watchers):
 def provider_role(ctx: RoleContext) -> Role:
     """The provider: peering workflows, their activities, the capacity aggregate and the watchers."""
     watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop)
-    capacity = HomeCapacity(ctx.home, on_allocatable_change=watchers.on_allocatable_change)
+    capacity_dirty = threading.Event()
+    capacity = HomeCapacity(ctx.home, on_change=capacity_dirty.set)
+    early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
+                                  outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
     peering = PeeringActivities(home=ctx.home, capacity=capacity, settings=ctx.settings)
 
     def start() -> None:
         capacity.start()
         watchers.start()
+        early_pushes.start()
 
     def stop() -> None:
+        early_pushes.stop()
         watchers.stop()
         capacity.stop()
 

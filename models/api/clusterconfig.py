@@ -26,7 +26,14 @@ class OutgoingConfig(ApiModel):
         default=1800, ge=30, le=604800, description="How long a pushed Advertisement lives, seconds."
     )
     capacity_change_threshold_percent: int = Field(
-        default=10, ge=1, le=100, description="Push early when allocatable moves by more than this, percent."
+        default=10, ge=1, le=100,
+        description="Push early when a consumer's spare capacity moves by more than this, percent.",
+    )  # fmt: skip
+    # An early push costs three billable actions (signal, activity, timer). Nothing moves in the steady
+    # state, so it keeps its two per period; under churn a minute bounds the cost per peering at three
+    # a minute while consumers learn of lost capacity within a minute instead of a period.
+    early_push_min_interval_seconds: int = Field(
+        default=60, ge=10, le=86400, description="Least time between two early pushes to one consumer, seconds."
     )
 
     @model_validator(mode="after")

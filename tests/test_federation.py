@@ -16,15 +16,18 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import read_cluster_object
+from kube.objects import apply_cluster_object, delete_cluster_object, patch_cluster_object_status, read_cluster_object
 from models.api.common import SecretReference
+from models.consumer import AdvertisementInput, AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
     PEERING_FINALIZER,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
+    VK_CLEAN_ANNOTATION,
     advertisement_name,
     advertisement_workflow_id,
+    legacy_advertisement_workflow_id,
     legacy_peering_workflow_id,
     peering_workflow_id,
     task_queue,
@@ -35,8 +38,10 @@ from models.settings import WorkerSettings
 from tests.conftest import Clusters
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
+from tests.test_consumer import advertisement
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering, request_secret_name
+from workflows.advertisement import AdvertisementWorkflow
 from workflows.peering import PeeringWorkflow
 from workflows.search_attributes import HOME_CLUSTER
 
@@ -257,3 +262,41 @@ async def test_enabling_the_broadcaster_again_resumes_the_peering_without_a_work
 async def _runs_including(client: Client, workflow_id: str, run_id: str) -> list[str] | None:
     runs = [w.run_id async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     return runs if run_id in runs else None
+
+
+@pytest.mark.consumer
+async def test_an_upgraded_worker_signals_the_advertisement_workflow_it_started_under_the_old_id(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str
+) -> None:
+    consumer = make_cluster("cons")
+    api = consumer.api_client()
+    create_namespace(api, SYSTEM_NAMESPACE)
+    provider, consumer_id = f"prov-{unique}", f"cons-{unique}"
+    settings = worker_settings(localenv, consumer, consumer_id)
+    apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
+    # As the previous release's worker did: the old id, on the worker's own task queue.
+    legacy: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = await temporal_client.start_workflow(
+        AdvertisementWorkflow.run,
+        AdvertisementInput(provider_id=provider, advertisement=advertisement_name(provider), home_cluster_id=consumer_id),
+        id=legacy_advertisement_workflow_id(provider), task_queue=settings.task_queue,
+    )  # fmt: skip
+    new_id = advertisement_workflow_id(consumer_id, provider)
+    async with running_worker(settings):
+        await eventually(lambda: (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {})
+                         .get("status", {}).get("phase") == "Accepted", what="accepted")  # fmt: skip
+        # The remapping is news only the watcher tells: the legacy run builds the virtual kubelet on it.
+        patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
+        apps = k8s.AppsV1Api(api)
+        await eventually(lambda: apps.read_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE),
+                         what="the virtual kubelet Deployment")  # fmt: skip
+        assert "changed" in await _signals(temporal_client, legacy.id)
+        assert not await _running(temporal_client, new_id), "a second AdvertisementWorkflow started under the new id"
+
+        delete_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
+        # The virtual kubelet's part of the teardown, played by its protocol (see tests/test_consumer.py).
+        apps.patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
+                                         {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})  # fmt: skip
+        await legacy.result()
+        await eventually(lambda: read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None,
+                         what="the Advertisement released")  # fmt: skip
+        assert not await _running(temporal_client, new_id)

@@ -15,7 +15,9 @@ nobody reads and resourceVersion bumps wake no workflow (Leases are not watched 
 after the worker starts signals every object once, which is how a restarted worker catches up; a relist
 after a watch error signals only the objects whose key changed or that went away.
 
-Identity only: the workflows re-read the objects through activities.
+Identity only: the workflows re-read the objects through activities. An AdvertisementWorkflow that the
+previous release started under the old id on our task queue gets the signals while it runs, and no second
+one starts (workers/legacy.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.consumer import ConsumerActivities
 from kube.informer import Informer
@@ -54,9 +55,11 @@ from models.names import (
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
+    legacy_advertisement_workflow_id,
 )
+from workers.legacy import LegacyRuns
 from workers.roles import Role, RoleContext
-from workers.watching import Watchers
+from workers.watching import Watchers, signal_if_running
 from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import AdvertisementWorkflow
 
@@ -151,6 +154,8 @@ class ConsumerWatchers(Watchers):
         super().__init__(ctx.loop)
         self._client: Client = ctx.client
         self._settings = ctx.settings
+        self._legacy = LegacyRuns(ctx.client, task_queue=ctx.settings.task_queue,
+                                  legacy_id=legacy_advertisement_workflow_id)  # fmt: skip
         self._admission = ObjectKeys(admission_key)
         self._lifecycles = ObjectKeys(lambda obj: lifecycle_key(obj) if advertisement_provider(obj) else None)
         self._config = ObjectKeys(incoming_config_key)
@@ -211,13 +216,21 @@ class ConsumerWatchers(Watchers):
         if provider is None:
             return
         if deleted:
-            self._submit(self._signal(self._workflow_id(provider), "changed"))
+            self._submit(self._signal(provider, "changed"))
             return
-        self._submit(self._forgetting_on_failure(self._signal_with_start(
+        self._submit(self._forgetting_on_failure(self._advertisement_changed(provider, name), self._lifecycles, name=name))
+
+    async def _advertisement_changed(self, provider: str, name: str) -> None:
+        legacy = await self._legacy.running(provider)
+        if legacy is not None:
+            if await signal_if_running(self._client, legacy, "changed"):
+                return  # the previous release's run follows it to its end
+            self._legacy.completed(provider)
+        await self._signal_with_start(
             AdvertisementWorkflow.run,
             AdvertisementInput(provider_id=provider, advertisement=name, home_cluster_id=self._settings.cluster.cluster_id),
             self._workflow_id(provider), "changed", f"Advertisement from {provider}",
-        ), self._lifecycles, name=name))  # fmt: skip
+        )  # fmt: skip
 
     # Virtual kubelets and virtual nodes ----------------------------------------------------------------
     def _sync_children(self, keys: ObjectKeys, objects: list[Obj]) -> None:
@@ -231,7 +244,7 @@ class ConsumerWatchers(Watchers):
     def _signal_child(self, keys: ObjectKeys, obj: Obj) -> None:
         provider = (_meta(obj).get("labels") or {}).get(LABEL_PROVIDER)
         if provider:
-            self._submit(self._forgetting_on_failure(self._signal(self._workflow_id(provider), "changed"),
+            self._submit(self._forgetting_on_failure(self._signal(provider, "changed"),
                                                      keys, name=str(_meta(obj).get("name"))))  # fmt: skip
 
     # Temporal -----------------------------------------------------------------------------------------
@@ -250,12 +263,8 @@ class ConsumerWatchers(Watchers):
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, static_summary=summary,
         )  # fmt: skip
 
-    async def _signal(self, workflow_id: str, signal: str) -> None:
-        try:
-            await self._client.get_workflow_handle(workflow_id).signal(signal)
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
-                raise
+    async def _signal(self, provider: str, signal: str) -> None:
+        await self._legacy.signal(provider, self._workflow_id(provider), signal)
 
 
 def consumer_role(ctx: RoleContext) -> Role:

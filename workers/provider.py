@@ -1,11 +1,13 @@
 """The provider's watchers: they turn Kubernetes changes in the home cluster into Temporal calls.
 
 - a PeeringRequest that appears starts its peering workflow (a second start finds the running one);
-  one that is deleted signals `withdraw`;
+  one that is deleted signals `withdraw`; a run the previous release started under the old id on our
+  task queue is signalled instead, and no second one starts (workers/legacy.py);
 - for each live PeeringRequest, a watch on our Advertisement in the foreign cluster
   (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
 - a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
-  which re-reads it in its next push;
+  which re-reads it in its next push; while it disables the broadcaster (every push withdraws) no
+  peering starts, and enabling it again starts one for every live PeeringRequest;
 - a consumer's spare capacity that moves by more than the ClusterConfig's threshold signals
   `capacity_changed` to that consumer's peering (workers/early_push.py).
 
@@ -18,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -39,17 +42,24 @@ from models.names import (
     PEERING_REQUESTS,
     VERSION,
     advertisement_name,
+    legacy_peering_workflow_id,
     peering_workflow_id,
 )
 from models.peering import PeeringInput
 from models.settings import WorkerSettings
 from workers.decision_watch import DecisionWatch
 from workers.early_push import EarlyPushWatch
+from workers.legacy import LegacyRuns
 from workers.roles import Role, RoleContext
-from workers.watching import Watchers
+from workers.watching import Watchers, signal_if_running
 from workflows.peering import PeeringWorkflow
 
 log = logging.getLogger(__name__)
+
+# A peering resumed right after the broadcaster was disabled may still be withdrawing: its start would find
+# that run and be lost, so the resumption waits for it to complete first, at most this long (a push's
+# retries and a withdrawal's first attempts); a run still going then is left to its own withdrawal.
+RESUME_WAIT_FOR_WITHDRAWAL = timedelta(minutes=5)
 
 
 class ProviderWatchers(Watchers):
@@ -63,6 +73,13 @@ class ProviderWatchers(Watchers):
         self._secrets = SecretClients(home)
         self._decision_watches: dict[str, DecisionWatch] = {}  # by foreign cluster id
         self._decision_watches_lock = threading.Lock()  # the requests' informer thread vs stop()
+        self._legacy = LegacyRuns(client, task_queue=settings.task_queue, legacy_id=legacy_peering_workflow_id)
+        # The live PeeringRequests (by name) and the broadcaster's switch, shared by the two informers'
+        # threads: enabling the broadcaster again starts a peering for each. None until the ClusterConfig is
+        # read: until then no peering starts (one that pushed into a disabled broadcaster would withdraw).
+        self._live_requests: dict[str, PeeringInput] = {}
+        self._broadcaster_enabled: bool | None = None
+        self._requests_lock = threading.Lock()
         custom = k8s.CustomObjectsApi(home)
         self._informers = [
             Informer("peeringrequests", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
@@ -77,6 +94,10 @@ class ProviderWatchers(Watchers):
 
     # PeeringRequests ---------------------------------------------------------------------------------
     def _sync_requests(self, objects: list[dict[str, Any]]) -> None:
+        listed = {obj.get("metadata", {}).get("name") for obj in objects}
+        with self._requests_lock:
+            for name in set(self._live_requests) - listed:  # deleted while no watch was open
+                del self._live_requests[name]
         for obj in objects:
             self._request_event("MODIFIED", obj)
         live = {((obj.get("spec") or {}).get("clusterIdentity") or {}).get("clusterId") for obj in objects
@@ -90,20 +111,27 @@ class ProviderWatchers(Watchers):
         except ValueError as e:  # the CRD validates; this only guards against an older schema
             log.warning("ignored PeeringRequest %s: %s", obj.get("metadata", {}).get("name"), e)
             return
-        foreign = request.spec.cluster_identity.cluster_id
+        foreign, name = request.spec.cluster_identity.cluster_id, request.metadata.name
         if kind == "DELETED" or request.metadata.deletion_timestamp:
+            with self._requests_lock:
+                self._live_requests.pop(name, None)
             self._unwatch_decision(foreign)
-            self._submit(self._signal(self._workflow_id(foreign), "withdraw", "PeeringRequestDeleted"))
+            self._submit(self._signal_peering(foreign, "withdraw", "PeeringRequestDeleted"))
             return
         ref = request.spec.kube_config_ref
         self._watch_decision(foreign, ref)
-        self._submit(self._start_peering(PeeringInput(
+        input = PeeringInput(
             foreign_cluster_id=foreign,
             kube_config_ref=ref,
-            peering_request=request.metadata.name,
+            peering_request=name,
             home_cluster_id=self._settings.cluster.cluster_id,
             unreachable_backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
-        )))  # fmt: skip
+        )
+        with self._requests_lock:
+            self._live_requests[name] = input
+            enabled = self._broadcaster_enabled
+        if enabled:
+            self._submit(self._start_peering(input))
 
     def _watch_decision(self, foreign: str, ref: SecretReference) -> None:
         with self._decision_watches_lock:
@@ -112,18 +140,17 @@ class ProviderWatchers(Watchers):
                 return
             if current is not None:
                 current.stop()  # the request names other credentials now
-            workflow_id = self._workflow_id(foreign)
             watch = DecisionWatch(
                 foreign_cluster_id=foreign, kube_config_ref=ref,
                 advertisement=advertisement_name(self._settings.cluster.cluster_id), secrets=self._secrets,
-                on_change=lambda: self._submit(self._tell_foreign_changed(workflow_id, watch)),
+                on_change=lambda: self._submit(self._tell_foreign_changed(foreign, watch)),
                 backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
             )  # fmt: skip
             self._decision_watches[foreign] = watch.start()
 
-    async def _tell_foreign_changed(self, workflow_id: str, watch: DecisionWatch) -> None:
+    async def _tell_foreign_changed(self, foreign: str, watch: DecisionWatch) -> None:
         try:
-            await self._signal(workflow_id, "foreign_changed")
+            await self._signal_peering(foreign, "foreign_changed")
         except Exception:
             watch.forget()  # Temporal did not take it: the next event or relist tells it again
             raise
@@ -142,6 +169,8 @@ class ProviderWatchers(Watchers):
             watch.stop()
 
     async def _start_peering(self, input: PeeringInput) -> None:
+        if await self._legacy.running(input.foreign_cluster_id, recheck=True):
+            return  # the previous release's run goes on: it gets the signals, and no second loop starts
         await self._client.start_workflow(
             PeeringWorkflow.run, input,
             id=self._workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
@@ -149,23 +178,42 @@ class ProviderWatchers(Watchers):
             static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
         )  # fmt: skip
 
-    async def _signal(self, workflow_id: str, signal: str, *args: Any) -> None:
-        handle: WorkflowHandle[Any, Any] = self._client.get_workflow_handle(workflow_id)
+    async def _resume_peering(self, input: PeeringInput) -> None:
+        """Start the peering again once the broadcaster is enabled again. A run still withdrawing from the
+        disabling would take the start as its own and then complete: wait for it first."""
+        foreign = input.foreign_cluster_id
+        workflow_id = await self._legacy.running(foreign, recheck=True) or self._workflow_id(foreign)
+        handle = self._client.get_workflow_handle_for(PeeringWorkflow.run, workflow_id)
         try:
-            await handle.signal(signal, *args) if args else await handle.signal(signal)
+            running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
         except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:  # nothing runs for it: nothing to tell
+            if e.status != RPCStatusCode.NOT_FOUND:
                 raise
+            running = False
+        if running and (await handle.query(PeeringWorkflow.status)).phase == "Withdrawn":
+            await asyncio.wait_for(handle.result(), RESUME_WAIT_FOR_WITHDRAWAL.total_seconds())
+        await self._start_peering(input)
+
+    async def _signal_peering(self, foreign: str, signal: str, *args: Any) -> None:
+        """Signal the peering with this foreign cluster (a legacy run while it runs); none running: nothing to tell."""
+        await self._legacy.signal(foreign, self._workflow_id(foreign), signal, *args)
+
+    async def _signal(self, workflow_id: str, signal: str, *args: Any) -> None:
+        await signal_if_running(self._client, workflow_id, signal, *args)
 
     # ClusterConfig and capacity ------------------------------------------------------------------------
     def _sync_config(self, objects: list[dict[str, Any]]) -> None:
         if not objects:
+            self._switch_broadcaster(ClusterConfig.default().spec.outgoing.enable_broadcaster)  # none: the defaults
             return
         obj = objects[0]
+        enabled = self._broadcaster_enabled
         try:
-            self._outgoing = ClusterConfig.from_kubernetes(obj).spec.outgoing
+            outgoing = ClusterConfig.from_kubernetes(obj).spec.outgoing
+            self._outgoing, enabled = outgoing, outgoing.enable_broadcaster
         except ValueError as e:
             log.warning("ClusterConfig is invalid, keeping the last settings: %s", e)
+        self._switch_broadcaster(enabled is not False)  # an invalid one first: let the pushes read it
         generation = int(obj.get("metadata", {}).get("generation", 0))
         if generation != self._config_generation:
             self._config_generation = generation
@@ -182,7 +230,16 @@ class ProviderWatchers(Watchers):
 
     def push_early(self, foreign: str) -> None:
         """Called by EarlyPushWatch (in its thread) when the offer to `foreign` moved past the threshold."""
-        self._submit(self._signal(self._workflow_id(foreign), "capacity_changed"))
+        self._submit(self._signal_peering(foreign, "capacity_changed"))
+
+    def _switch_broadcaster(self, enabled: bool) -> None:
+        """Enabled after being disabled (or unknown, at start-up): start a peering for every live request."""
+        with self._requests_lock:
+            resumed = enabled and not self._broadcaster_enabled
+            starts = list(self._live_requests.values()) if resumed else []
+            first_read, self._broadcaster_enabled = self._broadcaster_enabled is None, enabled
+        for input in starts:
+            self._submit(self._start_peering(input) if first_read else self._resume_peering(input))
 
     async def _signal_peerings(self, signal: str, *args: Any) -> None:
         query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"

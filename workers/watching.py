@@ -9,6 +9,9 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
 
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
 from kube.informer import Informer
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,17 @@ class Watchers:
         assert self._loop is not None, "watchers that call Temporal need the worker's loop"
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future.add_done_callback(_log_failure)
+
+
+async def signal_if_running(client: Client, workflow_id: str, signal: str, *args: Any) -> bool:
+    """Whether a run under `workflow_id` took the signal: none running (NOT_FOUND) has nothing to be told."""
+    try:
+        await client.get_workflow_handle(workflow_id).signal(signal, args=args)
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return False
+    return True
 
 
 def _log_failure(future: Future[None]) -> None:

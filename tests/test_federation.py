@@ -21,6 +21,8 @@ from models.api.common import SecretReference
 from models.consumer import AdvertisementInput, AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
+    LABEL_CONSUMER,
+    LABEL_OFFLOADED,
     PEERING_FINALIZER,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
@@ -36,7 +38,7 @@ from models.names import (
 from models.peering import PeeringInput, WithdrawResult
 from models.settings import WorkerSettings
 from tests.conftest import Clusters
-from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
 from tests.running import eventually, running_worker, worker_settings
 from tests.test_consumer import advertisement
 from workers.network import NetworkModule
@@ -144,6 +146,18 @@ async def test_three_clusters_peer_all_to_all_through_one_namespace_each_with_wo
                 assert description.task_queue == task_queue(ids[home]), workflow_id
                 home_attribute = description.typed_search_attributes.get(HOME_CLUSTER)
                 assert home_attribute == ids[home], f"{workflow_id} says HomeCluster {home_attribute}"
+
+            # Pods consumer b offloaded into a hold 2 CPU / 3Gi and a pod slot of a's node: the offer to c
+            # becomes (3 − 2 CPU, 5 − 3 Gi, 110 − 1 pods) × 30% = 300m, 614.4Mi → 614Mi, 32.7 → 32, pushed
+            # early (the period is 10 minutes); b's own pods leave b's offer as it was.
+            create_namespace(clusters["a"].api_client(), "work")
+            create_pod(clusters["a"].api_client(), "work", "from-b", node_name="n1",
+                       requests={"cpu": "2", "memory": "3Gi"},
+                       labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: ids["b"]})  # fmt: skip
+            shrunk = {"cpu": "300m", "memory": "614Mi", "pods": "32"}
+            await eventually(lambda: _advertised(clusters["c"].api_client(), ids["a"]) == shrunk, timeout=60,
+                             what="a's offer to c shrunk by b's offloaded pods, before the period")  # fmt: skip
+            assert _advertised(clusters["b"].api_client(), ids["a"]) == FEDERATION["a"]["offer"], "b's own pods shrank b's offer"
 
             # Every running workflow of these clusters is one of the twelve (and each cluster's admission):
             # none attached to another cluster's.

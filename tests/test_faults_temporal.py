@@ -45,11 +45,11 @@ def _cpu_advertised(foreign: LocalCluster, home_id: str) -> str | None:
 
 
 async def _peerings(
-    temporal: TemporalContainer, home: LocalCluster, foreigns: dict[str, LocalCluster]
+    temporal: TemporalContainer, home: LocalCluster, home_id: str, foreigns: dict[str, LocalCluster]
 ) -> dict[str, WorkflowHandle[PeeringWorkflow, WithdrawResult]]:
     """Asks `home` for resources on behalf of each foreign cluster; the handles of the peerings to come."""
     for foreign_id, foreign in foreigns.items():
-        request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+        request_peering(home.api_client(), foreign.api_client(), provider_id=home_id, consumer_id=foreign_id)
     client = await Client.connect(temporal.endpoint.address, data_converter=pydantic_data_converter)
     return {f: client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(f)) for f in foreigns}
 
@@ -64,7 +64,7 @@ async def test_a_restart_of_the_temporal_server_mid_peering_loses_no_workflow(
     foreigns = {f"b-{unique}": clusters.b, f"c-{unique}": clusters.c}
     settings = worker_settings(localenv, home, home_id, temporal_address=temporal.endpoint.address)
     async with running_worker(settings):
-        handles = await _peerings(temporal, home, foreigns)
+        handles = await _peerings(temporal, home, home_id, foreigns)
         runs = {f: (await eventually(h.describe, what=f"peering {f} started")).run_id for f, h in handles.items()}
 
         # While the first pushes are under way; the worker goes on in this event loop meanwhile.
@@ -94,7 +94,7 @@ async def test_a_temporal_server_cut_off_by_a_pause_is_caught_up_with_once_it_an
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     settings = worker_settings(localenv, home, home_id, temporal_address=temporal.endpoint.address)
     async with running_worker(settings):
-        handles = await _peerings(temporal, home, {foreign_id: clusters.b})
+        handles = await _peerings(temporal, home, home_id, {foreign_id: clusters.b})
         handle = handles[foreign_id]
         await eventually(lambda: _cpu_advertised(clusters.b, home_id) == "3", timeout=60, what="first push")
 

@@ -42,23 +42,24 @@ DEFAULT_TOKEN_LIFETIME_SECONDS = 3600
 
 
 def provider_cluster_rules(provider_id: str) -> list[dict[str, Any]]:
-    """Cluster-scoped: its own Advertisement. `patch` alone creates it (server-side apply of an object
-    that does not exist yet is authorized as a patch); `list` and `watch` by name are the decision watch."""
+    """Cluster-scoped: its own Advertisement. A server-side apply that creates it is authorized as a
+    `patch` and then as a `create` of that name (which resourceNames can hold: the name is in the URL);
+    `list` and `watch` by name are the decision watch's (fieldSelector metadata.name)."""
     advertisement = [advertisement_name(provider_id)]
     return [
         {"apiGroups": [GROUP], "resources": [ADVERTISEMENTS], "resourceNames": advertisement,
-         "verbs": ["get", "list", "watch", "patch", "delete"]},
+         "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
         {"apiGroups": [GROUP], "resources": [f"{ADVERTISEMENTS}/status"], "resourceNames": advertisement,
          "verbs": ["get"]},
     ]  # fmt: skip
 
 
 def provider_namespace_rules(provider_id: str) -> list[dict[str, Any]]:
-    """In tidepool-system: its own credentials Secret (written by server-side apply, deleted at
-    withdrawal) and the next token of its own ServiceAccount."""
+    """In tidepool-system: its own credentials Secret (written by server-side apply, so `create` and
+    `patch` of that name; deleted at withdrawal) and the next token of its own ServiceAccount."""
     return [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [credentials_secret_name(provider_id)],
-         "verbs": ["get", "patch", "delete"]},
+         "verbs": ["get", "create", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [provider_identity_name(provider_id)],
          "verbs": ["create"]},
     ]  # fmt: skip

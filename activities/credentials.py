@@ -11,18 +11,16 @@ namespace, so that a push knows without reading anything more whether to renew."
 
 from __future__ import annotations
 
-import base64
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
+from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.names import (
@@ -130,22 +128,9 @@ def issue_kubeconfig(
     issued = k8s.CoreV1Api(home).create_namespaced_service_account_token(SERVICE_ACCOUNT, namespace, request).status
     if issued is None or not issued.token or issued.expiration_timestamp is None:
         raise ApplicationError(f"TokenRequest for {namespace}/{SERVICE_ACCOUNT} answered without a token", type="NoToken")
-    configuration = home.configuration
-    cluster: dict[str, Any] = {"server": server or configuration.host}
-    if configuration.ssl_ca_cert:
-        cluster["certificate-authority-data"] = base64.b64encode(Path(configuration.ssl_ca_cert).read_bytes()).decode()
-    elif not configuration.verify_ssl:
-        cluster["insecure-skip-tls-verify"] = True
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "provider", "cluster": cluster}],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": issued.token}}],
-        "contexts": [{"name": "provider", "context": {"cluster": "provider", "user": SERVICE_ACCOUNT,
-                                                      "namespace": namespace}}],
-        "current-context": "provider",
-    }  # fmt: skip
-    return IssuedKubeconfig(text=yaml.safe_dump(config), expires_at=issued.expiration_timestamp)
+    text = token_kubeconfig(home.configuration, server=server, token=issued.token, user=SERVICE_ACCOUNT,
+                            namespace=namespace)  # fmt: skip
+    return IssuedKubeconfig(text=text, expires_at=issued.expiration_timestamp)
 
 
 def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:

@@ -23,6 +23,8 @@ from activities.credentials import (
 )
 from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
+from kube.errors import CREDENTIALS_EXPIRED
+from kube.identity import bearer_token_life, renew_provider_token
 from kube.metrics import Metrics
 from kube.objects import (
     apply_cluster_object,
@@ -36,9 +38,10 @@ from kube.objects import (
     with_condition,
 )
 from models.api import ClusterConfig
-from models.api.conditions import condition
+from models.api.common import SecretReference
+from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
-from models.credentials import TokenGeneration, renewal_reason
+from models.credentials import TokenGeneration, renewal_due, renewal_reason, token_expired
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -133,6 +136,8 @@ class PeeringActivities:
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+            self._renew_consumer_token(foreign, request.kube_config_ref, foreign_cluster_id=request.foreign_cluster_id,
+                                       now=now, period=timedelta(seconds=outgoing.advertisement_period_seconds))  # fmt: skip
             namespace, held = ensure_foreign_access(self._home, request.foreign_cluster_id)
             secret = credentials_secret_name(self._home_id)
             self._renew_credentials(foreign, secret=secret, namespace=namespace, held=held, now=now,
@@ -154,7 +159,9 @@ class PeeringActivities:
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
-            self._record(request.peering_request, "Unreachable", message=f"push failed: {e}")
+            expired = isinstance(e, ApplicationError) and e.type == CREDENTIALS_EXPIRED
+            self._record(request.peering_request, "Unreachable", message=f"push failed: {e}",
+                         reason="CredentialsExpired" if expired else None)  # fmt: skip
             raise
         metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
                        latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
@@ -210,8 +217,33 @@ class PeeringActivities:
         activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
                              generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
 
+    def _renew_consumer_token(
+        self, foreign: k8s.ApiClient, ref: SecretReference, *, foreign_cluster_id: str, now: datetime, period: timedelta
+    ) -> None:
+        """The token `tidepool peer` minted for this provider on the consumer (kube/identity.py), renewed
+        with itself by the rule of our own tokens (models/credentials.renewal_due) into the home Secret the
+        peering reads, which SecretClients reloads by its resourceVersion. Once expired, only `tidepool peer`
+        can mint the next: said, and not retried. A kubeconfig without a ServiceAccount token (an
+        administrator's, written by hand) is not ours to renew."""
+        life = bearer_token_life(foreign)
+        if life is None:
+            return
+        if token_expired(life, now=now):
+            raise ApplicationError(
+                f"the token this provider holds for {foreign_cluster_id} expired at {rfc3339(life.expires_at)}: "
+                f"run `tidepool peer` again to mint a new one", type=CREDENTIALS_EXPIRED, non_retryable=True,
+            )  # fmt: skip
+        reason = renewal_due(life, now=now, period=period)
+        if reason is None:
+            return
+        kubeconfig = renew_provider_token(foreign, provider_id=self._home_id, lifetime_seconds=life.lifetime_seconds)
+        k8s.CoreV1Api(self._home).patch_namespaced_secret(
+            ref.name, ref.namespace, {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}})  # fmt: skip
+        activity.logger.info("token on %s renewed (%s), the previous one expires %s", foreign_cluster_id, reason,
+                             rfc3339(life.expires_at))  # fmt: skip
+
     def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> dict[str, Any]:
-        apply_core(foreign, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+        # The namespace is the consumer's, made by `tidepool peer`: this provider may not create namespaces there.
         return apply_core(foreign, {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE,
@@ -275,8 +307,10 @@ class PeeringActivities:
         decision: ForeignDecision | None = None,
         pushed: datetime | None = None,
         message: str = "",
+        reason: PeeringCredentialsReason | None = None,
     ) -> None:
-        """Mirror the peering's phase into its PeeringRequest status, for kubectl users."""
+        """Mirror the peering's phase into its PeeringRequest status, for kubectl users; the Ready
+        condition's reason is the phase unless a `reason` says more."""
         current = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
         if peering_request is None or current is None:
             return
@@ -287,7 +321,7 @@ class PeeringActivities:
         if pushed is not None:
             status["lastPushTime"] = rfc3339(pushed)
         status["conditions"] = with_condition(
-            condition("Ready", phase in ("Advertised", "Accepted"), phase, message or f"peering is {phase}"),
+            condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}"),
             list((current.get("status") or {}).get("conditions") or []),
         )
         patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)

@@ -100,7 +100,7 @@ async def _measure(params: dict[str, Any]) -> None:
                     await _until(lambda i=i: _ready(c_core, f"local-{i}"), "kwok node") - started
                 )
 
-                request_peering(p_api, consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+                request_peering(p_api, c_api, provider_id=provider_id, consumer_id=consumer_id)
                 accepted = await _until(lambda: _phase(c_api, adv) == "Accepted", "the Advertisement Accepted")
                 ready = await _until(lambda: _ready(c_core, node), "the virtual node Ready")
                 samples["node"].append(ready - accepted)

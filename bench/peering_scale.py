@@ -92,7 +92,7 @@ async def _measure(params: dict[str, Any]) -> None:
         home_id = "bench-home"
         settings = worker_settings(env, home, home_id)
         client = await connect(settings.temporal)
-        kubeconfigs = [env.cluster(name).kubeconfig.read_text() for name in foreign_names]
+        foreign_apis = [env.cluster(name).api_client() for name in foreign_names]
         ids = [f"scale-{i:04d}" for i in range(n)]
         tick_queue = f"bench-tick-{uuid.uuid4().hex[:8]}"
         async with (
@@ -105,8 +105,8 @@ async def _measure(params: dict[str, Any]) -> None:
                                                task_queue=tick_queue)  # fmt: skip
             started = time.monotonic()
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda i: request_peering(home_api, consumer_id=ids[i], consumer_kubeconfig=kubeconfigs[i % f]),
-                              range(n)))  # fmt: skip
+                list(pool.map(lambda i: request_peering(home_api, foreign_apis[i % f], provider_id=home_id,
+                                                        consumer_id=ids[i]), range(n)))  # fmt: skip
             log(f"{n} PeeringRequests in {time.monotonic() - started:.0f} s; waiting for every first push")
             while True:
                 pushed = await _count_pushed(client, home_id, ids)

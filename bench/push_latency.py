@@ -56,7 +56,7 @@ async def _measure(params: dict[str, Any]) -> None:
         echoed: dict[int, float] = {}
         echo_queue = f"bench-echo-{uuid.uuid4().hex[:8]}"
         with AdvertisementWatch(foreign_api, advertisement_name(home_id)) as watch:
-            request_peering(home_api, consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+            request_peering(home_api, foreign_api, provider_id=home_id, consumer_id=foreign_id)
             async with (
                 running_worker(settings),
                 Worker(client, task_queue=echo_queue, workflows=[EchoWorkflow],

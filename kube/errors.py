@@ -22,6 +22,9 @@ TEMPORARY: dict[int, str] = {401: "KubernetesUnauthorized", 404: "KubernetesNotF
 # still be written: retryable. One whose kubeconfig does not parse never will: permanent.
 MISSING_CREDENTIALS = "MissingCredentials"
 INVALID_CREDENTIALS = "InvalidCredentials"
+# The token a consumer minted for this provider expired (an outage outlived it): only `tidepool peer`,
+# with the consumer's admin credentials, can mint the next. Permanent for the activity; the workflow retries later.
+CREDENTIALS_EXPIRED = "CredentialsExpired"
 
 
 def as_application_error(error: ApiException) -> ApplicationError:

@@ -73,7 +73,8 @@ def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | N
 
 
 def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
-    """Server-side apply of a core or RBAC object by kind; returns the object as stored."""
+    """Server-side apply of a core or RBAC object by kind (namespaced or cluster-scoped); returns the object
+    as stored."""
     kind, meta = body["kind"], body["metadata"]
     kwargs: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY,
                               "_preload_content": False}  # fmt: skip
@@ -85,8 +86,13 @@ def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
         "Role": rbac.patch_namespaced_role,
         "RoleBinding": rbac.patch_namespaced_role_binding,
     }
-    if kind == "Namespace":
-        response: object = core.patch_namespace(meta["name"], body, **kwargs)
+    cluster_scoped: dict[str, Callable[..., Any]] = {
+        "Namespace": core.patch_namespace,
+        "ClusterRole": rbac.patch_cluster_role,
+        "ClusterRoleBinding": rbac.patch_cluster_role_binding,
+    }
+    if kind in cluster_scoped:
+        response: object = cluster_scoped[kind](meta["name"], body, **kwargs)
     else:
         response = namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
     return _raw_json(response)

@@ -6,12 +6,20 @@ token of 3,600 s is renewed after 30 to 40 minutes, long before it expires. It i
 foreign cluster's Secret no longer holds it (deleted, or written by someone else: its resourceVersion
 moved), so that the Secret always holds a valid token (Liqo issue 277). Each token is bound to a Secret
 of its generation; when generation N is issued, the anchors before N-1 go, so that exactly the current
-token and the previous one work: a holder that has not reloaded its file yet keeps working."""
+token and the previous one work: a holder that has not reloaded its file yet keeps working.
+
+The token a consumer mints for a provider at `tidepool peer` (kube/identity.py) follows the same rule
+(`renewal_due`), renewed by the provider itself with that token; its life is read from the token's own
+claims, since nothing else on the provider records it. Once it has expired nothing can renew it but
+`tidepool peer` again (`token_expired`)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from models.names import (
@@ -61,8 +69,54 @@ class TokenGeneration:
             CREDENTIALS_SECRET_VERSION_ANNOTATION: self.secret_version,
         }
 
+    @property
+    def life(self) -> TokenLife:
+        return TokenLife(issued_at=self.issued_at, expires_at=self.expires_at)
+
+
+@dataclass(frozen=True)
+class TokenLife:
+    """When a token was issued and when it expires."""
+
+    issued_at: datetime
+    expires_at: datetime
+
+    @classmethod
+    def of_jwt(cls, token: str) -> TokenLife | None:
+        """The `iat` and `exp` claims of a ServiceAccount token (a JWT), read without verifying it: the
+        holder asks only when to renew what it holds. None for a token without them (not a JWT: a
+        credential tidepool did not mint, which it neither renews nor declares expired)."""
+        parts = token.split(".")
+        if len(parts) != 3:
+            return None
+        try:
+            claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+            return cls(issued_at=datetime.fromtimestamp(int(claims["iat"]), UTC),
+                       expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC))  # fmt: skip
+        except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, KeyError):
+            return None
+
+    @property
+    def lifetime_seconds(self) -> int:
+        return int((self.expires_at - self.issued_at).total_seconds())
+
     def half_life(self) -> datetime:
         return self.issued_at + (self.expires_at - self.issued_at) / 2
+
+
+def renewal_due(life: TokenLife, *, now: datetime, period: timedelta) -> Literal["HalfLife", "ExpiresBeforeNextPush"] | None:
+    """Whether a push renews a token that still works: at half its life, or when it would expire before
+    the next push (`period` away at most) with time left for its holder to reload."""
+    if now >= life.half_life():
+        return "HalfLife"
+    if now + period + RELOAD_MARGIN >= life.expires_at:
+        return "ExpiresBeforeNextPush"
+    return None
+
+
+def token_expired(life: TokenLife, *, now: datetime) -> bool:
+    """A token past its `exp` is refused: only a holder of other credentials can issue the next one."""
+    return now >= life.expires_at
 
 
 def renewal_reason(
@@ -78,11 +132,7 @@ def renewal_reason(
         return "SecretMissing"
     if held_version != current.secret_version:
         return "SecretChanged"
-    if now >= current.half_life():
-        return "HalfLife"
-    if now + period + RELOAD_MARGIN >= current.expires_at:
-        return "ExpiresBeforeNextPush"
-    return None
+    return renewal_due(current.life, now=now, period=period)
 
 
 # Generations before the previous one that a rotation still deletes, in case an earlier rotation stopped

@@ -120,6 +120,13 @@ def virtual_kubelet_name(provider_cluster_id: str) -> str:
     return f"virtual-kubelet-{provider_cluster_id}"
 
 
+def provider_identity_name(provider_cluster_id: str) -> str:
+    """The identity a consumer mints for one provider at `tidepool peer`: its ServiceAccount (in
+    tidepool-system), and the ClusterRole, Role and their bindings that allow it exactly what the provider
+    does there. One name for all of them, so that an operator finds them together."""
+    return f"tidepool-provider-{provider_cluster_id}"
+
+
 # Temporal search attributes tidepool registers (name -> Temporal type), so the Web UI can filter on them.
 SEARCH_ATTRIBUTES: Final = {
     "HomeCluster": "Keyword",

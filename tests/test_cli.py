@@ -12,15 +12,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import temporal_cli
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from models.names import SYSTEM_NAMESPACE, peering_workflow_id
+from models.credentials import TokenLife
+from models.names import SYSTEM_NAMESPACE, peering_workflow_id, provider_identity_name
 from tests.conftest import Clusters
 from tests.kube import create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
+from workers.peer import request_secret_name
 
 pytestmark = [pytest.mark.env, pytest.mark.provider]
 
@@ -82,3 +85,27 @@ def test_tidepool_status_shows_one_table_across_clusters(clusters: Clusters) -> 
     for title in ("Peerings (provider side)", "Advertisements (consumer side)", "Virtual nodes", "Offloaded pods",
                   "Pool placements", "Pool pods"):
         assert title in result.stdout
+
+
+@pytest.mark.federation
+def test_tidepool_peer_hands_the_provider_a_token_of_its_own_identity_never_the_consumer_s_admin_kubeconfig(
+    clusters: Clusters, unique: str
+) -> None:
+    provider_id, consumer_id = f"p-{unique}", f"c-{unique}"
+    common = ["--provider", str(clusters.a.kubeconfig), "--consumer-id", consumer_id]
+    peer = subprocess.run([sys.executable, "-m", "workers.cli", "peer", *common, "--provider-id", provider_id,
+                           "--consumer", str(clusters.b.kubeconfig), "--token-lifetime", "600"],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert peer.returncode == 0, peer.stderr
+    try:
+        secret = k8s.CoreV1Api(clusters.a.api_client()).read_namespaced_secret(request_secret_name(consumer_id),
+                                                                              SYSTEM_NAMESPACE)  # fmt: skip
+        handed = yaml.safe_load(base64.b64decode((secret.data or {})["kubeconfig"]))
+        [user] = handed["users"]
+        assert user["name"] == provider_identity_name(provider_id) and set(user["user"]) == {"token"}
+        life = TokenLife.of_jwt(user["user"]["token"])
+        assert life is not None and life.lifetime_seconds == 600
+    finally:
+        unpeer = subprocess.run([sys.executable, "-m", "workers.cli", "unpeer", *common], capture_output=True, text=True,
+                                timeout=60, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+        assert unpeer.returncode == 0, unpeer.stderr

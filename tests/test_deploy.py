@@ -140,7 +140,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("watch", "peeringrequests.tidepool.io"), ("patch", "peeringrequests.tidepool.io", "--subresource=status"),
         ("list", "clusterconfigs.tidepool.io"), ("patch", "advertisements.tidepool.io", "--subresource=status"),
         ("delete", "advertisements.tidepool.io"), ("watch", "nodes"), ("delete", "nodes"), ("list", "pods", "-A"),
-        ("delete", "namespaces"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("delete", "namespaces"), ("get", "secrets", "-n", SYSTEM_NAMESPACE), ("patch", "secrets", "-n", SYSTEM_NAMESPACE),
         ("patch", "deployments.apps", "-n", SYSTEM_NAMESPACE), ("delete", "deployments.apps", "-n", SYSTEM_NAMESPACE),
         ("create", f"serviceaccounts/{SERVICE_ACCOUNT}", "--subresource=token", "-n", foreign),
         ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),

@@ -206,7 +206,7 @@ async def world(localenv: EnvState, peer_clusters: dict[str, LocalCluster],
     try:
         for worker in workers:
             worker.start()
-        request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+        request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
         world = World(provider, consumer, provider_id, consumer_id, workers, client)
         await eventually(lambda: world.advertised_cpu() == "5", timeout=90, what="the Advertisement on the consumer")
         yield world

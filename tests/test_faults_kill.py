@@ -173,8 +173,8 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
         with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
             for cycle in range(CYCLES):
                 # The peering: the provider's worker dies while it starts the workflow and pushes.
-                request_peering(provider, consumer_id=pair.consumer_id,
-                                consumer_kubeconfig=pair.consumer.kubeconfig.read_text())  # fmt: skip
+                request_peering(provider, pair.consumer.api_client(), provider_id=pair.provider_id,
+                                consumer_id=pair.consumer_id)  # fmt: skip
                 # The first cycle kills once while an activity runs (an attempt lost costs its timeout: once is enough).
                 if cycle == 0:
                     await killer.kill_during_activity(workers["provider"], temporal_client,

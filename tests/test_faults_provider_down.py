@@ -120,7 +120,7 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
     apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
                                                           "advertisementTimeToLiveSeconds": TTL})  # fmt: skip
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
-    request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+    request_peering(provider.api_client(), consumer.api_client(), provider_id=pair["provider_id"], consumer_id=consumer_id)
     peering: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
         PeeringWorkflow.run, peering_workflow_id(pair["provider_id"], consumer_id))
     lifecycle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(

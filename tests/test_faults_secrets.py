@@ -164,7 +164,7 @@ async def test_after_a_full_run_no_history_memo_or_search_attribute_holds_creden
         for worker in workers:
             worker.start()
         with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
-            request_peering(provider, consumer_id=pair.consumer_id, consumer_kubeconfig=pair.consumer.kubeconfig.read_text())
+            request_peering(provider, consumer, provider_id=pair.provider_id, consumer_id=pair.consumer_id)
             request = k8s.CoreV1Api(provider).read_namespaced_secret(request_secret_name(pair.consumer_id), SYSTEM_NAMESPACE)
             secrets.add_kubeconfig("consumer (PeeringRequest Secret)", base64.b64decode((request.data or {})["kubeconfig"]).decode())
             await eventually(lambda: not convergence_problems(pair, peered=True), timeout=120, what="accepted")

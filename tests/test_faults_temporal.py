@@ -49,7 +49,7 @@ async def _peerings(
 ) -> dict[str, WorkflowHandle[PeeringWorkflow, WithdrawResult]]:
     """Asks `home` for resources on behalf of each foreign cluster; the handles of the peerings to come."""
     for foreign_id, foreign in foreigns.items():
-        request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+        request_peering(home.api_client(), foreign.api_client(), provider_id=home_id, consumer_id=foreign_id)
     client = await Client.connect(temporal.endpoint.address, data_converter=pydantic_data_converter)
     return {f: client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, f)) for f in foreigns}
 

@@ -55,8 +55,8 @@ def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:
     return None if obj is None else obj["spec"]["resourceQuota"]["hard"]
 
 
-def _peer(home: LocalCluster, foreign: LocalCluster, foreign_id: str) -> None:
-    request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+def _peer(home: LocalCluster, home_id: str, foreign: LocalCluster, foreign_id: str) -> None:
+    request_peering(home.api_client(), foreign.api_client(), provider_id=home_id, consumer_id=foreign_id)
 
 
 async def _running(client: Client, workflow_id: str) -> bool:
@@ -111,7 +111,7 @@ async def test_three_clusters_peer_all_to_all_through_one_namespace_each_with_wo
         # The clusters have no network module: this one writes the remapping each acceptance waits for.
         networks.append(NetworkModule(api, local_pod_cidr=spec["pod_cidr"]).start())
     for home, foreign in pairs:
-        _peer(clusters[home], clusters[foreign], ids[foreign])
+        _peer(clusters[home], ids[home], clusters[foreign], ids[foreign])
     try:
         async with AsyncExitStack() as stack:
             for name in FEDERATION:
@@ -193,8 +193,8 @@ async def test_an_upgraded_worker_signals_the_peering_it_started_under_the_old_i
     create_node(api, "n1", cpu="10", memory="10Gi", pods="100")
     home_id, ours, theirs = f"home-{unique}", f"b-{unique}", f"c-{unique}"
     settings = worker_settings(localenv, home, home_id)
-    _peer(home, clusters.b, ours)
-    _peer(home, clusters.c, theirs)
+    _peer(home, home_id, clusters.b, ours)
+    _peer(home, home_id, clusters.c, theirs)
 
     def legacy_input(foreign: str) -> PeeringInput:
         return PeeringInput(foreign_cluster_id=foreign, peering_request=foreign, home_cluster_id=home_id,
@@ -246,7 +246,7 @@ async def test_enabling_the_broadcaster_again_resumes_the_peering_without_a_work
     api, foreign = home.api_client(), clusters.b.api_client()
     create_node(api, "n1", cpu="4", memory="4Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
         PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
     async with running_worker(worker_settings(localenv, home, home_id)):

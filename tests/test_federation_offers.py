@@ -52,7 +52,7 @@ async def test_pods_offloaded_by_one_consumer_shrink_only_the_offers_to_the_othe
                                         "earlyPushMinIntervalSeconds": 10})  # fmt: skip
     home_id, b_id, c_id = f"home-{unique}", f"b-{unique}", f"c-{unique}"
     for consumer_id, consumer in ((b_id, clusters.b), (c_id, clusters.c)):
-        request_peering(api, consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+        request_peering(api, consumer.api_client(), provider_id=home_id, consumer_id=consumer_id)
     b: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
         PeeringWorkflow.run, peering_workflow_id(home_id, b_id)
     )

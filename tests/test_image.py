@@ -39,7 +39,7 @@ async def test_the_worker_in_tidepool_s_image_runs_a_peering_from_request_to_wit
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(flattened_kubeconfig(home.kubeconfig))
     kubeconfig.chmod(0o644)
-    request_peering(api, consumer_id=foreign_id, consumer_kubeconfig=flattened_kubeconfig(clusters.b.kubeconfig))
+    request_peering(api, clusters.b.api_client(), provider_id=home_id, consumer_id=foreign_id)
     environment = {
         "TIDEPOOL_CLUSTER_CLUSTER_ID": home_id,
         "TIDEPOOL_CLUSTER_KUBECONFIG": str(kubeconfig),

@@ -53,7 +53,7 @@ async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_me
     provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
     create_node(provider.api_client(), "n1", cpu="6", memory="12Gi")
     apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
-    request_peering(provider.api_client(), consumer_id=consumer_id, consumer_kubeconfig=consumer.kubeconfig.read_text())
+    request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
     provider_port, consumer_port = free_port(), free_port()
     provider_settings = worker_settings(localenv, provider, provider_id).model_copy(
         update={"metrics": MetricsSettings(port=provider_port)}

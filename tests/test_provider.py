@@ -63,8 +63,8 @@ def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:
     return None if obj is None else obj["spec"]["resourceQuota"]["hard"]
 
 
-def _peer(home: LocalCluster, foreign: LocalCluster, foreign_id: str) -> None:
-    request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=foreign.kubeconfig.read_text())
+def _peer(home: LocalCluster, home_id: str, foreign: LocalCluster, foreign_id: str) -> None:
+    request_peering(home.api_client(), foreign.api_client(), provider_id=home_id, consumer_id=foreign_id)
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ async def test_the_advertisement_carries_exactly_the_shared_part_of_the_home_clu
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     _populate(api, foreign_id)
     _config(api, sharingPercentage=50)
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     try:
         async with running_worker(worker_settings(localenv, home, home_id)):
             hard = await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
@@ -128,7 +128,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
     create_node(api, "n1", cpu="10", memory="10Gi", pods="100")
     _config(api, sharingPercentage=10)
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "1", what="10%")
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
@@ -165,7 +165,7 @@ async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_
     api, foreign = home.api_client(), clusters.b.api_client()
     create_node(api, "n1", cpu="4", memory="4Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     settings = worker_settings(localenv, home, home_id)
     async with running_worker(settings):
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
@@ -208,7 +208,7 @@ async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_need
     api, foreign = home.api_client(), clusters.b.api_client()
     create_node(api, "n1", cpu="4", memory="4Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")
     secret = k8s.CoreV1Api(foreign).read_namespaced_secret(credentials_secret_name(home_id), SYSTEM_NAMESPACE)
@@ -241,7 +241,7 @@ async def test_the_status_query_reports_the_push(
     api = home.api_client()
     create_node(api, "n1", cpu="2", memory="2Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
 
@@ -297,7 +297,7 @@ async def test_capacity_that_moves_past_the_threshold_is_pushed_without_waiting_
     create_node(api, "n1", cpu="4", memory="8Gi")
     _config(api, sharingPercentage=50, capacityChangeThresholdPercent=10)
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "2", what="the first push")
         create_node(api, "n2", cpu="4", memory="8Gi")  # allocatable doubles: far past 10%
@@ -326,7 +326,7 @@ async def test_a_pending_decision_costs_nothing_until_the_foreign_cluster_decide
     api, foreign = home.api_client(), clusters.b.api_client()
     create_node(api, "n1", cpu="2", memory="2Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    _peer(home, clusters.b, foreign_id)
+    _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(PeeringWorkflow.run, peering_workflow_id(home_id, foreign_id))
         await eventually(lambda: _advertised(foreign, home_id), what="the Advertisement on b")

@@ -71,8 +71,8 @@ async def running(
         await stack.enter_async_context(running_worker(worker_settings(localenv, pair.consumer, pair.consumer_id)))
         runner = stack.enter_context(DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path))
         stack.callback(network.stop)
-        request_peering(pair.provider.api_client(), consumer_id=pair.consumer_id,
-                        consumer_kubeconfig=pair.consumer.kubeconfig.read_text())  # fmt: skip
+        request_peering(pair.provider.api_client(), pair.consumer.api_client(), provider_id=pair.provider_id,
+                        consumer_id=pair.consumer_id)  # fmt: skip
         yield Running(pair, runner, tmp_path)
 
 

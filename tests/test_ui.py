@@ -52,7 +52,7 @@ async def test_the_web_ui_lists_a_peering_by_foreign_cluster_and_shows_its_resou
     home = make_cluster("home")
     create_node(home.api_client(), "n1", cpu="8", memory="16Gi")
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
-    request_peering(home.api_client(), consumer_id=foreign_id, consumer_kubeconfig=clusters.b.kubeconfig.read_text())
+    request_peering(home.api_client(), clusters.b.api_client(), provider_id=home_id, consumer_id=foreign_id)
     query = urllib.parse.quote(f"ForeignCluster='{foreign_id}'")
     url = f"{localenv.temporal_ui}/namespaces/default/workflows?query={query}"
     screenshot = tmp_path / "peering-in-web-ui.png"

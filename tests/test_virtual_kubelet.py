@@ -77,8 +77,7 @@ async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster
         await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
         runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig))
         stack.callback(network.stop)
-        request_peering(provider.api_client(), consumer_id=consumer_id,
-                        consumer_kubeconfig=consumer.kubeconfig.read_text())  # fmt: skip
+        request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
         yield Peering(provider, consumer, provider_id, consumer_id, runner)
 
 

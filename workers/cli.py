@@ -2,11 +2,17 @@
 
   tidepool status [--cluster NAME=KUBECONFIG ...]   peerings, advertisements, virtual nodes, offloaded pods,
                                                     pool placements and pool pods
-  tidepool peer --provider KUBECONFIG --consumer KUBECONFIG --consumer-id ID
+  tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
+                [--token-lifetime SECONDS] [--consumer-server URL]
   tidepool unpeer --provider KUBECONFIG --consumer-id ID
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
-(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do)."""
+(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
+
+`peer` runs with an administrator's kubeconfig of each cluster: on the consumer it mints an identity for
+this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
+a short-lived token of it, never the administrator's credentials. Run it again to renew a token that
+expired while the provider was down."""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from kube.clients import client_from_kubeconfig_file
+from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
@@ -124,8 +131,15 @@ def main(argv: list[str] | None = None) -> int:
                       help="the local environment's state (its kubeconfigs map); used without --cluster")
     peer = sub.add_parser("peer", help="ask a provider for resources (writes a PeeringRequest on it)")
     peer.add_argument("--provider", required=True, help="kubeconfig of the provider cluster")
-    peer.add_argument("--consumer", required=True, help="kubeconfig the provider will use to reach the consumer")
+    peer.add_argument("--provider-id", required=True, help="the provider's cluster id (its identity's names)")
+    peer.add_argument("--consumer", required=True,
+                      help="an administrator's kubeconfig of the consumer: mints the provider's identity there")
     peer.add_argument("--consumer-id", required=True)
+    peer.add_argument("--token-lifetime", type=int, default=DEFAULT_TOKEN_LIFETIME_SECONDS, metavar="SECONDS",
+                      help="life of the provider's token on the consumer (at least 600), renewed by the provider "
+                           "at half of it")  # fmt: skip
+    peer.add_argument("--consumer-server", metavar="URL",
+                      help="the consumer's API server as the provider reaches it (default: the one in --consumer)")
     unpeer = sub.add_parser("unpeer", help="withdraw a peering (deletes the PeeringRequest)")
     unpeer.add_argument("--provider", required=True)
     unpeer.add_argument("--consumer-id", required=True)
@@ -133,9 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         print(status(_clusters(args)), end="")
     elif args.command == "peer":
-        request_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id,
-                        consumer_kubeconfig=Path(args.consumer).read_text())  # fmt: skip
-        print(f"PeeringRequest {args.consumer_id} written on the provider")
+        request_peering(client_from_kubeconfig_file(args.provider), client_from_kubeconfig_file(args.consumer),
+                        provider_id=args.provider_id, consumer_id=args.consumer_id,
+                        token_lifetime_seconds=args.token_lifetime, consumer_server=args.consumer_server)  # fmt: skip
+        print(f"identity for {args.provider_id} minted on the consumer; PeeringRequest {args.consumer_id} written "
+              "on the provider")  # fmt: skip
     else:
         cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id)
         print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws")

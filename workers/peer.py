@@ -1,9 +1,11 @@
 """Ask a provider for resources: what a consumer's operator does once, by `tidepool peer` or the demo.
 
-It writes, on the provider cluster, a Secret with a kubeconfig for the consumer cluster (so that the
-provider can put its Advertisement there) and a PeeringRequest that names it. The provider's worker
-turns the PeeringRequest into its peering workflow. In production the kubeconfig is a least-privilege
-one for tidepool's objects on the consumer; the local demo uses the cluster's own."""
+With the consumer's admin credentials it mints, on the consumer, an identity for exactly this provider
+(kube/identity.py: its Advertisement, its credentials Secret, its own next token, nothing else); with the
+provider's, it writes a Secret holding a kubeconfig for that identity and a PeeringRequest naming it. The
+provider's worker turns the PeeringRequest into its peering workflow and renews the token itself. Run
+again, it applies everything again and writes a new token: the way back after an outage longer than the
+token's life."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import base64
 
 from kubernetes import client as k8s
 
+from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity
 from kube.objects import apply_cluster_object, apply_core, delete_cluster_object
 from models.names import API_VERSION, PEERING_REQUESTS, SYSTEM_NAMESPACE
 
@@ -19,7 +22,19 @@ def request_secret_name(consumer_id: str) -> str:
     return f"tidepool-peer-{consumer_id}"
 
 
-def request_peering(provider: k8s.ApiClient, *, consumer_id: str, consumer_kubeconfig: str) -> None:
+def request_peering(
+    provider: k8s.ApiClient,
+    consumer: k8s.ApiClient,
+    *,
+    provider_id: str,
+    consumer_id: str,
+    token_lifetime_seconds: int = DEFAULT_TOKEN_LIFETIME_SECONDS,
+    consumer_server: str | None = None,
+) -> None:
+    """`consumer_server`: the consumer's API server address as the provider reaches it, when it is not
+    the one `consumer` uses (a provider in a container, behind a proxy)."""
+    kubeconfig = mint_provider_identity(consumer, provider_id=provider_id, lifetime_seconds=token_lifetime_seconds,
+                                        server=consumer_server)  # fmt: skip
     secret = request_secret_name(consumer_id)
     apply_core(provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
     request = apply_cluster_object(provider, PEERING_REQUESTS, {
@@ -34,10 +49,12 @@ def request_peering(provider: k8s.ApiClient, *, consumer_id: str, consumer_kubec
     apply_core(provider, {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
         "metadata": {"name": secret, "namespace": SYSTEM_NAMESPACE, "ownerReferences": [owner]},
-        "data": {"kubeconfig": base64.b64encode(consumer_kubeconfig.encode()).decode()},
+        "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
     })  # fmt: skip
 
 
 def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str) -> None:
-    """Deleting the PeeringRequest withdraws the peering; its Secret goes with it, once withdrawn."""
+    """Deleting the PeeringRequest withdraws the peering; its Secret goes with it, once withdrawn. The
+    identity on the consumer stays (its token expires within its lifetime): a later `tidepool peer`
+    applies it again."""
     delete_cluster_object(provider, PEERING_REQUESTS, consumer_id)

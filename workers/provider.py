@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,7 +45,7 @@ from models.names import (
     legacy_peering_workflow_id,
     peering_workflow_id,
 )
-from models.peering import PeeringInput
+from models.peering import PeeringInput, WithdrawResult
 from models.settings import WorkerSettings
 from workers.decision_watch import DecisionWatch
 from workers.early_push import EarlyPushWatch
@@ -183,7 +183,8 @@ class ProviderWatchers(Watchers):
         disabling would take the start as its own and then complete: wait for it first."""
         foreign = input.foreign_cluster_id
         workflow_id = await self._legacy.running(foreign, recheck=True) or self._workflow_id(foreign)
-        handle = self._client.get_workflow_handle_for(PeeringWorkflow.run, workflow_id)
+        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = self._client.get_workflow_handle_for(
+            PeeringWorkflow.run, workflow_id)
         try:
             running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
         except RPCError as e:

@@ -145,8 +145,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     say("b asks a and c for resources (PeeringRequests)")
     for provider in ("a", "c"):
-        request_peering(apis[provider], consumer_id="cluster-b",
-                        consumer_kubeconfig=Path(state.kubeconfigs["b"]).read_text())  # fmt: skip
+        request_peering(apis[provider], apis["b"], provider_id=f"cluster-{provider}", consumer_id="cluster-b")
     core_b = k8s.CoreV1Api(apis["b"])
 
     def virtual_nodes_ready() -> bool:

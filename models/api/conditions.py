@@ -33,6 +33,8 @@ PodCIDRReason = Literal["RemappingTimedOut"]
 VirtualKubeletReason = Literal["Created"]
 # PeeringRequest.status.conditions[type=Ready]: the peering's phase (models/api/peeringrequest.py).
 PeeringReadyReason = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
+# ... and why an Unreachable peering is, when only its operator can mend it (the phase stays Unreachable).
+PeeringCredentialsReason = Literal["CredentialsExpired"]
 # The virtual node's Ready condition (a Node condition, written by the virtual kubelet).
 NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable"]
 # A tenant namespace's placement (the pool scheduler writes it as an annotation: namespaces have no status
@@ -43,7 +45,8 @@ ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletRead
 # What each writer may say, by the object it writes on; `condition` checks a reason against its type.
 REASONS: dict[str, frozenset[str]] = {
     "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
-    "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)),
+    "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)
+                       + get_args(PeeringCredentialsReason)),
     "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
     "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
     "Placed": frozenset(get_args(PlacedReason)),
@@ -59,7 +62,7 @@ EventReason = Literal[
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
-                 NodeReadyReason, PlacedReason, EventReason]  # fmt: skip
+                 NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

@@ -1,0 +1,136 @@
+"""A provider's identity on a consumer cluster: what the provider may do there, and nothing else.
+
+Minted on the consumer by `tidepool peer` (workers/peer.py, run with the consumer's admin credentials):
+the namespace tidepool-system, a ServiceAccount for this provider, a ClusterRole and a Role (with their
+bindings) naming only its own objects, and a short-lived token in a kubeconfig. Renewed by the provider
+itself (activities/peering.py), with that token: it may mint its own ServiceAccount's next token, no one
+else's. What it may do follows what the provider calls on a consumer: server-side apply, read, patch and
+delete of its Advertisement (a watch on it by `fieldSelector=metadata.name=`, which RBAC authorizes by
+name), the same on its credentials Secret, and a TokenRequest for itself.
+
+Also the one way tidepool writes a kubeconfig around a token (activities/credentials.py uses it for the
+virtual kubelets' tokens): the server and CA of the client that minted it, so that no file of the
+minting machine is referred to."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from temporalio.exceptions import ApplicationError
+
+from kube.objects import apply_core
+from models.credentials import TokenLife, token_lifetime_seconds
+from models.names import (
+    ADVERTISEMENTS,
+    GROUP,
+    LABEL_MANAGED_BY,
+    LABEL_PROVIDER,
+    MANAGED_BY,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+    credentials_secret_name,
+    provider_identity_name,
+)
+
+RBAC = "rbac.authorization.k8s.io/v1"
+# The lifetime `tidepool peer` asks for; the provider's renewals keep the one the token was minted with.
+DEFAULT_TOKEN_LIFETIME_SECONDS = 3600
+
+
+def provider_cluster_rules(provider_id: str) -> list[dict[str, Any]]:
+    """Cluster-scoped: its own Advertisement. A server-side apply that creates it is authorized as a
+    `patch` and then as a `create` of that name (which resourceNames can hold: the name is in the URL);
+    `list` and `watch` by name are the decision watch's (fieldSelector metadata.name)."""
+    advertisement = [advertisement_name(provider_id)]
+    return [
+        {"apiGroups": [GROUP], "resources": [ADVERTISEMENTS], "resourceNames": advertisement,
+         "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+        {"apiGroups": [GROUP], "resources": [f"{ADVERTISEMENTS}/status"], "resourceNames": advertisement,
+         "verbs": ["get"]},
+    ]  # fmt: skip
+
+
+def provider_namespace_rules(provider_id: str) -> list[dict[str, Any]]:
+    """In tidepool-system: its own credentials Secret (written by server-side apply, so `create` and
+    `patch` of that name; deleted at withdrawal) and the next token of its own ServiceAccount."""
+    return [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [credentials_secret_name(provider_id)],
+         "verbs": ["get", "create", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [provider_identity_name(provider_id)],
+         "verbs": ["create"]},
+    ]  # fmt: skip
+
+
+def mint_provider_identity(
+    consumer: k8s.ApiClient, *, provider_id: str, lifetime_seconds: int, server: str | None = None
+) -> str:
+    """Apply the provider's identity on the consumer (every call puts it back as it should be) and return
+    a kubeconfig with a new token for it. `server`: the consumer's API server as the provider reaches it,
+    if not the address `consumer` uses."""
+    name = provider_identity_name(provider_id)
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}
+    meta = {"name": name, "labels": labels}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM_NAMESPACE}]
+    apply_core(consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    apply_core(consumer, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE}})
+    apply_core(consumer, {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": meta,
+                          "rules": provider_cluster_rules(provider_id)})  # fmt: skip
+    apply_core(consumer, {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": meta, "subjects": subjects,
+                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})  # fmt: skip
+    apply_core(consumer, {"apiVersion": RBAC, "kind": "Role", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
+                          "rules": provider_namespace_rules(provider_id)})  # fmt: skip
+    apply_core(consumer, {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
+                          "subjects": subjects,
+                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}})  # fmt: skip
+    token = _request_token(consumer, name, lifetime_seconds)
+    return token_kubeconfig(consumer.configuration, server=server, token=token, user=name, namespace=SYSTEM_NAMESPACE)
+
+
+def renew_provider_token(identity: k8s.ApiClient, *, provider_id: str, lifetime_seconds: int) -> str:
+    """A kubeconfig with the next token, asked for with the current one (`identity`, which must still work)."""
+    name = provider_identity_name(provider_id)
+    token = _request_token(identity, name, lifetime_seconds)
+    return token_kubeconfig(identity.configuration, server=None, token=token, user=name, namespace=SYSTEM_NAMESPACE)
+
+
+def bearer_token_life(api: k8s.ApiClient) -> TokenLife | None:
+    """When the token a client authenticates with was issued and expires; None for a client that holds no
+    ServiceAccount token (an administrator's certificate, say: not tidepool's to renew)."""
+    header = api.configuration.api_key.get("BearerToken") or api.configuration.api_key.get("authorization")
+    if not header:
+        return None
+    return TokenLife.of_jwt(str(header).removeprefix("Bearer ").strip())
+
+
+def _request_token(api: k8s.ApiClient, service_account: str, lifetime_seconds: int) -> str:
+    request = k8s.AuthenticationV1TokenRequest.model_validate(
+        {"spec": {"expirationSeconds": token_lifetime_seconds(lifetime_seconds)}})  # fmt: skip
+    issued = k8s.CoreV1Api(api).create_namespaced_service_account_token(service_account, SYSTEM_NAMESPACE, request).status
+    if issued is None or not issued.token:
+        raise ApplicationError(f"TokenRequest for {SYSTEM_NAMESPACE}/{service_account} answered without a token",
+                               type="NoToken")  # fmt: skip
+    return str(issued.token)
+
+
+def token_kubeconfig(
+    configuration: k8s.Configuration, *, server: str | None, token: str, user: str, namespace: str
+) -> str:
+    """A self-contained kubeconfig for `token`: the server and CA of `configuration` (CA embedded)."""
+    cluster: dict[str, Any] = {"server": server or configuration.host}
+    if configuration.ssl_ca_cert:
+        cluster["certificate-authority-data"] = base64.b64encode(Path(configuration.ssl_ca_cert).read_bytes()).decode()
+    elif not configuration.verify_ssl:
+        cluster["insecure-skip-tls-verify"] = True
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cluster", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "cluster", "context": {"cluster": "cluster", "user": user, "namespace": namespace}}],
+        "current-context": "cluster",
+    }
+    return str(yaml.safe_dump(config))

@@ -56,6 +56,8 @@ from models.names import (
     SYSTEM_NAMESPACE,
     advertisement_name,
     credentials_secret_name,
+    provider_identity_name,
+    service_account_subject,
 )
 from models.peering import (
     DecisionRequest,
@@ -71,6 +73,9 @@ from models.peering import (
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import shared_resources, spare
+
+# Added to two push periods for the lifetime of a renewed consumer token: the next push's own delay and retries.
+CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
 
 
 def _now() -> datetime:
@@ -226,8 +231,8 @@ class PeeringActivities:
         can mint the next: said, and not retried. A kubeconfig without a ServiceAccount token (an
         administrator's, written by hand) is not ours to renew."""
         life = bearer_token_life(foreign)
-        if life is None:
-            return
+        if life is None or life.subject != service_account_subject(provider_identity_name(self._home_id)):
+            return  # not the identity `tidepool peer` minted for us (an administrator's token, say)
         if token_expired(life, now=now):
             raise ApplicationError(
                 f"the token this provider holds for {foreign_cluster_id} expired at {rfc3339(life.expires_at)}: "
@@ -236,7 +241,9 @@ class PeeringActivities:
         reason = renewal_due(life, now=now, period=period)
         if reason is None:
             return
-        kubeconfig = renew_provider_token(foreign, provider_id=self._home_id, lifetime_seconds=life.lifetime_seconds)
+        # Never shorter than two periods and a margin: a token that dies before the next push cannot renew itself.
+        lifetime = max(life.lifetime_seconds, 2 * int(period.total_seconds()) + CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS)
+        kubeconfig = renew_provider_token(foreign, provider_id=self._home_id, lifetime_seconds=lifetime)
         k8s.CoreV1Api(self._home).patch_namespaced_secret(
             ref.name, ref.namespace, {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}})  # fmt: skip
         activity.logger.info("token on %s renewed (%s), the previous one expires %s", foreign_cluster_id, reason,

@@ -80,6 +80,7 @@ class TokenLife:
 
     issued_at: datetime
     expires_at: datetime
+    subject: str | None = None  # the `sub` claim: whose token it is
 
     @classmethod
     def of_jwt(cls, token: str) -> TokenLife | None:
@@ -91,8 +92,10 @@ class TokenLife:
             return None
         try:
             claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+            subject = claims.get("sub")
             return cls(issued_at=datetime.fromtimestamp(int(claims["iat"]), UTC),
-                       expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC))  # fmt: skip
+                       expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC),
+                       subject=subject if isinstance(subject, str) else None)  # fmt: skip
         except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, KeyError):
             return None
 

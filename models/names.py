@@ -127,6 +127,11 @@ def provider_identity_name(provider_cluster_id: str) -> str:
     return f"tidepool-provider-{provider_cluster_id}"
 
 
+def service_account_subject(name: str, namespace: str = SYSTEM_NAMESPACE) -> str:
+    """The user name (and a token's `sub` claim) of a ServiceAccount."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 # Temporal search attributes tidepool registers (name -> Temporal type), so the Web UI can filter on them.
 SEARCH_ATTRIBUTES: Final = {
     "HomeCluster": "Keyword",

@@ -26,7 +26,7 @@ def test_an_empty_cluster_config_takes_every_default() -> None:
     assert ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}}).to_kubernetes()["spec"] == {
         "outgoing": {"sharingPercentage": 30, "enableBroadcaster": True, "advertisementPeriodSeconds": 600,
                      "advertisementTimeToLiveSeconds": 1800, "capacityChangeThresholdPercent": 10,
-                     "earlyPushMinIntervalSeconds": 60},
+                     "earlyPushMinIntervalSeconds": 300},
         "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5, "allowedClusters": [],
                      "deniedClusters": [], "podCIDRWaitTimeoutSeconds": 300},
         "keepalive": {"thresholdFailures": 3, "retrySeconds": 20},

@@ -46,6 +46,7 @@ async def test_a_user_starts_signals_queries_and_lists_a_peering_with_the_tempor
     api = home.api_client()
     create_node(api, "n1", cpu="10", memory="10Gi")
     create_namespace(api, SYSTEM_NAMESPACE)
+    create_namespace(clusters.b.api_client(), SYSTEM_NAMESPACE)  # a consumer's own install makes it; no `tidepool peer` here
     k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "peer-b"}, "data": {
         "kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     settings = worker_settings(localenv, home, f"home-{unique}")

@@ -196,6 +196,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     create_node(cluster.api_client(), "tidepool-somewhere", cpu="1", memory="1Gi",
                 labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})  # fmt: skip
     admin.create_namespaced_service_account(SYSTEM_NAMESPACE, k8s.V1ServiceAccount.model_validate({"metadata": {"name": SERVICE_ACCOUNT}}))
+    for secret in ("temporal-credentials", "tidepool-peer-somewhere"):
+        admin.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": secret}}))
     worker = k8s.CoreV1Api(as_worker)
 
     def policy_in_force() -> bool:  # a new policy takes effect within seconds; a dry run asks without harm
@@ -218,11 +220,16 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
             "metadata": {"name": CREDENTIALS_BINDING, "namespace": "victim"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": "tidepool-worker", "namespace": SYSTEM_NAMESPACE}]}),
+        # RBAC lets it patch the Secrets of tidepool-system; the policy keeps that to the peering kubeconfigs.
+        "temporal credentials": lambda: worker.patch_namespaced_secret("temporal-credentials", SYSTEM_NAMESPACE,
+                                                                       {"metadata": {"labels": {"x": "y"}}}),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:
             call()
         assert refused.value.status == 403 and "tidepool worker" in str(refused.value.body), what
+    worker.patch_namespaced_secret("tidepool-peer-somewhere", SYSTEM_NAMESPACE,  # a renewed peering kubeconfig
+                                   {"metadata": {"labels": {"renewed": "yes"}}})  # fmt: skip
     worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
     revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
     assert admin.read_namespace("victim").status.phase == "Active"

@@ -52,6 +52,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     advertisement_name,
     advertisement_workflow_id,
+    credentials_secret_name,
     peering_workflow_id,
     task_queue,
     virtual_kubelet_name,
@@ -300,7 +301,7 @@ def _foreign_advertisement(name: str, provider: str, *, hard: dict[str, str] | N
     now = datetime.now(UTC) + born
     return {"apiVersion": API_VERSION, "kind": "Advertisement", "metadata": {"name": name},
             "spec": {"clusterId": provider, "resourceQuota": {"hard": hard or {"cpu": "2", "memory": "4Gi"}},
-                     "network": {"podCIDR": "10.9.0.0/16"}, "kubeConfigRef": {"name": f"creds-{provider}", "namespace": SYSTEM_NAMESPACE},
+                     "network": {"podCIDR": "10.9.0.0/16"}, "kubeConfigRef": {"name": credentials_secret_name(provider), "namespace": SYSTEM_NAMESPACE},
                      "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "timeToLive": (now + ttl).strftime("%Y-%m-%dT%H:%M:%SZ")}}  # fmt: skip
 
 

@@ -327,6 +327,21 @@ async def test_a_run_continued_from_one_that_adopted_the_percentage_migrates_it_
     assert (status.pushes, status.sharing_percentage, status.sharing_percentage_override) == (2, after_edit, override)
 
 
+async def test_an_adopted_value_older_than_a_cluster_config_edit_is_no_override_signalled_or_not(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    # Continued with 70 adopted at generation 1; the ClusterConfig then says 60 (generation 2) and the
+    # watcher's signal comes late: the first push reads the edit, so 70 must not survive as an override.
+    stub.edit_cluster_config(60)
+    handle = await peering.start(state=PeeringState(sharing_percentage=70, config_generation=1))
+    status = await status_when(handle, lambda s: s.pushes >= 2)
+    assert (status.sharing_percentage, status.sharing_percentage_override) == (60, None)
+    await handle.signal(PeeringWorkflow.cluster_config_changed, 2)  # late: the generation was read already
+    again = await status_when(handle, lambda s: s.pushes >= 2)
+    assert (again.pushes, again.sharing_percentage_override) == (2, None)
+    assert [p.sharing_percentage for p in stub.pushes] == [70, None]
+
+
 async def test_an_override_set_by_signal_survives_pushes_a_cluster_config_edit_and_continue_as_new(
     peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
 ) -> None:

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 # A peering resumed right after the broadcaster was disabled may still be withdrawing: its start would find
 # that run and be lost, so the resumption waits for it to complete first, at most this long (a push's
-# retries and a withdrawal's first attempts); a run still going then is left to its own withdrawal.
+# retries and a withdrawal's first attempts), and then starts it in any case.
 RESUME_WAIT_FOR_WITHDRAWAL = timedelta(minutes=5)
 
 
@@ -179,20 +179,23 @@ class ProviderWatchers(Watchers):
         )  # fmt: skip
 
     async def _resume_peering(self, input: PeeringInput) -> None:
-        """Start the peering again once the broadcaster is enabled again. A run still withdrawing from the
-        disabling would take the start as its own and then complete: wait for it first."""
+        """Start the peering again once the broadcaster is enabled again. A run still going may be withdrawing
+        from the disabling (or about to: its push may have read the disabled ClusterConfig), and would take
+        the start as its own and then complete: wait for it to end first, for a bounded time, then start
+        anyway (a run that read the enabled ClusterConfig just goes on, and the start finds it)."""
         foreign = input.foreign_cluster_id
         workflow_id = await self._legacy.running(foreign, recheck=True) or self._workflow_id(foreign)
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = self._client.get_workflow_handle_for(
             PeeringWorkflow.run, workflow_id)
         try:
-            running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await asyncio.wait_for(handle.result(), RESUME_WAIT_FOR_WITHDRAWAL.total_seconds())
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise
-            running = False
-        if running and (await handle.query(PeeringWorkflow.status)).phase == "Withdrawn":
-            await asyncio.wait_for(handle.result(), RESUME_WAIT_FOR_WITHDRAWAL.total_seconds())
+        except (TimeoutError, WorkflowFailureError) as e:
+            log.info("peering %s did not end within %s (%s): starting it anyway", workflow_id,
+                     RESUME_WAIT_FOR_WITHDRAWAL, type(e).__name__)  # fmt: skip
         await self._start_peering(input)
 
     async def _signal_peering(self, foreign: str, signal: str, *args: Any) -> None:

@@ -160,9 +160,13 @@ class PeeringWorkflow:
         if self._one_owner:
             if state.sharing_percentage is not None and result.configured_percentage is not None:
                 # Continued from a run begun before ONE_OWNER, and no signal or update chose since: migrate.
-                state.sharing_percentage_override = migrated_override(
+                # A ClusterConfig edited since the value was adopted is the owner's newer word: no override.
+                edited = result.config_generation > state.config_generation
+                state.sharing_percentage_override = None if edited else migrated_override(
                     adopted=state.sharing_percentage, configured=result.configured_percentage
                 )
+                if edited and state.sharing_percentage != result.configured_percentage:
+                    state.push_requested = True  # this push carried the stale adopted value: push the owner's
                 state.sharing_percentage = None
         elif state.sharing_percentage == request.sharing_percentage:
             # Adopt the effective percentage, unless a signal or update changed it during the push: that
@@ -310,6 +314,8 @@ class PeeringWorkflow:
         Out-of-range values are ignored with a warning (a signal cannot be refused: use the update
         `update_sharing_percentage` to get an error back)."""
         problem = sharing_percentage_problem(value)
+        if problem is None and value is None and not self._one_owner:
+            problem = "null (follow the ClusterConfig) needs a run begun after peering-percentage-one-owner"
         if problem is not None:
             workflow.logger.warning("ignored signal set_sharing_percentage: %s", problem)
             return
@@ -332,6 +338,8 @@ class PeeringWorkflow:
     def _validate_sharing_percentage(self, value: Any) -> None:
         # Refusals the CLI shows as they are: non-retryable, with a type to search for.
         problem = sharing_percentage_problem(value)
+        if problem is None and value is None and not self._one_owner:
+            problem = "null (follow the ClusterConfig) needs a run begun after peering-percentage-one-owner"
         if problem is not None:
             raise ApplicationError(problem, type="InvalidSharingPercentage", non_retryable=True)
         if self._withdraw is not None:
@@ -342,8 +350,9 @@ class PeeringWorkflow:
         """From the worker's ClusterConfig watcher: push now if this generation is news to us. The push
         re-reads the ClusterConfig (level-triggered); a generation a push already read is dropped."""
         if generation > self._state.config_generation:
-            if not self._one_owner:
-                self._state.sharing_percentage = None  # the ClusterConfig's new value wins over the adopted one
+            # The ClusterConfig's new value wins over an adopted one (under ONE_OWNER, one inherited from a run
+            # begun before it and not migrated yet); an override is left alone.
+            self._state.sharing_percentage = None
             self._state.push_requested = True
 
     @workflow.signal

@@ -33,7 +33,8 @@ class OutgoingConfig(ApiModel):
     # state, so it keeps its two per period; under churn a minute bounds the cost per peering at three
     # a minute while consumers learn of lost capacity within a minute instead of a period.
     early_push_min_interval_seconds: int = Field(
-        default=60, ge=10, le=86400, description="Least time between two early pushes to one consumer, seconds."
+        default=300, ge=10, le=86400,
+        description="Least time between two early pushes to one consumer, seconds: bounds what pod churn costs.",
     )
 
     @model_validator(mode="after")

@@ -59,8 +59,14 @@ class HomeCapacity:
         with self._lock:
             self._pushed[consumer] = spare_capacity
 
+    def seed(self, consumer: str, spare_capacity: Resources) -> None:
+        """A baseline for a consumer no push of this process has recorded yet (after a restart)."""
+        with self._lock:
+            self._pushed.setdefault(consumer, spare_capacity)
+
     def baselines(self) -> dict[str, Resources]:
-        """The spare capacity of each consumer's last push in this process (none after a restart)."""
+        """The spare capacity of each consumer's last push in this process, or what was spare when the early
+        push watch first saw it (after a restart)."""
         with self._lock:
             return dict(self._pushed)
 

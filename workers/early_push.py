@@ -5,7 +5,8 @@ HomeCapacity marks `dirty` at every change (cheap: an Event's set). One thread e
 after a change, at most once per that interval however many events arrived (a relist of 100,000 pods or a
 burst of pods is one evaluation), and
 again when a consumer held back by the minimum interval may be signalled (models/early_push.py decides).
-The baselines are the spares the pushes of this process recorded in HomeCapacity, so a periodic push
+The baselines are the spares the pushes of this process recorded in HomeCapacity (after a restart, what was
+spare at the first evaluation until the first push), so a periodic push
 resets them too and nothing drifts. Built by workers/provider.py."""
 
 from __future__ import annotations
@@ -77,8 +78,14 @@ class EarlyPushWatch:
         live = self._live_consumers()
         for gone in set(self._last_signals) - live:
             del self._last_signals[gone]
+        spares = self._capacity.spares(live)
+        for consumer in live - set(self._capacity.baselines()):
+            if consumer in spares:
+                # No push of this process yet (a restart): compare with what is spare now rather than wait
+                # up to a period for the first push; that push replaces it.
+                self._capacity.seed(consumer, spares[consumer])
         plan = plan_early_pushes(
-            baselines=self._capacity.baselines(), spares=self._capacity.spares(live),
+            baselines=self._capacity.baselines(), spares=spares,
             last_signals=self._last_signals, now=now,
             threshold_percent=outgoing.capacity_change_threshold_percent,
             min_interval_seconds=outgoing.early_push_min_interval_seconds,

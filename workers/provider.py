@@ -78,6 +78,7 @@ class ProviderWatchers(Watchers):
         # threads: enabling the broadcaster again starts a peering for each. None until the ClusterConfig is
         # read: until then no peering starts (one that pushed into a disabled broadcaster would withdraw).
         self._live_requests: dict[str, PeeringInput] = {}
+        self._unreachable: set[str] = set()  # foreign clusters whose PeeringRequest says Unreachable
         self._broadcaster_enabled: bool | None = None
         self._requests_lock = threading.Lock()
         custom = k8s.CustomObjectsApi(home)
@@ -115,6 +116,7 @@ class ProviderWatchers(Watchers):
         if kind == "DELETED" or request.metadata.deletion_timestamp:
             with self._requests_lock:
                 self._live_requests.pop(name, None)
+                self._unreachable.discard(foreign)
             self._unwatch_decision(foreign)
             self._submit(self._signal_peering(foreign, "withdraw", "PeeringRequestDeleted"))
             return
@@ -130,6 +132,10 @@ class ProviderWatchers(Watchers):
         with self._requests_lock:
             self._live_requests[name] = input
             enabled = self._broadcaster_enabled
+            if request.status is not None and request.status.phase == "Unreachable":
+                self._unreachable.add(foreign)  # its peering backs off: an early push would only defeat that
+            else:
+                self._unreachable.discard(foreign)
         if enabled:
             self._submit(self._start_peering(input))
 
@@ -228,9 +234,11 @@ class ProviderWatchers(Watchers):
         return self._outgoing
 
     def live_consumers(self) -> set[str]:
-        """The foreign clusters of the live PeeringRequests: each has its decision watch."""
+        """The foreign clusters of the live PeeringRequests (each has its decision watch) that are reachable."""
         with self._decision_watches_lock:
-            return set(self._decision_watches)
+            live = set(self._decision_watches)
+        with self._requests_lock:
+            return live - self._unreachable
 
     def push_early(self, foreign: str) -> None:
         """Called by EarlyPushWatch (in its thread) when the offer to `foreign` moved past the threshold."""

@@ -4,8 +4,8 @@ to it, whatever moved it (nodes or pods). Pure; workers/early_push.py evaluates 
 second after capacity changes and signals `capacity_changed` to the peerings it names.
 
 Rules, in the order of the code:
-1. a consumer whose last push this process did not see (no baseline, e.g. after a restart) has nothing
-   to compare with until that push;
+1. a consumer without a baseline has nothing to compare with (workers/early_push.py seeds one with what
+   is spare at its first evaluation after a restart; the next push replaces it);
 2. a spare within the threshold of the baseline (`models.sharing.capacity_changed`) needs nothing;
 3. past it, signal at most once per minimum interval per peering, so that pod churn cannot spend the
    action budget (each early push costs a signal, an activity and a timer); a consumer held back is

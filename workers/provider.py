@@ -208,9 +208,6 @@ class ProviderWatchers(Watchers):
         """Signal the peering with this foreign cluster (a legacy run while it runs); none running: nothing to tell."""
         await self._legacy.signal(foreign, self._workflow_id(foreign), signal, *args)
 
-    async def _signal(self, workflow_id: str, signal: str, *args: Any) -> None:
-        await signal_if_running(self._client, workflow_id, signal, *args)
-
     # ClusterConfig and capacity ------------------------------------------------------------------------
     def _sync_config(self, objects: list[dict[str, Any]]) -> None:
         if not objects:
@@ -256,7 +253,7 @@ class ProviderWatchers(Watchers):
     async def _signal_peerings(self, signal: str, *args: Any) -> None:
         query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"
         async for execution in self._client.list_workflows(query):
-            await self._signal(execution.id, signal, *args)
+            await signal_if_running(self._client, execution.id, signal, *args)
 
 
 def provider_role(ctx: RoleContext) -> Role:

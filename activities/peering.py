@@ -34,11 +34,10 @@ from kube.objects import (
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
-    rfc3339,
     with_condition,
 )
 from models.api import ClusterConfig
-from models.api.common import SecretReference
+from models.api.common import SecretReference, rfc3339
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, renewal_due, renewal_reason, token_expired

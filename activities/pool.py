@@ -11,12 +11,8 @@ import json
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from kube.clients import SecretClients
-from kube.errors import as_application_error
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, record_event
@@ -30,6 +26,7 @@ from models.names import (
     SCHEDULED_ANNOTATION,
     SUPER_CLUSTERS,
 )
+from models.pool.health import health_from_status
 from models.pool.namespaces import (
     SYSTEM_NAMESPACES,
     Keep,
@@ -51,36 +48,20 @@ class PoolActivities:
     def __init__(self, *, tenant: k8s.ApiClient, policy: Policy = "spread") -> None:
         self._tenant = tenant
         self._core = k8s.CoreV1Api(tenant)
-        self._secrets = SecretClients(tenant)
         self._policy = policy
 
     def _snapshots(self) -> tuple[list[ClusterSnapshot], dict[str, str]]:
+        """The super clusters as the prober (workers/pool_health.py) last recorded them on their status:
+        the pass never probes on its own, so one failed call here can move nothing."""
         snapshots: list[ClusterSnapshot] = []
-        health: dict[str, str] = {}
+        states: dict[str, str] = {}
         for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
-            name = cluster.metadata.name
-            allocatable, ready = Resources(), False
-            try:
-                api = self._secrets.get(name=cluster.spec.kube_config_ref.name,
-                                        namespace=cluster.spec.kube_config_ref.namespace)  # fmt: skip
-                for node in k8s.CoreV1Api(api).list_node().items:
-                    if node.spec is not None and node.spec.unschedulable:
-                        continue
-                    status = node.status or k8s.V1NodeStatus()
-                    if any(c.type == "Ready" and c.status == "True" for c in status.conditions or []):
-                        allocatable = allocatable + Resources(status.allocatable or {})
-                        ready = True
-                health[name] = "Ready" if ready else "NotReady: no Ready node"
-            except Exception as e:  # noqa: BLE001 - an unreachable member is NotReady, its slices move
-                # The vocabulary's message (never str(ApiException): it carries headers and body), or what
-                # tidepool's own error says (e.g. a missing kubeconfig Secret); else only the error's type.
-                said = (as_application_error(e).message if isinstance(e, ApiException)
-                        else e.message if isinstance(e, ApplicationError) else type(e).__name__)  # fmt: skip
-                health[name] = f"NotReady: {said[:120]}"
-            snapshots.append(ClusterSnapshot(name=name, ready=ready, allocatable=allocatable.only(("cpu", "memory")),
+            name, health = cluster.metadata.name, health_from_status(obj.get("status"))
+            states[name] = f"{health.state}: {health.message}"
+            snapshots.append(ClusterSnapshot(name=name, ready=not health.drains, allocatable=health.allocatable,
                                              headroom=cluster.spec.headroom, placed=Resources()))  # fmt: skip
-        return snapshots, health
+        return snapshots, states
 
     @activity.defn
     def schedule_pool(self) -> PoolPassResult:

@@ -18,6 +18,7 @@ import yaml
 
 from models.api import KINDS, Advertisement, ClusterConfig, PeeringRequest, SuperCluster
 from models.api.advertisement import TTL_RULE as ADVERTISEMENT_TTL_RULE
+from models.api.clusterconfig import GRACE_RULE
 from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
 from models.api.common import KubernetesObject
 from models.names import GROUP, VERSION
@@ -29,6 +30,8 @@ VALIDATIONS: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
     "ClusterConfig": {
         ("spec", "outgoing"): [{"rule": "self.advertisementTimeToLiveSeconds > self.advertisementPeriodSeconds",
                                 "message": CONFIG_TTL_RULE}],
+        ("spec", "pool"): [{"rule": "self.unreachableGracePeriodSeconds >= self.probeIntervalSeconds",
+                            "message": GRACE_RULE}],
     },
     "PeeringRequest": {
         ("spec", "clusterIdentity"): [{"rule": "self.clusterId == oldSelf.clusterId",

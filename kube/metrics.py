@@ -10,11 +10,12 @@ The names are the README's metrics table (section Operations); tests/test_metric
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, get_args
 
 from temporalio import activity
 from temporalio.common import MetricMeter
 
+from models.pool.health import HealthState
 from models.resources import Resources
 
 ADVERTISED_CPU = "tidepool_advertised_cpu_cores"
@@ -25,6 +26,7 @@ ACCEPTANCE_DECISIONS = "tidepool_acceptance_decisions"
 PLACEMENTS = "tidepool_placements"
 PLACEMENT_FAILURES = "tidepool_placement_failures"
 REFLECTED_PODS = "tidepool_reflected_pods"
+SUPER_CLUSTER_HEALTH = "tidepool_super_cluster_health"
 
 # Milliseconds: a push is two API server round trips plus a token request.
 PUSH_LATENCY_BUCKETS_MS = (10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0, 60000.0)
@@ -78,3 +80,9 @@ class Metrics:
         self._meter.create_gauge(REFLECTED_PODS, "Pods of this virtual node running in the provider").set(
             count, {"provider": provider}
         )
+
+    def super_cluster_health(self, *, super_cluster: str, state: HealthState) -> None:
+        """A state set: 1 for the super cluster's current health, 0 for the others."""
+        gauge = self._meter.create_gauge(SUPER_CLUSTER_HEALTH, "A super cluster's health as the pool's prober sees it")
+        for each in get_args(HealthState):
+            gauge.set(1 if each == state else 0, {"super_cluster": super_cluster, "state": each})

@@ -13,6 +13,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from models.api.common import rfc3339
 from models.api.conditions import ConditionValue, Reason
 from models.names import GROUP, VERSION
 
@@ -137,7 +138,3 @@ def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> lis
            "lastTransitionTime": since}  # fmt: skip
     return [c for c in previous if c.get("type") != value.type] + [new]
 
-
-def rfc3339(moment: datetime) -> str:
-    """A time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

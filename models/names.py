@@ -151,6 +151,13 @@ PLACED_SLICE_ANNOTATION: Final = "pool.tidepool.io/placed-slice"  # the slice th
 PLACEMENT_STATUS_ANNOTATION: Final = "pool.tidepool.io/placement-status"  # why a namespace is not placed
 SCHEDULED_ANNOTATION: Final = "pool.tidepool.io/scheduled"  # the placement the scheduler last wrote
 POD_CLUSTER_ANNOTATION: Final = "pool.tidepool.io/super-cluster"
+# A tenant namespace's policy, overriding the pool's (ClusterConfig spec.pool.policy): "spread" or "pack".
+POLICY_ANNOTATION: Final = "pool.tidepool.io/policy"
+# A namespace moving off clusters (JSON {super cluster: slice count}): those clusters keep its objects and
+# the copies of its pods that have not moved yet, until each moved pod runs where it went.
+DRAINING_ANNOTATION: Final = "pool.tidepool.io/draining"
+# A pod being moved: the cluster whose copy keeps running until the copy on its new cluster runs.
+MOVED_FROM_ANNOTATION: Final = "pool.tidepool.io/moved-from"
 LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
 FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"
 POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"

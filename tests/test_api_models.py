@@ -30,6 +30,8 @@ def test_an_empty_cluster_config_takes_every_default() -> None:
         "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5, "allowedClusters": [],
                      "deniedClusters": [], "podCIDRWaitTimeoutSeconds": 300},
         "keepalive": {"thresholdFailures": 3, "retrySeconds": 20},
+        "pool": {"policy": "spread", "probeIntervalSeconds": 10, "unreachableGracePeriodSeconds": 60,
+                 "headroomPercent": 0},
     }  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The pool's scheduler worker: `python -m workers.pool`, for the operator of a super cluster pool. It
 serves the pool's task queue with PoolSchedulerWorkflow and watches the tenant control plane
-(namespaces, ResourceQuotas, pods) and the SuperClusters, signalling (with start) the scheduler when
+(namespaces, ResourceQuotas, pods) and the SuperClusters, probes the super clusters
+(workers/pool_health.py: health on the SuperClusters' status), and signals (with start) the scheduler when
 something a pass reads changes (models/pool/triggers.py): not on status churn. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
 tenant control plane's kubeconfig."""
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import MetricMeter, WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.pool import PoolActivities
@@ -35,6 +36,7 @@ from models.settings import WorkerSettings
 from workers.cluster import connect
 from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
+from workers.pool_health import HealthProber
 from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
 
@@ -93,8 +95,10 @@ class PoolWatchers(Watchers):
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: Policy = "spread") -> None:  # fmt: skip
-    client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
+    runtime = metrics_runtime(settings.metrics.port)
+    client = await connect(settings.temporal, runtime=runtime)
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
+    prober = HealthProber(tenant, meter=runtime.metric_meter if runtime else MetricMeter.noop)
     activities = PoolActivities(tenant=tenant, policy=policy)
     watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
                            loop=asyncio.get_running_loop())
@@ -102,11 +106,13 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
                           activities=[activities.schedule_pool], activity_executor=executor,
                           interceptors=[KubernetesErrors()]):  # fmt: skip
+            prober.start()
             watchers.start()
             try:
                 await stop.wait()
             finally:
                 watchers.stop()
+                prober.stop()
 
 
 def main() -> None:

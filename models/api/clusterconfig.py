@@ -63,10 +63,35 @@ class KeepaliveConfig(ApiModel):
     retry_seconds: int = Field(default=20, ge=1, le=3600)
 
 
+GRACE_RULE = "unreachableGracePeriodSeconds must be at least probeIntervalSeconds"
+
+
+class PoolConfig(ApiModel):
+    """The super cluster pool, read in the tenant control plane by the pool's worker."""
+
+    policy: Literal["spread", "pack"] = Field(default="spread", description=(
+        "Where a namespace's slices go: spread balances the clusters' free share, pack fills the fewest clusters. "
+        "A namespace's pool.tidepool.io/policy annotation overrides it."))  # fmt: skip
+    probe_interval_seconds: int = Field(default=10, ge=1, le=300, description="How often each super cluster is probed.")
+    unreachable_grace_period_seconds: int = Field(default=60, ge=1, le=86400, description=(
+        "How long a super cluster fails its probes before it is Unreachable and its slices move: a shorter "
+        "failure moves nothing."))  # fmt: skip
+    headroom_percent: int = Field(default=0, ge=0, le=90, description=(
+        "Share of every super cluster's allocatable kept free, to take the slices of a cluster that fails; "
+        "a SuperCluster's spec.headroom adds to it."))  # fmt: skip
+
+    @model_validator(mode="after")
+    def _grace_covers_a_probe(self) -> Self:
+        if self.unreachable_grace_period_seconds < self.probe_interval_seconds:
+            raise ValueError(GRACE_RULE)
+        return self
+
+
 class ClusterConfigSpec(ApiModel):
     outgoing: OutgoingConfig = Field(default_factory=OutgoingConfig)
     incoming: IncomingConfig = Field(default_factory=IncomingConfig)
     keepalive: KeepaliveConfig = Field(default_factory=KeepaliveConfig)
+    pool: PoolConfig = Field(default_factory=PoolConfig)
 
 
 class ClusterConfigStatus(ApiModel):
@@ -84,4 +109,5 @@ class ClusterConfig(KubernetesObject):
         return cls.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}})
 
 
-__all__ = ["DNS_LABEL", "ClusterConfig", "ClusterConfigSpec", "IncomingConfig", "KeepaliveConfig", "OutgoingConfig"]
+__all__ = ["DNS_LABEL", "ClusterConfig", "ClusterConfigSpec", "IncomingConfig", "KeepaliveConfig", "OutgoingConfig",
+           "PoolConfig"]

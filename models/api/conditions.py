@@ -40,13 +40,16 @@ NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable"
 # A tenant namespace's placement (the pool scheduler writes it as an annotation: namespaces have no status
 # of ours).
 PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity"]
+# SuperCluster.status.conditions[type=Ready]: the pool's prober (models/pool/health.py). True while it
+# answers, or fails for less than the grace period (ProbeFailing: nothing moves on a blip); False past it.
+SuperClusterReadyReason = Literal["ProbeSucceeded", "ProbeFailing", "Unreachable", "NoReadyNode"]
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed"]
 # What each writer may say, by the object it writes on; `condition` checks a reason against its type.
 REASONS: dict[str, frozenset[str]] = {
     "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
     "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)
-                       + get_args(PeeringCredentialsReason)),
+                       + get_args(PeeringCredentialsReason) + get_args(SuperClusterReadyReason)),
     "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
     "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
     "Placed": frozenset(get_args(PlacedReason)),
@@ -62,7 +65,8 @@ EventReason = Literal[
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
-                 NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason]  # fmt: skip
+                 NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason,
+                 SuperClusterReadyReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from pydantic import Field
@@ -19,7 +20,10 @@ class SuperClusterSpec(ApiModel):
 class SuperClusterStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     capacity: Resources | None = None
-    allocatable: Resources | None = None
+    allocatable: Resources | None = Field(default=None, description="Of its Ready, schedulable nodes, at the last probe.")
+    failing_since: datetime | None = Field(default=None, description=(
+        "When its probes began to fail; absent while they succeed. Kept here so that a restarted prober "
+        "keeps counting the grace period."))  # fmt: skip
 
 
 class SuperCluster(KubernetesObject):

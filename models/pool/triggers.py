@@ -3,9 +3,9 @@ pool's watchers (workers/pool.py) compare: the scheduler is signalled only when 
 or goes. Status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
 heartbeats and resourceVersion bumps change no key; neither do the scheduler's own writes.
 
-The memory of the keys is models/keys.py (KeyMemory, by namespace and name). A super cluster's nodes are
-not watched (they live in another cluster): the scheduler's periodic
-resync picks up capacity that appears there.
+The memory of the keys is models/keys.py (KeyMemory, by namespace and name). A super cluster's nodes live
+in another cluster: the pool's prober records their allocatable and health on the SuperCluster's status,
+which is watched here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from typing import Any
 
 from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.pool.health import health_from_status
 
 Obj = dict[str, Any]
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -50,5 +51,8 @@ def pod_key(obj: Obj) -> Hashable:
 
 
 def super_cluster_key(obj: Obj) -> Hashable:
-    """The spec (credentials reference, headroom): the pass reads no SuperCluster status."""
-    return _meta(obj).get("uid"), json.dumps(obj.get("spec") or {}, sort_keys=True)
+    """The spec (credentials reference, headroom) and what the pass reads of the prober's status: the
+    health state and the allocatable. A message that only says more of the same failure is no change."""
+    health = health_from_status(obj.get("status"))
+    return (_meta(obj).get("uid"), json.dumps(obj.get("spec") or {}, sort_keys=True), health.state,
+            json.dumps(health.allocatable.to_kubernetes(), sort_keys=True))  # fmt: skip

@@ -1,0 +1,125 @@
+"""The pool's health prober, a thread of the pool worker (workers/pool.py): every probeIntervalSeconds
+(ClusterConfig spec.pool in the tenant control plane) it lists each super cluster's nodes, decides its
+health (models/pool/health.py) and writes the SuperCluster's status only when that changes. It never
+signals the scheduler itself: the pool's SuperCluster watcher does, when the Ready condition or the
+allocatable it keys on moves (models/pool/triggers.py). A cluster that keeps answering, or keeps
+failing, writes nothing and wakes nobody.
+
+Clusters are probed in parallel, each with a request timeout below the interval, so that one silent
+cluster never delays the verdict on the others."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from temporalio.common import MetricMeter
+from temporalio.exceptions import ApplicationError
+
+from kube.clients import SecretClients
+from kube.errors import as_application_error
+from kube.metrics import Metrics
+from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_object, with_condition
+from models.api import ClusterConfig, SuperCluster
+from models.api.clusterconfig import PoolConfig
+from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, SUPER_CLUSTERS
+from models.pool.health import Health, ProbeOutcome, health_from_status, next_health
+from models.resources import Resources
+
+log = logging.getLogger("tidepool.pool.health")
+MAX_REQUEST_TIMEOUT = 5.0  # seconds: a probe that takes longer than this is a failed one
+
+
+class HealthProber:
+    def __init__(self, tenant: k8s.ApiClient, *, meter: MetricMeter = MetricMeter.noop,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
+        self._tenant, self._secrets, self._now = tenant, SecretClients(tenant), now
+        self._metrics = Metrics(meter)
+        self._written: dict[str, Health] = {}  # name -> the health its status says (as this process wrote or read it)
+        self._stop = threading.Event()
+        self._executor = ThreadPoolExecutor(8, thread_name_prefix="pool-probe")
+        self._thread = threading.Thread(target=self._loop, name="pool-health", daemon=True)
+
+    def start(self) -> HealthProber:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=MAX_REQUEST_TIMEOUT + 5)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            interval = PoolConfig().probe_interval_seconds
+            try:
+                interval = self.probe_round()
+            except Exception as e:  # noqa: BLE001 - the tenant control plane did not answer: the next round tries again
+                log.warning("pool health: probe round failed: %s", type(e).__name__)
+            self._stop.wait(interval)
+
+    def probe_round(self) -> int:
+        """Probes every SuperCluster once and writes what changed; returns the seconds until the next round."""
+        config = _pool_config(self._tenant)
+        listed = list_cluster_objects(self._tenant, SUPER_CLUSTERS)
+        clusters = [SuperCluster.from_kubernetes(obj) for obj in listed]
+        timeout = min(MAX_REQUEST_TIMEOUT, float(config.probe_interval_seconds))
+        outcomes = list(self._executor.map(lambda cluster: self._probe(cluster, timeout), clusters))
+        grace = timedelta(seconds=config.unreachable_grace_period_seconds)
+        for obj, cluster, outcome in zip(listed, clusters, outcomes, strict=True):
+            name = cluster.metadata.name
+            # A restarted prober resumes from the status: the grace period goes on from failingSince.
+            previous = self._written.get(name) or health_from_status(obj.get("status"))
+            health = next_health(previous, outcome, now=self._now(), grace=grace)
+            if health != previous:
+                self._write(name, health, (obj.get("status") or {}).get("conditions") or [])
+            self._written[name] = health
+            self._metrics.super_cluster_health(super_cluster=name, state=health.state)
+        for gone in set(self._written) - {c.metadata.name for c in clusters}:
+            del self._written[gone]
+        return config.probe_interval_seconds
+
+    def _probe(self, cluster: SuperCluster, timeout: float) -> ProbeOutcome:
+        ref = cluster.spec.kube_config_ref
+        try:
+            api = self._secrets.get(name=ref.name, namespace=ref.namespace)
+            # resourceVersion 0: served from the API server's cache, cheap on a large cluster.
+            nodes = k8s.CoreV1Api(api).list_node(resource_version="0", _request_timeout=timeout).items
+        except Exception as e:  # noqa: BLE001 - any failure to answer is a failed probe
+            return ProbeOutcome(Resources(), failure=_said(e))
+        allocatable = Resources()
+        for node in nodes:
+            status = node.status or k8s.V1NodeStatus()
+            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+            if ready and not (node.spec and node.spec.unschedulable):
+                allocatable = allocatable + Resources(status.allocatable or {}).only(("cpu", "memory"))
+        if not allocatable:
+            return ProbeOutcome(allocatable, failure="no Ready, schedulable node", no_ready_node=True)
+        return ProbeOutcome(allocatable)
+
+    def _write(self, name: str, health: Health, conditions: list[dict[str, Any]]) -> None:
+        value = health.condition()
+        status: dict[str, Any] = {**health.status(), "conditions": with_condition(value, conditions) if value else conditions}
+        patch_cluster_object_status(self._tenant, SUPER_CLUSTERS, name, status)
+        log.info("super cluster %s: %s (%s)", name, health.state, health.message)
+
+
+def _pool_config(tenant: k8s.ApiClient) -> PoolConfig:
+    obj = read_cluster_object(tenant, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
+    return ClusterConfig.from_kubernetes(obj).spec.pool if obj else PoolConfig()
+
+
+def _said(error: Exception) -> str:
+    """Why a probe failed, fit for a status: the vocabulary's message (never str(ApiException): it carries
+    headers and body), tidepool's own (a missing kubeconfig Secret), else only the error's type."""
+    if isinstance(error, ApiException):
+        return as_application_error(error).message
+    if isinstance(error, ApplicationError):
+        return error.message
+    return f"the API server did not answer ({type(error).__name__})"

@@ -17,6 +17,7 @@ from models.pool.sync import (
     ReflectedEvents,
     copy_for_super,
     event_for_tenant,
+    is_copy,
     kinds_to_sync,
     load_balancer_status,
     mirror_volume,
@@ -236,3 +237,13 @@ def test_each_change_of_a_source_event_is_reflected_once_and_the_memory_is_bound
 ])  # fmt: skip
 def test_a_wake_lists_only_the_kinds_that_changed(changed: set[str] | None, expected: tuple[str, ...]) -> None:
     assert kinds_to_sync(changed) == expected
+
+
+@pytest.mark.parametrize("kind,annotations,expected", [
+    pytest.param("Endpoints", {}, False, id="Endpoints the super cluster derived, with the Service's labels, are its own"),
+    pytest.param("EndpointSlice", {}, False, id="so are its EndpointSlices, derived or mirrored"),
+    pytest.param("EndpointSlice", {SOURCE_DIGEST_ANNOTATION: "d"}, True, id="a slice the syncer copied is a copy"),
+    pytest.param("ConfigMap", {}, True, id="a labelled ConfigMap is a copy, also one copied before digests"),
+])  # fmt: skip
+def test_only_the_syncers_own_copies_are_deleted_when_stale(kind: str, annotations: dict[str, str], expected: bool) -> None:
+    assert is_copy(kind, {"metadata": {"labels": {LABEL_TENANT_NAMESPACE: "shop"}, "annotations": annotations}}) is expected

@@ -48,6 +48,7 @@ from models.pool.sync import (
     copy_for_super,
     event_for_tenant,
     in_scope,
+    is_copy,
     kinds_to_sync,
     load_balancer_status,
     mirror_volume,
@@ -201,8 +202,8 @@ class Syncer:
         up, down = self._apis["tenant"], self._apis["super"]
         selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         sources = {kind: up.list(kind, tenant_ns) for kind in kinds}
-        copies = {kind: {o["metadata"]["name"]: o for o in down.list(kind, target, label_selector=selector)}
-                  for kind in kinds}  # fmt: skip
+        copies = {kind: {o["metadata"]["name"]: o for o in down.list(kind, target, label_selector=selector)
+                         if is_copy(kind, o)} for kind in kinds}  # fmt: skip
         selectorless = selectorless_services(sources.get("Service", []))
         for kind in kinds:
             keep = set()

@@ -134,6 +134,16 @@ def unchanged(copy_in_super: dict[str, Any] | None, body: dict[str, Any]) -> boo
     return digest is not None and digest == body["metadata"]["annotations"][SOURCE_DIGEST_ANNOTATION]
 
 
+def is_copy(kind: str, obj: dict[str, Any]) -> bool:
+    """An object of the super namespace that the syncer owns. The super cluster's endpoint controllers copy
+    a Service's labels (ours among them) onto the Endpoints and EndpointSlices they derive, and the mirroring
+    controller copies an Endpoints' labels onto its slices: of these kinds, only what carries the source
+    digest is a copy (they were never copied without one)."""
+    if kind not in ("Endpoints", "EndpointSlice"):
+        return True
+    return SOURCE_DIGEST_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {})
+
+
 def selectorless_services(services: list[dict[str, Any]]) -> frozenset[str]:
     """Services whose endpoints their owner writes (no selector): those endpoints are copied down."""
     return frozenset(s["metadata"]["name"] for s in services if not (s.get("spec") or {}).get("selector"))

@@ -243,7 +243,12 @@ def test_a_wake_lists_only_the_kinds_that_changed(changed: set[str] | None, expe
     pytest.param("Endpoints", {}, False, id="Endpoints the super cluster derived, with the Service's labels, are its own"),
     pytest.param("EndpointSlice", {}, False, id="so are its EndpointSlices, derived or mirrored"),
     pytest.param("EndpointSlice", {SOURCE_DIGEST_ANNOTATION: "d"}, True, id="a slice the syncer copied is a copy"),
+    pytest.param("EndpointSlice", {SOURCE_DIGEST_ANNOTATION: "d", "mirrored": ""}, False,
+                 id="a slice mirrored from a copied Endpoints, annotations and all, is not"),
     pytest.param("ConfigMap", {}, True, id="a labelled ConfigMap is a copy, also one copied before digests"),
 ])  # fmt: skip
 def test_only_the_syncers_own_copies_are_deleted_when_stale(kind: str, annotations: dict[str, str], expected: bool) -> None:
-    assert is_copy(kind, {"metadata": {"labels": {LABEL_TENANT_NAMESPACE: "shop"}, "annotations": annotations}}) is expected
+    labels = {LABEL_TENANT_NAMESPACE: "shop"}
+    if "mirrored" in annotations:
+        labels["endpointslice.kubernetes.io/managed-by"] = "endpointslicemirroring-controller.k8s.io"
+    assert is_copy(kind, {"metadata": {"labels": labels, "annotations": annotations}}) is expected

@@ -138,10 +138,13 @@ def is_copy(kind: str, obj: dict[str, Any]) -> bool:
     """An object of the super namespace that the syncer owns. The super cluster's endpoint controllers copy
     a Service's labels (ours among them) onto the Endpoints and EndpointSlices they derive, and the mirroring
     controller copies an Endpoints' labels onto its slices: of these kinds, only what carries the source
-    digest is a copy (they were never copied without one)."""
+    digest is a copy (they were never copied without one), and never a slice the mirroring controller manages
+    (it copies the Endpoints' annotations too)."""
     if kind not in ("Endpoints", "EndpointSlice"):
         return True
-    return SOURCE_DIGEST_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {})
+    meta = obj.get("metadata", {})
+    derived = (meta.get("labels") or {}).get(SLICE_MANAGER_LABEL) in DERIVED_SLICE_MANAGERS
+    return SOURCE_DIGEST_ANNOTATION in (meta.get("annotations") or {}) and not derived
 
 
 def selectorless_services(services: list[dict[str, Any]]) -> frozenset[str]:

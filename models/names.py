@@ -159,6 +159,10 @@ DRAINING_ANNOTATION: Final = "pool.tidepool.io/draining"
 # A pod being moved: the cluster whose copy keeps running until the copy on its new cluster runs.
 MOVED_FROM_ANNOTATION: Final = "pool.tidepool.io/moved-from"
 LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
+# On a copy in a super cluster: a digest of what the syncer last applied, so that an unchanged source costs no write.
+SOURCE_DIGEST_ANNOTATION: Final = "pool.tidepool.io/source-digest"
+# On what a syncer writes into the tenant control plane (mirrored volumes, reflected Events): the super cluster.
+LABEL_SUPER_CLUSTER: Final = "pool.tidepool.io/super-cluster"
 FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"
 POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
 POOL_TASK_QUEUE: Final = "tidepool-pool"

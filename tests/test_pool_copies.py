@@ -1,5 +1,6 @@
 """The one token-stripping rule and the one status-copy rule (models/pods.py) that the virtual kubelet's
-copies and the pool syncer's copies share. Pure: no cluster."""
+copies and the pool syncer's copies share, and what the pool syncer copies down and brings up
+(models/pool/sync.py). Pure: no cluster."""
 
 from __future__ import annotations
 
@@ -8,8 +9,24 @@ from typing import Any
 
 import pytest
 
+from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
 from models.pods import copied_status, strip_service_account_token
-from models.pool.sync import pod_for_super
+from models.pool.sync import (
+    API_VERSIONS,
+    SYNCED_KINDS,
+    ReflectedEvents,
+    copy_for_super,
+    event_for_tenant,
+    is_copy,
+    kinds_to_sync,
+    load_balancer_status,
+    mirror_volume,
+    pod_for_super,
+    selectorless_services,
+    stale_mirrors,
+    status_cluster,
+    unchanged,
+)
 from models.virtual_kubelet import safe_pod_spec
 
 pytestmark = [pytest.mark.pool, pytest.mark.vk]
@@ -62,3 +79,176 @@ def test_the_origin_shows_the_copys_running_state_and_never_the_other_clusters_m
     assert copied_status(status) == {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
                                      "reason": "Evicted", "initContainerStatuses": [],
                                      "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+
+
+# What the pool syncer copies down and brings up (models/pool/sync.py), as vectors.
+
+SERVED = {"uid": "u-1", "resourceVersion": "42", "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z",
+          "managedFields": [{"manager": "kubectl"}], "ownerReferences": [{"kind": "Deployment", "name": "web"}],
+          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"}}  # fmt: skip
+
+
+def _served(kind: str, name: str, **fields: Any) -> dict[str, Any]:
+    return {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": {"name": name, "namespace": "shop",
+            **copy.deepcopy(SERVED)}, "status": {"phase": "Whatever"}, **fields}  # fmt: skip
+
+
+def _body(kind: str, obj: dict[str, Any], selectorless: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    return copy_for_super(kind, obj, target_namespace="t-shop", tenant_namespace="shop",
+                          selectorless_services=selectorless)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,obj,expected", [
+    pytest.param("PersistentVolumeClaim", _served("PersistentVolumeClaim", "data", spec={
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": "fast",
+        "volumeName": "pool-s1-pv-1", "volumeMode": "Filesystem"}),
+        {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                  "storageClassName": "fast", "volumeMode": "Filesystem"}},
+        id="a claim goes down without the tenant's volume: the super cluster binds its copy to one of its own"),
+    pytest.param("LimitRange", _served("LimitRange", "limits", spec={"limits": [{"type": "Container"}]}),
+                 {"spec": {"limits": [{"type": "Container"}]}}, id="a LimitRange goes down whole"),
+    pytest.param("Ingress", _served("Ingress", "web", spec={"ingressClassName": "nginx", "rules": []}),
+                 {"spec": {"ingressClassName": "nginx", "rules": []}}, id="an Ingress goes down whole, status stays"),
+    pytest.param("NetworkPolicy", _served("NetworkPolicy", "deny", spec={"podSelector": {}}),
+                 {"spec": {"podSelector": {}}}, id="a NetworkPolicy goes down whole"),
+    pytest.param("Endpoints", _served("Endpoints", "db", subsets=[{"addresses": [
+        {"ip": "192.0.2.1", "nodeName": "n1", "targetRef": {"kind": "Pod", "name": "x", "uid": "u"}}],
+        "notReadyAddresses": [{"ip": "192.0.2.2", "nodeName": "n1"}], "ports": [{"port": 5432}]}]),
+        {"subsets": [{"addresses": [{"ip": "192.0.2.1"}], "notReadyAddresses": [{"ip": "192.0.2.2"}],
+                      "ports": [{"port": 5432}]}]},
+        id="a selector-less Service's Endpoints go down without the tenant's nodes and pods"),
+    pytest.param("EndpointSlice", _served("EndpointSlice", "db-1", addressType="IPv4", endpoints=[
+        {"addresses": ["192.0.2.1"], "nodeName": "n1", "zone": "z", "targetRef": {"name": "x"}, "conditions": {}}],
+        ports=[{"port": 5432}]),
+        {"addressType": "IPv4", "endpoints": [{"addresses": ["192.0.2.1"], "conditions": {}}], "ports": [{"port": 5432}]},
+        id="a selector-less Service's own EndpointSlice goes down without the tenant's nodes and zones"),
+])  # fmt: skip
+def test_a_copy_keeps_what_the_workload_needs_and_nothing_the_tenant_allocated(
+    kind: str, obj: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    obj["metadata"]["labels"] = {"kubernetes.io/service-name": "db", "app": "db"}
+    body = _body(kind, obj, frozenset({"db"}))
+    assert body is not None
+    meta = body.pop("metadata")
+    assert {k: v for k, v in body.items() if k not in ("apiVersion", "kind")} == expected
+    assert set(meta) == {"name", "namespace", "labels", "annotations"}  # no uid, owners, managedFields, version
+    assert meta["namespace"] == "t-shop" and meta["labels"][LABEL_TENANT_NAMESPACE] == "shop"
+    assert set(meta["annotations"]) == {"team", SOURCE_DIGEST_ANNOTATION}
+
+
+def test_a_claims_binding_annotations_stay_in_the_tenant() -> None:
+    claim = _served("PersistentVolumeClaim", "data", spec={})
+    claim["metadata"]["annotations"].update({"pv.kubernetes.io/bind-completed": "yes",
+                                             "volume.kubernetes.io/storage-provisioner": "x"})  # fmt: skip
+    body = _body("PersistentVolumeClaim", claim)
+    assert body is not None and set(body["metadata"]["annotations"]) == {"team", SOURCE_DIGEST_ANNOTATION}
+
+
+@pytest.mark.parametrize("kind,labels", [
+    pytest.param("Endpoints", {}, id="Endpoints of a Service with a selector come from the super cluster"),
+    pytest.param("EndpointSlice", {"kubernetes.io/service-name": "web"}, id="so do its EndpointSlices"),
+    pytest.param("EndpointSlice", {"kubernetes.io/service-name": "db",
+                                   "endpointslice.kubernetes.io/managed-by": "endpointslicemirroring-controller.k8s.io"},
+                 id="a slice the tenant mirrored from Endpoints: the super cluster mirrors the copied Endpoints"),
+])  # fmt: skip
+def test_endpoints_the_super_cluster_derives_itself_are_not_copied(kind: str, labels: dict[str, str]) -> None:
+    obj = _served(kind, "web", addressType="IPv4", endpoints=[], subsets=[])
+    obj["metadata"]["labels"] = labels
+    assert _body(kind, obj, selectorless_services([
+        {"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}}}, {"metadata": {"name": "db"}, "spec": {}}])) is None
+
+
+def test_an_unchanged_source_costs_no_write_and_a_changed_one_does() -> None:
+    first = _body("LimitRange", _served("LimitRange", "l", spec={"limits": [{"type": "Pod"}]}))
+    again = _body("LimitRange", _served("LimitRange", "l", spec={"limits": [{"type": "Pod"}]}))
+    changed = _body("LimitRange", _served("LimitRange", "l", spec={"limits": [{"type": "Container"}]}))
+    assert first is not None and again is not None and changed is not None
+    assert unchanged(first, again) and not unchanged(first, changed) and not unchanged(None, first)
+
+
+@pytest.mark.parametrize("placement,expected", [
+    pytest.param({"s2": 3, "s1": 1}, "s2", id="the cluster with most slices shows status"),
+    pytest.param({"s2": 2, "s1": 2}, "s1", id="on a tie the first by name, alike for every syncer"),
+    pytest.param({"s1": 0, "s2": 1}, "s2", id="a cluster holding no slice never shows status"),
+    pytest.param({}, None, id="an unplaced namespace has no status cluster"),
+])  # fmt: skip
+def test_one_cluster_per_namespace_shows_status(placement: dict[str, int], expected: str | None) -> None:
+    assert status_cluster(placement) == expected
+
+
+def test_a_load_balancer_shows_the_status_clusters_addresses_and_only_when_they_differ() -> None:
+    service = {"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {}}}
+    copy_ = {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}}
+    assert load_balancer_status(service, copy_) == {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
+    assert load_balancer_status({**service, "status": copy_["status"]}, copy_) is None
+    assert load_balancer_status(service | {"status": copy_["status"]}, {"status": {}}) == {"loadBalancer": {"ingress": []}}
+    assert load_balancer_status({"spec": {"type": "ClusterIP"}}, copy_) is None
+
+
+def test_a_claim_bound_in_the_super_cluster_gets_a_volume_pre_bound_to_it_in_the_tenant() -> None:
+    claim = {"metadata": {"name": "data", "namespace": "shop", "uid": "c-1"},
+             "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"]}}  # fmt: skip
+    pending = {"spec": {}, "status": {"phase": "Pending"}}
+    bound = {"spec": {"volumeName": "pv-9"}, "status": {"phase": "Bound", "capacity": {"storage": "2Gi"},
+                                                       "accessModes": ["ReadWriteOnce"]}}  # fmt: skip
+    assert mirror_volume(claim, pending, cluster="s1", tenant_namespace="shop") is None
+    volume = mirror_volume(claim, bound, cluster="s1", tenant_namespace="shop")
+    assert volume is not None and volume["metadata"]["name"] == "pool-s1-pv-9"
+    assert volume["spec"]["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "shop",
+                                          "name": "data", "uid": "c-1"}  # fmt: skip
+    assert volume["spec"]["capacity"] == {"storage": "2Gi"} and volume["spec"]["storageClassName"] == "fast"
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert stale_mirrors([volume], [claim]) == []
+    assert stale_mirrors([volume], [{"metadata": {"uid": "c-2"}}]) == ["pool-s1-pv-9"]  # the claim was recreated
+
+
+def test_an_event_on_a_copy_becomes_an_event_on_the_tenant_pod_without_the_super_clusters_machines() -> None:
+    event = {"metadata": {"name": "web.1", "uid": "e-1"}, "involvedObject": {"kind": "Pod", "name": "web",
+             "uid": "copy-uid", "fieldPath": "spec.containers{web}"}, "reason": "BackOff", "message": "m",
+             "type": "Warning", "count": 3, "source": {"component": "kubelet", "host": "super-node-7"},
+             "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:05:00Z"}  # fmt: skip
+    pod = {"metadata": {"name": "web", "namespace": "shop", "uid": "tenant-uid"}}
+    reflected = event_for_tenant(event, pod, cluster="s1")
+    assert reflected["metadata"]["name"] == "web.e-1"  # written again, it updates: never a second copy
+    assert reflected["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "web",
+                                           "uid": "tenant-uid", "fieldPath": "spec.containers{web}"}  # fmt: skip
+    assert reflected["source"] == {"component": "kubelet"} and reflected["count"] == 3
+    assert reflected["lastTimestamp"] == "2026-01-01T00:05:00Z"
+
+
+def test_each_change_of_a_source_event_is_reflected_once_and_the_memory_is_bounded() -> None:
+    memory = ReflectedEvents(capacity=2)
+    first = {"metadata": {"uid": "a"}, "count": 1}
+    assert memory.is_new(first)
+    memory.remember(first)
+    assert not memory.is_new(first)  # the watch repeats it, or a relist lists it again
+    assert memory.is_new({"metadata": {"uid": "a"}, "count": 2})  # it happened again
+    for uid in ("b", "c"):
+        memory.remember({"metadata": {"uid": uid}, "count": 1})
+    assert len(memory) == 2 and memory.is_new(first)  # forgotten: reflected again by the same name
+
+
+@pytest.mark.parametrize("changed,expected", [
+    pytest.param(None, SYNCED_KINDS, id="a start, a relist or the resync copies every kind"),
+    pytest.param(set(), (), id="a wake for pods only lists no kind"),
+    pytest.param({"PersistentVolumeClaim"}, ("PersistentVolumeClaim",), id="a claim's change lists claims only"),
+    pytest.param({"Endpoints"}, ("Service", "Endpoints", "EndpointSlice"),
+                 id="endpoints are decided with the Services, so the three go together"),
+])  # fmt: skip
+def test_a_wake_lists_only_the_kinds_that_changed(changed: set[str] | None, expected: tuple[str, ...]) -> None:
+    assert kinds_to_sync(changed) == expected
+
+
+@pytest.mark.parametrize("kind,annotations,expected", [
+    pytest.param("Endpoints", {}, False, id="Endpoints the super cluster derived, with the Service's labels, are its own"),
+    pytest.param("EndpointSlice", {}, False, id="so are its EndpointSlices, derived or mirrored"),
+    pytest.param("EndpointSlice", {SOURCE_DIGEST_ANNOTATION: "d"}, True, id="a slice the syncer copied is a copy"),
+    pytest.param("EndpointSlice", {SOURCE_DIGEST_ANNOTATION: "d", "mirrored": ""}, False,
+                 id="a slice mirrored from a copied Endpoints, annotations and all, is not"),
+    pytest.param("ConfigMap", {}, True, id="a labelled ConfigMap is a copy, also one copied before digests"),
+])  # fmt: skip
+def test_only_the_syncers_own_copies_are_deleted_when_stale(kind: str, annotations: dict[str, str], expected: bool) -> None:
+    labels = {LABEL_TENANT_NAMESPACE: "shop"}
+    if "mirrored" in annotations:
+        labels["endpointslice.kubernetes.io/managed-by"] = "endpointslicemirroring-controller.k8s.io"
+    assert is_copy(kind, {"metadata": {"labels": labels, "annotations": annotations}}) is expected

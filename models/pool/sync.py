@@ -1,17 +1,61 @@
-"""What the pool's syncer copies down to a super cluster, and in what form: pure functions over objects
-as the API server serves them (dicts)."""
+"""What the pool's syncer copies down to a super cluster, in what form, and what status comes back up:
+pure functions over objects as the API server serves them (dicts). workers/syncer.py reads both sides,
+calls these and writes.
+
+Down, every namespaced kind a workload needs (SYNCED_KINDS). A copy is built afresh from the source, so
+it never carries what the tenant's API server or controllers allocated: uid, resourceVersion,
+managedFields, ownerReferences (owners that exist only in the tenant), status, the tenant's cluster IPs
+and node ports, a PVC's volumeName (a volume of the tenant's) and the binding annotations of its PV
+controller, the nodeName and targetRef of endpoints (the tenant's nodes and pods). Endpoints and
+EndpointSlices go down only for Services without a selector: a Service with one gets its endpoints from
+the super cluster's own controllers, from the pods that run there.
+
+Up, from one cluster per namespace (status_cluster): a LoadBalancer Service's ingress addresses and a
+PVC's binding (through a mirrored PersistentVolume that the tenant's own PV controller binds, so that it
+agrees with what the tenant sees). Events about the pods' copies become Events on the tenant pods, once
+per change of the source Event (ReflectedEvents)."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+from collections import OrderedDict
 from typing import Any
 
-from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY
+from models.names import (
+    LABEL_MANAGED_BY,
+    LABEL_SUPER_CLUSTER,
+    LABEL_TENANT_NAMESPACE,
+    MANAGED_BY,
+    SOURCE_DIGEST_ANNOTATION,
+)
 from models.pods import strip_service_account_token
 
 # Objects a super cluster makes for itself and that must not be copied over its own.
 SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
-SYNCED_KINDS = ("ConfigMap", "Secret", "Service", "ServiceAccount", "ResourceQuota")
+# Kind -> apiVersion of every kind copied down, in the order a pass copies them (Services first: the
+# Endpoints rule reads them).
+API_VERSIONS = {
+    "Service": "v1", "ConfigMap": "v1", "Secret": "v1", "ServiceAccount": "v1", "ResourceQuota": "v1",
+    "LimitRange": "v1", "PersistentVolumeClaim": "v1", "Endpoints": "v1",
+    "EndpointSlice": "discovery.k8s.io/v1", "Ingress": "networking.k8s.io/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+}  # fmt: skip
+SYNCED_KINDS = tuple(API_VERSIONS)
+# Kinds whose spec a copy takes whole: nothing in it is the tenant's allocation.
+WHOLE_SPEC = {"LimitRange", "Ingress", "NetworkPolicy"}
+# Annotations the tenant's tools and PV controller write for themselves; the super cluster writes its own.
+DROPPED_ANNOTATION_PREFIXES = ("kubectl.kubernetes.io/", "pv.kubernetes.io/", "volume.kubernetes.io/",
+                               "volume.beta.kubernetes.io/")  # fmt: skip
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SLICE_MANAGER_LABEL = "endpointslice.kubernetes.io/managed-by"
+# Slices the tenant's controllers derive (from a selector, or mirrored from Endpoints): the super
+# cluster's own controllers derive theirs from what is copied there.
+DERIVED_SLICE_MANAGERS = {"endpointslice-controller.k8s.io", "endpointslicemirroring-controller.k8s.io"}
+# A mirrored volume is a name in the tenant for a volume of a super cluster; no tenant node mounts it.
+MIRROR_DRIVER = "pool.tidepool.io"
+MAX_REMEMBERED_EVENTS = 10_000
 
 
 def in_scope(placement: dict[str, int], cluster: str, *, pooling: bool) -> bool:
@@ -24,35 +68,198 @@ def pod_goes_here(pod_cluster: str | None, cluster: str, *, pooling: bool) -> bo
     return pod_cluster == cluster if pooling else True
 
 
-def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any] | None:
-    """The object as the super cluster gets it, or None when it is not copied."""
+def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, tenant_namespace: str,
+                   selectorless_services: frozenset[str] = frozenset()) -> dict[str, Any] | None:  # fmt: skip
+    """The object as the super cluster gets it, or None when it is not copied. `selectorless_services`:
+    the names of the namespace's Services without a selector, whose endpoints are copied."""
     meta = obj.get("metadata") or {}
     if meta.get("name") in SKIPPED.get(kind, set()):
         return None
     if kind == "Secret" and obj.get("type") == "kubernetes.io/service-account-token":
         return None
+    labels = meta.get("labels") or {}
+    if kind == "Endpoints" and meta.get("name") not in selectorless_services:
+        return None
+    if kind == "EndpointSlice" and (labels.get(SERVICE_NAME_LABEL) not in selectorless_services
+                                    or labels.get(SLICE_MANAGER_LABEL) in DERIVED_SLICE_MANAGERS):  # fmt: skip
+        return None
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": kind,
+        "apiVersion": API_VERSIONS[kind], "kind": kind,
         "metadata": {"name": meta["name"], "namespace": target_namespace,
-                     "labels": {**(meta.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY,
-                                LABEL_TENANT_NAMESPACE: tenant_namespace},
+                     "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace},
                      "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
-                                     if not k.startswith("kubectl.kubernetes.io/")}},
+                                     if not k.startswith(DROPPED_ANNOTATION_PREFIXES)}},
     }  # fmt: skip
+    spec = copy.deepcopy(obj.get("spec") or {})
     if kind in ("ConfigMap", "Secret"):
         for key in ("data", "binaryData", "stringData", "type", "immutable"):
             if key in obj:
                 body[key] = obj[key]
     elif kind == "Service":
-        spec = copy.deepcopy(obj.get("spec") or {})
         for key in ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies", "ipFamilyPolicy"):
             spec.pop(key, None)  # the super cluster allocates its own
         for port in spec.get("ports") or []:
             port.pop("nodePort", None)
         body["spec"] = spec
     elif kind == "ResourceQuota":
-        body["spec"] = {"hard": (obj.get("spec") or {}).get("hard") or {}}
+        body["spec"] = {"hard": spec.get("hard") or {}}
+    elif kind == "PersistentVolumeClaim":
+        spec.pop("volumeName", None)  # the super cluster binds its copy to a volume of its own
+        body["spec"] = spec
+    elif kind == "Endpoints":
+        body["subsets"] = [{key: [_address(a) for a in subset[key]] if key.endswith("ddresses") else subset[key]
+                            for key in subset} for subset in obj.get("subsets") or []]  # fmt: skip
+    elif kind == "EndpointSlice":
+        body["addressType"] = obj["addressType"]
+        body["endpoints"] = [{k: v for k, v in e.items() if k not in ("nodeName", "targetRef", "zone", "hints")}
+                             for e in obj.get("endpoints") or []]  # fmt: skip
+        body["ports"] = obj.get("ports") or []
+    elif kind in WHOLE_SPEC:
+        body["spec"] = spec
+    body["metadata"]["annotations"][SOURCE_DIGEST_ANNOTATION] = _digest(body)
     return body
+
+
+def _address(address: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in address.items() if k not in ("nodeName", "targetRef")}
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def unchanged(copy_in_super: dict[str, Any] | None, body: dict[str, Any]) -> bool:
+    """The copy already holds what `body` would apply: the pass writes nothing."""
+    digest = ((copy_in_super or {}).get("metadata", {}).get("annotations") or {}).get(SOURCE_DIGEST_ANNOTATION)
+    return digest is not None and digest == body["metadata"]["annotations"][SOURCE_DIGEST_ANNOTATION]
+
+
+def is_copy(kind: str, obj: dict[str, Any]) -> bool:
+    """An object of the super namespace that the syncer owns. The super cluster's endpoint controllers copy
+    a Service's labels (ours among them) onto the Endpoints and EndpointSlices they derive, and the mirroring
+    controller copies an Endpoints' labels onto its slices: of these kinds, only what carries the source
+    digest is a copy (they were never copied without one), and never a slice the mirroring controller manages
+    (it copies the Endpoints' annotations too)."""
+    if kind not in ("Endpoints", "EndpointSlice"):
+        return True
+    meta = obj.get("metadata", {})
+    derived = (meta.get("labels") or {}).get(SLICE_MANAGER_LABEL) in DERIVED_SLICE_MANAGERS
+    return SOURCE_DIGEST_ANNOTATION in (meta.get("annotations") or {}) and not derived
+
+
+def selectorless_services(services: list[dict[str, Any]]) -> frozenset[str]:
+    """Services whose endpoints their owner writes (no selector): those endpoints are copied down."""
+    return frozenset(s["metadata"]["name"] for s in services if not (s.get("spec") or {}).get("selector"))
+
+
+def status_cluster(placement: dict[str, int]) -> str | None:
+    """The one cluster of a namespace's placement whose status the tenant sees (a LoadBalancer's addresses,
+    a PVC's binding): the one holding most of its slices, and so most of its pods; on a tie, the first by
+    name, so that every syncer decides alike without asking the others. One cluster, not a union: two
+    syncers writing one status would undo each other's writes, and the tenant would see addresses come
+    and go."""
+    held = [(-count, name) for name, count in placement.items() if count > 0]
+    return min(held)[1] if held else None
+
+
+def load_balancer_status(service: dict[str, Any], copy_in_super: dict[str, Any]) -> dict[str, Any] | None:
+    """The status a tenant LoadBalancer Service should show when it differs from what it shows, else None:
+    the ingress addresses the super cluster's load balancer gave its copy (none yet is shown as none)."""
+    if (service.get("spec") or {}).get("type") != "LoadBalancer":
+        return None
+    ingress = ((copy_in_super.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    shown = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return None if ingress == shown else {"loadBalancer": {"ingress": ingress}}
+
+
+def mirror_volume_name(cluster: str, volume: str) -> str:
+    return f"pool-{cluster}-{volume}"
+
+
+def mirror_volume(claim: dict[str, Any], copy_in_super: dict[str, Any], *, cluster: str,
+                  tenant_namespace: str) -> dict[str, Any] | None:  # fmt: skip
+    """The PersistentVolume that tells the tenant its claim is bound, once the claim's copy is bound in the
+    super cluster, else None. It is pre-bound to the tenant claim (claimRef with its uid), so the tenant's
+    own PV controller binds the claim to it and writes the claim's phase, capacity and access modes: a
+    status written by the syncer instead would be undone by that controller, which sees an unbound claim.
+    Retain: the tenant has nothing to delete; the syncer deletes the mirror when its claim is gone."""
+    status, spec = copy_in_super.get("status") or {}, copy_in_super.get("spec") or {}
+    if status.get("phase") != "Bound" or not spec.get("volumeName"):
+        return None
+    meta = claim["metadata"]
+    name = mirror_volume_name(cluster, spec["volumeName"])
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace,
+                                              LABEL_SUPER_CLUSTER: cluster}},
+        "spec": {
+            "capacity": status.get("capacity") or (claim.get("spec") or {}).get("resources", {}).get("requests", {}),
+            "accessModes": status.get("accessModes") or (claim.get("spec") or {}).get("accessModes") or [],
+            "volumeMode": (claim.get("spec") or {}).get("volumeMode") or "Filesystem",
+            "storageClassName": (claim.get("spec") or {}).get("storageClassName") or "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": meta["namespace"],
+                         "name": meta["name"], "uid": meta["uid"]},
+            "csi": {"driver": MIRROR_DRIVER, "volumeHandle": f"{cluster}/{spec['volumeName']}"},
+        },
+    }  # fmt: skip
+
+
+def stale_mirrors(mirrors: list[dict[str, Any]], claims: list[dict[str, Any]]) -> list[str]:
+    """Mirrored volumes whose tenant claim is gone (or was recreated: another uid): the syncer deletes them."""
+    live = {c["metadata"]["uid"] for c in claims}
+    return sorted(m["metadata"]["name"] for m in mirrors
+                  if ((m.get("spec") or {}).get("claimRef") or {}).get("uid") not in live)  # fmt: skip
+
+
+def event_for_tenant(event: dict[str, Any], pod: dict[str, Any], *, cluster: str) -> dict[str, Any]:
+    """An Event of the super cluster about a pod's copy, as an Event on the tenant pod. Its name is derived
+    from the source Event's uid, so that writing it again (a restarted syncer) updates it, never doubles it.
+    What names the super cluster's machines (source.host, the copy's uid) stays behind."""
+    meta = pod["metadata"]
+    involved = event.get("involvedObject") or {}
+    reflected: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{event['metadata']['uid']}", "namespace": meta["namespace"],
+                     "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SUPER_CLUSTER: cluster}},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                           "uid": meta["uid"]},
+        "reason": event.get("reason"), "message": event.get("message"), "type": event.get("type") or "Normal",
+        "count": event.get("count") or 1,
+        "source": {"component": (event.get("source") or {}).get("component") or event.get("reportingComponent")
+                   or "super-cluster"},
+    }  # fmt: skip
+    if involved.get("fieldPath"):
+        reflected["involvedObject"]["fieldPath"] = involved["fieldPath"]
+    first = event.get("firstTimestamp") or event.get("eventTime")
+    last = event.get("lastTimestamp") or first
+    if first:
+        reflected["firstTimestamp"], reflected["lastTimestamp"] = first, last
+    return reflected
+
+
+class ReflectedEvents:
+    """Which source Events (uid, count) were already reflected: one write per change of a source Event,
+    never more, however often the watch repeats it. Bounded: the least recently seen are forgotten first
+    (a forgotten Event that changes again is reflected again, by the same name: an update, not a copy)."""
+
+    def __init__(self, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._capacity = capacity
+
+    def is_new(self, event: dict[str, Any]) -> bool:
+        seen = self._seen.get(event["metadata"]["uid"])
+        return seen is None or (event.get("count") or 1) > seen
+
+    def remember(self, event: dict[str, Any]) -> None:
+        uid = event["metadata"]["uid"]
+        self._seen[uid] = max(self._seen.get(uid, 0), event.get("count") or 1)
+        self._seen.move_to_end(uid)
+        while len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:
@@ -68,3 +275,16 @@ def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespac
                      "annotations": {"pool.tidepool.io/tenant-uid": meta["uid"]}},
         "spec": spec,
     }  # fmt: skip
+
+
+# Kinds a pass copies together: the endpoints rule reads the Services, so a change of either redoes all three.
+LINKED_KINDS = frozenset({"Service", "Endpoints", "EndpointSlice"})
+
+
+def kinds_to_sync(changed: set[str] | None) -> tuple[str, ...]:
+    """The kinds a pass lists and copies for a namespace: those whose watch saw a change there (None: all,
+    as at a start, a relist or the periodic resync), so that a wake lists only what may differ."""
+    if changed is None:
+        return SYNCED_KINDS
+    wanted = changed | LINKED_KINDS if changed & LINKED_KINDS else changed
+    return tuple(kind for kind in SYNCED_KINDS if kind in wanted)

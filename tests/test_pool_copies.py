@@ -61,4 +61,8 @@ def test_the_origin_shows_the_copys_running_state_and_never_the_other_clusters_m
               "initContainerStatuses": [], "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
     assert copied_status(status) == {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
                                      "reason": "Evicted", "initContainerStatuses": [],
-                                     "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+                                     "startTime": "2026-01-01T00:00:00Z", "message": None}  # fmt: skip
+
+
+def test_a_reason_the_copy_no_longer_has_is_cleared_on_the_origin() -> None:
+    assert copied_status({"phase": "Running"}) == {"phase": "Running", "reason": None, "message": None}

@@ -4,6 +4,7 @@ as the API server serves them (dicts)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY
@@ -14,14 +15,22 @@ SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
 SYNCED_KINDS = ("ConfigMap", "Secret", "Service", "ServiceAccount", "ResourceQuota")
 
 
-def in_scope(placement: dict[str, int], cluster: str, *, pooling: bool) -> bool:
-    """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement;
-    without it, everywhere (one super cluster, as in virtualcluster without a pool)."""
-    return placement.get(cluster, 0) > 0 if pooling else True
+def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, draining: Mapping[str, int]) -> bool:
+    """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement, and
+    stays on those it drains from until its move ends (models/pool/moves.py); without it, everywhere (one
+    super cluster, as in virtualcluster without a pool)."""
+    return placement.get(cluster, 0) > 0 or draining.get(cluster, 0) > 0 if pooling else True
 
 
 def pod_goes_here(pod_cluster: str | None, cluster: str, *, pooling: bool) -> bool:
+    """The pods this cluster runs, and whose status it pushes up."""
     return pod_cluster == cluster if pooling else True
+
+
+def copy_stays_here(moved_from: str | None, cluster: str, *, pooling: bool) -> bool:
+    """A pod moved away from this cluster keeps its copy here until the move ends (its replacement
+    runs), and this cluster says nothing of it: the new cluster's copy owns the pod's status."""
+    return pooling and moved_from == cluster
 
 
 def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any] | None:

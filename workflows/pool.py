@@ -94,7 +94,6 @@ class PoolSchedulerWorkflow:
 
     async def _move(self, draining: dict[str, dict[str, int]]) -> bool:
         """The saga's later steps for each draining namespace; whether a move is still in progress."""
-        self._moves = {ns: step for ns, step in self._moves.items() if ns in draining}
         in_progress = False
         for namespace in sorted(draining):
             try:
@@ -126,6 +125,7 @@ class PoolSchedulerWorkflow:
 
     def _record(self, result: PoolPassResult) -> None:
         self._last, self._last_error = result, None
+        self._moves = {ns: step for ns, step in self._moves.items() if ns in result.draining}  # the others ended
         for decision in result.decisions:
             where = ", ".join(f"{c}×{n}" for c, n in (decision.placement or {}).items()) or "not placed"
             self._history = [f"| {decision.namespace} | {where} | {decision.reason} |", *self._history][:30]

@@ -103,13 +103,15 @@ def condition_of(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any]
 
 
 def recreating_status(*, old: str, new: str, now: str) -> dict[str, Any]:
-    """The tenant pod's status while it is recreated on `new`: Pending, not Ready, no container of the old
-    copy; the new cluster's syncer pushes the new copy's status (without a reason, which clears ours)."""
+    """The tenant pod's status while it is recreated on `new`: Pending, not Ready, no container or IP of the
+    old copy (a strategic merge would add the new copy's IPs to the old ones); the new cluster's syncer
+    pushes the new copy's status (without a reason, which clears ours)."""
     message = f"being recreated on super cluster {new}: its slices left {old}"
     conditions = [condition("Ready", False, "Recreating", message),
                   condition(POD_SUPER_CLUSTER_CONDITION, False, "Recreating", message)]  # fmt: skip
     return {"phase": "Pending", "reason": "Recreating", "message": message, "containerStatuses": None,
-            "initContainerStatuses": None, "conditions": [_condition_dict(c, now) for c in conditions]}  # fmt: skip
+            "initContainerStatuses": None, "podIP": None, "podIPs": None,
+            "conditions": [_condition_dict(c, now) for c in conditions]}  # fmt: skip
 
 
 def unreachable_status(*, cluster: str, why: str, now: str) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from models.pool.moves import (
     ready_again_status,
     recreating_status,
     says,
+    scheduled_of,
     unreachable_status,
     unschedulable_status,
 )
@@ -125,8 +126,7 @@ class PoolActivities:
         if isinstance(decision, Refuse):
             return self._refuse(ns, decision)
         # What the scheduler last wrote: a user's edit or clear leaves it, so it says where pods run now.
-        previous = placement_of({PLACEMENTS_ANNOTATION: ns.annotations.get(SCHEDULED_ANNOTATION, "")}) \
-            or placement_of(ns.annotations)
+        previous = scheduled_of(ns.annotations) or placement_of(ns.annotations)
         already = draining_of(ns.annotations)
         draining = drain_after(previous=previous, placement=decision.placement, draining=already)
         placements[name], slices[name] = decision.placement, decision.slice

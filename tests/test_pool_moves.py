@@ -19,6 +19,7 @@ from models.pool.moves import (
     says,
     unreachable_status,
 )
+from models.pool.sync import in_scope
 
 pytestmark = [pytest.mark.pool, pytest.mark.failover]
 NOW = "2026-01-01T00:00:00Z"
@@ -101,3 +102,18 @@ def test_a_pod_on_an_unreachable_cluster_says_so_once() -> None:
     written = {"phase": "Running", **patch, "conditions": [{**patch["conditions"][0], "lastTransitionTime": "earlier"}]}
     assert says(written, unreachable_status(cluster="s1", why="s2: InsufficientQuota", now="later"))
     assert not says(written, ready_again_status(cluster="s1", now=NOW))
+
+
+@pytest.mark.parametrize(
+    ("placement", "scheduled", "draining", "here"),
+    [
+        pytest.param({"s2": 1}, {"s1": 1}, {}, True,
+                     id="a user's edit takes nothing away before the scheduler has made it a move"),
+        pytest.param({}, {"s1": 1}, {}, True, id="a cleared placement takes nothing away either"),
+        pytest.param({"s2": 1}, {"s2": 1}, {"s1": 1}, True, id="a cluster stays while the namespace drains from it"),
+        pytest.param({"s2": 1}, {"s2": 1}, {}, False, id="once the move ended the cluster drops the namespace"),
+    ],
+)
+def test_which_namespaces_a_syncer_keeps(placement: dict[str, int], scheduled: dict[str, int],
+                                        draining: dict[str, int], here: bool) -> None:  # fmt: skip
+    assert in_scope(placement, "s1", pooling=True, scheduled=scheduled, draining=draining) is here

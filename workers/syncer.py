@@ -35,7 +35,7 @@ from models.names import (
     super_cluster_namespace,
 )
 from models.pods import copied_status
-from models.pool.moves import draining_of
+from models.pool.moves import draining_of, scheduled_of
 from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     SYNCED_KINDS,
@@ -106,6 +106,7 @@ class Syncer:
             if name in SYSTEM_NAMESPACES or name.startswith("kube-") or ns.deleting:
                 continue
             if in_scope(placement_of(ns.annotations), self.cluster, pooling=self.pooling,
+                        scheduled=scheduled_of(ns.annotations),
                         draining=draining_of(ns.annotations)):  # fmt: skip
                 wanted[name] = super_cluster_namespace(self.tenant_name, name)
         for tenant_ns, target in wanted.items():

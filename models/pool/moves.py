@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, ConditionValue, condition
-from models.names import DRAINING_ANNOTATION
+from models.names import DRAINING_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION
+from models.pool.namespaces import placement_of
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -39,6 +40,12 @@ def draining_of(annotations: Mapping[str, str]) -> dict[str, int]:
     if not isinstance(value, dict):
         return {}
     return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
+def scheduled_of(annotations: Mapping[str, str]) -> dict[str, int]:
+    """The placement the scheduler last wrote, read as a placement: where the namespace's pods run until a
+    move says otherwise (a user's edit or clear does not change it)."""
+    return placement_of({PLACEMENTS_ANNOTATION: annotations.get(SCHEDULED_ANNOTATION, "")})
 
 
 def holding(placement: Mapping[str, int], draining: Mapping[str, int]) -> dict[str, int]:

@@ -15,11 +15,16 @@ SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
 SYNCED_KINDS = ("ConfigMap", "Secret", "Service", "ServiceAccount", "ResourceQuota")
 
 
-def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, draining: Mapping[str, int]) -> bool:
+def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, scheduled: Mapping[str, int],
+             draining: Mapping[str, int]) -> bool:  # fmt: skip
     """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement, and
-    stays on those it drains from until its move ends (models/pool/moves.py); without it, everywhere (one
-    super cluster, as in virtualcluster without a pool)."""
-    return placement.get(cluster, 0) > 0 or draining.get(cluster, 0) > 0 if pooling else True
+    stays on those the scheduler placed it on (a user's edit or clear of the placement takes nothing away
+    before the scheduler has made it a move) and on those it drains from until its move ends
+    (models/pool/moves.py); without the gate, everywhere (one super cluster, as in virtualcluster without a
+    pool)."""
+    if not pooling:
+        return True
+    return any(counts.get(cluster, 0) > 0 for counts in (placement, scheduled, draining))
 
 
 def pod_goes_here(pod_cluster: str | None, cluster: str, *, pooling: bool) -> bool:

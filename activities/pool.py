@@ -168,7 +168,8 @@ class PoolActivities:
         pods = [(meta, pod) for meta, pod in listed if held.get(meta.namespace or "")]
         for meta, pod in pods:
             cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
-            if cluster in held[meta.namespace or ""] and not _ended(meta, pod):
+            moving = MOVED_FROM_ANNOTATION in meta.annotations  # Recreating until its move ends: the saga's
+            if cluster in held[meta.namespace or ""] and not moving and not _ended(meta, pod):
                 self._tell_reachability(meta, pod, cluster or "", unreachable=cluster in unreachable,
                                         why="its namespace's slices fit in no other super cluster")  # fmt: skip
         used: dict[tuple[str, str], Resources] = {}

@@ -25,13 +25,13 @@ from models.resources import Resources
 pytestmark = pytest.mark.pool
 SLICE = '{"cpu": "1", "memory": "1Gi"}'
 HARDS = [{"cpu": "2", "memory": "2Gi"}]  # two slices
-CLUSTERS = [ClusterSnapshot("s1", True, Resources(cpu="8", memory="8Gi"), Resources(), Resources()),
-            ClusterSnapshot("s2", True, Resources(cpu="8", memory="8Gi"), Resources(), Resources())]  # fmt: skip
+CLUSTERS = [ClusterSnapshot("s1", "Ready", Resources(cpu="8", memory="8Gi"), Resources(), Resources()),
+            ClusterSnapshot("s2", "Ready", Resources(cpu="8", memory="8Gi"), Resources(), Resources())]  # fmt: skip
 
 
 def decide(annotations: dict[str, str]) -> NamespaceDecision:
     return decide_namespace(name="shop", annotations=annotations, hards=HARDS, clusters=CLUSTERS, held={},
-                            slices={}, policy="spread")  # fmt: skip
+                            slices={}, pool_policy="spread")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_slice_changed_after_placement_is_refused_with_its_reason_in_the_statu
 
 def test_no_room_is_insufficient_capacity_with_a_reason_per_cluster() -> None:
     decision = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: SLICE}, hards=[{"cpu": "40", "memory": "40Gi"}],
-                                clusters=CLUSTERS, held={}, slices={}, policy="spread")  # fmt: skip
+                                clusters=CLUSTERS, held={}, slices={}, pool_policy="spread")  # fmt: skip
     assert isinstance(decision, Refuse) and decision.reason == "InsufficientCapacity"
     assert set(decision.diagnosis) == {"s1", "s2"}
 
@@ -116,7 +116,7 @@ def test_a_garbage_placed_slice_is_refused_as_invalid_slice_and_holds_nothing(ga
 @pytest.mark.federation
 def test_a_namespace_without_a_slice_whose_quota_is_smaller_than_the_default_is_placed_as_one_slice() -> None:
     decision = decide_namespace(name="shop", annotations={}, hards=[{"cpu": "1", "memory": "512Mi"}],
-                                clusters=CLUSTERS, held={}, slices={}, policy="spread")  # fmt: skip
+                                clusters=CLUSTERS, held={}, slices={}, pool_policy="spread")  # fmt: skip
     assert isinstance(decision, Place) and decision.count == 1 and sum(decision.placement.values()) == 1
     assert decision.slice == Resources(cpu="1", memory="512Mi")
 
@@ -125,7 +125,7 @@ def test_a_namespace_without_a_slice_whose_quota_is_smaller_than_the_default_is_
 def test_a_placed_namespace_without_a_slice_keeps_its_slice_when_its_quota_grows() -> None:
     placed = json.dumps({"s1": 1})
     decision = decide_namespace(
-        name="shop", hards=[{"cpu": "3", "memory": "1536Mi"}], clusters=CLUSTERS, held={}, slices={}, policy="pack",
+        name="shop", hards=[{"cpu": "3", "memory": "1536Mi"}], clusters=CLUSTERS, held={}, slices={}, pool_policy="pack",
         annotations={PLACEMENTS_ANNOTATION: placed, SCHEDULED_ANNOTATION: placed,
                      PLACED_SLICE_ANNOTATION: '{"cpu": "1", "memory": "512Mi"}'},
     )  # fmt: skip
@@ -135,9 +135,9 @@ def test_a_placed_namespace_without_a_slice_keeps_its_slice_when_its_quota_grows
 
 @pytest.mark.federation
 def test_a_default_slice_that_fits_nowhere_names_the_annotation_that_sets_a_smaller_one() -> None:
-    small = [ClusterSnapshot(c, True, Resources(cpu="1500m", memory="8Gi"), Resources(), Resources()) for c in ("s1", "s2")]
+    small = [ClusterSnapshot(c, "Ready", Resources(cpu="1500m", memory="8Gi"), Resources(), Resources()) for c in ("s1", "s2")]
     decision = decide_namespace(name="shop", annotations={}, hards=[{"cpu": "2", "memory": "4Gi"}], clusters=small,
-                                held={}, slices={}, policy="spread")  # fmt: skip
+                                held={}, slices={}, pool_policy="spread")  # fmt: skip
     assert isinstance(decision, Refuse) and decision.reason == "InsufficientCapacity"
     assert decision.message.endswith(
         '(the default slice, {"cpu": "2", "memory": "4Gi"}; a smaller one in the pool.tidepool.io/slice annotation '
@@ -145,7 +145,7 @@ def test_a_default_slice_that_fits_nowhere_names_the_annotation_that_sets_a_smal
     )
     annotated = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: '{"cpu": "1", "memory": "2Gi"}'},
                                  hards=[{"cpu": "2", "memory": "4Gi"}], clusters=small, held={}, slices={},
-                                 policy="spread")  # fmt: skip
+                                 pool_policy="spread")  # fmt: skip
     assert isinstance(annotated, Place) and annotated.placement == {"s1": 1, "s2": 1}  # what the hint leads to
 
 

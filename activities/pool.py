@@ -17,12 +17,16 @@ from temporalio import activity
 
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, record_event
-from models.api import SuperCluster
+from kube.objects import list_cluster_objects, read_cluster_object, record_event
+from models.api import ClusterConfig, SuperCluster
+from models.api.clusterconfig import PoolConfig
 from models.api.common import rfc3339
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
 from models.names import (
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
     DRAINING_ANNOTATION,
+    MANDATORY_ANNOTATION,
     MOVED_FROM_ANNOTATION,
     PLACED_SLICE_ANNOTATION,
     PLACEMENT_STATUS_ANNOTATION,
@@ -53,11 +57,12 @@ from models.pool.namespaces import (
     Refuse,
     decide_namespace,
     held_slice,
+    mandatory_annotation,
     placement_of,
     placement_status,
     previous_reason,
 )
-from models.pool.placement import ClusterSnapshot, Policy
+from models.pool.placement import ClusterSnapshot, headroom
 from models.pool.pods import choose_cluster
 from models.pool.result import MoveInput, MoveProgress, PoolDecision, PoolPassResult
 from models.resources import Resources
@@ -65,27 +70,35 @@ from models.sharing import pod_requests
 
 
 class PoolActivities:
-    def __init__(self, *, tenant: k8s.ApiClient, policy: Policy = "spread") -> None:
+    def __init__(self, *, tenant: k8s.ApiClient) -> None:
         self._tenant = tenant
         self._core = k8s.CoreV1Api(tenant)
-        self._policy = policy
 
-    def _snapshots(self) -> tuple[list[ClusterSnapshot], dict[str, str]]:
+    def _pool_config(self) -> PoolConfig:
+        """ClusterConfig `tidepool` spec.pool in the tenant control plane; absent, the defaults."""
+        obj = read_cluster_object(self._tenant, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
+        return ClusterConfig.from_kubernetes(obj or {"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}}).spec.pool
+
+    def _snapshots(self, pool: PoolConfig) -> tuple[list[ClusterSnapshot], dict[str, str]]:
         """The super clusters as the prober (workers/pool_health.py) last recorded them on their status:
-        the pass never probes on its own, so one failed call here can move nothing."""
+        the pass never probes on its own, so one failed call here can move nothing. Each keeps free its
+        spec.headroom and the pool's headroomPercent of its allocatable."""
         snapshots: list[ClusterSnapshot] = []
         states: dict[str, str] = {}
         for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
             name, health = cluster.metadata.name, health_from_status(obj.get("status"))
             states[name] = f"{health.state}: {health.message}"
-            snapshots.append(ClusterSnapshot(name=name, ready=not health.drains, allocatable=health.allocatable,
-                                             headroom=cluster.spec.headroom, placed=Resources()))  # fmt: skip
+            kept_free = headroom(allocatable=health.allocatable, reserved=cluster.spec.headroom,
+                                 percent=pool.headroom_percent)
+            snapshots.append(ClusterSnapshot(name=name, health=health.state, allocatable=health.allocatable,
+                                             headroom=kept_free, placed=Resources()))  # fmt: skip
         return snapshots, states
 
     @activity.defn
     def schedule_pool(self) -> PoolPassResult:
-        clusters, health = self._snapshots()
+        pool = self._pool_config()
+        clusters, health = self._snapshots(pool)
         result = PoolPassResult(clusters=health)
         quotas: dict[str, list[dict[str, Any]]] = {}
         for quota in self._core.list_resource_quota_for_all_namespaces().items:
@@ -108,19 +121,19 @@ class PoolActivities:
         for ns in namespaces:
             if ns.name not in quotas:
                 continue
-            decision = self._place(ns, quotas[ns.name], clusters, held, slices, placements, result)
+            decision = self._place(ns, quotas[ns.name], clusters, held, slices, placements, pool, result)
             if decision is not None:
                 result.decisions.append(decision)
-        unreachable = {c.name for c in clusters if not c.ready}
+        unreachable = {c.name for c in clusters if c.drains}
         self._place_pods(placements, slices, unreachable, result)
         return result
 
     def _place(self, ns: ServedMetadata, hards: list[dict[str, Any]], clusters: list[ClusterSnapshot],
                held: dict[str, dict[str, int]], slices: dict[str, Resources], placements: dict[str, dict[str, int]],
-               result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
+               pool: PoolConfig, result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
         name = ns.name
         decision = decide_namespace(name=name, annotations=ns.annotations, hards=hards, clusters=clusters, held=held,
-                                    slices=slices, policy=self._policy)  # fmt: skip
+                                    slices=slices, pool_policy=pool.policy)  # fmt: skip
         if isinstance(decision, Keep):
             return None
         if isinstance(decision, Refuse):
@@ -135,7 +148,7 @@ class PoolActivities:
         self._core.patch_namespace(name, {"metadata": {"annotations": {
             PLACEMENTS_ANNOTATION: placement_json, SCHEDULED_ANNOTATION: placement_json,
             PLACED_SLICE_ANNOTATION: json.dumps(decision.slice.to_kubernetes(), sort_keys=True),
-            PLACEMENT_STATUS_ANNOTATION: placement_status(decision),
+            PLACEMENT_STATUS_ANNOTATION: placement_status(decision), MANDATORY_ANNOTATION: mandatory_annotation(decision),
             DRAINING_ANNOTATION: json.dumps(draining, sort_keys=True) if draining else None,
         }}})  # fmt: skip
         self._event(ns, "Scheduled", f"{decision.count} slices placed: {placement_json} ({decision.message})")

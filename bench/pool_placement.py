@@ -92,7 +92,7 @@ def generate(*, seed: int, clusters: int, load: float, max_slices: int = MAX_SLI
 
 
 def _snapshots(workload: Workload, placed: dict[str, Resources]) -> list[ClusterSnapshot]:
-    return [ClusterSnapshot(name=n, ready=True, allocatable=cap, headroom=Resources(), placed=placed[n])
+    return [ClusterSnapshot(name=n, health="Ready", allocatable=cap, headroom=Resources(), placed=placed[n])
             for n, cap in workload.clusters.items()]  # fmt: skip
 
 

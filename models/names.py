@@ -153,6 +153,9 @@ SCHEDULED_ANNOTATION: Final = "pool.tidepool.io/scheduled"  # the placement the 
 POD_CLUSTER_ANNOTATION: Final = "pool.tidepool.io/super-cluster"
 # A tenant namespace's policy, overriding the pool's (ClusterConfig spec.pool.policy): "spread" or "pack".
 POLICY_ANNOTATION: Final = "pool.tidepool.io/policy"
+# The placement a user wrote (JSON {super cluster: slice count}), kept by the scheduler once it honours the
+# edit: mandatory until the user clears or edits the placement, never moved off a failed cluster.
+MANDATORY_ANNOTATION: Final = "pool.tidepool.io/mandatory"
 # A namespace moving off clusters (JSON {super cluster: slice count}): those clusters keep its objects and
 # the copies of its pods that have not moved yet, until each moved pod runs where it went.
 DRAINING_ANNOTATION: Final = "pool.tidepool.io/draining"

@@ -9,10 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from models.pool.health import HealthState
 from models.pool.placement import (
     ClusterSnapshot,
     PlacementRequest,
+    Policy,
     first_fit_whole_quota,
+    headroom,
     normalised,
     schedule,
 )
@@ -107,9 +110,9 @@ def test_an_annotated_slice_is_the_users_and_a_refused_default_says_it_is_the_de
     )
 
 
-def cluster(name: str, placed: str = "0", *, ready: bool = True, cpu: str = "2000m", memory: str = "4Gi",
+def cluster(name: str, placed: str = "0", *, health: HealthState = "Ready", cpu: str = "2000m", memory: str = "4Gi",
             headroom: dict[str, str] | None = None) -> ClusterSnapshot:  # fmt: skip
-    return ClusterSnapshot(name=name, ready=ready, allocatable=Resources(cpu=cpu, memory=memory),
+    return ClusterSnapshot(name=name, health=health, allocatable=Resources(cpu=cpu, memory=memory),
                            headroom=Resources(headroom or {}),
                            placed=Resources(cpu=f"{int(placed) * 500}m", memory=f"{int(placed)}Gi"))  # fmt: skip
 
@@ -139,20 +142,20 @@ def test_pack_uses_the_fewest_clusters_and_spread_balances() -> None:
 
 
 def test_a_full_cluster_says_why_it_was_not_used() -> None:
-    result = schedule(PlacementRequest("ns", SLICE, 3), [cluster("r1", "4"), cluster("r2", "3"), cluster("r3", ready=False)])
+    result = schedule(PlacementRequest("ns", SLICE, 3), [cluster("r1", "4"), cluster("r2", "3"), cluster("r3", health="Unreachable")])
     assert result.placement is None
-    assert result.diagnosis["r3"].startswith("NotReady")
+    assert result.diagnosis["r3"].startswith("Unreachable")
     assert result.diagnosis["r1"].startswith("InsufficientCapacity: room for 0")
     assert result.diagnosis["r2"].startswith("InsufficientCapacity: room for 1")
 
 
 def test_every_cluster_left_out_keeps_one_closed_reason_code_with_its_message() -> None:
     result = schedule(PlacementRequest("ns", SLICE, 1, previous={"gone": 1}),
-                      [cluster("r1"), cluster("r2"), cluster("r3", ready=False)])  # fmt: skip
+                      [cluster("r1"), cluster("r2"), cluster("r3", health="Unreachable")])  # fmt: skip
     assert result.placement == {"r1": 1}
-    assert {name: r.code for name, r in result.rejections.items()} == {"r2": "NotNeeded", "r3": "NotReady",
+    assert {name: r.code for name, r in result.rejections.items()} == {"r2": "NotNeeded", "r3": "Unreachable",
                                                                         "gone": "Unknown"}  # fmt: skip
-    assert result.diagnosis["r3"] == f"NotReady: {result.rejections['r3'].message}"
+    assert result.diagnosis["r3"] == f"Unreachable: {result.rejections['r3'].message}"
 
 
 @pytest.mark.parametrize(
@@ -172,6 +175,69 @@ def test_headroom_is_kept_free() -> None:
     clusters = [cluster("r1", headroom={"cpu": "1", "memory": "2Gi"})]
     assert schedule(PlacementRequest("ns", SLICE, 2), clusters).placement == {"r1": 2}
     assert schedule(PlacementRequest("ns", SLICE, 3), clusters).placement is None
+
+
+@pytest.mark.parametrize(
+    ("percent", "reserved", "expected"),
+    [
+        pytest.param(0, {}, {"cpu": "0", "memory": "0"}, id="0 percent keeps nothing free"),
+        pytest.param(25, {}, {"cpu": "500m", "memory": "1Gi"}, id="25 percent of 2 cpu and 4Gi"),
+        pytest.param(25, {"cpu": "1"}, {"cpu": "1500m", "memory": "1Gi"}, id="the SuperCluster's headroom adds to it"),
+        pytest.param(33, {}, {"cpu": "660m", "memory": "1351Mi"}, id="rounded down to a milli-CPU and a Mi"),
+    ],
+)  # fmt: skip
+def test_headroom_percent_of_the_allocatable_is_added_to_the_super_clusters_headroom(
+        percent: int, reserved: dict[str, str], expected: dict[str, str]) -> None:  # fmt: skip
+    kept = headroom(allocatable=Resources(cpu="2", memory="4Gi"), reserved=Resources(reserved), percent=percent)
+    assert kept == Resources(expected)
+
+
+def test_headroom_percent_leaves_fewer_slices_to_place() -> None:
+    kept = headroom(allocatable=Resources(cpu="2", memory="4Gi"), reserved=Resources(), percent=50)
+    clusters = [cluster("r1", headroom=kept.to_kubernetes())]
+    assert schedule(PlacementRequest("ns", SLICE, 2), clusters).placement == {"r1": 2}
+    assert schedule(PlacementRequest("ns", SLICE, 3), clusters).placement is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "clusters", "count", "expected"),
+    [
+        pytest.param("pack", ["0", "0", "0"], 4, {"r1": 4}, id="pack: an empty pool fills the first cluster"),
+        pytest.param("spread", ["0", "0", "0"], 4, {"r1": 2, "r2": 1, "r3": 1}, id="spread: an empty pool balances"),
+        pytest.param("pack", ["2", "0", "1"], 2, {"r1": 2}, id="pack: the fullest cluster that holds them"),
+        pytest.param("spread", ["2", "0", "1"], 2, {"r2": 1, "r3": 1}, id="spread: the roomiest clusters, balanced"),
+        pytest.param("pack", ["3", "0", "0"], 3, {"r1": 1, "r2": 2}, id="pack: the rest on as few clusters as fit"),
+        pytest.param("spread", ["3", "0", "0"], 3, {"r2": 2, "r3": 1}, id="spread: the rest balanced"),
+    ],
+)  # fmt: skip
+def test_pack_and_spread_vectors(policy: Policy, clusters: list[str], count: int, expected: dict[str, int]) -> None:
+    snapshot = [cluster(f"r{i}", placed) for i, placed in enumerate(clusters, start=1)]
+    assert schedule(PlacementRequest("ns", SLICE, count, policy=policy), snapshot).placement == expected
+
+
+@pytest.mark.parametrize(
+    ("health", "request_", "expected", "code"),
+    [
+        pytest.param("Suspect", PlacementRequest("ns", SLICE, 2), {"r2": 2}, "Suspect",
+                     id="a Suspect cluster takes no new slices"),
+        pytest.param("Unknown", PlacementRequest("ns", SLICE, 2), {"r2": 2}, "NotProbed",
+                     id="a cluster not probed yet takes no new slices"),
+        pytest.param("Suspect", PlacementRequest("ns", SLICE, 2, previous={"r1": 2}), {"r1": 2}, "Suspect",
+                     id="a blip moves nothing: a Suspect cluster keeps its slices"),
+        pytest.param("Unknown", PlacementRequest("ns", SLICE, 3, previous={"r1": 2}), {"r1": 2, "r2": 1}, "NotProbed",
+                     id="an unprobed cluster keeps its slices unchecked; a grown quota goes elsewhere"),
+        pytest.param("Unreachable", PlacementRequest("ns", SLICE, 2, previous={"r1": 2}), {"r2": 2}, "Unreachable",
+                     id="an Unreachable cluster's slices move"),
+        pytest.param("Suspect", PlacementRequest("ns", SLICE, 2, mandatory={"r1": 2}), {"r1": 2}, "Suspect",
+                     id="a mandatory entry on a Suspect cluster is kept"),
+    ],
+)  # fmt: skip
+def test_health_decides_which_clusters_take_keep_or_drain_slices(health: HealthState, request_: PlacementRequest,
+                                                                 expected: dict[str, int], code: str) -> None:  # fmt: skip
+    # r1 has no allocatable recorded (never probed, or failing since before): only a Ready one is checked.
+    result = schedule(request_, [cluster("r1", health=health, cpu="0", memory="0"), cluster("r2")])
+    assert result.placement == expected
+    assert result.rejections["r1"].code == code
 
 
 @pytest.mark.parametrize(
@@ -200,7 +266,7 @@ def test_a_hundred_namespaces_placed_one_after_another_never_overcommit(counts: 
         result = schedule(PlacementRequest(f"ns{i}", SLICE, count, policy=policy), list(clusters.values()))  # type: ignore[arg-type]
         for name, n in (result.placement or {}).items():
             c = clusters[name]
-            clusters[name] = ClusterSnapshot(c.name, c.ready, c.allocatable, c.headroom,
+            clusters[name] = ClusterSnapshot(c.name, c.health, c.allocatable, c.headroom,
                                              c.placed + Resources(cpu=f"{n * 500}m", memory=f"{n}Gi"))  # fmt: skip
     for c in clusters.values():
         assert c.placed.fits_in(c.capacity)

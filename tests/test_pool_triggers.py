@@ -9,8 +9,14 @@ from typing import Any
 import pytest
 
 from models.keys import KeyMemory, by_namespace_and_name
-from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
-from models.pool.triggers import namespace_key, pod_key, quota_key, super_cluster_key
+from models.names import (
+    MANDATORY_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POLICY_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+    SLICE_ANNOTATION,
+)
+from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_key, super_cluster_key
 
 pytestmark = [pytest.mark.pool, pytest.mark.steady]
 Obj = dict[str, Any]
@@ -32,6 +38,10 @@ def _pod(phase: str = "Running", **meta: Any) -> Obj:
 
 PLACED = '{"s1": 2}'
 MOVED = {"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}
+
+
+def _config(pool: dict[str, Any]) -> Obj:
+    return {"metadata": {"name": "tidepool", "uid": "c1"}, "spec": {"pool": pool}}
 
 
 @pytest.mark.parametrize(
@@ -66,6 +76,17 @@ MOVED = {"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": 
                      False, id="the scheduler's status and labels no pass reads wake nobody"),
         pytest.param(namespace_key, _ns(), _ns(deletionTimestamp="2026-01-01T00:00:00Z"), True,
                      id="a namespace being deleted wakes"),
+        pytest.param(namespace_key, _ns(), _ns({POLICY_ANNOTATION: "pack"}), True, id="a namespace's policy wakes"),
+        pytest.param(namespace_key, _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED}),
+                     _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED, MANDATORY_ANNOTATION: PLACED}),
+                     False, id="the scheduler honouring an edit as mandatory wakes nobody"),
+        pytest.param(pool_config_key, _config({"policy": "spread"}), _config({"policy": "pack"}), True,
+                     id="the pool's policy wakes"),
+        pytest.param(pool_config_key, _config({}), _config({"headroomPercent": 20}), True,
+                     id="the pool's headroom percent wakes"),
+        pytest.param(pool_config_key, _config({}), {**_config({}), "spec": {"pool": {}, "outgoing": {}},
+                                                    "status": {"conditions": []}}, False,
+                     id="the ClusterConfig's other parts and status wake nobody"),
         pytest.param(super_cluster_key, {"metadata": {"name": "s1"}, "spec": {"headroom": {"cpu": "1"}}},
                      {"metadata": {"name": "s1"}, "spec": {"headroom": {"cpu": "2"}}}, True,
                      id="a super cluster's headroom wakes"),

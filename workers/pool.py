@@ -1,6 +1,6 @@
 """The pool's scheduler worker: `python -m workers.pool`, for the operator of a super cluster pool. It
 serves the pool's task queue with PoolSchedulerWorkflow and watches the tenant control plane
-(namespaces, ResourceQuotas, pods) and the SuperClusters, probes the super clusters
+(namespaces, ResourceQuotas, pods), the SuperClusters and the pool's settings (ClusterConfig spec.pool), probes the super clusters
 (workers/pool_health.py: health on the SuperClusters' status), and signals (with start) the scheduler when
 something a pass reads changes (models/pool/triggers.py): not on status churn. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
 tenant control plane's kubeconfig."""
@@ -24,14 +24,15 @@ from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
 from models.keys import KeyMemory, by_namespace_and_name
 from models.names import (
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
     GROUP,
     POOL_SCHEDULER_WORKFLOW_ID,
     POOL_TASK_QUEUE,
     SUPER_CLUSTERS,
     VERSION,
 )
-from models.pool.placement import Policy
-from models.pool.triggers import namespace_key, pod_key, quota_key, super_cluster_key
+from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect
 from workers.errors import KubernetesErrors
@@ -55,6 +56,8 @@ class PoolWatchers(Watchers):
             self._informer("pool-pods", pod_key, core.list_pod_for_all_namespaces),
             self._informer("pool-superclusters", super_cluster_key, custom.list_cluster_custom_object,
                            group=GROUP, version=VERSION, plural=SUPER_CLUSTERS),
+            self._informer("pool-config", pool_config_key, custom.list_cluster_custom_object, group=GROUP,
+                           version=VERSION, plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}"),
         ]  # fmt: skip
 
     def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
@@ -94,12 +97,12 @@ class PoolWatchers(Watchers):
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
-              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID, policy: Policy = "spread") -> None:  # fmt: skip
+              workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> None:  # fmt: skip
     runtime = metrics_runtime(settings.metrics.port)
     client = await connect(settings.temporal, runtime=runtime)
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
     prober = HealthProber(tenant, meter=runtime.metric_meter if runtime else MetricMeter.noop)
-    activities = PoolActivities(tenant=tenant, policy=policy)
+    activities = PoolActivities(tenant=tenant)
     watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
                            loop=asyncio.get_running_loop())
     with ThreadPoolExecutor(8, thread_name_prefix="pool-activity") as executor:

@@ -39,7 +39,7 @@ PeeringCredentialsReason = Literal["CredentialsExpired"]
 NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable"]
 # A tenant namespace's placement (the pool scheduler writes it as an annotation: namespaces have no status
 # of ours).
-PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity"]
+PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity", "InvalidPolicy", "WaitingForCluster"]
 # SuperCluster.status.conditions[type=Ready]: the pool's prober (models/pool/health.py). True while it
 # answers, or fails for less than the grace period (ProbeFailing: nothing moves on a blip); False past it.
 SuperClusterReadyReason = Literal["ProbeSucceeded", "ProbeFailing", "Unreachable", "NoReadyNode"]

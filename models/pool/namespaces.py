@@ -1,31 +1,46 @@
 """A tenant namespace's placement decision, pure: activities/pool.py reads the namespace's annotations
 and quotas, calls `decide_namespace`, and writes what it returns.
 
-Annotations on a tenant namespace: the slice (the user's), the placement (ours, or edited by a user:
-then kept as mandatory), what the scheduler last wrote (to tell an edit from its own write), the slice
-the placement was made with (a changed slice is refused), and a status saying why it is not placed.
+Annotations on a tenant namespace: the slice (the user's), the policy (the user's, overriding the pool's),
+the placement (ours, or edited by a user), what the scheduler last wrote (to tell an edit from its own
+write), the user's placement the scheduler honours (mandatory until the user clears or edits it), the
+slice the placement was made with (a changed slice is refused), and a status saying why it is not placed.
 The rules, in the order of the code:
 1. The slice must parse and divide the quota (models/pool/slicing.py), else InvalidSlice. Without the slice
    annotation the slice is the default, adapted to the quota (models/pool/slicing.py: default_slice_for).
 2. A placed namespace whose slice changed, or whose placed slice cannot be read, is refused
    (InvalidSlice): moving slices of another size would overcommit; clearing the placement reschedules
    it with the new slice.
-3. Placed, as we wrote it, with the right count on Ready clusters: kept, nothing written.
-4. Otherwise placed anew (models/pool/placement.py): a user's edit is mandatory, our own previous
-   placement a hint; no room is InsufficientCapacity (with the default slice, naming the annotation that
-   sets a smaller one), and nothing partial is written.
+3. The policy annotation, when present, must be spread or pack, else InvalidPolicy; absent, the pool's
+   (ClusterConfig spec.pool.policy).
+4. A mandatory placement (a user's edit, new or honoured before) that names an Unreachable cluster waits
+   for it (WaitingForCluster): it is never moved silently; clearing or editing the placement moves it.
+5. Placed, as we wrote it, with the right count on clusters that do not drain, and its status says so:
+   kept, nothing written. (A refusal that ended, such as a mandatory cluster back, rewrites the status.)
+6. Otherwise placed anew (models/pool/placement.py): the mandatory entries are kept, our own previous
+   placement is a hint; no room is InsufficientCapacity (with the default slice, naming the annotation that
+   sets a smaller one), and nothing partial is written. A changed policy moves nothing placed: it decides
+   where new slices go.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from models.api.conditions import ConditionValue, PlacedReason, condition
-from models.names import PLACED_SLICE_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
-from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
+from models.names import (
+    MANDATORY_ANNOTATION,
+    PLACED_SLICE_ANNOTATION,
+    PLACEMENT_STATUS_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POLICY_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+    SLICE_ANNOTATION,
+)
+from models.pool.placement import HEALTH_REJECTIONS, ClusterSnapshot, PlacementRequest, Policy, schedule
 from models.pool.slicing import SliceError, has_slice_annotation, namespace_quota, namespace_slices, parse_slice
 from models.resources import Resources
 
@@ -53,6 +68,31 @@ def _counts(value: dict[str, Any] | None) -> dict[str, int]:
 def placement_of(annotations: Mapping[str, str]) -> dict[str, int]:
     """The placement annotation as slice counts; garbage and non-positive counts read as nothing."""
     return _counts(_json(annotations.get(PLACEMENTS_ANNOTATION)))
+
+
+POLICIES: dict[str, Policy] = {"spread": "spread", "pack": "pack"}
+
+
+def namespace_policy(annotation: str | None, *, pool: Policy) -> Policy | None:
+    """The policy annotation's, else the pool's; None when the annotation names no policy."""
+    if annotation is None or not annotation.strip():
+        return pool
+    return POLICIES.get(annotation.strip())
+
+
+def mandatory_of(annotations: Mapping[str, str], *, author: PlacementAuthor) -> dict[str, int]:
+    """The entries a user chose: a new edit's, else the ones the scheduler honoured before (none once the
+    placement is cleared)."""
+    if author == "User":
+        return placement_of(annotations)
+    if author == "Scheduler":
+        return _counts(_json(annotations.get(MANDATORY_ANNOTATION)))
+    return {}
+
+
+def mandatory_annotation(decision: Place) -> str | None:
+    """The mandatory annotation a Place writes: None removes it (nothing the user chose)."""
+    return json.dumps(decision.mandatory, sort_keys=True) if decision.mandatory else None
 
 
 def placement_author(*, current: Mapping[str, int], scheduled: Mapping[str, int]) -> PlacementAuthor:
@@ -109,7 +149,7 @@ class Keep:
 
 @dataclass(frozen=True)
 class Refuse:
-    reason: Literal["InvalidSlice", "InsufficientCapacity"]
+    reason: Literal["InvalidSlice", "InsufficientCapacity", "InvalidPolicy", "WaitingForCluster"]
     message: str
     diagnosis: dict[str, str]
 
@@ -121,6 +161,7 @@ class Place:
     count: int
     message: str
     diagnosis: dict[str, str]
+    mandatory: dict[str, int] = field(default_factory=dict)  # the user's entries it honours
 
 
 NamespaceDecision = Keep | Refuse | Place
@@ -128,9 +169,9 @@ NamespaceDecision = Keep | Refuse | Place
 
 def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]],
                      clusters: list[ClusterSnapshot], held: Mapping[str, Mapping[str, int]],
-                     slices: Mapping[str, Resources], policy: Policy) -> NamespaceDecision:  # fmt: skip
+                     slices: Mapping[str, Resources], pool_policy: Policy) -> NamespaceDecision:  # fmt: skip
     """`clusters` as they are, without what namespaces hold; `held` and `slices`: every namespace's
-    placement and slice as they stand in this pass."""
+    placement and slice as they stand in this pass; `pool_policy`: ClusterConfig spec.pool.policy."""
     current = placement_of(annotations)
     scheduled = _counts(_json(annotations.get(SCHEDULED_ANNOTATION)))
     annotation = annotations.get(SLICE_ANNOTATION)
@@ -149,15 +190,26 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
         return Refuse("InvalidSlice", f"the slice changed from {placed_slice.to_kubernetes()} to "
                                       f"{slice_.to_kubernetes()} after placement; clear the placement to reschedule",
                       {})  # fmt: skip
+    policy = namespace_policy(annotations.get(POLICY_ANNOTATION), pool=pool_policy)
+    if policy is None:
+        return Refuse("InvalidPolicy", f"the {POLICY_ANNOTATION} annotation must be spread or pack (or absent: the "
+                                       f"pool's policy), got {annotations[POLICY_ANNOTATION]!r}", {})  # fmt: skip
     author = placement_author(current=current, scheduled=scheduled)
-    ready = {c.name for c in clusters if c.ready}
-    if author == "Scheduler" and sum(current.values()) == count and set(current) <= ready:
+    mandatory = mandatory_of(annotations, author=author)
+    waiting_for = sorted(c.name for c in clusters if c.drains and mandatory.get(c.name))
+    if waiting_for:
+        return Refuse("WaitingForCluster", f"the placement a user chose names {', '.join(waiting_for)}, unreachable: "
+                                           f"waiting for it (clear or edit the {PLACEMENTS_ANNOTATION} annotation to "
+                                           "place the namespace elsewhere)",
+                      {c: str(HEALTH_REJECTIONS["Unreachable"]) for c in waiting_for})  # fmt: skip
+    staying = {c.name for c in clusters if not c.drains}
+    said = previous_reason(annotations.get(PLACEMENT_STATUS_ANNOTATION)) in (None, "Scheduled")
+    if author == "Scheduler" and sum(current.values()) == count and set(current) <= staying and said:
         return Keep()
-    snapshot = [ClusterSnapshot(c.name, c.ready, c.allocatable, c.headroom, held_by_others(c.name, name, held, slices))
+    snapshot = [ClusterSnapshot(c.name, c.health, c.allocatable, c.headroom, held_by_others(c.name, name, held, slices))
                 for c in clusters]  # fmt: skip
-    edited = author == "User"
-    request = PlacementRequest(namespace=name, slice=slice_, count=count, policy=policy,
-                               mandatory=current if edited else {}, previous={} if edited else current)  # fmt: skip
+    request = PlacementRequest(namespace=name, slice=slice_, count=count, policy=policy, mandatory=mandatory,
+                               previous={} if author == "User" else current)  # fmt: skip
     outcome = schedule(request, snapshot)
     if outcome.placement is None:
         message = outcome.message
@@ -165,7 +217,7 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
             default = json.dumps(slice_.to_kubernetes(), sort_keys=True)
             message += f" (the default slice, {default}; a smaller one in the {SLICE_ANNOTATION} annotation may fit)"
         return Refuse("InsufficientCapacity", message, outcome.diagnosis)
-    return Place(outcome.placement, slice_, count, outcome.message, outcome.diagnosis)
+    return Place(outcome.placement, slice_, count, outcome.message, outcome.diagnosis, mandatory)
 
 
 def placed_condition(decision: Place | Refuse) -> ConditionValue:

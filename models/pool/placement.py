@@ -3,11 +3,16 @@ the super clusters (Karmada's shape), keeping a closed reason code and a message
 not use. models/pool/namespaces.py calls `schedule`; bench/pool_placement.py measures it.
 
 The steps, in the order of the code:
-1. fit: every filter plugin judges each cluster; the first rejection is its reason (NotReady). A cluster
-   the request names that is not in the snapshot is Unknown.
-2. mandatory: a user-edited placement is kept (capped to the slice count); an entry that does not fit
-   fails the whole placement (InsufficientCapacity).
-3. keep: the previous placement stays where it still fits (stability).
+1. fit: every filter plugin judges each cluster; the first rejection is its reason. Only a Ready cluster
+   (models/pool/health.py) takes new slices: a Suspect one (failing within the grace period) and one not
+   probed yet keep what they hold (a blip moves nothing), an Unreachable one keeps nothing. A cluster the
+   request names that is not in the snapshot is Unknown (removed from the pool).
+2. mandatory: a user-edited placement is kept (capped to the slice count); an entry on a Ready cluster
+   that does not fit fails the whole placement (InsufficientCapacity); one on a Suspect or unprobed cluster
+   is kept as written (its capacity cannot be checked, and waiting out a blip moves nothing). An entry on
+   an Unreachable cluster is models/pool/namespaces.py's: the namespace waits for it.
+3. keep: the previous placement stays where it still fits, and on the Suspect and unprobed clusters
+   (stability).
 4. score and select, one slice at a time: among the feasible clusters that hold one more slice, the
    policy's score plugins rank them (0–100 each, normalised over the candidates) and the best takes it.
    `spread` balances the free share of the clusters, `pack` fills the fullest cluster that still fits
@@ -26,24 +31,41 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
+from models.pool.health import HealthState
 from models.resources import Resources
 
 Policy = Literal["spread", "pack"]
-# Why a cluster got no (more) slices: one per cluster in the diagnosis.
-RejectionCode = Literal["NotReady", "Unknown", "InsufficientCapacity", "NotNeeded"]
+# Why a cluster got no (more) slices: one per cluster in the diagnosis. Suspect, NotProbed and Unreachable
+# are its health (models/pool/health.py); Unknown is a name the pool does not have.
+RejectionCode = Literal["Suspect", "NotProbed", "Unreachable", "Unknown", "InsufficientCapacity", "NotNeeded"]
 
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
     name: str
-    ready: bool
-    allocatable: Resources  # of its Ready nodes
-    headroom: Resources
+    health: HealthState  # as the prober last recorded it on the SuperCluster's status
+    allocatable: Resources  # of its Ready nodes, at the last successful probe
+    headroom: Resources  # kept free: the SuperCluster's spec.headroom and the pool's percent (`headroom`)
     placed: Resources  # what other namespaces' slices hold there
 
     @property
     def capacity(self) -> Resources:
         return (self.allocatable - self.headroom).clamp_at_zero()
+
+    @property
+    def accepts_slices(self) -> bool:
+        return self.health == "Ready"
+
+    @property
+    def drains(self) -> bool:
+        """Whether the slices placed here move elsewhere (or, for a mandatory placement, wait for it)."""
+        return self.health == "Unreachable"
+
+
+def headroom(*, allocatable: Resources, reserved: Resources, percent: int) -> Resources:
+    """What a cluster keeps free: the SuperCluster's spec.headroom plus the pool's headroomPercent of its
+    allocatable (ClusterConfig spec.pool), so that the others can take a failed cluster's slices."""
+    return reserved + allocatable.scale(percent)
 
 
 @dataclass(frozen=True)
@@ -103,13 +125,18 @@ class PlacementResult:
 # Filter plugins -------------------------------------------------------------------------------------
 
 
-def cluster_ready(request: PlacementRequest, cluster: ClusterSnapshot) -> FilterResult:
-    if not cluster.ready:
-        return Rejection("NotReady", "the cluster has no Ready nodes or is marked not ready")
-    return Fits()
+HEALTH_REJECTIONS: dict[HealthState, Rejection] = {
+    "Suspect": Rejection("Suspect", "probes failing within the grace period: keeps the slices it holds, takes no new ones"),
+    "Unknown": Rejection("NotProbed", "not probed yet: keeps the slices it holds, takes no new ones"),
+    "Unreachable": Rejection("Unreachable", "probes failing past the grace period: its slices move elsewhere"),
+}
 
 
-FILTERS: tuple[FilterPlugin, ...] = (cluster_ready,)
+def cluster_healthy(request: PlacementRequest, cluster: ClusterSnapshot) -> FilterResult:
+    return HEALTH_REJECTIONS.get(cluster.health) or Fits()
+
+
+FILTERS: tuple[FilterPlugin, ...] = (cluster_healthy,)
 
 
 # Score plugins --------------------------------------------------------------------------------------
@@ -193,14 +220,16 @@ def _candidates(feasible: Mapping[str, ClusterSnapshot], placement: Mapping[str,
 
 def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> PlacementResult:
     feasible, rejections = fit(request, clusters)
+    # Suspect and unprobed clusters: what they hold stays, unchecked (their capacity may not be known).
+    holding = {c.name for c in clusters if c.name not in feasible and not c.drains}
 
     placement: dict[str, int] = {}
     remaining = request.count
     for name, wanted in sorted(request.mandatory.items()):  # the user's entries, capped to the total
         take = min(wanted, remaining)
-        if take <= 0 or name not in feasible:
+        if take <= 0 or (name not in feasible and name not in holding):
             continue
-        if not holds(feasible[name], request.slice, take):
+        if name in feasible and not holds(feasible[name], request.slice, take):
             refused = Rejection("InsufficientCapacity", f"cannot hold the slices the placement annotation asks for ({take})")
             return PlacementResult(None, {**rejections, name: refused},
                                    f"the edited placement asks {name} for {take} slices, which do not fit")  # fmt: skip
@@ -214,10 +243,10 @@ def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> Plac
         return (-free_slices(feasible[name], request.slice) if name in feasible else 0, name)
 
     for name, had in sorted(request.previous.items(), key=keep_first):  # slices stay where they are while they fit
-        if name in placement or name not in feasible or remaining <= 0:
+        if name in placement or (name not in feasible and name not in holding) or remaining <= 0:
             continue
         take = min(had, remaining)
-        while take > 0 and not holds(feasible[name], request.slice, take):
+        while take > 0 and name in feasible and not holds(feasible[name], request.slice, take):
             take -= 1
         if take:
             placement[name], remaining = take, remaining - take
@@ -243,6 +272,6 @@ def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> Plac
 def first_fit_whole_quota(quota: Resources, clusters: list[ClusterSnapshot]) -> str | None:
     """virtualcluster without slices: the whole quota on the first cluster that holds it (the baseline)."""
     for cluster in clusters:
-        if cluster.ready and (cluster.placed + quota).fits_in(cluster.capacity):
+        if cluster.accepts_slices and (cluster.placed + quota).fits_in(cluster.capacity):
             return cluster.name
     return None

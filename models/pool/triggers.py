@@ -14,7 +14,13 @@ import json
 from collections.abc import Hashable
 from typing import Any
 
-from models.names import MOVED_FROM_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.names import (
+    MOVED_FROM_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POLICY_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+    SLICE_ANNOTATION,
+)
 from models.pool.health import health_from_status
 
 Obj = dict[str, Any]
@@ -26,14 +32,15 @@ def _meta(obj: Obj) -> dict[str, Any]:
 
 
 def namespace_key(obj: Obj) -> Hashable:
-    """The slice, a placement the user edited, and whether it is going. The scheduler writes its placement
+    """The slice, the policy, a placement the user edited, and whether it is going. The scheduler writes its placement
     and what it scheduled together (equal): only a placement that differs from the scheduled one is a
     user's edit (or a cleared one, which reschedules)."""
     meta = _meta(obj)
     annotations = meta.get("annotations") or {}
     placements = annotations.get(PLACEMENTS_ANNOTATION)
     edited = (placements,) if placements != annotations.get(SCHEDULED_ANNOTATION) else None  # (None,): cleared
-    return meta.get("uid"), annotations.get(SLICE_ANNOTATION), edited, bool(meta.get("deletionTimestamp"))
+    return (meta.get("uid"), annotations.get(SLICE_ANNOTATION), annotations.get(POLICY_ANNOTATION), edited,
+            bool(meta.get("deletionTimestamp")))  # fmt: skip
 
 
 def quota_key(obj: Obj) -> Hashable:
@@ -60,3 +67,8 @@ def super_cluster_key(obj: Obj) -> Hashable:
     health = health_from_status(obj.get("status"))
     return (_meta(obj).get("uid"), json.dumps(obj.get("spec") or {}, sort_keys=True), health.state,
             json.dumps(health.allocatable.to_kubernetes(), sort_keys=True))  # fmt: skip
+
+
+def pool_config_key(obj: Obj) -> Hashable:
+    """ClusterConfig spec.pool: the policy and headroom a pass reads (the prober reads the rest itself)."""
+    return _meta(obj).get("uid"), json.dumps((obj.get("spec") or {}).get("pool") or {}, sort_keys=True)

@@ -58,7 +58,7 @@ class PoolActivities:
         for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
             name, health = cluster.metadata.name, health_from_status(obj.get("status"))
-            states[name] = f"{health.state}: {health.message}"
+            states[name] = health.summary
             snapshots.append(ClusterSnapshot(name=name, ready=not health.drains, allocatable=health.allocatable,
                                              headroom=cluster.spec.headroom, placed=Resources()))  # fmt: skip
         return snapshots, states

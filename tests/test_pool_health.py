@@ -233,9 +233,11 @@ class Prober:
 @pytest.fixture
 async def prober(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client,
                  unique: str) -> AsyncIterator[Prober]:  # fmt: skip
-    """The real pool worker (its prober, watchers and scheduler) over two super clusters, s1 and s2."""
+    """The real pool worker (its prober, watchers and scheduler) over two super clusters: s1, which the
+    tests stop, and s2, always healthy, which is the tenant's own API server (a probe only lists nodes:
+    any cluster answers it), so that a test makes two clusters, not three."""
     tenant = make_cluster("tenant")
-    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
+    supers = {"s1": make_cluster("s1"), "s2": tenant}
     api = tenant.api_client()
     create_namespace(api, SYSTEM_NAMESPACE)
     for name, cluster in supers.items():

@@ -88,7 +88,7 @@ class PoolActivities:
         for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
             name, health = cluster.metadata.name, health_from_status(obj.get("status"))
-            states[name] = f"{health.state}: {health.message}"
+            states[name] = health.summary
             kept_free = headroom(allocatable=health.allocatable, reserved=cluster.spec.headroom,
                                  percent=pool.headroom_percent)
             snapshots.append(ClusterSnapshot(name=name, health=health.state, allocatable=health.allocatable,

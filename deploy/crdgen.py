@@ -61,8 +61,14 @@ PRINTER_COLUMNS: dict[str, list[dict[str, str]]] = {
         {"name": "Memory", "type": "string", "jsonPath": ".spec.resourceQuota.hard.memory"},
         {"name": "Expires", "type": "date", "jsonPath": ".spec.timeToLive"},
     ],
+    # The prober's verdict (models/pool/health.py): the reason tells Suspect (ProbeFailing, Ready still
+    # True) from Unreachable; the allocatable is of the last good probe.
     "SuperCluster": [
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
+        {"name": "CPU", "type": "string", "jsonPath": ".status.allocatable.cpu"},
+        {"name": "Memory", "type": "string", "jsonPath": ".status.allocatable.memory"},
+        {"name": "Failing Since", "type": "date", "jsonPath": ".status.failingSince"},
     ],
 }
 SHORT_NAMES = {"Advertisement": ["adv"], "PeeringRequest": ["pr"], "ClusterConfig": ["cc"], "SuperCluster": ["sc"]}

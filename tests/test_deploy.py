@@ -1,10 +1,11 @@
-"""The production manifests (deploy/base, deploy/overlays, deploy/components): every overlay renders
+"""The production manifests (deploy/base, deploy/overlays, deploy/components; deploy/pool): every overlay renders
 with the kubectl we build and passes a server-side dry-run on a real API server; installed for real,
 the worker's ServiceAccount can make the calls its activities make (some of them made as it) and no
 more, and the foreign virtual kubelet's ClusterRole is the one activities/credentials.py hands out."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import subprocess
 from collections.abc import Callable
@@ -30,9 +31,10 @@ from activities.credentials import (
 )
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
-from kube.objects import apply_core
-from models.names import LABEL_NODE_TYPE, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
+from kube.objects import apply_cluster_object, apply_core, read_cluster_object
+from models.names import API_VERSION, LABEL_NODE_TYPE, SUPER_CLUSTERS, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
 from tests.kube import create_node, wait_for
+from workers.pool_health import HealthProber
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
@@ -233,3 +235,125 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
     revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
     assert admin.read_namespace("victim").status.phase == "Active"
+
+
+POOL = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-pool"
+SYNCER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-syncer"
+
+
+@functools.cache
+def render_pool(part: str) -> str:
+    result = kubectl("kustomize", str(DEPLOY / "pool" / part))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.env
+@pytest.mark.deploy
+@pytest.mark.pool
+def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_super_cluster_kubeconfig() -> None:
+    rendered = list(yaml.safe_load_all(render_pool("tenant")))
+    deployments = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in rendered if d["kind"] == "Deployment"}
+    worker, syncer = deployments["tidepool-pool"], deployments["tidepool-syncer-s1"]
+    assert worker["containers"][0]["command"] == ["python", "-m", "workers.pool"]
+    assert worker["serviceAccountName"] == "tidepool-pool" and syncer["serviceAccountName"] == "tidepool-syncer"
+    config = next(d for d in rendered if d["kind"] == "ConfigMap")
+    assert worker["containers"][0]["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
+    assert "TIDEPOOL_CLUSTER_KUBECONFIG" not in config["data"]  # in-cluster
+    container = syncer["containers"][0]
+    assert container["command"][:3] == ["python", "-m", "workers.syncer"] and "--cluster=s1" in container["command"]
+    assert {c["image"] for c in (worker["containers"][0], container)} == {"ghcr.io/tidepool/tidepool:0.1.0"}
+    # The super cluster's kubeconfig is the Secret its SuperCluster names, mounted where the syncer reads it.
+    kubeconfig = next(a.split("=", 1)[1] for a in container["command"] if a.startswith("--super-kubeconfig="))
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in syncer["volumes"] if "secret" in v}
+    assert [secrets[name] for name, path in mounts.items() if str(Path(kubeconfig).parent) == path] == ["super-s1"]
+    assert not [d for d in rendered if d["kind"] == "Secret"]
+
+
+@pytest.mark.env
+@pytest.mark.deploy
+@pytest.mark.pool
+def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_they_do_and_no_more(
+    make_cluster: Callable[[str], LocalCluster],
+) -> None:
+    tenant, super_cluster = make_cluster("pool-tenant"), make_cluster("pool-super")
+    for cluster, part in ((tenant, "tenant"), (super_cluster, "super-cluster")):
+        applied = kubectl("apply", "--server-side", "-f", "-", kubeconfig=cluster.kubeconfig, stdin=render_pool(part))
+        assert applied.returncode == 0, f"{part}: {applied.stderr}"
+
+    def can(cluster: LocalCluster, who: str, *args: str) -> bool:
+        result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=cluster.kubeconfig)
+        assert result.stdout.strip() in ("yes", "no"), result.stderr
+        return result.stdout.strip() == "yes"
+
+    def refused(cluster: LocalCluster, who: str, checks: list[tuple[str, ...]], *, allowed: bool) -> list[tuple[str, ...]]:
+        return [c for c in checks if can(cluster, who, *c) != allowed]
+
+    ns = ("-n", "shop")
+    pool_may = [
+        ("list", "namespaces"), ("watch", "namespaces"), ("patch", "namespaces"), ("get", "namespaces"),
+        ("list", "resourcequotas", "-A"), ("watch", "resourcequotas", "-A"), ("list", "pods", "-A"),
+        ("watch", "pods", "-A"), ("patch", "pods", *ns), ("patch", "pods", "--subresource=status", *ns),
+        ("create", "events", *ns), ("list", "superclusters.tidepool.io"), ("watch", "superclusters.tidepool.io"),
+        ("patch", "superclusters.tidepool.io", "--subresource=status"), ("get", "clusterconfigs.tidepool.io"),
+        ("watch", "clusterconfigs.tidepool.io"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("list", "services", *ns), ("patch", "services", "--subresource=status", *ns),
+        ("list", "persistentvolumeclaims", *ns), ("patch", "persistentvolumeclaims", "--subresource=status", *ns),
+    ]  # fmt: skip
+    pool_may_not = [
+        ("patch", "superclusters.tidepool.io"), ("create", "superclusters.tidepool.io"),
+        ("patch", "clusterconfigs.tidepool.io"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("get", "secrets", *ns), ("get", "secrets", "-n", "kube-system"), ("create", "pods", *ns),
+        ("delete", "pods", *ns), ("create", "namespaces"), ("delete", "namespaces"), ("patch", "nodes"),
+        ("patch", "resourcequotas", *ns), ("patch", "services", *ns),
+    ]  # fmt: skip
+    assert refused(tenant, POOL, pool_may, allowed=True) == []
+    assert refused(tenant, POOL, pool_may_not, allowed=False) == []
+    syncer_in_tenant_may = [
+        ("watch", "namespaces"), ("list", "pods", "-A"), ("get", "pods", *ns), ("delete", "pods", *ns),
+        ("patch", "pods", "--subresource=status", *ns), ("patch", "services", "--subresource=status", *ns),
+        ("patch", "persistentvolumeclaims", "--subresource=status", *ns), ("create", "persistentvolumes"),
+        ("patch", "persistentvolumes"), ("delete", "persistentvolumes"), ("create", "events", *ns),
+        ("patch", "events", *ns), *[("watch", kind, "-A") for kind in (
+            "configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
+            "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
+            "networkpolicies.networking.k8s.io")],
+    ]  # fmt: skip
+    syncer_in_tenant_may_not = [
+        ("create", "pods", *ns), ("patch", "pods", *ns), ("patch", "namespaces"), ("delete", "namespaces"),
+        ("create", "configmaps", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns),
+        ("patch", "superclusters.tidepool.io", "--subresource=status"), ("patch", "nodes"),
+    ]  # fmt: skip
+    assert refused(tenant, SYNCER, syncer_in_tenant_may, allowed=True) == []
+    assert refused(tenant, SYNCER, syncer_in_tenant_may_not, allowed=False) == []
+    copies = ("configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
+              "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
+              "networkpolicies.networking.k8s.io")  # fmt: skip
+    syncer_in_super_may = [
+        ("create", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"), ("watch", "namespaces"),
+        ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"), ("watch", "events", "-A"),
+        ("list", "nodes"),
+        *[(verb, kind, *ns) for kind in copies for verb in ("get", "list", "watch", "create", "patch", "delete")],
+    ]  # fmt: skip
+    syncer_in_super_may_not = [
+        ("patch", "pods", *ns), ("patch", "nodes"), ("delete", "nodes"), ("create", "persistentvolumes"),
+        ("create", "clusterroles"), ("create", "rolebindings", *ns), ("create", "deployments.apps", *ns),
+    ]  # fmt: skip
+    assert refused(super_cluster, SYNCER, syncer_in_super_may, allowed=True) == []
+    assert refused(super_cluster, SYNCER, syncer_in_super_may_not, allowed=False) == []
+
+    # The prober, run for real as the pool worker: reads the ClusterConfig, lists the SuperClusters, reads
+    # the kubeconfig Secret one names and writes its health on its status.
+    admin = tenant.api_client()
+    k8s.CoreV1Api(admin).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
+        "metadata": {"name": "super-s1"},
+        "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
+    create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")
+    apply_cluster_object(admin, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
+        "metadata": {"name": "s1"}, "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
+    as_pool = tenant.api_client()
+    as_pool.set_default_header("Impersonate-User", POOL)
+    HealthProber(as_pool).probe_round()
+    status = (read_cluster_object(admin, SUPER_CLUSTERS, "s1") or {}).get("status") or {}
+    assert [c["reason"] for c in status.get("conditions") or [] if c["type"] == "Ready"] == ["ProbeSucceeded"]

@@ -41,7 +41,6 @@ class HealthProber:
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
         self._tenant, self._secrets, self._now = tenant, SecretClients(tenant), now
         self._metrics = Metrics(meter)
-        self._written: dict[str, Health] = {}  # name -> the health its status says (as this process wrote or read it)
         self._stop = threading.Event()
         self._executor = ThreadPoolExecutor(8, thread_name_prefix="pool-probe")
         self._thread = threading.Thread(target=self._loop, name="pool-health", daemon=True)
@@ -74,15 +73,18 @@ class HealthProber:
         grace = timedelta(seconds=config.unreachable_grace_period_seconds)
         for obj, cluster, outcome in zip(listed, clusters, outcomes, strict=True):
             name = cluster.metadata.name
-            # A restarted prober resumes from the status: the grace period goes on from failingSince.
-            previous = self._written.get(name) or health_from_status(obj.get("status"))
+            # The status is the prober's only memory: a restarted prober goes on counting the grace period
+            # from failingSince, and a SuperCluster recreated under the same name (an empty status) is
+            # written again rather than taken for the one this process saw.
+            previous = health_from_status(obj.get("status"))
             health = next_health(previous, outcome, now=self._now(), grace=grace)
             if health != previous:
-                self._write(name, health, (obj.get("status") or {}).get("conditions") or [])
-            self._written[name] = health
+                try:
+                    self._write(name, health, (obj.get("status") or {}).get("conditions") or [])
+                except ApiException as e:  # deleted meanwhile, or a conflict: the next round reads it again
+                    log.warning("super cluster %s: status not written: %s", name, as_application_error(e).message)
+                    continue
             self._metrics.super_cluster_health(super_cluster=name, state=health.state)
-        for gone in set(self._written) - {c.metadata.name for c in clusters}:
-            del self._written[gone]
         return config.probe_interval_seconds
 
     def _probe(self, cluster: SuperCluster, timeout: float) -> ProbeOutcome:

@@ -373,7 +373,7 @@ class _KindApis:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m workers.syncer", description=__doc__)
-    parser.add_argument("--tenant-kubeconfig", required=True)
+    parser.add_argument("--tenant-kubeconfig", help="unset: in-cluster, as its Deployment runs (deploy/pool/tenant)")
     parser.add_argument("--super-kubeconfig", required=True)
     parser.add_argument("--cluster", required=True, help="this super cluster's name in the pool (its SuperCluster)")
     parser.add_argument("--tenant-name", default="tenant", help="prefix of the namespaces it creates")

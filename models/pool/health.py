@@ -53,6 +53,11 @@ class Health:
         """Whether the slices placed here move elsewhere."""
         return self.state == "Unreachable"
 
+    @property
+    def summary(self) -> str:
+        """One line for the pool scheduler's details: state, reason and message."""
+        return f"{self.state} ({self.reason}): {self.message}" if self.reason else f"{self.state}: {self.message}"
+
     def condition(self) -> ConditionValue | None:
         if self.reason is None:
             return None

@@ -543,17 +543,19 @@ async def test_a_garbage_slice_annotation_is_reported_on_the_namespace_and_nothi
 
 
 @pytest.mark.timeout(SETUP_AND_TEST)
-async def test_a_super_cluster_whose_secret_is_missing_is_not_ready_with_the_reason(pool: PoolWorld) -> None:
+async def test_a_super_cluster_whose_secret_is_missing_fails_its_probes_with_the_reason(pool: PoolWorld) -> None:
     from workflows.pool import PoolSchedulerWorkflow
 
     handle = pool.client.get_workflow_handle_for(PoolSchedulerWorkflow.run, pool.workflow_id)
 
     async def states() -> dict[str, str] | None:
         last = await handle.query(PoolSchedulerWorkflow.last_pass)
-        return last.clusters if last is not None and "lost" in last.clusters else None
+        said = last.clusters.get("lost", "") if last is not None else ""
+        return last.clusters if last is not None and "does not exist" in said else None
 
-    clusters = await eventually(states, timeout=60, what="a pool pass that saw both super clusters")
-    assert clusters["s1"].startswith("Ready")
-    assert clusters["lost"].startswith("NotReady") and "does not exist" in clusters["lost"], clusters
+    clusters = await eventually(states, timeout=60, what="a pool pass that saw the prober's verdict on both")
+    assert clusters["s1"].startswith("Ready (ProbeSucceeded)")
+    # Failing, within the grace period or past it by the time the pass ran: never Ready.
+    assert clusters["lost"].split(":")[0] in ("Suspect (ProbeFailing)", "Unreachable (Unreachable)"), clusters
     assert not pool.task.done(), "the pool worker stopped"
     assert await failed_workflow_tasks(pool.client, pool.workflow_id) == []

@@ -93,7 +93,8 @@ class PoolSchedulerWorkflow:
                 workflow.continue_as_new(passes)
 
     async def _move(self, draining: dict[str, dict[str, int]]) -> bool:
-        """The saga's later steps for each draining namespace; whether a move is still in progress."""
+        """The saga's later steps for each draining namespace; whether a moved pod is still on its way to
+        running (the backstop's only concern: a pod that fits nowhere waits for a change, which signals)."""
         in_progress = False
         for namespace in sorted(draining):
             try:
@@ -101,7 +102,7 @@ class PoolSchedulerWorkflow:
                     PoolActivities.move_pods, MoveInput(namespace=namespace), start_to_close_timeout=MOVE_TIMEOUT,
                     retry_policy=MOVE_RETRY, summary=f"move_pods({namespace})",
                 )  # fmt: skip
-                step = _move_step(progress)
+                step, on_its_way = _move_step(progress), bool(progress.waiting)
                 if progress.finishable:
                     progress = await workflow.execute_activity_method(
                         PoolActivities.finish_move, MoveInput(namespace=namespace), start_to_close_timeout=MOVE_TIMEOUT,
@@ -113,7 +114,7 @@ class PoolSchedulerWorkflow:
                 in_progress = True
                 continue
             self._moves[namespace] = f"{_clusters(progress.draining) or '-'} | {step}"
-            in_progress = in_progress or bool(progress.draining)
+            in_progress = in_progress or on_its_way
         workflow.set_current_details(self._details())
         return in_progress
 

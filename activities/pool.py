@@ -1,13 +1,15 @@
 """The pool scheduler's activity: one pass over the tenant control plane and the super clusters that
-places namespaces as quota slices, then pods into their namespace's clusters. Called by
-workflows/pool.py, one pass at a time, so that concurrent namespaces never overcommit a cluster.
+places namespaces as quota slices, then pods into their namespace's clusters; and the two later steps of
+moving a namespace's slices (models/pool/moves.py: `move_pods`, `finish_move`). Called by
+workflows/pool.py, one activity at a time, so that concurrent namespaces never overcommit a cluster.
 
-It reads, asks models/pool/namespaces.py (which annotations mean what, and what to do) and
-models/pool/pods.py, and writes what they decide."""
+It reads, asks models/pool/namespaces.py (which annotations mean what, and what to do),
+models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -17,8 +19,11 @@ from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, record_event
 from models.api import SuperCluster
-from models.api.conditions import EventReason, PlacedReason
+from models.api.common import rfc3339
+from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
 from models.names import (
+    DRAINING_ANNOTATION,
+    MOVED_FROM_ANNOTATION,
     PLACED_SLICE_ANNOTATION,
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
@@ -27,6 +32,21 @@ from models.names import (
     SUPER_CLUSTERS,
 )
 from models.pool.health import health_from_status
+from models.pool.moves import (
+    PodView,
+    condition_of,
+    drain_after,
+    draining_of,
+    finished_clusters,
+    holding,
+    must_move,
+    ready_again_status,
+    recreating_status,
+    says,
+    scheduled_of,
+    unreachable_status,
+    unschedulable_status,
+)
 from models.pool.namespaces import (
     SYSTEM_NAMESPACES,
     Keep,
@@ -39,7 +59,7 @@ from models.pool.namespaces import (
 )
 from models.pool.placement import ClusterSnapshot, Policy
 from models.pool.pods import choose_cluster
-from models.pool.result import PoolDecision, PoolPassResult
+from models.pool.result import MoveInput, MoveProgress, PoolDecision, PoolPassResult
 from models.resources import Resources
 from models.sharing import pod_requests
 
@@ -74,24 +94,30 @@ class PoolActivities:
         namespaces = sorted((meta for meta in map(served_metadata, self._core.list_namespace().items)
                              if meta.name not in SYSTEM_NAMESPACES and not meta.deleting),
                             key=lambda meta: (meta.created, meta.name))  # fmt: skip
-        held: dict[str, dict[str, int]] = {}  # namespace -> placement, as it stands after this pass
+        placements: dict[str, dict[str, int]] = {}  # namespace -> placement, as it stands after this pass
+        held: dict[str, dict[str, int]] = {}  # namespace -> what it holds: placement + draining
         slices: dict[str, Resources] = {}  # namespace -> the slice its placement holds
         for ns in namespaces:
             slice_ = held_slice(ns.annotations)
-            held[ns.name] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
+            placements[ns.name] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
+            held[ns.name] = holding(placements[ns.name], draining_of(ns.annotations)) if slice_ is not None else {}
             if slice_ is not None:
                 slices[ns.name] = slice_
+            if draining_of(ns.annotations):
+                result.draining[ns.name] = draining_of(ns.annotations)
         for ns in namespaces:
             if ns.name not in quotas:
                 continue
-            decision = self._place(ns, quotas[ns.name], clusters, held, slices)
+            decision = self._place(ns, quotas[ns.name], clusters, held, slices, placements, result)
             if decision is not None:
                 result.decisions.append(decision)
-        self._place_pods(held, slices, result)
+        unreachable = {c.name for c in clusters if not c.ready}
+        self._place_pods(placements, slices, unreachable, result)
         return result
 
     def _place(self, ns: ServedMetadata, hards: list[dict[str, Any]], clusters: list[ClusterSnapshot],
-               held: dict[str, dict[str, int]], slices: dict[str, Resources]) -> PoolDecision | None:  # fmt: skip
+               held: dict[str, dict[str, int]], slices: dict[str, Resources], placements: dict[str, dict[str, int]],
+               result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
         name = ns.name
         decision = decide_namespace(name=name, annotations=ns.annotations, hards=hards, clusters=clusters, held=held,
                                     slices=slices, policy=self._policy)  # fmt: skip
@@ -99,14 +125,25 @@ class PoolActivities:
             return None
         if isinstance(decision, Refuse):
             return self._refuse(ns, decision)
-        held[name], slices[name] = decision.placement, decision.slice
+        # What the scheduler last wrote: a user's edit or clear leaves it, so it says where pods run now.
+        previous = scheduled_of(ns.annotations) or placement_of(ns.annotations)
+        already = draining_of(ns.annotations)
+        draining = drain_after(previous=previous, placement=decision.placement, draining=already)
+        placements[name], slices[name] = decision.placement, decision.slice
+        held[name] = holding(decision.placement, draining)
         placement_json = json.dumps(decision.placement, sort_keys=True)
         self._core.patch_namespace(name, {"metadata": {"annotations": {
             PLACEMENTS_ANNOTATION: placement_json, SCHEDULED_ANNOTATION: placement_json,
             PLACED_SLICE_ANNOTATION: json.dumps(decision.slice.to_kubernetes(), sort_keys=True),
             PLACEMENT_STATUS_ANNOTATION: placement_status(decision),
+            DRAINING_ANNOTATION: json.dumps(draining, sort_keys=True) if draining else None,
         }}})  # fmt: skip
         self._event(ns, "Scheduled", f"{decision.count} slices placed: {placement_json} ({decision.message})")
+        if draining:
+            result.draining[name] = draining
+            if draining != already:
+                self._event(ns, "Draining", f"slices leave {json.dumps(draining, sort_keys=True)}: pods are "
+                                            "recreated elsewhere before anything is removed there")  # fmt: skip
         Metrics.of_activity().placed(clusters=decision.placement)
         return PoolDecision(namespace=name, placement=decision.placement, reason=decision.message,
                             diagnosis=decision.diagnosis)  # fmt: skip
@@ -122,9 +159,18 @@ class PoolActivities:
         return PoolDecision(namespace=ns.name, placement=None, reason=f"{decision.reason}: {decision.message}",
                             diagnosis=decision.diagnosis)  # fmt: skip
 
-    def _place_pods(self, held: dict[str, dict[str, int]], slices: dict[str, Resources], result: PoolPassResult) -> None:
+    def _place_pods(self, held: dict[str, dict[str, int]], slices: dict[str, Resources], unreachable: set[str],
+                    result: PoolPassResult) -> None:  # fmt: skip
+        """Pods not placed yet go to a cluster of their namespace's placement; a pod on an Unreachable
+        cluster of the placement (its namespace fits nowhere else) says so. Pods on a cluster that left the
+        placement are `move_pods`'s."""
         listed = [(served_metadata(pod), pod) for pod in self._core.list_pod_for_all_namespaces().items]
         pods = [(meta, pod) for meta, pod in listed if held.get(meta.namespace or "")]
+        for meta, pod in pods:
+            cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
+            if cluster in held[meta.namespace or ""] and not _ended(meta, pod):
+                self._tell_reachability(meta, pod, cluster or "", unreachable=cluster in unreachable,
+                                        why="its namespace's slices fit in no other super cluster")  # fmt: skip
         used: dict[tuple[str, str], Resources] = {}
         waiting: list[tuple[ServedMetadata, k8s.V1Pod]] = []
         for meta, pod in pods:
@@ -142,20 +188,125 @@ class PoolActivities:
                                     used={c: used.get((ns, c), Resources()) for c in held[ns]})  # fmt: skip
             pod_key = f"{ns}/{meta.name}"
             if choice.cluster is None:
-                result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
-                self._event(meta, "FailedScheduling", f"fits in no super cluster of {ns}: {result.pods_unplaced[pod_key]}",
-                            warning=True, kind="Pod")  # fmt: skip
+                why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
+                status = unschedulable_status(why=why, now=_now())
+                if not says(_raw(self._tenant, pod).get("status"), status):  # said once, not at every pass
+                    self._core.patch_namespaced_pod_status(meta.name, ns, {"status": status})
+                    self._event(meta, "FailedScheduling", f"fits in no super cluster of {ns}: {why}", warning=True,
+                                kind="Pod")  # fmt: skip
                 continue
             self._core.patch_namespaced_pod(meta.name, ns,
                                             {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: choice.cluster}}})
             used[(ns, choice.cluster)] = used.get((ns, choice.cluster), Resources()) + requests
             result.pods_placed[pod_key] = choice.cluster
 
+    def _tell_reachability(self, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, *, unreachable: bool,
+                           why: str) -> None:  # fmt: skip
+        """A pod on an Unreachable cluster says so (condition and status.reason); once its cluster answers
+        again, the condition says so too (the cluster's syncer clears the reason with its next push)."""
+        status = _raw(self._tenant, pod).get("status") or {}
+        if unreachable:
+            patch = unreachable_status(cluster=cluster, why=why, now=_now())
+        elif (condition_of(status, POD_SUPER_CLUSTER_CONDITION) or {}).get("status") == "False":
+            patch = ready_again_status(cluster=cluster, now=_now())
+        else:
+            return
+        if not says(status, patch):
+            self._core.patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
+
+    def _namespace_pods(self, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, k8s.V1Pod, PodView]]]:
+        ns = served_metadata(self._core.read_namespace(namespace))
+        pods = []
+        for pod in self._core.list_namespaced_pod(namespace).items:
+            meta = served_metadata(pod)
+            view = PodView(name=meta.name, cluster=meta.annotations.get(POD_CLUSTER_ANNOTATION),
+                           moved_from=meta.annotations.get(MOVED_FROM_ANNOTATION),
+                           phase=pod.status.phase if pod.status else None, deleting=meta.deleting)  # fmt: skip
+            pods.append((meta, pod, view))
+        return ns, sorted(pods, key=lambda item: (item[0].created, item[0].name))
+
+    @activity.defn
+    def move_pods(self, move: MoveInput) -> MoveProgress:
+        """The saga's second step: every live pod on a cluster its namespace's placement left is recreated on
+        one of the placement's (annotations first read, then a Pending status; then the new cluster). A pod
+        that fits nowhere stays where it is, and says why. Idempotent: a moved pod is on the placement."""
+        ns, pods = self._namespace_pods(move.namespace)
+        placement, draining, slice_ = placement_of(ns.annotations), draining_of(ns.annotations), held_slice(ns.annotations)
+        progress = MoveProgress(namespace=move.namespace, draining=draining)
+        if not placement or slice_ is None:
+            return progress  # not placed (refused): nowhere to move to; its pods stay and the pass says why
+        unreachable = {name for name, health in self._health().items() if health}
+        used: dict[str, Resources] = {}
+        for _, pod, view in pods:
+            if view.live and view.cluster in placement:
+                used[view.cluster] = used.get(view.cluster, Resources()) + pod_requests(_raw(self._tenant, pod))
+        for meta, pod, view in pods:
+            if not must_move(view, placement):
+                continue
+            old = view.cluster or ""
+            requests = pod_requests(_raw(self._tenant, pod))
+            choice = choose_cluster(requests=requests, placement=placement, slice_=slice_, used=used)
+            if choice.cluster is None:
+                why = progress.stuck[meta.name] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
+                self._tell_reachability(meta, pod, old, unreachable=old in unreachable, why=why)
+                continue
+            # Pending first, then the annotations, on the status just written: if the old cluster's syncer
+            # pushed Running in between, the second write is refused and the next try starts over.
+            written: k8s.V1Pod = self._core.patch_namespaced_pod_status(meta.name, move.namespace, {
+                "status": recreating_status(old=old, new=choice.cluster, now=_now())})  # fmt: skip
+            self._core.patch_namespaced_pod(meta.name, move.namespace, {"metadata": {
+                "resourceVersion": written.metadata.resource_version if written.metadata else None,
+                "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster, MOVED_FROM_ANNOTATION: view.moved_from or old},
+            }})  # fmt: skip
+            used[choice.cluster] = used.get(choice.cluster, Resources()) + requests
+            progress.moved[meta.name] = f"{old} → {choice.cluster}"
+            self._event(meta, "MovedPod", f"recreated on super cluster {choice.cluster}: its slices left {old}",
+                        kind="Pod")  # fmt: skip
+        ns, pods = self._namespace_pods(move.namespace)  # as the moves left them
+        views = [view for _, _, view in pods]
+        progress.waiting = [v.name for v in views if v.moved_from is not None and v.live and v.phase != "Running"]
+        progress.finishable = finished_clusters(draining=draining, placement=placement, pods=views)
+        return progress
+
+    @activity.defn
+    def finish_move(self, move: MoveInput) -> MoveProgress:
+        """The saga's last step, for the draining clusters whose moved pods all run: moved-from is cleared on
+        their pods, then the clusters leave `draining` (their syncers delete the namespace there). Each
+        write is idempotent, and a crash between them leaves a state the next try finishes."""
+        ns, pods = self._namespace_pods(move.namespace)
+        placement, draining = placement_of(ns.annotations), draining_of(ns.annotations)
+        done = finished_clusters(draining=draining, placement=placement, pods=[view for _, _, view in pods])
+        for meta, pod, view in pods:
+            if view.moved_from in done:
+                self._core.patch_namespaced_pod(meta.name, move.namespace,
+                                                {"metadata": {"annotations": {MOVED_FROM_ANNOTATION: None}}})
+                if view.live:
+                    self._tell_reachability(meta, pod, view.cluster or "", unreachable=False, why="")
+        left = {c: n for c, n in draining.items() if c not in done}
+        if done:
+            self._core.patch_namespace(move.namespace, {"metadata": {"annotations": {
+                DRAINING_ANNOTATION: json.dumps(left, sort_keys=True) if left else None}}})  # fmt: skip
+            self._event(ns, "MoveFinished", f"every pod moved from {', '.join(done)} runs elsewhere: removed there")
+        return MoveProgress(namespace=move.namespace, draining=left, finishable=done)
+
+    def _health(self) -> dict[str, bool]:
+        """Whether each super cluster drains (Unreachable), as the prober last wrote it."""
+        return {obj["metadata"]["name"]: health_from_status(obj.get("status")).drains
+                for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS)}  # fmt: skip
+
     def _event(self, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *, warning: bool = False,
                kind: str = "Namespace") -> None:  # fmt: skip
         record_event(self._tenant, {"apiVersion": "v1", "kind": kind, "metadata": {
             "name": obj.name, "namespace": obj.namespace, "uid": obj.uid}},
             reason=reason, message=message, warning=warning)  # fmt: skip
+
+
+def _now() -> str:
+    return rfc3339(datetime.now(UTC))
+
+
+def _ended(meta: ServedMetadata, pod: k8s.V1Pod) -> bool:
+    return meta.deleting or (pod.status.phase if pod.status else None) in ("Succeeded", "Failed")
 
 
 def _raw(api: k8s.ApiClient, pod: k8s.V1Pod) -> dict[str, Any]:

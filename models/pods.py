@@ -8,6 +8,8 @@ models/pool/sync.py and workers/syncer.py) share, so that both copy the same way
 - The origin pod shows the copy's status as a kubelet would report it; never what describes the other
   cluster's machines (hostIP, hostIPs: a node of another cluster) or what the origin's API server
   computes for itself (qosClass).
+- A reason and message the copy does not have are cleared on the origin: they were said of an earlier
+  state (an eviction, or the pool's own SuperClusterUnreachable/Recreating) and would outlive it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 # What of a copy's status the origin pod shows.
 COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
                  "reason", "message")  # fmt: skip
+CLEARED_WHEN_ABSENT = ("reason", "message")
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
@@ -40,5 +43,6 @@ def strip_service_account_token(spec: dict[str, Any]) -> None:
 
 
 def copied_status(copy_status: dict[str, Any]) -> dict[str, Any]:
-    """What of the copy's status the origin pod shows."""
-    return {k: copy_status[k] for k in COPIED_STATUS if k in copy_status}
+    """What of the copy's status the origin pod shows (None: cleared, as a patch says it)."""
+    shown = {k: copy_status[k] for k in COPIED_STATUS if k in copy_status}
+    return {**{k: None for k in CLEARED_WHEN_ABSENT}, **shown}

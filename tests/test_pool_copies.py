@@ -78,7 +78,7 @@ def test_the_origin_shows_the_copys_running_state_and_never_the_other_clusters_m
               "initContainerStatuses": [], "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
     assert copied_status(status) == {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
                                      "reason": "Evicted", "initContainerStatuses": [],
-                                     "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+                                     "startTime": "2026-01-01T00:00:00Z", "message": None}  # fmt: skip
 
 
 # What the pool syncer copies down and brings up (models/pool/sync.py), as vectors.
@@ -252,3 +252,7 @@ def test_only_the_syncers_own_copies_are_deleted_when_stale(kind: str, annotatio
     if "mirrored" in annotations:
         labels["endpointslice.kubernetes.io/managed-by"] = "endpointslicemirroring-controller.k8s.io"
     assert is_copy(kind, {"metadata": {"labels": labels, "annotations": annotations}}) is expected
+
+
+def test_a_reason_the_copy_no_longer_has_is_cleared_on_the_origin() -> None:
+    assert copied_status({"phase": "Running"}) == {"phase": "Running", "reason": None, "message": None}

@@ -31,6 +31,7 @@ def _pod(phase: str = "Running", **meta: Any) -> Obj:
 
 
 PLACED = '{"s1": 2}'
+MOVED = {"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}
 
 
 @pytest.mark.parametrize(
@@ -46,6 +47,12 @@ PLACED = '{"s1": 2}'
         pytest.param(pod_key, _pod(), _pod("Succeeded"), True, id="a pod that ends frees capacity and wakes"),
         pytest.param(pod_key, _pod(), _pod(deletionTimestamp="2026-01-01T00:00:00Z"), True,
                      id="a pod being deleted frees capacity and wakes"),
+        pytest.param(pod_key, _pod("Pending", annotations=MOVED), _pod("Running", annotations=MOVED), True,
+                     id="a moved pod whose new copy runs wakes: its move can finish"),
+        pytest.param(pod_key, _pod("Pending", annotations=MOVED), _pod("Pending", resourceVersion="9", annotations=MOVED),
+                     False, id="a moved pod's status churn before it runs wakes nobody"),
+        pytest.param(pod_key, _pod(annotations=MOVED), _pod(annotations={}), False,
+                     id="the end of a move clearing moved-from wakes nobody"),
         pytest.param(namespace_key, _ns({SLICE_ANNOTATION: "a"}), _ns({SLICE_ANNOTATION: "b"}), True,
                      id="a changed slice wakes"),
         pytest.param(namespace_key, _ns(), _ns({PLACEMENTS_ANNOTATION: PLACED, SCHEDULED_ANNOTATION: PLACED}), False,

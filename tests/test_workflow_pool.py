@@ -14,12 +14,13 @@ from typing import TypeVar
 
 import pytest
 from temporalio import activity
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import TimeSkipper
 from temporalio.worker import Worker
 
-from models.pool.result import PoolDecision, PoolPassResult
+from models.pool.result import MoveInput, MoveProgress, PoolDecision, PoolPassResult
 from workflows.pool import PoolSchedulerWorkflow
 
 pytestmark = [pytest.mark.workflow, pytest.mark.pool]
@@ -62,12 +63,42 @@ async def queried(query: Callable[[], Awaitable[T]], until: Callable[[T], bool])
     return answer
 
 
+class StubSaga(StubPass):
+    """A namespace whose slices drain until its moved pod runs (`runs` set by the test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[str] = []
+        self.runs = False
+        self.finished = False
+
+    @activity.defn(name="schedule_pool")
+    def schedule_pool(self) -> PoolPassResult:
+        self.calls += 1
+        self.steps.append("pass")
+        return PoolPassResult(draining={} if self.finished else {"shop": {"s1": 1}})
+
+    @activity.defn(name="move_pods")
+    def move_pods(self, move: MoveInput) -> MoveProgress:
+        self.steps.append(f"move_pods({move.namespace})")
+        moved = {"web": "s1 → s2"} if self.steps.count(self.steps[-1]) == 1 else {}
+        return MoveProgress(namespace=move.namespace, draining={"s1": 1}, moved=moved,
+                            waiting=[] if self.runs else ["web"], finishable=["s1"] if self.runs else [])  # fmt: skip
+
+    @activity.defn(name="finish_move")
+    def finish_move(self, move: MoveInput) -> MoveProgress:
+        self.steps.append(f"finish_move({move.namespace})")
+        self.finished = True
+        return MoveProgress(namespace=move.namespace, finishable=["s1"])
+
+
 @asynccontextmanager
 async def scheduler(client: Client, stub: StubPass) -> AsyncIterator[WorkflowHandle[PoolSchedulerWorkflow, None]]:
     task_queue = f"test-pool-{uuid.uuid4().hex[:12]}"
+    steps = [stub.move_pods, stub.finish_move] if isinstance(stub, StubSaga) else []
     with ThreadPoolExecutor(2) as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
-                          activities=[stub.schedule_pool], activity_executor=executor):  # fmt: skip
+                          activities=[stub.schedule_pool, *steps], activity_executor=executor):  # fmt: skip
             handle = await client.start_workflow(PoolSchedulerWorkflow.run, id=f"pool-{uuid.uuid4()}",
                                                  task_queue=task_queue)  # fmt: skip
             try:
@@ -134,3 +165,36 @@ async def test_a_pass_that_fails_for_good_is_recorded_and_the_next_change_passes
         error = await queried(lambda: handle.query(PoolSchedulerWorkflow.last_error), lambda e: e is None)
         assert error is None
         assert stub.calls == 2
+
+
+async def test_a_move_is_steps_after_the_pass_that_wait_for_the_moved_pods_and_finish_once_they_run(
+    workflow_client: Client,
+) -> None:
+    stub = StubSaga()
+    skipper = TimeSkipper(workflow_client)
+    async with scheduler(skipper.client, stub) as handle:
+        await settled(lambda: len(stub.steps) >= 2)
+        assert stub.steps == ["pass", "move_pods(shop)"]  # the pod is not running yet: no finish
+        current = await queried(lambda: _details(handle), lambda text: "Moves in progress" in text)
+        assert "| shop | s1×1 | recreated web (s1 → s2); waiting for web to run |" in current, current
+        assert await skipper.fast_forward(handle, timedelta(seconds=50))
+        assert stub.steps == ["pass", "move_pods(shop)"]  # no look again before the backstop
+        assert await skipper.fast_forward(handle, timedelta(seconds=15))
+        await settled(lambda: len(stub.steps) >= 4)
+        assert stub.steps == ["pass", "move_pods(shop)"] * 2  # the backstop: a lost watch event is covered
+        stub.runs = True
+        await handle.signal(PoolSchedulerWorkflow.changed)  # the moved pod runs: its watcher signals
+        await settled(lambda: len(stub.steps) >= 7)
+        assert stub.steps[4:] == ["pass", "move_pods(shop)", "finish_move(shop)"]
+        current = await queried(lambda: _details(handle), lambda text: "Moves in progress" in text)
+        assert "finished leaving s1" in current
+        await handle.signal(PoolSchedulerWorkflow.changed)
+        await settled(lambda: len(stub.steps) >= 8)
+        assert stub.steps[7:] == ["pass"]  # nothing drains any more: no step after the pass
+        current = await queried(lambda: _details(handle), lambda text: "Moves in progress" not in text)
+        assert "Moves in progress" not in current
+
+
+async def _details(handle: WorkflowHandle[PoolSchedulerWorkflow, None]) -> str:
+    metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return str(metadata.current_details)

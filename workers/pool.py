@@ -104,7 +104,8 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
                            loop=asyncio.get_running_loop())
     with ThreadPoolExecutor(8, thread_name_prefix="pool-activity") as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
-                          activities=[activities.schedule_pool], activity_executor=executor,
+                          activities=[activities.schedule_pool, activities.move_pods, activities.finish_move],
+                          activity_executor=executor,
                           interceptors=[KubernetesErrors()]):  # fmt: skip
             prober.start()
             watchers.start()

@@ -3,8 +3,9 @@ tenant namespaces placed on its cluster down (the namespace itself, prefixed wit
 the kinds of models/pool/sync.py: SYNCED_KINDS), only the pods placed on its cluster, and status back up:
 pod status, and, when its cluster is the namespace's status cluster, LoadBalancer addresses and PVC
 binding; Events about the pods' copies become Events on the tenant pods. A namespace whose placement no
-longer names this cluster is deleted here. Behind the feature gate SuperClusterPooling; with the gate off
-it syncs everything, as virtualcluster's syncer does without a pool.
+longer names this cluster, and that no longer drains from it, is deleted here; a pod moved away keeps its
+copy here, silent, until its move ends (models/pool/moves.py). Behind the feature gate SuperClusterPooling;
+with the gate off it syncs everything, as virtualcluster's syncer does without a pool.
 
 Level-triggered: watches wake it and say which kinds of which namespace changed; a pass lists and
 compares both sides of those kinds only, and of every kind at a start, after a relist and every
@@ -34,18 +35,20 @@ from models.names import (
     LABEL_SUPER_CLUSTER,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
-    PLACEMENTS_ANNOTATION,
+    MOVED_FROM_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
 from models.pods import copied_status
-from models.pool.namespaces import SYSTEM_NAMESPACES
+from models.pool.moves import draining_of, scheduled_of
+from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     API_VERSIONS,
     MAX_REMEMBERED_EVENTS,
     SYNCED_KINDS,
     ReflectedEvents,
     copy_for_super,
+    copy_stays_here,
     event_for_tenant,
     in_scope,
     is_copy,
@@ -169,11 +172,9 @@ class Syncer:
             name = ns.name
             if name in SYSTEM_NAMESPACES or name.startswith("kube-") or ns.deleting:
                 continue
-            try:
-                placement = json.loads(ns.annotations.get(PLACEMENTS_ANNOTATION) or "{}")
-            except json.JSONDecodeError:
-                placement = {}
-            if in_scope(placement if isinstance(placement, dict) else {}, self.cluster, pooling=self.pooling):
+            if in_scope(placement_of(ns.annotations), self.cluster, pooling=self.pooling,
+                        scheduled=scheduled_of(ns.annotations),
+                        draining=draining_of(ns.annotations)):  # fmt: skip
                 wanted[name] = super_cluster_namespace(self.tenant_name, name)
         for tenant_ns, target in wanted.items():
             self._sync_namespace(tenant_ns, target)
@@ -226,11 +227,7 @@ class Syncer:
         if not self.pooling:
             return True
         annotations = served_metadata(self.up.read_namespace(tenant_ns)).annotations
-        try:
-            placement = json.loads(annotations.get(PLACEMENTS_ANNOTATION) or "{}")
-        except json.JSONDecodeError:
-            return False
-        return isinstance(placement, dict) and status_cluster(placement) == self.cluster
+        return status_cluster(placement_of(annotations)) == self.cluster
 
     def _status_up(self, tenant_ns: str, sources: dict[str, list[dict[str, Any]]],
                    copies: dict[str, dict[str, dict[str, Any]]]) -> None:  # fmt: skip
@@ -303,11 +300,15 @@ class Syncer:
         mine = set()
         for pod in tenant_pods:
             meta = pod["metadata"]
-            if not pod_goes_here((meta.get("annotations") or {}).get(POD_CLUSTER_ANNOTATION), self.cluster,
-                                 pooling=self.pooling):  # fmt: skip
+            annotations = meta.get("annotations") or {}
+            copy = super_pods.get(meta["name"])
+            if copy_stays_here(annotations.get(MOVED_FROM_ANNOTATION), self.cluster, pooling=self.pooling):
+                if not meta.get("deletionTimestamp"):
+                    mine.add(meta["name"])
+                continue
+            if not pod_goes_here(annotations.get(POD_CLUSTER_ANNOTATION), self.cluster, pooling=self.pooling):
                 continue
             mine.add(meta["name"])
-            copy = super_pods.get(meta["name"])
             if meta.get("deletionTimestamp"):
                 if copy is not None:
                     ignore_not_found(self.down.delete_namespaced_pod, meta["name"], target)
@@ -322,10 +323,21 @@ class Syncer:
                         raise
             else:
                 status = copied_status(copy.get("status") or {})
-                if status and {k: pod.get("status", {}).get(k) for k in status} != status:
-                    self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {"status": status})
+                if {k: pod.get("status", {}).get(k) for k in status} != status:
+                    self._push_status(pod, tenant_ns, status)
         for name in set(super_pods) - mine:
             ignore_not_found(self.down.delete_namespaced_pod, name, target)
+
+    def _push_status(self, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
+        """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
+        copy owns its status now), the write is refused and the next pass reads it anew."""
+        meta = pod["metadata"]
+        try:
+            self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
+                "metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status})  # fmt: skip
+        except ApiException as e:
+            if e.status != 409:
+                raise
 
 
 class _KindApis:

@@ -6,6 +6,12 @@ signal only what a pass reads; a resync once a period, without a signal, uses ca
 nothing is watched (a super cluster's nodes). Its timer runs on across signalled passes: a wake never
 restarts it.
 
+When a pass leaves namespaces draining (their slices leave clusters: models/pool/moves.py), the moves are a
+saga of activities after it, each visible in the history: `move_pods(namespace)` recreates the pods
+elsewhere, and `finish_move(namespace)` removes them from the old clusters once the new copies run. A moved
+pod that starts running signals `changed` (models/pool/triggers.py); a bounded timer is the backstop. The
+state is the namespace's annotations: a worker killed mid-move resumes at the next pass.
+
 A pass that fails for good (a non-retryable error, such as a forbidden call) does not end the workflow:
 the error is shown in its current details and the next change or resync tries again."""
 
@@ -23,7 +29,7 @@ from workflows.search_attributes import SUPER_CLUSTERS
 
 with workflow.unsafe.imports_passed_through():
     from activities.pool import PoolActivities
-    from models.pool.result import PoolPassResult
+    from models.pool.result import MoveInput, MoveProgress, PoolPassResult
 
 PASS_TIMEOUT = timedelta(minutes=2)
 # Unlimited: a pass is retried until it goes through, except what retrying cannot help (non-retryable
@@ -33,6 +39,12 @@ RECHECK = timedelta(minutes=1)  # runs started before RESYNC_ONCE_A_PERIOD: a re
 # The advertisement period's default: nothing in tidepool wakes more often than once a period on its own.
 RESYNC = timedelta(minutes=10)
 RESYNC_ONCE_A_PERIOD = "pool-resync-once-a-period"
+SAGA_MOVES = "pool-saga-moves"
+MOVE_TIMEOUT = timedelta(minutes=2)
+MOVE_RETRY = PASS_RETRY  # as the pass: a step is retried until it goes through, except for good failures
+# A moved pod that runs signals; this only covers a watch event lost. Not sooner: a pod may take a minute to
+# start, and each look is a pass plus a move step.
+MOVE_BACKSTOP = timedelta(minutes=1)
 
 
 @workflow.defn
@@ -43,6 +55,7 @@ class PoolSchedulerWorkflow:
         self._last_error: str | None = None
         self._history: list[str] = []
         self._resync: asyncio.Future[None] | None = None
+        self._moves: dict[str, str] = {}  # namespace -> the step its move is at
 
     @workflow.run
     async def run(self, passes: int = 0) -> None:
@@ -56,13 +69,21 @@ class PoolSchedulerWorkflow:
                 )  # fmt: skip
             except ActivityError as e:
                 self._record_failure(e)
+                draining: dict[str, dict[str, int]] = {}
             else:
                 self._record(result)
+                draining = result.draining
             passes += 1
+            moving = bool(draining) and workflow.patched(SAGA_MOVES) and await self._move(draining)
             if resync_once_a_period:
                 if self._resync is None or self._resync.done():
                     self._resync = asyncio.ensure_future(workflow.sleep(RESYNC, summary="resync"))
-                await workflow.wait_condition(lambda: self._changed or self._resync is None or self._resync.done())
+                try:
+                    await workflow.wait_condition(lambda: self._changed or self._resync is None or self._resync.done(),
+                                                  timeout=MOVE_BACKSTOP if moving else None,
+                                                  timeout_summary="moves in progress: look again")  # fmt: skip
+                except TimeoutError:
+                    pass
             else:
                 try:
                     await workflow.wait_condition(lambda: self._changed, timeout=RECHECK, timeout_summary="recheck")
@@ -70,6 +91,31 @@ class PoolSchedulerWorkflow:
                     pass
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(passes)
+
+    async def _move(self, draining: dict[str, dict[str, int]]) -> bool:
+        """The saga's later steps for each draining namespace; whether a move is still in progress."""
+        in_progress = False
+        for namespace in sorted(draining):
+            try:
+                progress: MoveProgress = await workflow.execute_activity_method(
+                    PoolActivities.move_pods, MoveInput(namespace=namespace), start_to_close_timeout=MOVE_TIMEOUT,
+                    retry_policy=MOVE_RETRY, summary=f"move_pods({namespace})",
+                )  # fmt: skip
+                step = _move_step(progress)
+                if progress.finishable:
+                    progress = await workflow.execute_activity_method(
+                        PoolActivities.finish_move, MoveInput(namespace=namespace), start_to_close_timeout=MOVE_TIMEOUT,
+                        retry_policy=MOVE_RETRY, summary=f"finish_move({namespace})",
+                    )  # fmt: skip
+                    step = f"finished leaving {', '.join(progress.finishable)}" + (f"; {step}" if progress.draining else "")
+            except ActivityError as e:
+                self._record_failure(e)
+                in_progress = True
+                continue
+            self._moves[namespace] = f"{_clusters(progress.draining) or '-'} | {step}"
+            in_progress = in_progress or bool(progress.draining)
+        workflow.set_current_details(self._details())
+        return in_progress
 
     def _record_failure(self, error: ActivityError) -> None:
         """The failure above the last pass that went through."""
@@ -79,6 +125,7 @@ class PoolSchedulerWorkflow:
 
     def _record(self, result: PoolPassResult) -> None:
         self._last, self._last_error = result, None
+        self._moves = {ns: step for ns, step in self._moves.items() if ns in result.draining}  # the others ended
         for decision in result.decisions:
             where = ", ".join(f"{c}×{n}" for c, n in (decision.placement or {}).items()) or "not placed"
             self._history = [f"| {decision.namespace} | {where} | {decision.reason} |", *self._history][:30]
@@ -95,6 +142,9 @@ class PoolSchedulerWorkflow:
         lines += ["| super cluster | state |", "|---|---|"]
         lines += [f"| {name} | {state} |" for name, state in sorted(result.clusters.items())]
         lines += ["", "Recent namespace decisions:", "", "| namespace | placement | why |", "|---|---|---|", *self._history]
+        if self._moves:
+            lines += ["", "Moves in progress:", "", "| namespace | leaving | step |", "|---|---|---|"]
+            lines += [f"| {ns} | {step} |" for ns, step in sorted(self._moves.items())]
         if result.pods_unplaced:
             lines += ["", "Pods waiting:", *[f"- {pod}: {why}" for pod, why in sorted(result.pods_unplaced.items())]]
         return "\n".join(lines)
@@ -111,3 +161,18 @@ class PoolSchedulerWorkflow:
     def last_error(self) -> str | None:
         """Why the last pass failed for good; None once a pass went through."""
         return self._last_error
+
+
+def _clusters(counts: dict[str, int]) -> str:
+    return ", ".join(f"{c}×{n}" for c, n in sorted(counts.items()))
+
+
+def _move_step(progress: MoveProgress) -> str:
+    parts = []
+    if progress.moved:
+        parts.append("recreated " + ", ".join(f"{pod} ({how})" for pod, how in sorted(progress.moved.items())))
+    if progress.waiting:
+        parts.append("waiting for " + ", ".join(progress.waiting) + " to run")
+    if progress.stuck:
+        parts.append("fit nowhere else: " + ", ".join(f"{pod} ({why})" for pod, why in sorted(progress.stuck.items())))
+    return "; ".join(parts) or "pods moved"

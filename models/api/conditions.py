@@ -11,7 +11,7 @@ happened; its Event says so once) plus the few that are only Events (`EventReaso
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,16 +43,27 @@ PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity"]
 # SuperCluster.status.conditions[type=Ready]: the pool's prober (models/pool/health.py). True while it
 # answers, or fails for less than the grace period (ProbeFailing: nothing moves on a blip); False past it.
 SuperClusterReadyReason = Literal["ProbeSucceeded", "ProbeFailing", "Unreachable", "NoReadyNode"]
+# A tenant pod of the pool, as the pool scheduler writes it (models/pool/moves.py): the condition
+# pool.tidepool.io/SuperClusterReady (whether the super cluster it is annotated to runs it), the pod's Ready
+# while it is recreated elsewhere, and status.reason (the STATUS column of `kubectl get pods`).
+PoolPodReason = Literal["SuperClusterReady", "SuperClusterUnreachable", "Recreating"]
+# A tenant pod's PodScheduled, False when it fits in none of its namespace's super clusters.
+PodScheduledReason = Literal["Unschedulable"]
+POD_SUPER_CLUSTER_CONDITION: Final = "pool.tidepool.io/SuperClusterReady"
 
-ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed"]
+ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",
+                        "pool.tidepool.io/SuperClusterReady"]  # fmt: skip
 # What each writer may say, by the object it writes on; `condition` checks a reason against its type.
 REASONS: dict[str, frozenset[str]] = {
     "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
     "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)
-                       + get_args(PeeringCredentialsReason) + get_args(SuperClusterReadyReason)),
+                       + get_args(PeeringCredentialsReason) + get_args(SuperClusterReadyReason)
+                       + get_args(PoolPodReason)),
     "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
     "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
     "Placed": frozenset(get_args(PlacedReason)),
+    "PodScheduled": frozenset(get_args(PodScheduledReason)),
+    POD_SUPER_CLUSTER_CONDITION: frozenset(get_args(PoolPodReason)),
 }
 
 # Reasons that only Events carry: a moment, not a state.
@@ -61,12 +72,15 @@ EventReason = Literal[
     "Expired",  # an Advertisement's timeToLive passed before it was accepted: deleted
     "PodCIDRNotRemapped",  # the network module could not remap a provider's PodCIDR
     "FailedScheduling",  # a pool pod fits in none of its namespace's super clusters
+    "Draining",  # a pool namespace's slices leave super clusters: its pods move before anything is removed
+    "MovedPod",  # a pool pod is recreated on another super cluster of its namespace
+    "MoveFinished",  # every moved pod of a pool namespace runs: the old clusters drop their copies
 ]
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
                  NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason,
-                 SuperClusterReadyReason]  # fmt: skip
+                 SuperClusterReadyReason, PoolPodReason, PodScheduledReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

@@ -18,3 +18,21 @@ class PoolPassResult(BaseModel):
     decisions: list[PoolDecision] = Field(default_factory=list)
     pods_placed: dict[str, str] = Field(default_factory=dict)  # namespace/pod -> cluster
     pods_unplaced: dict[str, str] = Field(default_factory=dict)  # namespace/pod -> why
+    draining: dict[str, dict[str, int]] = Field(default_factory=dict)  # namespace -> clusters its slices leave
+
+
+class MoveInput(BaseModel):
+    """One namespace whose slices drain, for the saga's steps (move_pods, finish_move)."""
+
+    namespace: str
+
+
+class MoveProgress(BaseModel):
+    """Where a namespace's move stands after `move_pods` or `finish_move`."""
+
+    namespace: str
+    draining: dict[str, int] = Field(default_factory=dict)  # cluster -> slices still draining
+    moved: dict[str, str] = Field(default_factory=dict)  # pod -> "old → new", moved by this step
+    waiting: list[str] = Field(default_factory=list)  # moved pods not Running yet
+    stuck: dict[str, str] = Field(default_factory=dict)  # pod -> why it fits nowhere else
+    finishable: list[str] = Field(default_factory=list)  # draining clusters whose move is over

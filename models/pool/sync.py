@@ -21,6 +21,7 @@ import copy
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from models.names import (
@@ -58,14 +59,27 @@ MIRROR_DRIVER = "pool.tidepool.io"
 MAX_REMEMBERED_EVENTS = 10_000
 
 
-def in_scope(placement: dict[str, int], cluster: str, *, pooling: bool) -> bool:
-    """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement;
-    without it, everywhere (one super cluster, as in virtualcluster without a pool)."""
-    return placement.get(cluster, 0) > 0 if pooling else True
+def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, scheduled: Mapping[str, int],
+             draining: Mapping[str, int]) -> bool:  # fmt: skip
+    """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement, and
+    stays on those the scheduler placed it on (a user's edit or clear of the placement takes nothing away
+    before the scheduler has made it a move) and on those it drains from until its move ends
+    (models/pool/moves.py); without the gate, everywhere (one super cluster, as in virtualcluster without a
+    pool)."""
+    if not pooling:
+        return True
+    return any(counts.get(cluster, 0) > 0 for counts in (placement, scheduled, draining))
 
 
 def pod_goes_here(pod_cluster: str | None, cluster: str, *, pooling: bool) -> bool:
+    """The pods this cluster runs, and whose status it pushes up."""
     return pod_cluster == cluster if pooling else True
+
+
+def copy_stays_here(moved_from: str | None, cluster: str, *, pooling: bool) -> bool:
+    """A pod moved away from this cluster keeps its copy here until the move ends (its replacement
+    runs), and this cluster says nothing of it: the new cluster's copy owns the pod's status."""
+    return pooling and moved_from == cluster
 
 
 def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, tenant_namespace: str,

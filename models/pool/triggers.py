@@ -14,7 +14,7 @@ import json
 from collections.abc import Hashable
 from typing import Any
 
-from models.names import PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
+from models.names import MOVED_FROM_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION, SLICE_ANNOTATION
 from models.pool.health import health_from_status
 
 Obj = dict[str, Any]
@@ -43,11 +43,15 @@ def quota_key(obj: Obj) -> Hashable:
 
 
 def pod_key(obj: Obj) -> Hashable:
-    """Whether the pod still holds its namespace's capacity: it stops when it ends or is being deleted.
-    Its placement annotation is the scheduler's own write; its status otherwise is churn."""
+    """Whether the pod still holds its namespace's capacity: it stops when it ends or is being deleted;
+    and, for a pod being moved (models/pool/moves.py), whether its new copy runs yet: that is what finishes
+    the move. Its placement annotation is the scheduler's own write; its status otherwise is churn (the
+    move's own write, Pending, changes the key once)."""
     meta = _meta(obj)
-    done = (obj.get("status") or {}).get("phase") in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
-    return meta.get("uid"), done
+    phase = (obj.get("status") or {}).get("phase")
+    done = phase in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+    moving = bool((meta.get("annotations") or {}).get(MOVED_FROM_ANNOTATION)) and not done and phase != "Running"
+    return meta.get("uid"), done, moving
 
 
 def super_cluster_key(obj: Obj) -> Hashable:

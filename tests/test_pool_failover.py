@@ -1,0 +1,303 @@
+"""Failover of the pool end to end (issue 16): a tenant control plane, two super clusters of the test's own,
+the real scheduler worker (with its prober) and one syncer per super cluster. A super cluster's control
+plane is stopped (deploy/localenv/clusters.stop_cluster) for longer, or shorter, than the grace period;
+placements are edited and cleared; the worker is killed in the middle of a move. Moving slices is a saga
+(models/pool/moves.py): nothing is removed from a cluster before the replacement runs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
+from deploy.localenv.env import EnvState
+from kube.objects import apply_cluster_object, read_cluster_object
+from models.api.conditions import POD_SUPER_CLUSTER_CONDITION
+from models.names import (
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    DRAINING_ANNOTATION,
+    MOVED_FROM_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POD_CLUSTER_ANNOTATION,
+    SUPER_CLUSTERS,
+)
+from tests.kube import create_namespace, create_node
+from tests.replay import replay_all_runs
+from tests.running import eventually, worker_settings
+from workers.pool import run
+from workers.syncer import Syncer
+
+pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
+
+PROBE_SECONDS, GRACE_SECONDS = 2, 10
+
+
+@dataclass
+class Pool:
+    tenant: LocalCluster
+    supers: dict[str, LocalCluster]
+    start_worker: Callable[[], None]
+    stop_worker: Callable[[], None]  # a kill: the task is cancelled, whatever it was doing
+    syncers: dict[str, Syncer] = field(default_factory=dict)
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.tenant.api_client())
+
+
+@pytest.fixture
+async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
+    tenant = make_cluster("tenant")
+    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
+    api = tenant.api_client()
+    create_namespace(api, "tidepool-system")
+    apply_cluster_object(api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+        "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": GRACE_SECONDS}}})  # fmt: skip
+    for name, cluster in supers.items():
+        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
+        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"},
+            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
+        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
+            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+    syncers = {n: Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start()
+               for n, c in supers.items()}  # fmt: skip
+    tasks: list[asyncio.Task[None]] = []
+
+    def start_worker() -> None:
+        tasks.append(asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=asyncio.Event(),
+                                             task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}")))
+
+    def stop_worker() -> None:
+        tasks[-1].cancel()
+
+    start_worker()
+    try:
+        yield Pool(tenant, supers, start_worker, stop_worker, syncers)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for syncer in syncers.values():
+            syncer.stop()
+
+
+def _cluster_ops(localenv: EnvState) -> tuple[Callable[[LocalCluster], None], Callable[[LocalCluster], None]]:
+    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
+    return (lambda c: stop_cluster(c.name, binaries=binaries, workdir=workdir),
+            lambda c: start_cluster(c, binaries=binaries, workdir=workdir))  # fmt: skip
+
+
+def _namespace(pool: Pool, name: str, *, slices: int, pods: int) -> None:
+    pool.core.create_namespace(k8s.V1Namespace.model_validate(
+        {"metadata": {"name": name, "annotations": {"pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}}))
+    pool.core.create_namespaced_resource_quota(name, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
+        "spec": {"hard": {"cpu": str(slices), "memory": f"{2 * slices}Gi"}}}))  # fmt: skip
+    for i in range(pods):
+        pool.core.create_namespaced_pod(name, k8s.V1Pod.model_validate({"metadata": {"name": f"web-{i}"}, "spec": {
+            "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
+
+
+def _annotations(pool: Pool, namespace: str) -> dict[str, str]:
+    return dict(pool.core.read_namespace(namespace).metadata.annotations or {})
+
+
+def _placement(pool: Pool, namespace: str) -> dict[str, int]:
+    placement: dict[str, int] = json.loads(_annotations(pool, namespace).get(PLACEMENTS_ANNOTATION) or "{}")
+    return placement
+
+
+def _pods(pool: Pool, namespace: str) -> dict[str, k8s.V1Pod]:
+    return {str(p.metadata.name): p for p in pool.core.list_namespaced_pod(namespace).items}
+
+
+def _where(pod: k8s.V1Pod) -> str | None:
+    return (pod.metadata.annotations or {}).get(POD_CLUSTER_ANNOTATION)
+
+
+def _copies(cluster: LocalCluster, namespace: str) -> dict[str, k8s.V1Pod]:
+    core = k8s.CoreV1Api(cluster.api_client())
+    if namespace not in {n.metadata.name for n in core.list_namespace().items if not n.metadata.deletion_timestamp}:
+        return {}
+    return {str(p.metadata.name): p for p in core.list_namespaced_pod(namespace).items
+            if not p.metadata.deletion_timestamp}  # fmt: skip
+
+
+async def _placed_and_running(pool: Pool, namespace: str, pods: int) -> str:
+    """The one cluster the namespace's pods run on, once they all do."""
+
+    def running() -> set[str] | None:
+        listed = _pods(pool, namespace).values()
+        ok = len(listed) == pods and all(p.status.phase == "Running" for p in listed)
+        return {_where(p) or "" for p in listed} if ok else None
+
+    clusters: set[str] = await eventually(running, timeout=60, what=f"{namespace}'s pods Running")
+    assert len(clusters) == 1, clusters
+    return clusters.pop()
+
+
+def _moved_and_running(pool: Pool, namespace: str, old: str, new: str) -> bool:
+    """Every pod on `new`, Running there (the tenant's status is the new copy's), the move finished."""
+    pods = _pods(pool, namespace).values()
+    copies = _copies(pool.supers[new], f"t1-{namespace}")
+    return (all(_where(p) == new and p.status.phase == "Running" and MOVED_FROM_ANNOTATION not in (p.metadata.annotations or {})
+                and str(p.metadata.name) in copies and copies[str(p.metadata.name)].status.phase == "Running"
+                for p in pods)
+            and DRAINING_ANNOTATION not in _annotations(pool, namespace))  # fmt: skip
+
+
+def _state(pool: Pool, namespace: str) -> str:
+    """What a failed wait shows: the namespace's annotations, its pods and every cluster's copies."""
+    pods = {n: ((p.metadata.annotations or {}), p.status.phase, p.status.reason) for n, p in _pods(pool, namespace).items()}
+    copies = {c: {n: p.status.phase for n, p in _copies(cluster, f"t1-{namespace}").items()}
+              for c, cluster in pool.supers.items()}  # fmt: skip
+    return f"annotations {_annotations(pool, namespace)}; pods {pods}; copies {copies}"
+
+
+async def _until(pool: Pool, namespace: str, check: Callable[[], bool], *, timeout: float, what: str) -> None:
+    try:
+        await eventually(check, timeout=timeout, what=what)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {_state(pool, namespace)}") from e
+
+
+def _super_cluster_reason(pool: Pool, name: str) -> str | None:
+    obj = read_cluster_object(pool.tenant.api_client(), SUPER_CLUSTERS, name) or {}
+    ready: dict[str, Any] = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), {})
+    reason: str | None = ready.get("reason")
+    return reason
+
+
+def _condition(pod: k8s.V1Pod, type_: str) -> Any:
+    return next((c for c in pod.status.conditions or [] if c.type == type_), None)
+
+
+async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_none_twice_when_back(
+    pool: Pool, localenv: EnvState, temporal_client: Client, unique: str
+) -> None:
+    stop, start = _cluster_ops(localenv)
+    _namespace(pool, "shop", slices=1, pods=2)  # one slice: one cluster
+    old = await _placed_and_running(pool, "shop", 2)
+    new = next(n for n in pool.supers if n != old)
+    before = {name: p.metadata.uid for name, p in _pods(pool, "shop").items()}
+
+    stop(pool.supers[old])
+    try:
+        await eventually(lambda: _super_cluster_reason(pool, old) == "Unreachable", timeout=GRACE_SECONDS + 30,
+                         what=f"{old} Unreachable")  # fmt: skip
+        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=90,
+                     what=f"the pods Running on {new}")  # fmt: skip
+        pods = _pods(pool, "shop")
+        assert {name: p.metadata.uid for name, p in pods.items()} == before  # the same pods: nothing lost
+        assert _placement(pool, "shop") == {new: 1}
+        for pod in pods.values():
+            assert not pod.status.reason, pod.status  # the new copy's status: no stale Recreating
+            assert _condition(pod, POD_SUPER_CLUSTER_CONDITION).status == "True"
+    finally:
+        start(pool.supers[old])
+    # Back: its syncer deletes the namespace there (its move finished); nothing of it runs twice.
+    await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copies gone")
+    copies = _copies(pool.supers[new], "t1-shop")
+    for name, pod in _pods(pool, "shop").items():  # no stale status pushed up by the cluster that came back
+        assert _where(pod) == new and pod.status.phase == "Running" and pod.status.pod_ip == copies[name].status.pod_ip
+    await replay_all_runs(temporal_client, f"pool-scheduler-{unique}")
+
+
+async def test_a_stop_shorter_than_the_grace_period_moves_nothing(pool: Pool, localenv: EnvState) -> None:
+    stop, start = _cluster_ops(localenv)
+    apply_cluster_object(pool.tenant.api_client(), CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
+        "metadata": {"name": CLUSTER_CONFIG_NAME},
+        "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": 60}}})  # fmt: skip
+    _namespace(pool, "shop", slices=1, pods=1)
+    old = await _placed_and_running(pool, "shop", 1)
+    stop(pool.supers[old])
+    try:
+        await eventually(lambda: _super_cluster_reason(pool, old) == "ProbeFailing", timeout=30,
+                         what=f"{old} Suspect: the prober saw the stop")  # fmt: skip
+    finally:
+        start(pool.supers[old])
+    await eventually(lambda: _super_cluster_reason(pool, old) == "ProbeSucceeded", timeout=30, what=f"{old} Ready again")
+    assert _placement(pool, "shop") == {old: 1}
+    assert DRAINING_ANNOTATION not in _annotations(pool, "shop")
+    pod = _pods(pool, "shop")["web-0"]
+    assert _where(pod) == old and pod.status.phase == "Running" and not pod.status.reason
+    assert "web-0" in _copies(pool.supers[old], "t1-shop")
+
+
+async def _watch_no_delete_before_run(pool: Pool, namespace: str, old: str, new: str, stop: asyncio.Event) -> list[str]:
+    """Until `stop`: every moment a pod had neither its old copy nor a Running new one (the saga forbids it)."""
+    gaps: list[str] = []
+    while not stop.is_set():
+        old_copies, new_copies = _copies(pool.supers[old], f"t1-{namespace}"), _copies(pool.supers[new], f"t1-{namespace}")
+        for name in _pods(pool, namespace):
+            if name not in old_copies and (name not in new_copies or new_copies[name].status.phase != "Running"):
+                gaps.append(name)
+        await asyncio.sleep(0.2)
+    return gaps
+
+
+def _fill(pool: Pool, cluster: str) -> None:
+    """Headroom of its whole node: the cluster takes no slice, so the scheduler places elsewhere."""
+    apply_cluster_object(pool.tenant.api_client(), SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
+        "metadata": {"name": cluster}, "spec": {"kubeConfigRef": {"name": f"super-{cluster}", "namespace": "tidepool-system"},
+                                                "headroom": {"cpu": "4", "memory": "8Gi"}}})  # fmt: skip
+
+
+@pytest.mark.parametrize("change", ["edit", "clear", "shrink"])
+async def test_a_changed_placement_moves_pods_running_elsewhere_before_the_old_copy_goes(pool: Pool, change: str) -> None:
+    _namespace(pool, "shop", slices=2 if change == "shrink" else 1, pods=1)
+    await eventually(lambda: _pods(pool, "shop")["web-0"].status.phase == "Running", timeout=60, what="Running")
+    old = _where(_pods(pool, "shop")["web-0"]) or ""
+    new = next(n for n in pool.supers if n != old)
+    if change == "shrink":
+        assert _placement(pool, "shop") == {"s1": 1, "s2": 1}  # spread: the shrink takes one cluster away
+    done = asyncio.Event()
+    watch = asyncio.create_task(_watch_no_delete_before_run(pool, "shop", old, new, done))
+    if change == "edit":
+        pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
+    elif change == "clear":
+        _fill(pool, old)
+        pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: None}}})
+    else:
+        _fill(pool, old)
+        pool.core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "1", "memory": "2Gi"}}})
+    try:
+        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=90,
+                     what=f"the pod Running on {new}")  # fmt: skip
+        await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
+    finally:
+        done.set()
+    assert _placement(pool, "shop") == {new: 1}
+    assert await watch == []
+
+
+async def test_a_worker_killed_in_the_middle_of_a_move_converges(pool: Pool) -> None:
+    _namespace(pool, "shop", slices=1, pods=1)
+    old = await _placed_and_running(pool, "shop", 1)
+    new = next(n for n in pool.supers if n != old)
+    pool.syncers[new].stop()  # the new copy cannot start: the move stays in the middle
+    pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
+    pod = await eventually(lambda: (p := _pods(pool, "shop")["web-0"]).metadata.annotations.get(MOVED_FROM_ANNOTATION) == old
+                           and p, timeout=60, what="the pod moved")  # fmt: skip
+    assert pod.status.phase == "Pending" and pod.status.reason == "Recreating"
+    assert json.loads(_annotations(pool, "shop")[DRAINING_ANNOTATION]) == {old: 1}
+    assert "web-0" in _copies(pool.supers[old], "t1-shop")  # the old copy runs on meanwhile
+    pool.stop_worker()
+    await asyncio.sleep(1)
+    pool.syncers[new] = Syncer(tenant=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(), cluster=new,
+                               tenant_name="t1").start()  # fmt: skip
+    pool.start_worker()
+    await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=90, what="the move finished")
+    await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")

@@ -19,6 +19,7 @@ BENCHMARKS = (
     "push_latency",
     "actions_per_day",
     "offload_latency",
+    "pool_failover",
     "peering_scale",
     "resource_compute",
 )

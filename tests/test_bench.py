@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, Histor
 
 from bench.actions_per_day import count_actions
 from bench.common import figure_line, percentile
+from bench.pool_failover import Tracked, duplicated, samples, tail_percentile
 from bench.pool_placement import generate
 from bench.soak import (
     LossLedger,
@@ -245,3 +247,42 @@ def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_runnin
     assert figures["offloaded_pods_lost"]["baseline"] > 0  # some offloaded pods were followed
     assert figures["actions_per_peering_day_consumer"]["params"]["accepted_peerings"] == 2
     assert set(Path(tempfile.gettempdir()).glob("tidepool-soak-*")) == before  # torn down, state removed
+
+
+def test_a_failover_miss_is_an_infinite_sample_that_makes_the_tail_infinite_but_not_the_median() -> None:
+    tracked = [Tracked("a", f"p{i}", f"u{i}", since=10.0) for i in range(4)]
+    measured = samples(tracked, {("a", "p0"): 12.0, ("a", "p1"): 14.0, ("a", "p2"): 16.0})
+    assert measured == [2.0, 4.0, 6.0, math.inf]  # one sample per pod: a miss is never left out
+    assert tail_percentile(measured, 50) == pytest.approx(5.0)
+    assert tail_percentile(measured, 99) == math.inf
+    assert tail_percentile(measured[:3], 99) == pytest.approx(5.96)
+    assert json.loads(figure_line("failover_seconds_p99", math.inf, "s", baseline=6.0))["value"] == math.inf
+
+
+def test_a_pod_is_duplicated_when_copies_run_on_two_clusters() -> None:
+    assert duplicated({"s1": {("a", "p0"), ("a", "p1")}, "s2": {("a", "p1")}, "s3": {("b", "p1")}}) == {("a", "p1")}
+    assert duplicated({"s1": set(), "s2": {("a", "p0")}}) == set()
+
+
+FAILOVER_FIGURES = {"failover_seconds_p50", "failover_seconds_p99", "baseline_failover_seconds_p50",
+                    "baseline_failover_seconds_p99", "pods_lost", "pods_duplicated_after_return"}  # fmt: skip
+
+
+@pytest.mark.env
+@pytest.mark.failover
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_FAILOVER"),
+                    reason="four clusters of its own for minutes: set TIDEPOOL_BENCH_FAILOVER=1 to run it")  # fmt: skip
+def test_a_small_failover_run_prints_every_figure_and_loses_and_duplicates_no_pod(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.pool_failover import run
+
+    run({"namespaces": 3, "pods": 2, "grace_seconds": 10, "probe_seconds": 2, "deadline_seconds": 180,
+         "settle_seconds": 90})  # fmt: skip
+    figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+               for f in [json.loads(line)]}  # fmt: skip
+    assert set(figures) == FAILOVER_FIGURES
+    assert figures["failover_seconds_p99"]["params"]["affected"] > 0  # the stopped cluster ran some pool pods
+    assert figures["pods_lost"]["value"] == 0, figures["pods_lost"]["params"]["lost"]
+    assert figures["pods_duplicated_after_return"]["value"] == 0, figures["pods_duplicated_after_return"]["params"]

@@ -17,14 +17,12 @@ from temporalio import activity
 
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, read_cluster_object, record_event
-from models.api import ClusterConfig, SuperCluster
+from kube.objects import list_cluster_objects, read_cluster_config, record_event
+from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
 from models.api.common import rfc3339
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
 from models.names import (
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     DRAINING_ANNOTATION,
     MANDATORY_ANNOTATION,
     MOVED_FROM_ANNOTATION,
@@ -74,11 +72,6 @@ class PoolActivities:
         self._tenant = tenant
         self._core = k8s.CoreV1Api(tenant)
 
-    def _pool_config(self) -> PoolConfig:
-        """ClusterConfig `tidepool` spec.pool in the tenant control plane; absent, the defaults."""
-        obj = read_cluster_object(self._tenant, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
-        return ClusterConfig.from_kubernetes(obj or {"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}}).spec.pool
-
     def _snapshots(self, pool: PoolConfig) -> tuple[list[ClusterSnapshot], dict[str, str]]:
         """The super clusters as the prober (workers/pool_health.py) last recorded them on their status:
         the pass never probes on its own, so one failed call here can move nothing. Each keeps free its
@@ -97,7 +90,7 @@ class PoolActivities:
 
     @activity.defn
     def schedule_pool(self) -> PoolPassResult:
-        pool = self._pool_config()
+        pool = read_cluster_config(self._tenant).spec.pool  # ClusterConfig `tidepool` of the tenant control plane
         clusters, health = self._snapshots(pool)
         result = PoolPassResult(clusters=health)
         quotas: dict[str, list[dict[str, Any]]] = {}

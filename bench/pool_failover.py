@@ -23,7 +23,6 @@ POLL seconds, so each carries up to that much error.
 from __future__ import annotations
 
 import asyncio
-import base64
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,7 @@ from kubernetes import client as k8s
 
 from bench.common import emit, local_env, log, percentile
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import start_cluster, stop_cluster
+from deploy.localenv.clusters import join_pool, start_cluster, stop_cluster
 from kube.objects import apply_cluster_object
 from models.names import (
     API_VERSION,
@@ -47,7 +46,6 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SLICE_ANNOTATION,
-    SUPER_CLUSTERS,
 )
 from tests.kube import create_namespace, create_node
 from tests.running import eventually, worker_settings
@@ -140,11 +138,7 @@ def _setup(tenant: k8s.ApiClient, supers: Mapping[str, Any], params: Mapping[str
     slices = 2 * params["namespaces"]  # every cluster can take every namespace: room for the failed one's
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu=str(slices), memory=f"{2 * slices}Gi", pods="1000")
-        k8s.CoreV1Api(tenant).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({
-            "metadata": {"name": f"super-{name}"},
-            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(tenant, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
-            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+        join_pool(tenant, name, cluster.kubeconfig)
 
 
 def _workload(core: k8s.CoreV1Api, namespaces: Sequence[str], pods: int) -> None:

@@ -13,9 +13,10 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from models.api.clusterconfig import ClusterConfig
 from models.api.common import rfc3339
 from models.api.conditions import ConditionValue, Reason
-from models.names import GROUP, VERSION
+from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, GROUP, VERSION
 
 FIELD_MANAGER = "tidepool"
 APPLY = "application/apply-patch+yaml"
@@ -51,6 +52,12 @@ def read_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> dict[str,
         if e.status == 404:
             return None
         raise
+
+
+def read_cluster_config(api: k8s.ApiClient) -> ClusterConfig:
+    """The cluster's ClusterConfig `tidepool`; absent, the defaults."""
+    obj = read_cluster_object(api, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
+    return ClusterConfig.from_kubernetes(obj) if obj else ClusterConfig.default()
 
 
 def list_cluster_objects(api: k8s.ApiClient, plural: str, **kwargs: Any) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ clusters, the real scheduler worker and one syncer per super cluster."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.clusters import LocalCluster, join_pool
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object
 from models.names import (
@@ -48,10 +47,7 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
     create_namespace(api, "tidepool-system")
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
-        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"},
-            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
-            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+        join_pool(api, name, cluster.kubeconfig)
     syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
     stop = asyncio.Event()
     task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,

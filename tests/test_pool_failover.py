@@ -7,7 +7,6 @@ placements are edited and cleared; the worker is killed in the middle of a move.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
+from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, read_cluster_object
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION
@@ -68,10 +67,7 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
         "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": GRACE_SECONDS}}})  # fmt: skip
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
-        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"},
-            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
-            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+        join_pool(api, name, cluster.kubeconfig)
     syncers = {n: Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start()
                for n, c in supers.items()}  # fmt: skip
     tasks: list[asyncio.Task[None]] = []

@@ -6,7 +6,6 @@ then the real pool worker's prober against real super clusters whose control pla
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -14,18 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
+from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from deploy.localenv.temporal import free_port
 from kube.metrics import SUPER_CLUSTER_HEALTH
-from kube.objects import apply_cluster_object, read_cluster_object, with_condition
+from kube.objects import read_cluster_object, with_condition
 from models.api.conditions import condition
-from models.names import API_VERSION, SUPER_CLUSTERS, SYSTEM_NAMESPACE
+from models.names import SUPER_CLUSTERS, SYSTEM_NAMESPACE
 from models.pool.health import UNKNOWN, Health, ProbeOutcome, health_from_status, next_health
 from models.resources import Resources
 from models.settings import MetricsSettings
@@ -242,11 +240,7 @@ async def prober(localenv: EnvState, make_cluster: Callable[[str], LocalCluster]
     create_namespace(api, SYSTEM_NAMESPACE)
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")
-        k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate(
-            {"metadata": {"name": f"super-{name}"},
-             "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
-            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
+        join_pool(api, name, cluster.kubeconfig)
     port = free_port()
     settings = worker_settings(localenv, tenant, f"pool-{unique}").model_copy(
         update={"metrics": MetricsSettings(port=port)}

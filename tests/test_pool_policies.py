@@ -6,7 +6,6 @@ the placement and the namespace's copies in the super clusters; moving pods is t
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
+from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, read_cluster_object
 from models.names import (
@@ -70,10 +69,7 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
     result.configure()
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")
-        k8s.CoreV1Api(api).create_namespaced_secret("tidepool-system", k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"},
-            "data": {"kubeconfig": base64.b64encode(cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(api, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
-            "metadata": {"name": name}, "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": "tidepool-system"}}})  # fmt: skip
+        join_pool(api, name, cluster.kubeconfig)
     syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
     stop = asyncio.Event()
     task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,

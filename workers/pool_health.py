@@ -25,10 +25,10 @@ from temporalio.exceptions import ApplicationError
 from kube.clients import SecretClients
 from kube.errors import as_application_error
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_object, with_condition
-from models.api import ClusterConfig, SuperCluster
+from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_config, with_condition
+from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
-from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, SUPER_CLUSTERS
+from models.names import SUPER_CLUSTERS
 from models.pool.health import Health, ProbeOutcome, health_from_status, next_health
 from models.resources import Resources
 
@@ -65,7 +65,7 @@ class HealthProber:
 
     def probe_round(self) -> int:
         """Probes every SuperCluster once and writes what changed; returns the seconds until the next round."""
-        config = _pool_config(self._tenant)
+        config = read_cluster_config(self._tenant).spec.pool
         listed = list_cluster_objects(self._tenant, SUPER_CLUSTERS)
         clusters = [SuperCluster.from_kubernetes(obj) for obj in listed]
         timeout = min(MAX_REQUEST_TIMEOUT, float(config.probe_interval_seconds))
@@ -110,11 +110,6 @@ class HealthProber:
         status: dict[str, Any] = {**health.status(), "conditions": with_condition(value, conditions) if value else conditions}
         patch_cluster_object_status(self._tenant, SUPER_CLUSTERS, name, status)
         log.info("super cluster %s: %s (%s)", name, health.state, health.message)
-
-
-def _pool_config(tenant: k8s.ApiClient) -> PoolConfig:
-    obj = read_cluster_object(tenant, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
-    return ClusterConfig.from_kubernetes(obj).spec.pool if obj else PoolConfig()
 
 
 def _said(error: Exception) -> str:

@@ -5,6 +5,7 @@ Used by the local environment (demo and tests)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from deploy.localenv.binaries import Binaries
+from kube.objects import apply_cluster_object, apply_core
+from models.names import API_VERSION, SUPER_CLUSTERS, SYSTEM_NAMESPACE
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
 CREATE_ATTEMPTS = 3
@@ -220,3 +223,16 @@ def wait_for(predicate: Any, *, timeout: float, what: str, interval: float = 0.2
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def join_pool(tenant: k8s.ApiClient, name: str, kubeconfig: Path, *, headroom: dict[str, str] | None = None) -> None:
+    """What a pool's operator does to add a super cluster: its kubeconfig as a Secret in the tenant control
+    plane's tidepool-system (which must exist), and a SuperCluster naming it. Idempotent (applied)."""
+    apply_core(tenant, {"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
+                        "data": {"kubeconfig": base64.b64encode(kubeconfig.read_bytes()).decode()}})  # fmt: skip
+    spec: dict[str, Any] = {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE}}
+    if headroom:
+        spec["headroom"] = headroom
+    apply_cluster_object(tenant, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
+                                                  "metadata": {"name": name}, "spec": spec})  # fmt: skip

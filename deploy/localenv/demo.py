@@ -12,7 +12,6 @@ Everything keeps running for exploring; `make demo-down` (python -m deploy.local
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from deploy.localenv.clusters import fake_node
+from deploy.localenv.clusters import fake_node, join_pool
 from deploy.localenv.env import (
     DEFAULT_STATE_DIR,
     EnvState,
@@ -41,7 +40,6 @@ from models.names import (
     CLUSTER_CONFIGS,
     LABEL_NODE_TYPE,
     PLACEMENTS_ANNOTATION,
-    SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     VIRTUAL_NODE_TYPE,
@@ -181,13 +179,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     core_t = k8s.CoreV1Api(apis["tenant"])
     core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
     for name in PEER_CLUSTERS:
-        core_t.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": f"super-{name}"}, "data": {
-            "kubeconfig": base64.b64encode(Path(state.kubeconfigs[name]).read_bytes()).decode()}}))  # fmt: skip
-        apply_cluster_object(apis["tenant"], SUPER_CLUSTERS, {
-            "apiVersion": API_VERSION, "kind": "SuperCluster", "metadata": {"name": name},
-            "spec": {"kubeConfigRef": {"name": f"super-{name}", "namespace": SYSTEM_NAMESPACE},
-                     "headroom": {"cpu": "1", "memory": "2Gi"}},
-        })  # fmt: skip
+        join_pool(apis["tenant"], name, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
         _spawn(state, pids, f"syncer-{name}", [
             "-m", "workers.syncer", "--tenant-kubeconfig", state.kubeconfigs["tenant"],
             "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)

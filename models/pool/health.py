@@ -25,6 +25,16 @@ from models.resources import Resources
 HealthState = Literal["Unknown", "Ready", "Suspect", "Unreachable"]
 
 
+def accepts_slices(state: HealthState) -> bool:
+    """Whether new slices may be placed on a cluster in this state."""
+    return state == "Ready"
+
+
+def drains(state: HealthState) -> bool:
+    """Whether the slices placed on a cluster in this state move elsewhere (a mandatory placement waits)."""
+    return state == "Unreachable"
+
+
 @dataclass(frozen=True)
 class ProbeOutcome:
     """One probe: `failure` is None when the API answered with at least one Ready, schedulable node;
@@ -45,13 +55,11 @@ class Health:
 
     @property
     def accepts_slices(self) -> bool:
-        """Whether new slices may be placed here."""
-        return self.state == "Ready"
+        return accepts_slices(self.state)
 
     @property
     def drains(self) -> bool:
-        """Whether the slices placed here move elsewhere."""
-        return self.state == "Unreachable"
+        return drains(self.state)
 
     @property
     def summary(self) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from models.pool.health import HealthState
+from models.pool.health import HealthState, accepts_slices, drains
 from models.resources import Resources
 
 Policy = Literal["spread", "pack"]
@@ -54,12 +54,11 @@ class ClusterSnapshot:
 
     @property
     def accepts_slices(self) -> bool:
-        return self.health == "Ready"
+        return accepts_slices(self.health)
 
     @property
     def drains(self) -> bool:
-        """Whether the slices placed here move elsewhere (or, for a mandatory placement, wait for it)."""
-        return self.health == "Unreachable"
+        return drains(self.health)
 
 
 def headroom(*, allocatable: Resources, reserved: Resources, percent: int) -> Resources:

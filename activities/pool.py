@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from kube.metadata import ServedMetadata, served_metadata
@@ -41,6 +42,7 @@ from models.pool.moves import (
     draining_of,
     finished_clusters,
     holding,
+    moved_from,
     must_move,
     ready_again_status,
     recreating_status,
@@ -222,7 +224,15 @@ class PoolActivities:
             self._core.patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
 
     def _namespace_pods(self, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, k8s.V1Pod, PodView]]]:
-        ns = served_metadata(self._core.read_namespace(namespace))
+        """The namespace and its pods; a namespace gone or going since the pass has nothing left to move."""
+        try:
+            ns = served_metadata(self._core.read_namespace(namespace))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            raise NamespaceGone(namespace) from None
+        if ns.deleting:
+            raise NamespaceGone(namespace)
         pods = []
         for pod in self._core.list_namespaced_pod(namespace).items:
             meta = served_metadata(pod)
@@ -234,6 +244,12 @@ class PoolActivities:
 
     @activity.defn
     def move_pods(self, move: MoveInput) -> MoveProgress:
+        try:
+            return self._move_pods(move)
+        except NamespaceGone:
+            return MoveProgress(namespace=move.namespace)
+
+    def _move_pods(self, move: MoveInput) -> MoveProgress:
         """The saga's second step: every live pod on a cluster its namespace's placement left is recreated on
         one of the placement's (annotations first read, then a Pending status; then the new cluster). A pod
         that fits nowhere stays where it is, and says why. Idempotent: a moved pod is on the placement."""
@@ -263,7 +279,8 @@ class PoolActivities:
                 "status": recreating_status(old=old, new=choice.cluster, now=_now())})  # fmt: skip
             self._core.patch_namespaced_pod(meta.name, move.namespace, {"metadata": {
                 "resourceVersion": written.metadata.resource_version if written.metadata else None,
-                "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster, MOVED_FROM_ANNOTATION: view.moved_from or old},
+                "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
+                                MOVED_FROM_ANNOTATION: moved_from(view, new=choice.cluster)},
             }})  # fmt: skip
             used[choice.cluster] = used.get(choice.cluster, Resources()) + requests
             progress.moved[meta.name] = f"{old} → {choice.cluster}"
@@ -277,6 +294,12 @@ class PoolActivities:
 
     @activity.defn
     def finish_move(self, move: MoveInput) -> MoveProgress:
+        try:
+            return self._finish_move(move)
+        except NamespaceGone:
+            return MoveProgress(namespace=move.namespace)
+
+    def _finish_move(self, move: MoveInput) -> MoveProgress:
         """The saga's last step, for the draining clusters whose moved pods all run: moved-from is cleared on
         their pods, then the clusters leave `draining` (their syncers delete the namespace there). Each
         write is idempotent, and a crash between them leaves a state the next try finishes."""
@@ -306,6 +329,10 @@ class PoolActivities:
         record_event(self._tenant, {"apiVersion": "v1", "kind": kind, "metadata": {
             "name": obj.name, "namespace": obj.namespace, "uid": obj.uid}},
             reason=reason, message=message, warning=warning)  # fmt: skip
+
+
+class NamespaceGone(Exception):
+    """A namespace deleted (or being deleted) between the pass and a move step."""
 
 
 def _now() -> str:

@@ -13,6 +13,7 @@ from models.pool.moves import (
     draining_of,
     finished_clusters,
     holding,
+    moved_from,
     must_move,
     ready_again_status,
     recreating_status,
@@ -117,3 +118,22 @@ def test_a_pod_on_an_unreachable_cluster_says_so_once() -> None:
 def test_which_namespaces_a_syncer_keeps(placement: dict[str, int], scheduled: dict[str, int],
                                         draining: dict[str, int], here: bool) -> None:  # fmt: skip
     assert in_scope(placement, "s1", pooling=True, scheduled=scheduled, draining=draining) is here
+
+
+def test_a_pod_keeps_the_copy_that_runs_while_it_moves_and_none_when_it_goes_back() -> None:
+    first = PodView(name="p", cluster="a", moved_from=None, phase="Running")
+    assert moved_from(first, new="b") == "a"
+    on_its_way = PodView(name="p", cluster="b", moved_from="a", phase="Pending")  # b's copy never ran
+    assert moved_from(on_its_way, new="c") == "a"
+    assert moved_from(on_its_way, new="a") is None  # back where it runs: a's syncer owns it again
+    running_again = PodView(name="p", cluster="b", moved_from="a", phase="Running")  # b's copy runs
+    assert moved_from(running_again, new="c") == "b"
+
+
+def test_a_pod_status_that_carries_a_condition_of_its_own_already_says_the_copy_s() -> None:
+    copy = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "reason": None}
+    tenant = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+                                                 {"type": "pool.tidepool.io/SuperClusterReady", "status": "True"}]}
+    assert says(tenant, copy)
+    assert not says({**tenant, "phase": "Pending"}, copy)
+

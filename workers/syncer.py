@@ -40,7 +40,7 @@ from models.names import (
     super_cluster_namespace,
 )
 from models.pods import copied_status
-from models.pool.moves import draining_of, scheduled_of
+from models.pool.moves import draining_of, says, scheduled_of
 from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     API_VERSIONS,
@@ -162,7 +162,9 @@ class Syncer:
                 self._reflect_events()
             except Exception as e:  # noqa: BLE001 - the next pass tries again, with every kind
                 self._everything = True
-                log.warning("syncer %s: pass failed: %s", self.cluster, e)
+                # Never str(ApiException): it carries the response's headers and body.
+                said = f"{e.status} {e.reason}" if isinstance(e, ApiException) else str(e)
+                log.warning("syncer %s: pass failed: %s", self.cluster, said)
             if not self._wake.wait(RESYNC_SECONDS):
                 self._everything = True
 
@@ -323,7 +325,7 @@ class Syncer:
                         raise
             else:
                 status = copied_status(copy.get("status") or {})
-                if {k: pod.get("status", {}).get(k) for k in status} != status:
+                if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
                     self._push_status(pod, tenant_ns, status)
         for name in set(super_pods) - mine:
             ignore_not_found(self.down.delete_namespaced_pod, name, target)

@@ -81,6 +81,14 @@ class PodView:
         return self.phase not in TERMINAL_PHASES and not self.deleting
 
 
+def moved_from(pod: PodView, *, new: str) -> str | None:
+    """The cluster whose copy keeps running while `pod` moves to `new`: the one it runs on now if its
+    copy there runs (a second move), else the one it first left (its copy there never ran); none when it
+    goes back to that very cluster (whose syncer then owns it again)."""
+    keeps = pod.cluster if pod.phase == "Running" or pod.moved_from is None else pod.moved_from
+    return None if keeps == new else keeps
+
+
 def must_move(pod: PodView, placement: Mapping[str, int]) -> bool:
     """A live pod placed on a cluster its namespace's placement no longer names."""
     return pod.live and pod.cluster is not None and placement.get(pod.cluster, 0) <= 0
@@ -141,13 +149,14 @@ def unschedulable_status(*, why: str, now: str) -> dict[str, Any]:
 
 
 def says(status: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
-    """Whether the pod's status already says what `patch` would write (times aside): nothing to write."""
+    """Whether the pod's status already says what `patch` would write (times aside): nothing to write.
+    Conditions compare by type: a pod keeps conditions of its own beside those written (a strategic merge)."""
     status = status or {}
     for key, value in patch.items():
         if key == "conditions":
-            for wanted in value:
+            for wanted in value or []:
                 have = condition_of(status, wanted["type"]) or {}
-                if any(have.get(k) != wanted[k] for k in ("status", "reason", "message")):
+                if any(have.get(k) != wanted.get(k) for k in ("status", "reason", "message")):
                     return False
         elif status.get(key) != value:
             return False

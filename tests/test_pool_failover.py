@@ -93,7 +93,7 @@ async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], 
 def _cluster_ops(localenv: EnvState) -> tuple[Callable[[LocalCluster], None], Callable[[LocalCluster], None]]:
     binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
     return (lambda c: stop_cluster(c.name, binaries=binaries, workdir=workdir),
-            lambda c: start_cluster(c, binaries=binaries, workdir=workdir))  # fmt: skip
+            lambda c: start_cluster(c, binaries=binaries, workdir=workdir, timeout=300))  # fmt: skip
 
 
 def _namespace(pool: Pool, name: str, *, slices: int, pods: int) -> None:

@@ -225,7 +225,7 @@ class Prober:
         stop_cluster(self.supers[name].name, binaries=ensure_binaries(), workdir=self.workdir)
 
     def start(self, name: str) -> None:
-        start_cluster(self.supers[name], binaries=ensure_binaries(), workdir=self.workdir)
+        start_cluster(self.supers[name], binaries=ensure_binaries(), workdir=self.workdir, timeout=300)
 
 
 @pytest.fixture

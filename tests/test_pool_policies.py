@@ -219,6 +219,6 @@ async def test_a_mandatory_placement_on_a_stopped_cluster_waits_for_it_with_its_
                                                  "reason=WaitingForCluster").items  # fmt: skip
         assert events and events[0].type == "Warning"
     finally:
-        start_cluster(pool.supers["s2"], binaries=binaries, workdir=workdir)
+        start_cluster(pool.supers["s2"], binaries=binaries, workdir=workdir, timeout=300)
     await eventually(lambda: _reason(pool, "pinned") == "Scheduled", timeout=90, what="s2 back: placed again")
     assert _placement(pool, "pinned") == {"s2": 2}

@@ -19,6 +19,7 @@ from kube.objects import (
     list_cluster_objects,
     patch_cluster_object,
     patch_cluster_object_status,
+    read_cluster_config,
     read_cluster_object,
     record_event,
     with_condition,
@@ -44,8 +45,6 @@ from models.consumer import (
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
     GROUP,
@@ -81,8 +80,7 @@ class ConsumerActivities:
         self._settings = settings
 
     def _config(self) -> ClusterConfig:
-        obj = read_cluster_object(self._home, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME)
-        return ClusterConfig.from_kubernetes(obj or {"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}})
+        return read_cluster_config(self._home)
 
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn

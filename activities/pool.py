@@ -66,7 +66,7 @@ from models.pool.placement import ClusterSnapshot, headroom
 from models.pool.pods import choose_cluster
 from models.pool.result import MoveInput, MoveProgress, PoolDecision, PoolPassResult
 from models.resources import Resources
-from models.sharing import pod_requests
+from models.sharing import FINISHED_PHASES, pod_requests
 
 
 class PoolActivities:
@@ -167,34 +167,33 @@ class PoolActivities:
         return PoolDecision(namespace=ns.name, placement=None, reason=f"{decision.reason}: {decision.message}",
                             diagnosis=decision.diagnosis)  # fmt: skip
 
-    def _place_pods(self, held: dict[str, dict[str, int]], slices: dict[str, Resources], unreachable: set[str],
+    def _place_pods(self, placements: dict[str, dict[str, int]], slices: dict[str, Resources], unreachable: set[str],
                     result: PoolPassResult) -> None:  # fmt: skip
         """Pods not placed yet go to a cluster of their namespace's placement; a pod on an Unreachable
         cluster of the placement (its namespace fits nowhere else) says so. Pods on a cluster that left the
         placement are `move_pods`'s."""
         listed = [(served_metadata(pod), pod) for pod in self._core.list_pod_for_all_namespaces().items]
-        pods = [(meta, pod) for meta, pod in listed if held.get(meta.namespace or "")]
+        pods = [(meta, pod) for meta, pod in listed if placements.get(meta.namespace or "")]
         for meta, pod in pods:
             cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
             moving = MOVED_FROM_ANNOTATION in meta.annotations  # Recreating until its move ends: the saga's
-            if cluster in held[meta.namespace or ""] and not moving and not _ended(meta, pod):
+            if cluster in placements[meta.namespace or ""] and not moving and not _ended(meta, pod):
                 self._tell_reachability(meta, pod, cluster or "", unreachable=cluster in unreachable,
                                         why="its namespace's slices fit in no other super cluster")  # fmt: skip
         used: dict[tuple[str, str], Resources] = {}
         waiting: list[tuple[ServedMetadata, k8s.V1Pod]] = []
         for meta, pod in pods:
             cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
-            phase = pod.status.phase if pod.status else None
             if cluster is None:
                 waiting.append((meta, pod))
-            elif phase not in ("Succeeded", "Failed") and not meta.deleting:
+            elif not _ended(meta, pod):
                 key = (meta.namespace or "", cluster)
                 used[key] = used.get(key, Resources()) + pod_requests(_raw(self._tenant, pod))
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
             ns = meta.namespace or ""
             requests = pod_requests(_raw(self._tenant, pod))
-            choice = choose_cluster(requests=requests, placement=held[ns], slice_=slices[ns],
-                                    used={c: used.get((ns, c), Resources()) for c in held[ns]})  # fmt: skip
+            choice = choose_cluster(requests=requests, placement=placements[ns], slice_=slices[ns],
+                                    used={c: used.get((ns, c), Resources()) for c in placements[ns]})  # fmt: skip
             pod_key = f"{ns}/{meta.name}"
             if choice.cluster is None:
                 why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
@@ -340,7 +339,7 @@ def _now() -> str:
 
 
 def _ended(meta: ServedMetadata, pod: k8s.V1Pod) -> bool:
-    return meta.deleting or (pod.status.phase if pod.status else None) in ("Succeeded", "Failed")
+    return meta.deleting or (pod.status.phase if pod.status else None) in FINISHED_PHASES
 
 
 def _raw(api: k8s.ApiClient, pod: k8s.V1Pod) -> dict[str, Any]:

@@ -27,8 +27,7 @@ from typing import Any
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, ConditionValue, condition
 from models.names import DRAINING_ANNOTATION, PLACEMENTS_ANNOTATION, SCHEDULED_ANNOTATION
 from models.pool.namespaces import placement_of
-
-TERMINAL_PHASES = ("Succeeded", "Failed")
+from models.sharing import FINISHED_PHASES
 
 
 def draining_of(annotations: Mapping[str, str]) -> dict[str, int]:
@@ -78,7 +77,7 @@ class PodView:
     @property
     def live(self) -> bool:
         """Whether it still runs, or will: an ended or deleted pod needs no move."""
-        return self.phase not in TERMINAL_PHASES and not self.deleting
+        return self.phase not in FINISHED_PHASES and not self.deleting
 
 
 def moved_from(pod: PodView, *, new: str) -> str | None:

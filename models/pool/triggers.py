@@ -22,9 +22,9 @@ from models.names import (
     SLICE_ANNOTATION,
 )
 from models.pool.health import health_from_status
+from models.sharing import FINISHED_PHASES
 
 Obj = dict[str, Any]
-TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def pod_key(obj: Obj) -> Hashable:
     move's own write, Pending, changes the key once)."""
     meta = _meta(obj)
     phase = (obj.get("status") or {}).get("phase")
-    done = phase in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+    done = phase in FINISHED_PHASES or bool(meta.get("deletionTimestamp"))
     moving = bool((meta.get("annotations") or {}).get(MOVED_FROM_ANNOTATION)) and not done and phase != "Running"
     return meta.get("uid"), done, moving
 

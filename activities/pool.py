@@ -34,10 +34,10 @@ from models.names import (
     SCHEDULED_ANNOTATION,
     SUPER_CLUSTERS,
 )
+from models.pods import condition_of, says
 from models.pool.health import health_from_status
 from models.pool.moves import (
     PodView,
-    condition_of,
     drain_after,
     draining_of,
     finished_clusters,
@@ -46,7 +46,6 @@ from models.pool.moves import (
     must_move,
     ready_again_status,
     recreating_status,
-    says,
     scheduled_of,
     unreachable_status,
     unschedulable_status,

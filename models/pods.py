@@ -14,6 +14,7 @@ models/pool/sync.py and workers/syncer.py) share, so that both copy the same way
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # What of a copy's status the origin pod shows.
@@ -46,3 +47,22 @@ def copied_status(copy_status: dict[str, Any]) -> dict[str, Any]:
     """What of the copy's status the origin pod shows (None: cleared, as a patch says it)."""
     shown = {k: copy_status[k] for k in COPIED_STATUS if k in copy_status}
     return {**{k: None for k in CLEARED_WHEN_ABSENT}, **shown}
+
+
+def condition_of(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def says(status: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
+    """Whether the pod's status already says what `patch` would write (times aside): nothing to write.
+    Conditions compare by type: a pod keeps conditions of its own beside those written (a strategic merge)."""
+    status = status or {}
+    for key, value in patch.items():
+        if key == "conditions":
+            for wanted in value or []:
+                have = condition_of(status, wanted["type"]) or {}
+                if any(have.get(k) != wanted.get(k) for k in ("status", "reason", "message")):
+                    return False
+        elif status.get(key) != value:
+            return False
+    return True

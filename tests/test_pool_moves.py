@@ -7,6 +7,7 @@ import pytest
 
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION
 from models.names import DRAINING_ANNOTATION
+from models.pods import says
 from models.pool.moves import (
     PodView,
     drain_after,
@@ -17,7 +18,6 @@ from models.pool.moves import (
     must_move,
     ready_again_status,
     recreating_status,
-    says,
     unreachable_status,
 )
 from models.pool.sync import in_scope

@@ -39,8 +39,11 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
-from models.pods import copied_status
-from models.pool.moves import draining_of, says, scheduled_of
+from models.pods import copied_status, says
+from models.pool.moves import (
+    draining_of,
+    scheduled_of,
+)
 from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     API_VERSIONS,

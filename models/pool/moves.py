@@ -112,10 +112,6 @@ def _condition_dict(value: ConditionValue, now: str) -> dict[str, Any]:
             "message": value.message, "lastTransitionTime": now}  # fmt: skip
 
 
-def condition_of(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
-
-
 def recreating_status(*, old: str, new: str, now: str) -> dict[str, Any]:
     """The tenant pod's status while it is recreated on `new`: Pending, not Ready, no container or IP of the
     old copy (a strategic merge would add the new copy's IPs to the old ones); the new cluster's syncer
@@ -145,18 +141,3 @@ def unschedulable_status(*, why: str, now: str) -> dict[str, Any]:
     """A pod that never ran and fits in none of its namespace's clusters: Pending, as the scheduler says."""
     value = condition("PodScheduled", False, "Unschedulable", f"fits in no super cluster of its namespace: {why}")
     return {"phase": "Pending", "conditions": [_condition_dict(value, now)]}
-
-
-def says(status: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
-    """Whether the pod's status already says what `patch` would write (times aside): nothing to write.
-    Conditions compare by type: a pod keeps conditions of its own beside those written (a strategic merge)."""
-    status = status or {}
-    for key, value in patch.items():
-        if key == "conditions":
-            for wanted in value or []:
-                have = condition_of(status, wanted["type"]) or {}
-                if any(have.get(k) != wanted.get(k) for k in ("status", "reason", "message")):
-                    return False
-        elif status.get(key) != value:
-            return False
-    return True

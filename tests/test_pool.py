@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 import pytest
 from kubernetes import client as k8s
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from deploy.localenv.clusters import LocalCluster, join_pool
+from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object
 from models.names import (
@@ -23,42 +22,18 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     SUPER_CLUSTERS,
 )
-from tests.kube import create_namespace, create_node
+from tests.pool import Pool, running_pool
 from tests.replay import replay_all_runs
-from tests.running import eventually, worker_settings
+from tests.running import eventually
 from tests.steady import history, settled_history
-from workers.pool import run
-from workers.syncer import Syncer
 
 pytestmark = [pytest.mark.env, pytest.mark.pool]
 
 
-@dataclass
-class Pool:
-    tenant: LocalCluster
-    supers: dict[str, LocalCluster]
-
-
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    tenant = make_cluster("tenant")
-    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
-    api = tenant.api_client()
-    create_namespace(api, "tidepool-system")
-    for name, cluster in supers.items():
-        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
-        join_pool(api, name, cluster.kubeconfig)
-    syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
-    stop = asyncio.Event()
-    task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
-                                   task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
-    try:
-        yield Pool(tenant, supers)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-        for syncer in syncers:
-            syncer.stop()
+    async with running_pool(localenv, make_cluster, unique) as running:
+        yield running
 
 
 def _tenant_namespace(api: k8s.ApiClient, name: str, *, cpu: str, memory: str) -> None:

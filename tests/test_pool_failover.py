@@ -9,91 +9,38 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
+from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import apply_cluster_object, read_cluster_object
+from kube.objects import apply_cluster_object
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION
 from models.names import (
     API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     DRAINING_ANNOTATION,
     MOVED_FROM_ANNOTATION,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SUPER_CLUSTERS,
 )
-from tests.kube import create_namespace, create_node
+from tests.pool import Pool, running_pool
 from tests.replay import replay_all_runs
-from tests.running import eventually, worker_settings
-from workers.pool import run
+from tests.running import eventually
 from workers.syncer import Syncer
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
-PROBE_SECONDS, GRACE_SECONDS = 2, 10
-
-
-@dataclass
-class Pool:
-    tenant: LocalCluster
-    supers: dict[str, LocalCluster]
-    start_worker: Callable[[], None]
-    stop_worker: Callable[[], None]  # a kill: the task is cancelled, whatever it was doing
-    syncers: dict[str, Syncer] = field(default_factory=dict)
-
-    @property
-    def core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(self.tenant.api_client())
+GRACE_SECONDS = 10
 
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    tenant = make_cluster("tenant")
-    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
-    api = tenant.api_client()
-    create_namespace(api, "tidepool-system")
-    apply_cluster_object(api, CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-        "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": GRACE_SECONDS}}})  # fmt: skip
-    for name, cluster in supers.items():
-        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
-        join_pool(api, name, cluster.kubeconfig)
-    syncers = {n: Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start()
-               for n, c in supers.items()}  # fmt: skip
-    tasks: list[asyncio.Task[None]] = []
-
-    def start_worker() -> None:
-        tasks.append(asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=asyncio.Event(),
-                                             task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}")))
-
-    def stop_worker() -> None:
-        tasks[-1].cancel()
-
-    start_worker()
-    try:
-        yield Pool(tenant, supers, start_worker, stop_worker, syncers)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for syncer in syncers.values():
-            syncer.stop()
-
-
-def _cluster_ops(localenv: EnvState) -> tuple[Callable[[LocalCluster], None], Callable[[LocalCluster], None]]:
-    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
-    return (lambda c: stop_cluster(c.name, binaries=binaries, workdir=workdir),
-            lambda c: start_cluster(c, binaries=binaries, workdir=workdir, timeout=300))  # fmt: skip
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS) as running:
+        yield running
 
 
 def _namespace(pool: Pool, name: str, *, slices: int, pods: int) -> None:
@@ -173,29 +120,21 @@ async def _until(pool: Pool, namespace: str, check: Callable[[], bool], *, timeo
         raise AssertionError(f"{e}: {_state(pool, namespace)}") from e
 
 
-def _super_cluster_reason(pool: Pool, name: str) -> str | None:
-    obj = read_cluster_object(pool.tenant.api_client(), SUPER_CLUSTERS, name) or {}
-    ready: dict[str, Any] = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"), {})
-    reason: str | None = ready.get("reason")
-    return reason
-
-
 def _condition(pod: k8s.V1Pod, type_: str) -> Any:
     return next((c for c in pod.status.conditions or [] if c.type == type_), None)
 
 
 async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_none_twice_when_back(
-    pool: Pool, localenv: EnvState, temporal_client: Client, unique: str
+    pool: Pool, temporal_client: Client, unique: str
 ) -> None:
-    stop, start = _cluster_ops(localenv)
     _namespace(pool, "shop", slices=1, pods=2)  # one slice: one cluster
     old = await _placed_and_running(pool, "shop", 2)
     new = next(n for n in pool.supers if n != old)
     before = {name: p.metadata.uid for name, p in _pods(pool, "shop").items()}
 
-    stop(pool.supers[old])
+    pool.stop_cluster(pool.supers[old])
     try:
-        await eventually(lambda: _super_cluster_reason(pool, old) == "Unreachable", timeout=GRACE_SECONDS + 30,
+        await eventually(lambda: pool.health(old).reason == "Unreachable", timeout=GRACE_SECONDS + 30,
                          what=f"{old} Unreachable")  # fmt: skip
         await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=120,
                      what=f"the pods Running on {new}")  # fmt: skip
@@ -206,7 +145,7 @@ async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_n
             assert not pod.status.reason, pod.status  # the new copy's status: no stale Recreating
             assert _condition(pod, POD_SUPER_CLUSTER_CONDITION).status == "True"
     finally:
-        start(pool.supers[old])
+        pool.start_cluster(pool.supers[old])
     # Back: its syncer deletes the namespace there (its move finished); nothing of it runs twice.
     await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copies gone")
     copies = _copies(pool.supers[new], "t1-shop")
@@ -215,20 +154,17 @@ async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_n
     await replay_all_runs(temporal_client, f"pool-scheduler-{unique}")
 
 
-async def test_a_stop_shorter_than_the_grace_period_moves_nothing(pool: Pool, localenv: EnvState) -> None:
-    stop, start = _cluster_ops(localenv)
-    apply_cluster_object(pool.tenant.api_client(), CLUSTER_CONFIGS, {"apiVersion": API_VERSION, "kind": "ClusterConfig",
-        "metadata": {"name": CLUSTER_CONFIG_NAME},
-        "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": 60}}})  # fmt: skip
+async def test_a_stop_shorter_than_the_grace_period_moves_nothing(pool: Pool) -> None:
+    pool.configure(unreachableGracePeriodSeconds=60)
     _namespace(pool, "shop", slices=1, pods=1)
     old = await _placed_and_running(pool, "shop", 1)
-    stop(pool.supers[old])
+    pool.stop_cluster(pool.supers[old])
     try:
-        await eventually(lambda: _super_cluster_reason(pool, old) == "ProbeFailing", timeout=30,
+        await eventually(lambda: pool.health(old).reason == "ProbeFailing", timeout=30,
                          what=f"{old} Suspect: the prober saw the stop")  # fmt: skip
     finally:
-        start(pool.supers[old])
-    await eventually(lambda: _super_cluster_reason(pool, old) == "ProbeSucceeded", timeout=30, what=f"{old} Ready again")
+        pool.start_cluster(pool.supers[old])
+    await eventually(lambda: pool.health(old).reason == "ProbeSucceeded", timeout=30, what=f"{old} Ready again")
     assert _placement(pool, "shop") == {old: 1}
     assert DRAINING_ANNOTATION not in _annotations(pool, "shop")
     pod = _pods(pool, "shop")["web-0"]

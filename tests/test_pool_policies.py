@@ -5,89 +5,34 @@ the placement and the namespace's copies in the super clusters; moving pods is t
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
+from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import apply_cluster_object, read_cluster_object
 from models.names import (
-    API_VERSION,
-    CLUSTER_CONFIG_NAME,
-    CLUSTER_CONFIGS,
     MANDATORY_ANNOTATION,
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
     POLICY_ANNOTATION,
     SCHEDULED_ANNOTATION,
     SLICE_ANNOTATION,
-    SUPER_CLUSTERS,
 )
-from models.pool.health import health_from_status
-from tests.kube import create_namespace, create_node
-from tests.running import eventually, worker_settings
-from workers.pool import run
-from workers.syncer import Syncer
+from tests.pool import Pool, running_pool
+from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
-PROBE_SECONDS, GRACE_SECONDS = 2, 6
+GRACE_SECONDS = 6
 SLICE = '{"cpu": "1", "memory": "2Gi"}'  # each super cluster holds 4
-
-
-@dataclass
-class Pool:
-    tenant: LocalCluster
-    supers: dict[str, LocalCluster]
-
-    @property
-    def core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(self.tenant.api_client())
-
-    def configure(self, **pool: Any) -> None:
-        """ClusterConfig spec.pool, with the test's short probe interval and grace period."""
-        apply_cluster_object(self.tenant.api_client(), CLUSTER_CONFIGS, {
-            "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
-            "spec": {"pool": {"probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": GRACE_SECONDS,
-                              **pool}}})  # fmt: skip
 
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    tenant = make_cluster("tenant")
-    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
-    api = tenant.api_client()
-    create_namespace(api, "tidepool-system")
-    result = Pool(tenant, supers)
-    result.configure()
-    for name, cluster in supers.items():
-        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")
-        join_pool(api, name, cluster.kubeconfig)
-    syncers = [Syncer(tenant=api, super_cluster=c.api_client(), cluster=n, tenant_name="t1").start() for n, c in supers.items()]
-    stop = asyncio.Event()
-    task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
-                                   task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
-    try:
-        for name in supers:  # only a Ready cluster takes new slices
-            await eventually(lambda n=name: _health(result, n) == "Ready", timeout=60, what=f"{name} probed Ready")
-        yield result
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=30)
-        for syncer in syncers:
-            syncer.stop()
-
-
-def _health(pool: Pool, name: str) -> str:
-    obj = read_cluster_object(pool.tenant.api_client(), SUPER_CLUSTERS, name) or {}
-    return health_from_status(obj.get("status")).state
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS) as running:
+        yield running
 
 
 def _namespace(pool: Pool, name: str, *, slices: int, **annotations: str) -> None:
@@ -200,14 +145,12 @@ async def test_pack_from_the_namespace_annotation_ends_on_one_cluster_and_an_inv
     assert _placement(pool, "bad") == {} and _copies(pool, "bad") == set()
 
 
-async def test_a_mandatory_placement_on_a_stopped_cluster_waits_for_it_with_its_reason(pool: Pool,
-                                                                                       localenv: EnvState) -> None:  # fmt: skip
+async def test_a_mandatory_placement_on_a_stopped_cluster_waits_for_it_with_its_reason(pool: Pool) -> None:
     _namespace(pool, "pinned", slices=2, **{PLACEMENTS_ANNOTATION: '{"s2": 2}'})
     await eventually(lambda: _annotations(pool, "pinned").get(MANDATORY_ANNOTATION), timeout=60,
                      what="the placement honoured")  # fmt: skip
     assert await _settled(pool, "pinned", 2) == {"s2": 2}
-    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
-    stop_cluster(pool.supers["s2"].name, binaries=binaries, workdir=workdir)
+    pool.stop_cluster(pool.supers["s2"])
     try:
         await eventually(lambda: _reason(pool, "pinned") != "Scheduled", timeout=GRACE_SECONDS + 90,
                          what="the namespace judged once s2 is unreachable")  # fmt: skip
@@ -219,6 +162,6 @@ async def test_a_mandatory_placement_on_a_stopped_cluster_waits_for_it_with_its_
                                                  "reason=WaitingForCluster").items  # fmt: skip
         assert events and events[0].type == "Warning"
     finally:
-        start_cluster(pool.supers["s2"], binaries=binaries, workdir=workdir, timeout=300)
+        pool.start_cluster(pool.supers["s2"])
     await eventually(lambda: _reason(pool, "pinned") == "Scheduled", timeout=90, what="s2 back: placed again")
     assert _placement(pool, "pinned") == {"s2": 2}

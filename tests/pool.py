@@ -1,0 +1,99 @@
+"""The pool the end-to-end pool tests run on: a tenant control plane and two super clusters of the test's
+own, the real pool worker (scheduler, watchers, prober) and one syncer per super cluster, handed over
+only once the prober has seen every super cluster Ready: a pass that ran before that would see them
+Unknown and place nothing, which is not what the tests are about."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
+from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
+from models.names import SUPER_CLUSTERS, SYSTEM_NAMESPACE
+from models.pool.health import Health, health_from_status
+from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.running import eventually, worker_settings
+from workers.pool import run
+from workers.syncer import Syncer
+
+PROBE_SECONDS = 2
+READY_TIMEOUT_SECONDS = 60
+
+
+@dataclass
+class Pool:
+    tenant: LocalCluster
+    supers: dict[str, LocalCluster]
+    start_worker: Callable[[], None]
+    stop_worker: Callable[[], None]  # a kill: the task is cancelled, whatever it was doing
+    grace_seconds: int
+    localenv: EnvState
+    syncers: dict[str, Syncer] = field(default_factory=dict)
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.tenant.api_client())
+
+    def configure(self, **pool: Any) -> None:
+        """ClusterConfig spec.pool: the tests' short probe interval and grace period, and `pool`."""
+        apply_cluster_config(self.tenant.api_client(), pool={
+            "probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": self.grace_seconds, **pool})  # fmt: skip
+
+    def health(self, name: str) -> Health:
+        obj = read_cluster_object(self.tenant.api_client(), SUPER_CLUSTERS, name)
+        assert obj is not None, f"SuperCluster {name} is gone"
+        return health_from_status(obj.get("status"))
+
+    def stop_cluster(self, cluster: LocalCluster) -> None:
+        stop_cluster(cluster.name, binaries=ensure_binaries(), workdir=Path(self.localenv.state_dir) / "kwok")
+
+    def start_cluster(self, cluster: LocalCluster) -> None:
+        # A control plane restarted on a loaded machine took two minutes to serve again.
+        start_cluster(cluster, binaries=ensure_binaries(), workdir=Path(self.localenv.state_dir) / "kwok", timeout=300)
+
+
+@asynccontextmanager
+async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
+                       grace_seconds: int = 60) -> AsyncIterator[Pool]:  # fmt: skip
+    tenant = make_cluster("tenant")
+    supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
+    api = tenant.api_client()
+    create_namespace(api, SYSTEM_NAMESPACE)
+    workers: list[tuple[asyncio.Task[None], asyncio.Event]] = []
+
+    def start_worker() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
+                                       task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
+        workers.append((task, stop))
+
+    def stop_worker() -> None:
+        workers[-1][0].cancel()
+
+    pool = Pool(tenant, supers, start_worker, stop_worker, grace_seconds, localenv)
+    pool.configure()
+    for name, cluster in supers.items():
+        create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
+        join_pool(api, name, cluster.kubeconfig)
+        pool.syncers[name] = Syncer(tenant=api, super_cluster=cluster.api_client(), cluster=name, tenant_name="t1").start()
+    start_worker()
+    try:
+        for name in supers:
+            await eventually(lambda n=name: pool.health(n).state == "Ready", timeout=READY_TIMEOUT_SECONDS,
+                             what=f"{name} probed Ready")  # fmt: skip
+        yield pool
+    finally:
+        for _, stop in workers:
+            stop.set()
+        await asyncio.wait_for(asyncio.gather(*(task for task, _ in workers), return_exceptions=True), timeout=30)
+        for syncer in pool.syncers.values():
+            syncer.stop()

@@ -1,5 +1,5 @@
 """What the pool's syncer copies down besides ConfigMaps and Secrets, and what comes back up, on real
-clusters of the test's own (tests/test_pool.py's fixture: a tenant control plane, two super clusters, the
+clusters of the test's own (tests/pool.py, through tests/test_pool.py's fixture: a tenant control plane, two super clusters, the
 scheduler worker and a syncer per super cluster). The test plays the super cluster's cloud controller (a
 load balancer's address) and its storage (a volume to bind)."""
 
@@ -12,8 +12,9 @@ from kubernetes import client as k8s
 
 from models.names import LABEL_TENANT_NAMESPACE, POD_CLUSTER_ANNOTATION
 from models.pool.sync import is_copy
+from tests.pool import Pool
 from tests.running import eventually
-from tests.test_pool import Pool, _has_namespace, _placement, _tenant_namespace, pool  # noqa: F401 - the fixture
+from tests.test_pool import _has_namespace, _placement, _tenant_namespace, pool  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 

@@ -37,10 +37,11 @@ from kube.objects import (
     with_condition,
 )
 from models.api import ClusterConfig
+from models.api.clusterconfig import OutgoingConfig
 from models.api.common import SecretReference, rfc3339
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
-from models.credentials import TokenGeneration, renewal_due, renewal_reason, token_expired
+from models.credentials import TokenGeneration, access_verified_until, renewal_due, renewal_reason, token_expired
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -120,7 +121,9 @@ class PeeringActivities:
     @activity.defn
     def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
         """Read, decide (models.peering.decide_push), then push the Advertisement and fresh credentials, or
-        answer `Withdraw` and leave the withdrawal to the workflow."""
+        answer `Withdraw` and leave the withdrawal to the workflow. The first push writes the credentials
+        before the Advertisement that names them; later ones write the Advertisement first, and a push a
+        signal asked for skips the access check while the last one's holds (`access_verified_until`)."""
         config, generation = self._cluster_config()
         outgoing = config.spec.outgoing
         gone, peering_request = self._live_peering_request(request.peering_request)
@@ -137,29 +140,20 @@ class PeeringActivities:
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
+        period = timedelta(seconds=outgoing.advertisement_period_seconds)
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
             self._renew_consumer_token(foreign, request.kube_config_ref, foreign_cluster_id=request.foreign_cluster_id,
-                                       now=now, period=timedelta(seconds=outgoing.advertisement_period_seconds))  # fmt: skip
-            namespace, held = ensure_foreign_access(self._home, request.foreign_cluster_id)
-            secret = credentials_secret_name(self._home_id)
-            self._renew_credentials(foreign, secret=secret, namespace=namespace, held=held, now=now,
-                                    period=timedelta(seconds=outgoing.advertisement_period_seconds))  # fmt: skip
-            applied = apply_cluster_object(foreign, ADVERTISEMENTS, {
-                "apiVersion": API_VERSION, "kind": "Advertisement",
-                "metadata": {"name": advertisement_name(self._home_id),
-                             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
-                "spec": {
-                    "clusterId": self._home_id,
-                    "resourceQuota": {"hard": advertised.to_kubernetes()},
-                    "network": {"podCIDR": self._settings.cluster.pod_cidr},
-                    "kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE},
-                    "timestamp": rfc3339(now),
-                    "timeToLive": rfc3339(ttl),
-                    **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
-                },
-            })  # fmt: skip
+                                       now=now, period=period)  # fmt: skip
+            verified = request.access_verified_until
+            if verified is None:  # no push wrote the credentials yet: they come before the Advertisement naming them
+                verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
+                applied = self._apply_advertisement(foreign, advertised, outgoing, now=now, ttl=ttl)
+            else:  # the Advertisement first: it is what the consumer waits for
+                applied = self._apply_advertisement(foreign, advertised, outgoing, now=now, ttl=ttl)
+                if request.periodic or now >= verified:
+                    verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
@@ -192,20 +186,48 @@ class PeeringActivities:
             time_to_live=ttl,
             foreign_phase=decision.phase,
             remote_remapped_pod_cidr=decision.remote_remapped_pod_cidr,
+            access_verified_until=verified,
         )
+
+    def _apply_advertisement(self, foreign: k8s.ApiClient, advertised: Resources, outgoing: OutgoingConfig, *,
+                             now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
+        return apply_cluster_object(foreign, ADVERTISEMENTS, {
+            "apiVersion": API_VERSION, "kind": "Advertisement",
+            "metadata": {"name": advertisement_name(self._home_id),
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
+            "spec": {
+                "clusterId": self._home_id,
+                "resourceQuota": {"hard": advertised.to_kubernetes()},
+                "network": {"podCIDR": self._settings.cluster.pod_cidr},
+                "kubeConfigRef": {"name": credentials_secret_name(self._home_id), "namespace": SYSTEM_NAMESPACE},
+                "timestamp": rfc3339(now),
+                "timeToLive": rfc3339(ttl),
+                **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
+            },
+        })  # fmt: skip
+
+    def _ensure_access(self, foreign: k8s.ApiClient, foreign_cluster_id: str, *, now: datetime,
+                       period: timedelta) -> datetime:  # fmt: skip
+        """The foreign cluster's access to this one: its namespace, ServiceAccount and binding at home, a
+        token not due for renewal, held in the credentials Secret there. Returns until when a signalled
+        push may skip this (models.credentials.access_verified_until)."""
+        namespace, held = ensure_foreign_access(self._home, foreign_cluster_id)
+        current = self._renew_credentials(foreign, secret=credentials_secret_name(self._home_id), namespace=namespace,
+                                          held=held, now=now, period=period)  # fmt: skip
+        return access_verified_until(current, checked_at=now, period=period)
 
     def _renew_credentials(
         self, foreign: k8s.ApiClient, *, secret: str, namespace: str, held: TokenGeneration | None, now: datetime,
         period: timedelta,
-    ) -> None:
+    ) -> TokenGeneration:
         """Leave the foreign cluster's Secret as it is while it holds the current token and that token is
         younger than half its life and outlives the next push; otherwise issue the next generation, write
         it, record it, and revoke the one before the previous (models/credentials.py)."""
-        current = ignore_not_found(k8s.CoreV1Api(foreign).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
-        held_version = current.metadata.resource_version if current and current.metadata else None
+        held_secret = ignore_not_found(k8s.CoreV1Api(foreign).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
+        held_version = held_secret.metadata.resource_version if held_secret and held_secret.metadata else None
         reason = renewal_reason(held, held_version=held_version, now=now, period=period)
-        if reason is None:
-            return
+        if held is not None and reason is None:
+            return held
         generation = (held.number if held else 0) + 1
         issued = issue_kubeconfig(
             self._home, namespace=namespace, generation=generation,
@@ -213,13 +235,15 @@ class PeeringActivities:
             server=self._settings.cluster.api_server_for_peers,
         )  # fmt: skip
         written = self._write_credentials(foreign, secret, issued.text)
-        record_token(self._home, namespace, TokenGeneration(
+        current = TokenGeneration(
             number=generation, issued_at=now, expires_at=issued.expires_at,
             secret_version=written["metadata"]["resourceVersion"],
-        ))  # fmt: skip
+        )  # fmt: skip
+        record_token(self._home, namespace, current)
         revoked = revoke_older_tokens(self._home, namespace, current=generation)
         activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
                              generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
+        return current
 
     def _renew_consumer_token(
         self, foreign: k8s.ApiClient, ref: SecretReference, *, foreign_cluster_id: str, now: datetime, period: timedelta

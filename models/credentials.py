@@ -117,6 +117,19 @@ def renewal_due(life: TokenLife, *, now: datetime, period: timedelta) -> Literal
     return None
 
 
+def renewal_deadline(life: TokenLife, *, period: timedelta) -> datetime:
+    """The first moment `renewal_due` says yes: until then a push need not look at the token."""
+    return min(life.half_life(), life.expires_at - period - RELOAD_MARGIN)
+
+
+def access_verified_until(current: TokenGeneration, *, checked_at: datetime, period: timedelta) -> datetime:
+    """Until when a push may skip re-ensuring the foreign cluster's access (its RBAC objects at home, the
+    token and the Secret holding it) after a push that ensured them at `checked_at`: one period at most,
+    so that access put right by the periodic push is never older than that however often pushes come
+    early, and never past the token's renewal."""
+    return min(checked_at + period, renewal_deadline(current.life, period=period))
+
+
 def token_expired(life: TokenLife, *, now: datetime) -> bool:
     """A token past its `exp` is refused: only a holder of other credentials can issue the next one."""
     return now >= life.expires_at

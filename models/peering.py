@@ -80,6 +80,10 @@ class PushResult(_Model):
     # Kept for runs begun before push_advertisement answered `Withdraw` instead: their histories hold a
     # PushResult padded with empty values and this reason.
     withdraw: WithdrawReason | None = None
+    access_verified_until: datetime | None = Field(
+        default=None, description="Until then a push asked for by a signal writes only the Advertisement "
+        "(models.credentials.access_verified_until); None: the next push ensures the foreign access first.",
+    )  # fmt: skip
 
 
 class ForeignDecision(_Model):
@@ -147,6 +151,11 @@ class PushRequest(_Model):
     peering_request: str | None
     sharing_percentage: int | None
     phase: PeeringRequestPhase
+    # A push the period made (or a retry) re-ensures the foreign access; one a signal asked for (a new
+    # percentage, moved capacity, a decision to re-read) writes the Advertisement alone while the last
+    # push's `access_verified_until` holds. The defaults are what runs begun before these fields did.
+    periodic: bool = True
+    access_verified_until: datetime | None = None
 
 
 class DecisionRequest(_Model):

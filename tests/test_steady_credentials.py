@@ -24,7 +24,10 @@ from kube.clients import KubeconfigFileClient
 from models.credentials import (
     MIN_TOKEN_LIFETIME_SECONDS,
     TokenGeneration,
+    access_verified_until,
     anchors_to_revoke,
+    renewal_deadline,
+    renewal_due,
     renewal_reason,
     token_lifetime_seconds,
 )
@@ -56,6 +59,29 @@ def test_a_push_renews_at_half_life_before_expiry_or_when_the_foreign_secret_no_
     held: TokenGeneration | None, version: str | None, now: datetime, reason: str | None, period: timedelta
 ) -> None:
     assert renewal_reason(held, held_version=version, now=now, period=period) == reason
+
+
+@pytest.mark.parametrize("period", [PERIOD, LONG_PERIOD], ids=["production period", "a period close to the lifetime"])
+def test_the_renewal_deadline_is_the_first_moment_a_push_would_renew(period: timedelta) -> None:
+    deadline = renewal_deadline(HELD.life, period=period)
+    assert renewal_due(HELD.life, now=deadline - timedelta(seconds=1), period=period) is None
+    assert renewal_due(HELD.life, now=deadline, period=period) is not None
+
+
+@pytest.mark.parametrize(
+    ("checked_at", "period", "until"),
+    [
+        pytest.param(ISSUED, PERIOD, ISSUED + PERIOD, id="a young token: one period, then the periodic push checks"),
+        pytest.param(ISSUED + timedelta(minutes=25), PERIOD, ISSUED + timedelta(minutes=30),
+                     id="never past the token's half life"),
+        pytest.param(ISSUED, LONG_PERIOD, ISSUED + timedelta(minutes=8),
+                     id="nor past the moment it would expire before the next push"),
+    ],
+)  # fmt: skip
+def test_a_signalled_push_skips_the_access_check_for_one_period_at_most_and_never_past_the_renewal(
+    checked_at: datetime, period: timedelta, until: datetime
+) -> None:
+    assert access_verified_until(HELD, checked_at=checked_at, period=period) == until
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ class StubProvider:
 
     def __init__(self) -> None:
         self.pushes: list[PushRequest] = []
+        self.verified: list[datetime] = []  # each push's access_verified_until
         self.reads: list[DecisionRequest] = []
         self.withdrawals: list[WithdrawRequest] = []
         self.failure: ApplicationError | None = None
@@ -72,6 +73,7 @@ class StubProvider:
         if self.withdraw is not None:
             return Withdraw(reason=self.withdraw)
         now = datetime.now(UTC).replace(microsecond=0)
+        self.verified.append(now + PERIOD)
         return PushResult(
             advertisement="home-advertisement", advertised=Resources({"cpu": "1"}),
             allocatable=Resources({"cpu": "2"}),
@@ -80,6 +82,7 @@ class StubProvider:
             configured_percentage=self.configured_percentage,
             config_generation=self.config_generation, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
             timestamp=now, time_to_live=now + 3 * PERIOD, foreign_phase=self.foreign_phase,
+            access_verified_until=self.verified[-1],
         )  # fmt: skip
 
     @activity.defn(name="read_foreign_decision")
@@ -217,6 +220,20 @@ async def test_a_sharing_percentage_update_pushes_at_once_and_a_bad_value_is_ref
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidSharingPercentage" and cause.non_retryable
     assert cause.message == "sharing_percentage must be an integer between 0 and 100, got 101 (null follows the ClusterConfig)"
     assert len(stub.pushes) == 2  # the refused value pushed nothing
+
+
+async def test_only_the_periods_pushes_check_access_and_a_signalled_one_carries_the_last_check(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 70)
+    await walk(skipper, handle, periods=1)
+    await status_when(handle, lambda s: s.pushes >= 3)
+    first, signalled, periodic = stub.pushes[:3]
+    assert (first.periodic, first.access_verified_until) == (True, None)  # nothing checked yet: credentials first
+    assert (signalled.periodic, signalled.access_verified_until) == (False, stub.verified[0])
+    assert (periodic.periodic, periodic.access_verified_until) == (True, stub.verified[1])
 
 
 async def test_a_foreign_decision_signal_is_read_once_and_moves_the_phase(

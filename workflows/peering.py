@@ -128,6 +128,10 @@ class PeeringWorkflow:
         return await self._withdraw_peering(self._withdraw)
 
     async def _push(self) -> None:
+        # Asked for by a signal (before the period was due and with no failure to retry): the Advertisement
+        # alone while the last push's access check holds.
+        periodic = (self._state.next_push is None or workflow.now() >= self._state.next_push
+                    or self._state.consecutive_failures > 0)  # fmt: skip
         self._state.push_requested = False
         self._state.foreign_changed = False  # the push reads the decision too
         self._state.pushes_started += 1
@@ -137,6 +141,8 @@ class PeeringWorkflow:
             peering_request=self._input.peering_request,
             sharing_percentage=requested_percentage(self._state) if self._one_owner else self._state.sharing_percentage,
             phase=self._state.phase,
+            periodic=periodic,
+            access_verified_until=self._state.last_push.access_verified_until if self._state.last_push else None,
         )
         try:
             result = await workflow.execute_activity_method(

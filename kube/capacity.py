@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from kube.informer import Informer
 from models.resources import Resources
-from models.sharing import CapacityAggregate, spare
+from models.sharing import CapacityAggregate, PodHold, node_fields, pod_hold, spare
 
 SYNC_TIMEOUT_SECONDS = 120
 
@@ -30,10 +30,12 @@ class HomeCapacity:
         self._aggregate = CapacityAggregate()
         self._pushed: dict[str, Resources] = {}  # consumer -> the spare capacity its last push used
         self._on_change = on_change
-        self._nodes = Informer("nodes", core.list_node, on_sync=self._sync_nodes, on_event=self._node_event)
-        self._pods = Informer(
-            "pods", core.list_pod_for_all_namespaces, on_sync=self._sync_pods, on_event=self._pod_event
-        )
+        # Each object is reduced to what the aggregate reads as its page is parsed: memory is the aggregate's
+        # plus one page, not the cluster's pods.
+        self._nodes = Informer("nodes", core.list_node, on_sync=self._sync_nodes, on_event=self._node_event,
+                               transform=node_fields)  # fmt: skip
+        self._pods = Informer("pods", core.list_pod_for_all_namespaces, on_sync=self._sync_pods,
+                              on_event=self._pod_event, transform=pod_hold)  # fmt: skip
 
     def start(self) -> HomeCapacity:
         self._nodes.start()
@@ -84,9 +86,9 @@ class HomeCapacity:
             self._aggregate.reset_nodes(nodes)
         self._changed()
 
-    def _sync_pods(self, pods: list[dict[str, Any]]) -> None:
+    def _sync_pods(self, pods: list[PodHold]) -> None:
         with self._lock:
-            self._aggregate.reset_pods(pods)
+            self._aggregate.reset_holds(pods)
         self._changed()
 
     def _node_event(self, kind: str, node: dict[str, Any]) -> None:
@@ -94,9 +96,9 @@ class HomeCapacity:
             self._aggregate.apply_node(kind, node)
         self._changed()
 
-    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+    def _pod_event(self, kind: str, pod: PodHold) -> None:
         with self._lock:
-            self._aggregate.apply_pod(kind, pod)
+            self._aggregate.apply_hold(kind, pod)
         self._changed()
 
     def _changed(self) -> None:

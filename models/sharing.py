@@ -17,7 +17,7 @@ import decimal
 from collections.abc import Iterable, Mapping, Set
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -149,6 +149,18 @@ def is_physical_node(node: Obj) -> bool:
     return labels.get(LABEL_NODE_TYPE) != VIRTUAL_NODE_TYPE and labels.get(LIQO_NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE
 
 
+def node_fields(node: Obj) -> dict[str, Any]:
+    """The parts of a node the aggregate reads (`is_physical_node`, `_node_amounts`, its name): what
+    kube/capacity.py keeps of each node as its page is parsed."""
+    metadata, status = node.get("metadata") or {}, node.get("status") or {}
+    labels = metadata.get("labels") or {}
+    return {
+        "metadata": {"name": metadata.get("name"),
+                     "labels": {k: labels[k] for k in (LABEL_NODE_TYPE, LIQO_NODE_TYPE_LABEL) if k in labels}},
+        "status": {k: status[k] for k in ("allocatable", "capacity") if k in status},
+    }  # fmt: skip
+
+
 def node_allocatable(node: Obj) -> Resources:
     """status.allocatable, or status.capacity when a node reports no allocatable (as kubectl does)."""
     return Resources(_node_amounts(node))
@@ -264,6 +276,28 @@ def _shift_keyed(into: dict[str, _Amounts], key: str, amounts: Mapping[str, Deci
         del into[key]
 
 
+class PodHold(NamedTuple):
+    """All the aggregate keeps of a pod: its key, and what it holds on which node for which consumer
+    (`node` None: it holds nothing). kube/capacity.py turns each pod into one as its page is parsed, as
+    client-go's transform does, so that a cluster's pods are never all in memory at once."""
+
+    key: str
+    node: str | None
+    holds: _Amounts
+    consumer: str | None
+
+
+def pod_hold(pod: Obj) -> PodHold:
+    key = _pod_key(pod)
+    if not counts_against_capacity(pod):
+        return PodHold(key, None, {}, None)
+    with decimal.localcontext(_EXACT):
+        holds = _pod_amounts(pod)
+        _shift(holds, POD_SLOT, 1)
+    # Whether its node is virtual is the node's business (apply_node), not the pod's.
+    return PodHold(key, str((pod.get("spec") or {}).get("nodeName")), holds, offloaded_by(pod))
+
+
 class CapacityAggregate:
     """Totals of allocatable (physical nodes) and used (pods that count, on physical nodes), and of what
     each consumer's offloaded pods hold among `used`, kept current from list and watch events.
@@ -282,7 +316,7 @@ class CapacityAggregate:
     def __init__(self) -> None:
         self._nodes: dict[str, _Amounts | None] = {}  # name -> allocatable if physical, None if virtual
         # key -> (node name, what it holds, consumer that offloaded it or None); counted pods only
-        self._pods: dict[str, tuple[str, _Amounts, str | None]] = {}
+        self._pods: dict[str, PodHold] = {}
         self._by_node: dict[str, tuple[int, _Amounts]] = {}  # node name -> (pods, what they hold together)
         self._offloaded_by_node: dict[str, dict[str, _Amounts]] = {}  # node name -> consumer -> what it holds
         self._allocatable: _Amounts = {}
@@ -307,12 +341,16 @@ class CapacityAggregate:
 
     def reset_pods(self, pods: Iterable[Obj]) -> None:
         """Replace every pod with a fresh list (an informer's initial list or relist)."""
+        self.reset_holds(pod_hold(pod) for pod in pods)
+
+    def reset_holds(self, holds: Iterable[PodHold]) -> None:
+        """`reset_pods` of pods already reduced by `pod_hold`."""
         self._pods.clear()
         self._by_node.clear()
         self._offloaded_by_node.clear()
         self._used, self._offloaded, self._counted = {}, {}, 0
-        for pod in pods:
-            self.apply_pod("ADDED", pod)
+        for hold in holds:
+            self.apply_hold("ADDED", hold)
 
     def apply_node(self, event_type: str, node: Obj) -> None:
         _check_event(event_type)
@@ -344,21 +382,19 @@ class CapacityAggregate:
         self._counted += sign * pods
 
     def apply_pod(self, event_type: str, pod: Obj) -> None:
+        self.apply_hold(event_type, pod_hold(pod))
+
+    def apply_hold(self, event_type: str, hold: PodHold) -> None:
+        """`apply_pod` of a pod already reduced by `pod_hold`."""
         _check_event(event_type)
-        key = _pod_key(pod)
         with decimal.localcontext(_EXACT):
-            old = self._pods.pop(key, None)
-            if old is not None:
-                self._hold(*old, sign=-1)
-            if event_type == "DELETED" or not counts_against_capacity(pod):
+            old = self._pods.pop(hold.key, None)
+            if old is not None and old.node is not None:
+                self._hold(old.node, old.holds, old.consumer, sign=-1)
+            if event_type == "DELETED" or hold.node is None:
                 return
-            # Whether its node is virtual is the node's business (apply_node), not the pod's.
-            node = str((pod.get("spec") or {}).get("nodeName"))
-            holds = _pod_amounts(pod)
-            _shift(holds, POD_SLOT, 1)
-            consumer = offloaded_by(pod)
-            self._pods[key] = (node, holds, consumer)
-            self._hold(node, holds, consumer, sign=1)
+            self._pods[hold.key] = hold
+            self._hold(hold.node, hold.holds, hold.consumer, sign=1)
 
     def _hold(self, node: str, holds: _Amounts, consumer: str | None, *, sign: int) -> None:
         pods_here, held_here = self._by_node.get(node, (0, {}))

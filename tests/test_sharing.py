@@ -19,6 +19,7 @@ from models.sharing import (
     counts_against_capacity,
     is_physical_node,
     node_allocatable,
+    node_fields,
     offloaded_by,
     pod_requests,
     shared_resources,
@@ -138,10 +139,12 @@ def test_pod_requests_are_exact_decimal_sums() -> None:
 )
 def test_virtual_nodes_are_not_physical(labels: dict[str, str], physical: bool) -> None:
     assert is_physical_node(node("n", labels, cpu="1")) is physical
+    assert is_physical_node(node_fields(node("n", {**labels, "zone": "a"}, cpu="1"))) is physical  # what is kept
 
 
 def test_a_node_without_allocatable_offers_its_capacity() -> None:
-    assert node_allocatable({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "2"}}}) == Resources(cpu="2")
+    listed = {"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "2"}, "images": [{"names": ["x"]}]}}
+    assert node_allocatable(listed) == node_allocatable(node_fields(listed)) == Resources(cpu="2")
 
 
 @pytest.mark.parametrize(

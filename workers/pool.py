@@ -61,7 +61,7 @@ class PoolWatchers(Watchers):
         ]  # fmt: skip
 
     def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
-                  **kwargs: Any) -> Informer:  # fmt: skip
+                  **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
         """An informer whose events signal only when an object's key changes. The first list always
         signals: nobody has looked before, and it starts the scheduler."""
         keys = KeyMemory(key, identity=by_namespace_and_name)

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 class Watchers:
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop
-        self._informers: list[Informer] = []
+        self._informers: list[Informer[Any]] = []
 
     def start(self) -> None:
         for informer in self._informers:

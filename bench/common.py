@@ -60,6 +60,8 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = (len(ordered) - 1) * p / 100
     low, high = math.floor(rank), math.ceil(rank)
+    if math.isinf(ordered[high]):  # a miss above the rank makes it infinite, not NaN
+        return ordered[low] if rank == low else math.inf
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 

@@ -49,6 +49,12 @@ def test_percentiles_interpolate_between_closest_ranks(values: list[float], p: f
     assert percentile(values, p) == pytest.approx(expected)
 
 
+def test_a_miss_makes_the_percentiles_it_reaches_infinite_never_nan() -> None:
+    inf = float("inf")
+    assert [percentile([1.0, 2.0, inf, inf], p) for p in (0, 50, 99, 100)] == [1.0, inf, inf, inf]
+    assert percentile([1.0, 3.0, inf], 50) == 3.0
+
+
 def test_a_percentile_of_nothing_or_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="no values"):
         percentile([], 50)

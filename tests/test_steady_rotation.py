@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
@@ -30,11 +29,11 @@ from models.names import (
     TAINT_VIRTUAL_NODE,
     credentials_secret_name,
     foreign_namespace,
-    peering_workflow_id,
     virtual_kubelet_name,
     virtual_node_name,
 )
 from tests.faults import Pair, new_pair
+from tests.kube import apply_cluster_config
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
@@ -43,6 +42,7 @@ pytestmark = [pytest.mark.env, pytest.mark.steady, pytest.mark.vk]
 
 # The API server caches a successful authentication for about 10 s: a revoked token is refused after that.
 REVOKED_WITHIN_SECONDS = 30
+PERIOD_SECONDS = 10  # the provider's push period here: each periodic push checks the token
 
 
 @dataclass
@@ -71,6 +71,7 @@ async def running(
         await stack.enter_async_context(running_worker(worker_settings(localenv, pair.consumer, pair.consumer_id)))
         runner = stack.enter_context(DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path))
         stack.callback(network.stop)
+        apply_cluster_config(pair.provider.api_client(), outgoing={"advertisementPeriodSeconds": PERIOD_SECONDS})
         request_peering(pair.provider.api_client(), pair.consumer.api_client(), provider_id=pair.provider_id,
                         consumer_id=pair.consumer_id)  # fmt: skip
         yield Running(pair, runner, tmp_path)
@@ -104,8 +105,10 @@ def _generation(run: Running) -> TokenGeneration | None:
     return TokenGeneration.from_annotations(namespace.metadata.annotations)
 
 
-async def _force_rotation(run: Running, client: Client) -> TokenGeneration:
-    """Age the provider's record of the token past half its life, then push now: the push renews."""
+async def _force_rotation(run: Running) -> TokenGeneration:
+    """Age the provider's record of the token past half its life: the next periodic push (every
+    PERIOD_SECONDS here) renews it. A push a signal or update asks for would not look: it writes only
+    the Advertisement while the last access check holds."""
     held = _generation(run)
     assert held is not None
     aged = TokenGeneration(number=held.number, issued_at=held.issued_at - timedelta(hours=2),
@@ -113,10 +116,10 @@ async def _force_rotation(run: Running, client: Client) -> TokenGeneration:
                            secret_version=held.secret_version)  # fmt: skip
     k8s.CoreV1Api(run.pair.provider.api_client()).patch_namespace(
         run.namespace, {"metadata": {"annotations": aged.to_annotations()}})  # fmt: skip
-    await client.get_workflow_handle(peering_workflow_id(run.pair.provider_id, run.pair.consumer_id)).execute_update(
-        "update_sharing_percentage", 50)  # fmt: skip
-    renewed = _generation(run)
-    assert renewed is not None and renewed.number == held.number + 1, (held, renewed)
+    renewed: TokenGeneration = await eventually(
+        lambda: (g := _generation(run)) is not None and g.number > held.number and g, timeout=3 * PERIOD_SECONDS,
+        what="the next periodic push to renew the aged token")  # fmt: skip
+    assert renewed.number == held.number + 1, (held, renewed)
     assert renewed.expires_at > datetime.now(UTC)
     return renewed
 
@@ -137,7 +140,7 @@ def _copies(run: Running) -> dict[str | None, tuple[str | None, int]]:
 
 
 async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_nothing_and_revokes_the_old_token(
-    running: Running, temporal_client: Client
+    running: Running,
 ) -> None:
     run, core = running, k8s.CoreV1Api(running.pair.consumer.api_client())
     before = await eventually(lambda: _ready(core, run.node), timeout=90, what="the virtual node Ready")
@@ -153,11 +156,11 @@ async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_noth
     assert pid is not None
     first = _held_kubeconfig(run)  # what the virtual kubelet started with
 
-    await _force_rotation(run, temporal_client)
+    await _force_rotation(run)
     second = _held_kubeconfig(run)
     assert second != first
     assert not _refused(first, run.namespace)  # the previous token stays valid: a slow reader keeps working
-    await _force_rotation(run, temporal_client)
+    await _force_rotation(run)
     third = _held_kubeconfig(run)
     assert third not in (first, second)
     # The token before the previous is revoked (its anchor Secret went); the previous and current work.

@@ -25,8 +25,9 @@ from tests.running import eventually, worker_settings
 from workers.pool import run
 from workers.syncer import Syncer
 
-PROBE_SECONDS = 2
-READY_TIMEOUT_SECONDS = 60
+# The product's default probe interval (its request timeout is min(5 s, interval)); failover tests pass 2 s.
+PROBE_SECONDS = 10
+READY_TIMEOUT_SECONDS = 120  # a loaded machine answers a cluster's first probes slowly
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Pool:
     start_worker: Callable[[], None]
     stop_worker: Callable[[], None]  # a kill: the task is cancelled, whatever it was doing
     grace_seconds: int
+    probe_seconds: int
     localenv: EnvState
     syncers: dict[str, Syncer] = field(default_factory=dict)
 
@@ -44,9 +46,9 @@ class Pool:
         return k8s.CoreV1Api(self.tenant.api_client())
 
     def configure(self, **pool: Any) -> None:
-        """ClusterConfig spec.pool: the tests' short probe interval and grace period, and `pool`."""
+        """ClusterConfig spec.pool: the test's probe interval and grace period, and `pool`."""
         apply_cluster_config(self.tenant.api_client(), pool={
-            "probeIntervalSeconds": PROBE_SECONDS, "unreachableGracePeriodSeconds": self.grace_seconds, **pool})  # fmt: skip
+            "probeIntervalSeconds": self.probe_seconds, "unreachableGracePeriodSeconds": self.grace_seconds, **pool})  # fmt: skip
 
     def health(self, name: str) -> Health:
         obj = read_cluster_object(self.tenant.api_client(), SUPER_CLUSTERS, name)
@@ -63,7 +65,7 @@ class Pool:
 
 @asynccontextmanager
 async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
-                       grace_seconds: int = 60) -> AsyncIterator[Pool]:  # fmt: skip
+                       grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS) -> AsyncIterator[Pool]:  # fmt: skip
     tenant = make_cluster("tenant")
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
@@ -79,7 +81,7 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
     def stop_worker() -> None:
         workers[-1][0].cancel()
 
-    pool = Pool(tenant, supers, start_worker, stop_worker, grace_seconds, localenv)
+    pool = Pool(tenant, supers, start_worker, stop_worker, grace_seconds, probe_seconds, localenv)
     pool.configure()
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each

@@ -119,7 +119,7 @@ def test_pool_placement_prints_figures_and_no_policy_beats_the_optimal_bound(
     figures = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {tuple(sorted(f)) for f in figures} == {("baseline", "name", "params", "ratio", "unit", "value")}
     shares = {f["name"]: f for f in figures if ".share." in f["name"]}
-    assert len(shares) == 6  # spread, pack and optimal at two loads
+    assert len(shares) == 8  # spread, pack, whole-quota first fit and optimal at two loads
     for figure in shares.values():
         assert figure["value"] <= figure["params"]["optimal_percent"] + 0.01, figure  # both rounded for print
         assert figure["params"]["optimal_proven"]

@@ -116,16 +116,19 @@ async def test_a_hundred_namespaces_created_at_once_never_overcommit_a_cluster(p
     def settled() -> dict[str, int] | None:
         per_cluster: dict[str, int] = {}
         decided = 0
-        for i in range(100):
-            annotations = k8s.CoreV1Api(api).read_namespace(f"burst-{i}").metadata.annotations or {}
+        for namespace in k8s.CoreV1Api(api).list_namespace().items:
+            annotations = namespace.metadata.annotations or {}
+            if not namespace.metadata.name.startswith("burst-"):
+                continue
             if PLACEMENTS_ANNOTATION in annotations or PLACEMENT_STATUS_ANNOTATION in annotations:
                 decided += 1
             for cluster, count in json.loads(annotations.get(PLACEMENTS_ANNOTATION) or "{}").items():
                 per_cluster[cluster] = per_cluster.get(cluster, 0) + count
-        return per_cluster if decided == 100 else None
+        # Full: a cluster the prober found slow for a moment (Suspect) takes its slices once Ready again.
+        return per_cluster if decided == 100 and sum(per_cluster.values()) >= 7 else None
 
-    per_cluster = await eventually(settled, timeout=120, interval=1, what="every namespace decided")
-    assert per_cluster == {"s1": 3, "s2": 4}  # full, and never beyond capacity minus headroom
+    per_cluster = await eventually(settled, timeout=180, interval=1, what="every namespace decided, the pool full")
+    assert per_cluster == {"s1": 3, "s2": 4}  # never beyond capacity minus headroom
 
 
 @pytest.mark.steady

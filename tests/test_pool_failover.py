@@ -39,7 +39,7 @@ GRACE_SECONDS = 10
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS) as running:
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS, probe_seconds=2) as running:
         yield running
 
 

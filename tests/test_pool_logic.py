@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from fractions import Fraction
 
@@ -14,6 +15,7 @@ from models.pool.placement import (
     ClusterSnapshot,
     PlacementRequest,
     Policy,
+    first_fit_slices,
     first_fit_whole_quota,
     headroom,
     normalised,
@@ -270,6 +272,13 @@ def test_a_hundred_namespaces_placed_one_after_another_never_overcommit(counts: 
                                              c.placed + Resources(cpu=f"{n * 500}m", memory=f"{n}Gi"))  # fmt: skip
     for c in clusters.values():
         assert c.placed.fits_in(c.capacity)
+
+
+def test_virtualclusters_per_slice_first_fit_places_every_slice_or_none() -> None:
+    clusters = [cluster("r1", "1"), cluster("r2"), cluster("r3", health="Unreachable")]  # room for 3 and 4 slices
+    placed = first_fit_slices(SLICE, 7, clusters, random.Random(1))
+    assert placed == {"r1": 3, "r2": 4}
+    assert first_fit_slices(SLICE, 8, clusters, random.Random(1)) is None  # all or nothing
 
 
 def test_whole_quota_first_fit_is_the_baseline_slices_beat() -> None:

@@ -31,7 +31,7 @@ SLICE = '{"cpu": "1", "memory": "2Gi"}'  # each super cluster holds 4
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS) as running:
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS, probe_seconds=2) as running:
         yield running
 
 

@@ -26,6 +26,7 @@ because a weighted sum would let a tie-breaker outvote the main criterion on som
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -266,6 +267,23 @@ def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> Plac
             rejections.setdefault(name, Rejection("NotNeeded", not_needed))
     return PlacementResult({k: v for k, v in sorted(placement.items()) if v}, rejections,
                            f"{request.count} slices placed ({request.policy})")  # fmt: skip
+
+
+def first_fit_slices(slice_: Resources, count: int, clusters: list[ClusterSnapshot], rng: random.Random) -> dict[str, int] | None:
+    """virtualcluster's namespace scheduler (a baseline): each slice on the first cluster that holds it,
+    the clusters in a random order for every slice; the namespace is placed only if every slice is."""
+    placed = {c.name: c.placed for c in clusters if c.accepts_slices}
+    capacity = {c.name: c.capacity for c in clusters}
+    placement: dict[str, int] = {}
+    for _ in range(count):
+        order = sorted(placed)
+        rng.shuffle(order)
+        target = next((name for name in order if (placed[name] + slice_).fits_in(capacity[name])), None)
+        if target is None:
+            return None
+        placed[target] = placed[target] + slice_
+        placement[target] = placement.get(target, 0) + 1
+    return placement
 
 
 def first_fit_whole_quota(quota: Resources, clusters: list[ClusterSnapshot]) -> str | None:

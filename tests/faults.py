@@ -92,6 +92,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, f"worker {self.cluster_id} was never started"
+        return self._process.pid
+
     def stop(self) -> None:
         if self.alive():
             assert self._process is not None

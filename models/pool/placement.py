@@ -169,15 +169,15 @@ SCORES: dict[Policy, tuple[ScorePlugin, ...]] = {
 # The steps ------------------------------------------------------------------------------------------
 
 
-def holds(cluster: ClusterSnapshot, slice_: Resources, count: int) -> bool:
-    """Whether the cluster holds `count` slices beside what other namespaces hold there."""
-    needed = cluster.placed + Resources({k: v * count for k, v in slice_.items()})
-    return needed.fits_in(cluster.capacity)
-
-
 def free_slices(cluster: ClusterSnapshot, slice_: Resources) -> int:
     free = (cluster.capacity - cluster.placed).clamp_at_zero()
     return int(min((free.get_or_zero(name) // size for name, size in slice_.items() if size > 0), default=0))
+
+
+def room(cluster: ClusterSnapshot, slice_: Resources) -> int:
+    """How many slices the cluster holds beside what other namespaces hold there: none while they hold
+    more than its capacity of anything. Computed once per request; every step then compares counts."""
+    return free_slices(cluster, slice_) if cluster.placed.fits_in(cluster.capacity) else 0
 
 
 def fit(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> tuple[dict[str, ClusterSnapshot], dict[str, Rejection]]:
@@ -211,15 +211,16 @@ def select(candidates: list[Candidate], plugins: tuple[ScorePlugin, ...]) -> Clu
 
 
 def _candidates(feasible: Mapping[str, ClusterSnapshot], placement: Mapping[str, int],
-                slice_: Resources) -> list[Candidate]:  # fmt: skip
+                rooms: Mapping[str, int]) -> list[Candidate]:  # fmt: skip
     """The feasible clusters that hold one more slice."""
     held = {name: placement.get(name, 0) for name in feasible}
-    return [Candidate(c, held[c.name], free_slices(c, slice_) - held[c.name] - 1)
-            for c in feasible.values() if holds(c, slice_, held[c.name] + 1)]  # fmt: skip
+    return [Candidate(c, held[c.name], rooms[c.name] - held[c.name] - 1)
+            for c in feasible.values() if held[c.name] < rooms[c.name]]  # fmt: skip
 
 
 def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> PlacementResult:
     feasible, rejections = fit(request, clusters)
+    rooms = {name: room(cluster, request.slice) for name, cluster in feasible.items()}
     # Suspect and unprobed clusters: what they hold stays, unchecked (their capacity may not be known).
     holding = {c.name for c in clusters if c.name not in feasible and not c.drains}
 
@@ -229,7 +230,7 @@ def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> Plac
         take = min(wanted, remaining)
         if take <= 0 or (name not in feasible and name not in holding):
             continue
-        if name in feasible and not holds(feasible[name], request.slice, take):
+        if name in feasible and take > rooms[name]:
             refused = Rejection("InsufficientCapacity", f"cannot hold the slices the placement annotation asks for ({take})")
             return PlacementResult(None, {**rejections, name: refused},
                                    f"the edited placement asks {name} for {take} slices, which do not fit")  # fmt: skip
@@ -240,22 +241,22 @@ def schedule(request: PlacementRequest, clusters: list[ClusterSnapshot]) -> Plac
         name, had = item
         if request.policy == "pack":
             return (-had, name)
-        return (-free_slices(feasible[name], request.slice) if name in feasible else 0, name)
+        return (-rooms[name] if name in feasible else 0, name)
 
     for name, had in sorted(request.previous.items(), key=keep_first):  # slices stay where they are while they fit
         if name in placement or (name not in feasible and name not in holding) or remaining <= 0:
             continue
         take = min(had, remaining)
-        while take > 0 and name in feasible and not holds(feasible[name], request.slice, take):
-            take -= 1
+        if name in feasible:
+            take = min(take, rooms[name])
         if take:
             placement[name], remaining = take, remaining - take
 
     while remaining > 0:  # score and select, one slice at a time
-        candidates = _candidates(feasible, placement, request.slice)
+        candidates = _candidates(feasible, placement, rooms)
         if not candidates:
-            for name, cluster in feasible.items():
-                rejections.setdefault(name, Rejection("InsufficientCapacity", f"room for {free_slices(cluster, request.slice)} "
+            for name in feasible:
+                rejections.setdefault(name, Rejection("InsufficientCapacity", f"room for {rooms[name]} "
                                                       f"slice(s) of {request.slice.to_kubernetes()}"))  # fmt: skip
             return PlacementResult(None, rejections, f"{request.count} slices do not fit in the pool; {remaining} left over")
         best = select(candidates, SCORES[request.policy])

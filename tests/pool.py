@@ -25,7 +25,7 @@ from tests.running import eventually, worker_settings
 from workers.pool import run
 from workers.syncer import Syncer
 
-# The product's default probe interval (its request timeout is min(5 s, interval)); failover tests pass 2 s.
+# The product's default probe interval (its request timeout is min(5 s, interval)); failover tests pass 5 s.
 PROBE_SECONDS = 10
 READY_TIMEOUT_SECONDS = 120  # a loaded machine answers a cluster's first probes slowly
 

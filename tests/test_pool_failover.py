@@ -34,12 +34,14 @@ from workers.syncer import Syncer
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
-GRACE_SECONDS = 10
+# A probe's request timeout is min(5 s, interval): 5 s keeps a slow answer on a loaded machine a success.
+PROBE_SECONDS, GRACE_SECONDS = 5, 10
 
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS, probe_seconds=2) as running:
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS,
+                            probe_seconds=PROBE_SECONDS) as running:
         yield running
 
 

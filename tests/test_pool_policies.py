@@ -25,13 +25,15 @@ from tests.pool import Pool, running_pool
 from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
-GRACE_SECONDS = 6
+# A probe's request timeout is min(5 s, interval): 5 s keeps a slow answer on a loaded machine a success.
+PROBE_SECONDS, GRACE_SECONDS = 5, 6
 SLICE = '{"cpu": "1", "memory": "2Gi"}'  # each super cluster holds 4
 
 
 @pytest.fixture
 async def pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Pool]:
-    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS, probe_seconds=2) as running:
+    async with running_pool(localenv, make_cluster, unique, grace_seconds=GRACE_SECONDS,
+                            probe_seconds=PROBE_SECONDS) as running:
         yield running
 
 

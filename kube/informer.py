@@ -93,7 +93,8 @@ class Informer(Generic[T]):
             del page  # one parsed page at a time
             token = metadata.get("continue")
             if not token:
-                self._on_sync(items)
+                if not self._stop.is_set():  # a stopped informer tells nobody anything more (kube/lease.py)
+                    self._on_sync(items)
                 return str(metadata["resourceVersion"])
 
     def _follow(self, version: str) -> None:
@@ -106,5 +107,7 @@ class Informer(Generic[T]):
             ):  # fmt: skip
                 kind, obj = event["type"], event["object"]
                 version = obj.get("metadata", {}).get("resourceVersion", version)
+                if self._stop.is_set():
+                    return
                 if kind != "BOOKMARK":
                     self._on_event(kind, self._transform(obj))

@@ -31,7 +31,7 @@ def apply_cluster_object(api: k8s.ApiClient, plural: str, body: dict[str, Any]) 
         GROUP, VERSION, plural, body["metadata"]["name"], body,
         field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False,
     )  # fmt: skip
-    return _raw_json(response)
+    return raw_json(response)
 
 
 def patch_cluster_object(api: k8s.ApiClient, plural: str, name: str, patch: dict[str, Any]) -> None:
@@ -103,7 +103,7 @@ def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
         response: object = cluster_scoped[kind](meta["name"], body, **kwargs)
     else:
         response = namespaced[kind](meta["name"], meta["namespace"], body, **kwargs)
-    return _raw_json(response)
+    return raw_json(response)
 
 
 def _json_object(value: object) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def _json_object(value: object) -> dict[str, Any]:
     return value
 
 
-def _raw_json(response: object) -> dict[str, Any]:
+def raw_json(response: object) -> dict[str, Any]:
     """The body of a call made with _preload_content=False, for which the client returns urllib3's response."""
     if not isinstance(response, urllib3.BaseHTTPResponse):
         raise TypeError(f"expected an HTTP response, got {type(response).__name__}")

@@ -55,6 +55,17 @@ LABEL_TOKEN_ANCHOR: Final = "tidepool.io/token-anchor"
 PEERING_FINALIZER: Final = "tidepool.io/withdraw"
 
 
+def worker_lease_name(cluster_id: str) -> str:
+    """The Lease (in SYSTEM_NAMESPACE) whose holder runs a cluster worker's watchers: one per cluster id, so
+    that workers of several cluster ids on one API server (tests, benchmarks) do not wait on each other."""
+    return f"tidepool-worker-{cluster_id}"
+
+
+def pool_lease_name(workflow_id: str) -> str:
+    """The Lease (in the tenant's SYSTEM_NAMESPACE) whose holder runs a pool worker's watchers and prober."""
+    return f"tidepool-pool-{workflow_id}"
+
+
 def task_queue(cluster_id: str) -> str:
     """Each cluster's worker polls its own task queue; two clusters never share one."""
     return f"tidepool-{cluster_id}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.names import task_queue
 
@@ -69,12 +69,49 @@ class VirtualKubeletSettings(_Part):
     )
 
 
+class LeaderSettings(_Part):
+    """Of a worker's replicas, one runs the watchers that signal workflows (kube/lease.py); client-go's
+    defaults. Every replica serves workflow and activity tasks whatever the election says."""
+
+    identity: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        description="This replica's name in the Lease, unique among live replicas (the pod's name in "
+        "deploy/base, so a restarted container takes its own Lease back at once); unset means "
+        "host-pid-random, which a restarted process cannot reclaim before the lease duration.",
+    )  # fmt: skip
+    lease_duration_seconds: int = Field(
+        default=15, ge=2, le=300,
+        description="Seconds a Lease not renewed keeps other replicas out: how long a dead leader's watchers "
+        "stay silent before another replica's start.",
+    )  # fmt: skip
+    renew_deadline_seconds: int = Field(
+        default=10, ge=1,
+        description="Seconds a leader goes on without a successful renewal before it stops its watchers; "
+        "shorter than the lease duration, so that two replicas never watch at once.",
+    )  # fmt: skip
+    retry_period_seconds: float = Field(
+        default=2.0, gt=0,
+        description="Seconds between a leader's renewals and between a candidate's attempts (one API write "
+        "or read each).",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderSettings:
+        if not self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError(
+                "retry_period_seconds < renew_deadline_seconds < lease_duration_seconds must hold: a leader "
+                "stops before another replica may take over, and renews more than once before it stops"
+            )
+        return self
+
+
 class WorkerSettings(_Part):
     cluster: ClusterSettings = ClusterSettings()
     temporal: TemporalSettings = TemporalSettings()
     provider: ProviderSettings = ProviderSettings()
     metrics: MetricsSettings = MetricsSettings()
     virtual_kubelet: VirtualKubeletSettings = VirtualKubeletSettings()
+    leader: LeaderSettings = LeaderSettings()
 
     @property
     def task_queue(self) -> str:

@@ -51,7 +51,9 @@ class WorkerProcess:
     workers; `kill()` is a real SIGKILL, `start()` a fresh process with the same settings."""
 
     def __init__(self, *, cluster: LocalCluster, cluster_id: str, temporal_address: str, log: Path,
-                 namespace: str = "default", pod_cidr: str = "10.0.0.0/16") -> None:  # fmt: skip
+                 namespace: str = "default", pod_cidr: str = "10.0.0.0/16", identity: str | None = None) -> None:  # fmt: skip
+        """`identity`: its name in the cluster's Lease, kept across restarts like a pod's (None: a new one
+        at each start, which waits out the Lease a killed predecessor held)."""
         self.cluster_id = cluster_id
         self.log = log
         self.kills = 0
@@ -64,6 +66,8 @@ class WorkerProcess:
             "TIDEPOOL_TEMPORAL_NAMESPACE": namespace,
             "TIDEPOOL_METRICS_PORT": "0",
         })  # fmt: skip
+        if identity is not None:
+            self._env["TIDEPOOL_LEADER_IDENTITY"] = identity
         self._process: subprocess.Popen[bytes] | None = None
         self._starts = 0
 

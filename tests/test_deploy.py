@@ -89,6 +89,17 @@ def test_the_worker_runs_the_cluster_worker_from_the_image_and_reads_its_setting
     assert container["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
     # The virtual kubelets the worker creates run the same image.
     assert config["data"]["TIDEPOOL_VIRTUAL_KUBELET_IMAGE"] == container["image"]
+    _two_replicas_each_named_in_the_lease_and_one_evicted_at_a_time(rendered, "tidepool-worker")
+
+
+def _two_replicas_each_named_in_the_lease_and_one_evicted_at_a_time(rendered: list[dict[str, Any]], name: str) -> None:
+    deployment = next(d for d in rendered if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    assert deployment["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TIDEPOOL_LEADER_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    budget = next(d for d in rendered if d["kind"] == "PodDisruptionBudget" and d["metadata"]["name"] == name)
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
 
 
 @pytest.mark.env
@@ -124,7 +135,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
 ) -> None:
     cluster = make_cluster("deploy")  # CRDs installed for real, so that the CRs and RBAC on them validate
     kubeconfig = cluster.kubeconfig
-    assert kubectl("create", "namespace", SYSTEM_NAMESPACE, kubeconfig=kubeconfig).returncode == 0
+    assert kubectl("get", "namespace", SYSTEM_NAMESPACE, kubeconfig=kubeconfig).returncode == 0  # made with the CRDs
     for overlay in OVERLAYS:
         dry = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", kubeconfig=kubeconfig,
                       stdin=render(overlay))  # fmt: skip
@@ -148,8 +159,10 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),
         ("patch", "namespaces"), ("bind", f"clusterroles/{CREDENTIALS_CLUSTER_ROLE}"),
         ("create", f"rolebindings/{CREDENTIALS_BINDING}", "-n", foreign),
+        *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
     ]  # fmt: skip
     worker_may_not = [
+        ("update", "leases.coordination.k8s.io", "-n", "kube-system"), ("delete", "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE),
         ("get", "secrets", "-A"), ("get", "secrets", "-n", "kube-system"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
         ("create", "pods", "-n", "kube-system"), ("create", "deployments.apps", "-n", "kube-system"),
         ("create", "serviceaccounts/default", "--subresource=token", "-n", "kube-system"),
@@ -269,6 +282,7 @@ def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_
     secrets = {v["name"]: v["secret"]["secretName"] for v in syncer["volumes"] if "secret" in v}
     assert [secrets[name] for name, path in mounts.items() if str(Path(kubeconfig).parent) == path] == ["super-s1"]
     assert not [d for d in rendered if d["kind"] == "Secret"]
+    _two_replicas_each_named_in_the_lease_and_one_evicted_at_a_time(rendered, "tidepool-pool")
 
 
 @pytest.mark.env
@@ -300,8 +314,10 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("watch", "clusterconfigs.tidepool.io"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
         ("list", "services", *ns), ("patch", "services", "--subresource=status", *ns),
         ("list", "persistentvolumeclaims", *ns), ("patch", "persistentvolumeclaims", "--subresource=status", *ns),
+        *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
     ]  # fmt: skip
     pool_may_not = [
+        ("update", "leases.coordination.k8s.io", "-n", "kube-system"), ("delete", "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE),
         ("patch", "superclusters.tidepool.io"), ("create", "superclusters.tidepool.io"),
         ("patch", "clusterconfigs.tidepool.io"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
         ("get", "secrets", *ns), ("get", "secrets", "-n", "kube-system"), ("create", "pods", *ns),

@@ -1,7 +1,9 @@
-"""Kill -9 of a cluster's worker at random points of a peering, an acceptance and a teardown.
+"""Kill -9 of a cluster's worker at random points of a peering, an acceptance and a teardown, with one
+worker per cluster, and with two replicas per cluster on one task queue (marker `scaleout`), of which a
+random one is killed each time: the leader's watchers move to the other, and in-flight work is retried.
 
 The workers are real separate processes (`python -m workers.cluster`), restarted at once after each
-SIGKILL as a supervisor would. The kill points are drawn from a fixed seed, printed (set
+SIGKILL as a supervisor would, under the same Lease identity (a pod's name). The kill points are drawn from a fixed seed, printed (set
 TIDEPOOL_FAULT_SEED to replay another sequence). After every phase the pair must converge: exactly one
 Advertisement per provider while peered, nothing orphaned on either cluster after teardown and every
 workflow of the torn-down peering Completed, and no workflow history with a failed workflow task. The
@@ -30,12 +32,14 @@ from models.names import (
     ADVERTISEMENTS,
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
+    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
     foreign_namespace,
     peering_workflow_id,
+    worker_lease_name,
 )
 from tests.faults import (
     Pair,
@@ -80,26 +84,36 @@ class Killer:
         print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
         worker.start()
 
-    async def kill_during_activity(self, worker: WorkerProcess, client: Client, workflow_id: str, phase: str) -> None:
-        """Kills the worker while an activity of `workflow_id` is running on it, so that at least these kills
-        surely hit work in flight (random moments mostly fall between short activities). If none is seen
-        running within ACTIVITY_WATCH seconds, it kills anyway and says so; the test's last assertion judges."""
-        await eventually(worker.ready, timeout=60, what=f"worker {worker.cluster_id} serving")
+    def pick(self, replicas: list[WorkerProcess]) -> WorkerProcess:
+        return self.rng.choice(replicas)
+
+    async def kill_during_activity(self, replicas: list[WorkerProcess], client: Client, workflow_id: str,
+                                   phase: str) -> None:  # fmt: skip
+        """Kills the replica an activity of `workflow_id` is running on, so that at least these kills surely
+        hit work in flight (random moments mostly fall between short activities). If none is seen running
+        within ACTIVITY_WATCH seconds, it kills a random one anyway and says so; the test's last assertion
+        judges."""
+        for replica in replicas:
+            await eventually(replica.ready, timeout=60, what=f"worker {replica.cluster_id} serving")
         handle = client.get_workflow_handle(workflow_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACTIVITY_WATCH
-        running: list[str] = []
+        running: list[PendingActivityInfo] = []
         while not running and loop.time() < deadline:
             try:
                 pending: Sequence[PendingActivityInfo] = (await handle.describe()).raw_description.pending_activities
             except RPCError:  # not started yet
                 pending = []
-            running = [a.activity_type.name for a in pending if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
+            running = [a for a in pending if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]
             if not running:
                 await asyncio.sleep(0.01)
+        # The SDK's worker identity is "pid@host": the replica whose pid it names runs the activity.
+        runs_it = [r for r in replicas if running and running[0].last_worker_identity.startswith(f"{r.pid}@")]
+        worker = runs_it[0] if runs_it else self.pick(replicas)
         assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
         worker.kill()
-        self.points.append(f"{phase}: {worker.cluster_id} killed during {', '.join(running) or 'no activity seen'}")
+        seen = ", ".join(a.activity_type.name for a in running) or "no activity seen"
+        self.points.append(f"{phase}: {worker.cluster_id} (pid {worker.pid}) killed during {seen}")
         print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
         worker.start()
 
@@ -151,9 +165,14 @@ def _reflected(pair: Pair) -> list[str]:
 
 
 @pytest.mark.timeout(720)
+@pytest.mark.parametrize(
+    "replicas",
+    [pytest.param(1, id="one worker per cluster"),
+     pytest.param(2, id="two replicas per cluster", marks=pytest.mark.scaleout)],
+)  # fmt: skip
 async def test_workers_killed_at_random_points_converge_with_one_advertisement_and_nothing_orphaned(
     localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
-    tmp_path: Path,
+    tmp_path: Path, replicas: int,
 ) -> None:
     seed = fault_seed()
     print(f"kill points drawn with seed {seed} (TIDEPOOL_FAULT_SEED)", flush=True)
@@ -161,14 +180,17 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
     pair = new_pair(make_cluster, unique)
     provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
     workers = {
-        "provider": WorkerProcess(cluster=pair.provider, cluster_id=pair.provider_id, pod_cidr="10.1.0.0/16",
-                                  temporal_address=localenv.temporal_address, log=tmp_path / "provider-worker.log"),
-        "consumer": WorkerProcess(cluster=pair.consumer, cluster_id=pair.consumer_id, pod_cidr="10.2.0.0/16",
-                                  temporal_address=localenv.temporal_address, log=tmp_path / "consumer-worker.log"),
+        "provider": [WorkerProcess(cluster=pair.provider, cluster_id=pair.provider_id, pod_cidr="10.1.0.0/16",
+                                   temporal_address=localenv.temporal_address, identity=f"provider-{i}",
+                                   log=tmp_path / f"provider-worker-{i}.log") for i in range(replicas)],
+        "consumer": [WorkerProcess(cluster=pair.consumer, cluster_id=pair.consumer_id, pod_cidr="10.2.0.0/16",
+                                   temporal_address=localenv.temporal_address, identity=f"consumer-{i}",
+                                   log=tmp_path / f"consumer-worker-{i}.log") for i in range(replicas)],
     }  # fmt: skip
+    every_worker = [w for side in workers.values() for w in side]
     network = NetworkModule(consumer, local_pod_cidr="10.2.0.0/16").start()
     try:
-        for worker in workers.values():
+        for worker in every_worker:
             worker.start()
         with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
             for cycle in range(CYCLES):
@@ -180,8 +202,8 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                     await killer.kill_during_activity(workers["provider"], temporal_client,
                                                       peering_workflow_id(pair.provider_id, pair.consumer_id), f"cycle {cycle} peering")
                 else:
-                    await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
-                await killer.kill_within(workers["provider"], 3, f"cycle {cycle} peering")
+                    await killer.kill_within(killer.pick(workers["provider"]), 3, f"cycle {cycle} peering")
+                await killer.kill_within(killer.pick(workers["provider"]), 3, f"cycle {cycle} peering")
                 await eventually(lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(pair.provider_id)),
                                  timeout=CONVERGE_TIMEOUT, what="the Advertisement on the consumer")  # fmt: skip
 
@@ -190,8 +212,8 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                     await killer.kill_during_activity(workers["consumer"], temporal_client,
                                                       advertisement_workflow_id(pair.consumer_id, pair.provider_id), f"cycle {cycle} acceptance")
                 else:
-                    await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
-                await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} acceptance")
+                    await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} acceptance")
+                await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} acceptance")
                 await _converged(pair, peered=True, what=f"cycle {cycle}: accepted with its virtual kubelet and node")
                 _offload(pair, f"job-{cycle}")
                 await eventually(lambda c=cycle: _reflected(pair) == [f"app-job-{c}"], timeout=CONVERGE_TIMEOUT,
@@ -199,16 +221,23 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
 
                 # The teardown: both workers die while the provider withdraws and the consumer tears down.
                 cancel_peering(provider, consumer_id=pair.consumer_id)
-                await killer.kill_within(workers["provider"], 2, f"cycle {cycle} teardown")
-                await killer.kill_within(workers["consumer"], 3, f"cycle {cycle} teardown")
-                await killer.kill_within(workers[killer.rng.choice(["provider", "consumer"])], 4, f"cycle {cycle} teardown")
+                await killer.kill_within(killer.pick(workers["provider"]), 2, f"cycle {cycle} teardown")
+                await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} teardown")
+                await killer.kill_within(killer.pick(workers[killer.rng.choice(["provider", "consumer"])]), 4,
+                                         f"cycle {cycle} teardown")  # fmt: skip
                 await _converged(pair, peered=False, what=f"cycle {cycle}: torn down, nothing orphaned")
                 await _peering_workflows_completed(temporal_client, pair, what=f"cycle {cycle}: workflows Completed")
                 # The consumer's pod was bound to the deleted virtual node: gone with it, as far as we care.
                 delete_quietly(k8s.CoreV1Api(consumer).delete_namespaced_pod, f"job-{cycle}", "app", grace_period_seconds=0)
-            assert all(w.alive() for w in workers.values()), "a worker exited on its own"
+            assert all(w.alive() for w in every_worker), "a worker exited on its own"
+            # One replica per cluster holds its Lease (the watchers run there), a live one.
+            for side, cluster in (("provider", pair.provider), ("consumer", pair.consumer)):
+                side_id = pair.provider_id if side == "provider" else pair.consumer_id
+                holder = k8s.CoordinationV1Api(cluster.api_client()).read_namespaced_lease(
+                    worker_lease_name(side_id), SYSTEM_NAMESPACE).spec.holder_identity  # fmt: skip
+                assert holder in {f"{side}-{i}" for i in range(replicas)}, f"{side}'s Lease held by {holder}"
     finally:
-        for worker in workers.values():
+        for worker in every_worker:
             worker.stop()
         network.stop()
     print("\n".join(killer.points))

@@ -16,6 +16,8 @@ def test_the_defaults_are_pinned() -> None:
         "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300},
         "metrics": {"port": 9464},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464},
+        "leader": {"identity": None, "lease_duration_seconds": 15, "renew_deadline_seconds": 10,
+                   "retry_period_seconds": 2.0},
     }  # fmt: skip
 
 
@@ -35,6 +37,8 @@ def test_environment_variables_set_fields_by_part_and_name() -> None:
         pytest.param("TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS", "7200", "provider.token_lifetime_seconds",
                      id="a token lives at most one hour"),
         pytest.param("TIDEPOOL_METRICS_PORT", "70000", "metrics.port", id="a port fits in 16 bits"),
+        pytest.param("TIDEPOOL_LEADER_RENEW_DEADLINE_SECONDS", "20", "renew_deadline_seconds < lease_duration_seconds",
+                     id="a leader stops before another may take over"),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_refused_with_its_field(variable: str, value: str, field: str) -> None:

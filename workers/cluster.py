@@ -1,12 +1,16 @@
 """A cluster's tidepool worker: `python -m workers.cluster`, configured by TIDEPOOL_* variables (see
-models/settings.py). It serves this cluster's task queue only, with the clients of this cluster, and
-runs the watchers that turn Kubernetes changes into workflow starts and signals."""
+models/settings.py). It serves this cluster's task queue only, with the clients of this cluster, and,
+while it holds the cluster's Lease (kube/lease.py), runs the watchers that turn Kubernetes changes into
+workflow starts and signals: any number of replicas serve the task queue, one of them watches."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
 import signal
+import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
@@ -18,7 +22,9 @@ from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from kube.clients import client_from_kubeconfig_file
-from models.settings import TemporalSettings, WorkerSettings
+from kube.lease import LeaderElection
+from models.names import SYSTEM_NAMESPACE, worker_lease_name
+from models.settings import LeaderSettings, TemporalSettings, WorkerSettings
 from workers.consumer import consumer_role
 from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
@@ -52,6 +58,25 @@ async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None)
 ROLES: list[Callable[[RoleContext], Role]] = [provider_role, consumer_role]
 
 
+def replica_identity(settings: LeaderSettings) -> str:
+    """This process's name in a Lease: the configured one (the pod's name), or one no other process has."""
+    return settings.identity or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def leading(roles: list[Role]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The election's callbacks: start every role's watchers, and stop them (the last started first)."""
+    stops: list[Callable[[], None]] = []
+
+    def started() -> None:
+        stops.extend(role.lead() for role in roles)
+
+    def stopped() -> None:
+        while stops:
+            stops.pop()()
+
+    return started, stopped
+
+
 async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
     client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     ctx = RoleContext(
@@ -73,6 +98,13 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
         for role in roles:
             role.start()
             stack.callback(role.stop)
+        started, stopped = leading(roles)
+        election = LeaderElection(
+            ctx.home, lease=worker_lease_name(settings.cluster.cluster_id), namespace=SYSTEM_NAMESPACE,
+            identity=replica_identity(settings.leader), settings=settings.leader,
+            on_started_leading=started, on_stopped_leading=stopped,
+        ).start()  # fmt: skip
+        stack.callback(election.stop)  # first of all at exit: the watchers stop and the Lease is handed on
         log.info("worker for cluster %s on task queue %s: %s", settings.cluster.cluster_id, settings.task_queue,
                  ", ".join(role.name for role in roles))  # fmt: skip
         await stop.wait()

@@ -23,7 +23,7 @@ one starts (workers/legacy.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Coroutine, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -268,7 +268,14 @@ class ConsumerWatchers(Watchers):
 
 
 def consumer_role(ctx: RoleContext) -> Role:
-    watchers = ConsumerWatchers(ctx)
+    """The consumer: admission and advertisement workflows and their activities (every replica), and the
+    watchers (the leading replica)."""
+
+    def lead() -> Callable[[], None]:
+        watchers = ConsumerWatchers(ctx)
+        watchers.start()
+        return watchers.stop
+
     activities = ConsumerActivities(home=ctx.home, settings=ctx.settings)
     return Role(
         name="consumer",
@@ -278,6 +285,5 @@ def consumer_role(ctx: RoleContext) -> Role:
                     activities.mark_deleting, activities.delete_virtual_node, activities.delete_virtual_kubelet,
                     activities.release_advertisement, activities.delete_expired, activities.report_pod_cidr_timeout,
                     activities.run_step],  # run_step: kept for runs begun before consumer-step-activities
-        start=watchers.start,
-        stop=watchers.stop,
+        lead=lead,
     )  # fmt: skip

@@ -3,7 +3,8 @@ serves the pool's task queue with PoolSchedulerWorkflow and watches the tenant c
 (namespaces, ResourceQuotas, pods), the SuperClusters and the pool's settings (ClusterConfig spec.pool), probes the super clusters
 (workers/pool_health.py: health on the SuperClusters' status), and signals (with start) the scheduler when
 something a pass reads changes (models/pool/triggers.py): not on status churn. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
-tenant control plane's kubeconfig."""
+tenant control plane's kubeconfig. Any number of replicas serve the task queue; the one holding the pool's
+Lease (kube/lease.py) watches and probes."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from temporalio.worker import Worker
 from activities.pool import PoolActivities
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
+from kube.lease import LeaderElection
 from models.keys import KeyMemory, by_namespace_and_name
 from models.names import (
     CLUSTER_CONFIG_NAME,
@@ -30,11 +32,13 @@ from models.names import (
     POOL_SCHEDULER_WORKFLOW_ID,
     POOL_TASK_QUEUE,
     SUPER_CLUSTERS,
+    SYSTEM_NAMESPACE,
     VERSION,
+    pool_lease_name,
 )
 from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
-from workers.cluster import connect
+from workers.cluster import connect, replica_identity
 from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
 from workers.pool_health import HealthProber
@@ -101,22 +105,36 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
     runtime = metrics_runtime(settings.metrics.port)
     client = await connect(settings.temporal, runtime=runtime)
     tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
-    prober = HealthProber(tenant, meter=runtime.metric_meter if runtime else MetricMeter.noop)
+    meter = runtime.metric_meter if runtime else MetricMeter.noop
     activities = PoolActivities(tenant=tenant)
-    watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
-                           loop=asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    stops: list[Callable[[], None]] = []
+
+    def started_leading() -> None:
+        prober = HealthProber(tenant, meter=meter).start()
+        watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
+                                loop=loop)  # fmt: skip
+        watchers.start()
+        stops[:] = [watchers.stop, prober.stop]
+
+    def stopped_leading() -> None:
+        while stops:
+            stops.pop(0)()
+
     with ThreadPoolExecutor(8, thread_name_prefix="pool-activity") as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
                           activities=[activities.schedule_pool, activities.move_pods, activities.finish_move],
                           activity_executor=executor,
                           interceptors=[KubernetesErrors()]):  # fmt: skip
-            prober.start()
-            watchers.start()
+            election = LeaderElection(
+                tenant, lease=pool_lease_name(workflow_id), namespace=SYSTEM_NAMESPACE,
+                identity=replica_identity(settings.leader), settings=settings.leader,
+                on_started_leading=started_leading, on_stopped_leading=stopped_leading,
+            ).start()  # fmt: skip
             try:
                 await stop.wait()
             finally:
-                watchers.stop()
-                prober.stop()
+                election.stop()
 
 
 def main() -> None:

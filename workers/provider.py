@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -257,28 +258,33 @@ class ProviderWatchers(Watchers):
 
 
 def provider_role(ctx: RoleContext) -> Role:
-    """The provider: peering workflows, their activities, the capacity aggregate and the watchers."""
-    watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop)
+    """The provider: peering workflows and their activities, the capacity aggregate they read (every
+    replica), and the watchers and early pushes (the leading replica)."""
     capacity_dirty = threading.Event()
     capacity = HomeCapacity(ctx.home, on_change=capacity_dirty.set)
-    early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
-                                  outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
     peering = PeeringActivities(home=ctx.home, capacity=capacity, settings=ctx.settings)
 
-    def start() -> None:
+    def start_capacity() -> None:
         capacity.start()
+
+    def lead() -> Callable[[], None]:
+        watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop)
+        early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
+                                      outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
         watchers.start()
         early_pushes.start()
 
-    def stop() -> None:
-        early_pushes.stop()
-        watchers.stop()
-        capacity.stop()
+        def stop() -> None:
+            early_pushes.stop()
+            watchers.stop()
+
+        return stop
 
     return Role(
         name="provider",
         workflows=[PeeringWorkflow],
         activities=[peering.push_advertisement, peering.read_foreign_decision, peering.withdraw_peering],
-        start=start,
-        stop=stop,
+        start=start_capacity,
+        stop=capacity.stop,
+        lead=lead,
     )

@@ -1,5 +1,7 @@
-"""What a part of the worker brings: its workflows, its activities, and watchers to start and stop.
-workers/cluster.py composes the roles a cluster runs (provider, consumer) on its one task queue."""
+"""What a part of the worker brings: its workflows, its activities, what every replica runs beside them
+(`start`/`stop`: the capacity aggregate its activities read), and the watchers that only the replica
+holding the Lease runs (`lead`: starts them and returns their stop; kube/lease.py). workers/cluster.py
+composes the roles a cluster runs (provider, consumer) on its one task queue."""
 
 from __future__ import annotations
 
@@ -22,10 +24,21 @@ class RoleContext:
     loop: asyncio.AbstractEventLoop
 
 
+def _nothing() -> None:
+    pass
+
+
+def _leads_nothing() -> Callable[[], None]:
+    return _nothing
+
+
 @dataclass
 class Role:
     name: str
     workflows: list[type] = field(default_factory=list)
     activities: list[Callable[..., Any]] = field(default_factory=list)
-    start: Callable[[], None] = lambda: None
-    stop: Callable[[], None] = lambda: None
+    start: Callable[[], None] = _nothing
+    stop: Callable[[], None] = _nothing
+    # Called each time this replica comes to lead: fresh watchers (an informer's thread runs once), whose
+    # first list tells the workflows the state as it is, as after a restart.
+    lead: Callable[[], Callable[[], None]] = _leads_nothing

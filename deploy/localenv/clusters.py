@@ -23,6 +23,7 @@ from kube.objects import apply_cluster_object, apply_core
 from models.names import API_VERSION, SUPER_CLUSTERS, SYSTEM_NAMESPACE
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
+NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
 CREATE_ATTEMPTS = 3
 
 
@@ -179,11 +180,12 @@ def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, t
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:
-    """Server-side apply of deploy/crds, then wait until the API server serves them."""
+    """Server-side apply of deploy/crds and of tidepool's namespace (where its workers hold their Lease),
+    as a production install does (deploy/base), then wait until the API server serves the CRDs."""
     if not any(CRD_DIR.glob("*.yaml")):
         return
     kubectl = [str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR)],
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR), "-f", str(NAMESPACE)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip

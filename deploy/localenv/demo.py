@@ -40,7 +40,6 @@ from models.names import (
     CLUSTER_CONFIGS,
     LABEL_NODE_TYPE,
     PLACEMENTS_ANNOTATION,
-    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     VIRTUAL_NODE_TYPE,
 )
@@ -123,8 +122,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     for name, nodes in NODES.items():
         for node, cpu, memory in nodes:
             k8s.CoreV1Api(apis[name]).create_node(k8s.V1Node.model_validate(fake_node(node, cpu=cpu, memory=memory)))
-    for name in PEER_CLUSTERS:
-        k8s.CoreV1Api(apis[name]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
+    for name in PEER_CLUSTERS:  # SYSTEM_NAMESPACE is there: created with the CRDs (clusters.install_crds)
         apply_cluster_object(apis[name], CLUSTER_CONFIGS, {
             "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
             "spec": {"outgoing": {"sharingPercentage": SHARING[name]},
@@ -177,7 +175,6 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
                     TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
-    core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": SYSTEM_NAMESPACE}}))
     for name in PEER_CLUSTERS:
         join_pool(apis["tenant"], name, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
         _spawn(state, pids, f"syncer-{name}", [

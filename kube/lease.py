@@ -1,0 +1,178 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it: of the
+replicas of one worker, one runs the watchers that turn Kubernetes changes into workflow starts and
+signals (N watchers would send N times the signals the steady state budgets). Every replica serves
+workflow and activity tasks whatever the election says: Temporal hands each task to one poller. Built by
+workers/cluster.py and workers/pool.py.
+
+The rules, in the order of the code:
+1. a replica takes the Lease when nobody holds it, when it holds it already, or when the holder's record
+   has not changed for its leaseDurationSeconds, timed on this replica's own monotonic clock from when it
+   saw the record change (no clocks are compared across machines);
+2. every write is an update at the resourceVersion read (or a create), so of two replicas racing for
+   the Lease one wins and the other gets a conflict;
+3. the leader renews every retry period; one that sees another holder stops at once, one that cannot
+   renew stops after the renew deadline, which is shorter than the lease duration: it has stopped before
+   anyone may take over;
+4. stopping releases the Lease (holder cleared), so a rolling restart hands over within a retry period;
+   a replica that dies (kill -9) is replaced once the lease duration has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from kube.objects import raw_json
+from models.names import LABEL_MANAGED_BY, MANAGED_BY
+from models.settings import LeaderSettings
+
+log = logging.getLogger(__name__)
+
+
+def _micro_time(now: datetime) -> str:
+    """The API's MicroTime (RFC 3339 with microseconds)."""
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElection:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        lease: str,
+        namespace: str,
+        identity: str,
+        settings: LeaderSettings,
+        on_started_leading: Callable[[], None],
+        on_stopped_leading: Callable[[], None],
+    ) -> None:
+        """The callbacks run in the election's thread and must return promptly: start or stop watchers."""
+        self.lease, self.namespace, self.identity = lease, namespace, identity
+        self._coordination = k8s.CoordinationV1Api(api)
+        self._settings = settings
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        # A request that hangs must not outlast the renew deadline: the leader would watch on unrenewed.
+        self._timeout = settings.renew_deadline_seconds / 2
+        self._observed_version: str | None = None
+        self._observed_at = 0.0  # time.monotonic() when the record was last seen to change
+        self._leading = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"leader-{lease}", daemon=True)
+
+    def start(self) -> LeaderElection:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops leading (the watchers first) and releases the Lease for the next replica."""
+        self._stop.set()
+        self._thread.join(timeout=self._settings.renew_deadline_seconds + 10)
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def wait_leading(self, timeout: float | None = None) -> bool:
+        return self._leading.wait(timeout)
+
+    def _run(self) -> None:
+        renewed_at = 0.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    held: bool | None = self._try_acquire_or_renew()
+                except Exception as e:  # noqa: BLE001 - unknown: the renew deadline decides (rule 3)
+                    log.warning("lease %s/%s: %s", self.namespace, self.lease, e)
+                    held = None
+                now = time.monotonic()
+                if held:
+                    renewed_at = now
+                    if not self._leading.is_set():
+                        log.info("lease %s/%s: %s leads", self.namespace, self.lease, self.identity)
+                        self._leading.set()
+                        self._on_started()
+                elif self._leading.is_set() and (held is False or now - renewed_at > self._settings.renew_deadline_seconds):
+                    log.warning("lease %s/%s: %s stops leading (%s)", self.namespace, self.lease, self.identity,
+                                "another replica holds it" if held is False else "not renewed within the deadline")  # fmt: skip
+                    self._stop_leading()
+                self._stop.wait(self._settings.retry_period_seconds)
+        finally:
+            if self._leading.is_set():
+                self._stop_leading()
+                self._release()
+
+    def _stop_leading(self) -> None:
+        self._leading.clear()
+        self._on_stopped()
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            response = self._coordination.read_namespaced_lease(self.lease, self.namespace, _preload_content=False,
+                                                                _request_timeout=self._timeout)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return raw_json(response)
+
+    def _try_acquire_or_renew(self) -> bool | None:
+        """True: this replica holds the Lease now; False: another does (rule 1); None or an exception: it
+        cannot tell (a conflicting write, the API server unreachable)."""
+        now = datetime.now(UTC)
+        lease = self._read()
+        if lease is None:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.lease, "namespace": self.namespace,
+                                 "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+                    "spec": self._spec(now, acquired=now, transitions=0)}  # fmt: skip
+            return self._write(self._coordination.create_namespaced_lease, self.namespace, body)
+        spec = lease.get("spec") or {}
+        version = lease["metadata"]["resourceVersion"]
+        if version != self._observed_version:
+            self._observed_version, self._observed_at = version, time.monotonic()
+        holder = spec.get("holderIdentity")
+        duration = spec.get("leaseDurationSeconds") or self._settings.lease_duration_seconds
+        if holder and holder != self.identity and time.monotonic() - self._observed_at < duration:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            lease["spec"] = self._spec(now, acquired=spec.get("acquireTime") or now, transitions=transitions)
+        else:
+            lease["spec"] = self._spec(now, acquired=now, transitions=transitions + 1)
+        return self._write(self._coordination.replace_namespaced_lease, self.lease, self.namespace, lease)
+
+    def _spec(self, now: datetime, *, acquired: datetime | str, transitions: int) -> dict[str, Any]:
+        return {"holderIdentity": self.identity, "leaseDurationSeconds": self._settings.lease_duration_seconds,
+                "acquireTime": acquired if isinstance(acquired, str) else _micro_time(acquired),
+                "renewTime": _micro_time(now), "leaseTransitions": transitions}  # fmt: skip
+
+    def _write(self, call: Callable[..., Any], *args: Any) -> bool | None:
+        try:
+            written = call(*args, _preload_content=False, _request_timeout=self._timeout)
+        except ApiException as e:
+            if e.status == 409:  # another replica wrote first (rule 2): the next read tells who holds it
+                return None
+            raise
+        self._observed_version = raw_json(written)["metadata"]["resourceVersion"]
+        self._observed_at = time.monotonic()
+        return True
+
+    def _release(self) -> None:
+        """Rule 4: clear the holder so that the next replica need not wait out the lease duration."""
+        try:
+            lease = self._read()
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            lease["spec"] = dict(lease["spec"], holderIdentity=None, leaseDurationSeconds=1,
+                                 renewTime=_micro_time(datetime.now(UTC)))  # fmt: skip
+            self._write(self._coordination.replace_namespaced_lease, self.lease, self.namespace, lease)
+            log.info("lease %s/%s: released by %s", self.namespace, self.lease, self.identity)
+        except Exception as e:  # noqa: BLE001 - the others take over after the lease duration instead
+            log.warning("lease %s/%s: not released: %s", self.namespace, self.lease, e)

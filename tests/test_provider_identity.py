@@ -176,6 +176,9 @@ def test_the_minted_identity_may_do_what_its_provider_does_on_the_consumer_and_n
         watch = custom.list_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS, field_selector=by_name, watch=True,
                                                   timeout_seconds=1, _preload_content=False)  # fmt: skip
         assert isinstance(watch, urllib3.BaseHTTPResponse) and watch.status == 200
+        # Read the watch to its end (the server closes it after timeout_seconds) before its connection goes
+        # back to the pool: released unread, the next request on it read the watch's leftovers and failed.
+        watch.drain_conn()
         watch.release_conn()
         apply_core(identity, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                               "metadata": {"name": credentials_secret_name(mine), "namespace": SYSTEM_NAMESPACE},

@@ -6,6 +6,7 @@ that treats 'gone' as success, so a retried activity never leaves a second objec
 from __future__ import annotations
 
 import base64
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,6 +54,7 @@ from models.names import (
     PEERING_FINALIZER,
     PEERING_REQUESTS,
     PROVIDER_WITHDRAWN_ANNOTATION,
+    SPARE_CAPACITY_ANNOTATION,
     SYSTEM_NAMESPACE,
     advertisement_name,
     credentials_secret_name,
@@ -138,6 +140,7 @@ class PeeringActivities:
         percent = action.sharing_percentage
         allocatable, used = self._capacity.snapshot(request.foreign_cluster_id)
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
+        spare_capacity = spare(allocatable=allocatable, used=used)
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
@@ -149,9 +152,9 @@ class PeeringActivities:
             verified = request.access_verified_until
             if verified is None:  # no push wrote the credentials yet: they come before the Advertisement naming them
                 verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
-                applied = self._apply_advertisement(foreign, advertised, outgoing, now=now, ttl=ttl)
+                applied = self._apply_advertisement(foreign, advertised, spare_capacity, outgoing, now=now, ttl=ttl)
             else:  # the Advertisement first: it is what the consumer waits for
-                applied = self._apply_advertisement(foreign, advertised, outgoing, now=now, ttl=ttl)
+                applied = self._apply_advertisement(foreign, advertised, spare_capacity, outgoing, now=now, ttl=ttl)
                 if request.periodic or now >= verified:
                     verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
         except Exception as e:
@@ -164,7 +167,7 @@ class PeeringActivities:
         metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
                        latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
         metrics.advertised(foreign_cluster=request.foreign_cluster_id, resources=advertised)
-        self._capacity.pushed(request.foreign_cluster_id, spare(allocatable=allocatable, used=used))  # early pushes' baseline
+        self._capacity.pushed(request.foreign_cluster_id, spare_capacity)  # early pushes' baseline (other replicas: the annotation)
         if PROVIDER_WITHDRAWN_ANNOTATION in (applied["metadata"].get("annotations") or {}):
             # Peered again while the withdrawn Advertisement was still held by the consumer's teardown.
             patch_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
@@ -189,12 +192,14 @@ class PeeringActivities:
             access_verified_until=verified,
         )
 
-    def _apply_advertisement(self, foreign: k8s.ApiClient, advertised: Resources, outgoing: OutgoingConfig, *,
-                             now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
+    def _apply_advertisement(self, foreign: k8s.ApiClient, advertised: Resources, spare_capacity: Resources,
+                             outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
         return apply_cluster_object(foreign, ADVERTISEMENTS, {
             "apiVersion": API_VERSION, "kind": "Advertisement",
             "metadata": {"name": advertisement_name(self._home_id),
-                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id}},
+                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id},
+                         "annotations": {SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(),
+                                                                               sort_keys=True)}},
             "spec": {
                 "clusterId": self._home_id,
                 "resourceQuota": {"hard": advertised.to_kubernetes()},

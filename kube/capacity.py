@@ -57,7 +57,8 @@ class HomeCapacity:
 
     def pushed(self, consumer: str, spare_capacity: Resources) -> None:
         """Record the spare capacity (before the percentage) a push to `consumer` advertised: the baseline
-        an early push compares with."""
+        an early push compares with. Called by this replica's pushes and, for every replica's, by the
+        leading replica's decision watch, which reads it off the Advertisement."""
         with self._lock:
             self._pushed[consumer] = spare_capacity
 
@@ -67,8 +68,8 @@ class HomeCapacity:
             self._pushed.setdefault(consumer, spare_capacity)
 
     def baselines(self) -> dict[str, Resources]:
-        """The spare capacity of each consumer's last push in this process, or what was spare when the early
-        push watch first saw it (after a restart)."""
+        """The spare capacity of each consumer's last push seen by this replica, or what was spare when the
+        early push watch first saw it (after a restart)."""
         with self._lock:
             return dict(self._pushed)
 

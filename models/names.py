@@ -50,6 +50,9 @@ TOKEN_EXPIRES_AT_ANNOTATION: Final = "tidepool.io/token-expires-at"
 CREDENTIALS_SECRET_VERSION_ANNOTATION: Final = "tidepool.io/credentials-secret-version"
 # On the Secrets a provider binds each token to (one per generation): deleting one revokes its token.
 LABEL_TOKEN_ANCHOR: Final = "tidepool.io/token-anchor"
+# On an Advertisement: the spare capacity (before the percentage) its last push was computed from, as JSON
+# quantities. Whichever replica pushed, the leading replica's early-push baseline is read from it.
+SPARE_CAPACITY_ANNOTATION: Final = "tidepool.io/spare-capacity"
 # Finalizer the provider puts on a PeeringRequest so that its deletion waits for the withdrawal, which
 # needs the Secret the request names to clean the foreign cluster.
 PEERING_FINALIZER: Final = "tidepool.io/withdraw"

@@ -11,6 +11,8 @@ from temporalio.exceptions import ApplicationError
 
 from kube.clients import SecretClients
 from models.api.common import SecretReference
+from models.names import SPARE_CAPACITY_ANNOTATION
+from models.resources import Resources
 from workers.decision_watch import DecisionWatch
 
 pytestmark = [pytest.mark.provider, pytest.mark.steady]
@@ -92,3 +94,25 @@ def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credenti
     waits.clear()
     assert watch._call(limit=1) == "response"
     assert waits == []  # back to the informer's own pace
+
+
+def test_every_push_seen_hands_its_spare_capacity_on_whichever_replica_pushed_it_and_nothing_wakes() -> None:
+    changes: list[int] = []
+    baselines: list[Resources] = []
+    watch = DecisionWatch(foreign_cluster_id="b", kube_config_ref=REF, advertisement="advertisement-a",
+                          secrets=_Secrets(), on_change=lambda: changes.append(1), backoff_max_seconds=40,
+                          on_pushed=baselines.append)  # fmt: skip
+
+    def pushed(ttl: str, spare: str | None) -> dict[str, Any]:
+        ad = _ad(ttl, phase="Accepted")
+        if spare is not None:
+            ad["metadata"]["annotations"] = {SPARE_CAPACITY_ANNOTATION: spare}
+        return ad
+
+    watch._sync([pushed("12:30", '{"cpu": "3500m", "memory": "6Gi"}')])
+    watch._event("MODIFIED", pushed("12:40", '{"cpu": "3", "memory": "6Gi"}'))
+    watch._event("MODIFIED", pushed("12:50", None))  # a provider release before the annotation: nothing to take
+    watch._event("MODIFIED", pushed("13:00", '{"cpu": "lots"}'))  # unreadable: ignored, not fatal
+    watch._event("DELETED", pushed("13:00", '{"cpu": "1"}'))
+    assert baselines == [Resources(cpu="3500m", memory="6Gi"), Resources(cpu="3", memory="6Gi")]
+    assert len(changes) == 2  # the first list's decision and the deletion: pushes alone wake no workflow

@@ -3,13 +3,16 @@ Advertisement on the foreign cluster and start watching it"). workers/provider.p
 PeeringRequest and turns `on_change` into the peering workflow's `foreign_changed` signal.
 
 It calls back only when what the peering decides on moves (`models.peering.decision_key`: existence,
-phase, remote remapped PodCIDR), never on the timestamp and TTL that every push rewrites. The foreign
+phase, remote remapped PodCIDR), never on the timestamp and TTL that every push rewrites. Every push it
+sees hands the spare capacity that push was computed from (its annotation) to `on_pushed`: the early-push
+baseline of the leading replica, whichever replica pushed. The foreign
 credentials come from the PeeringRequest's kubeconfig Secret and are looked up again on every list and
 watch, so rotated ones are picked up. A foreign cluster that cannot be reached is retried with backoff.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -21,8 +24,9 @@ from kube.clients import SecretClients
 from kube.informer import WATCH_TIMEOUT_SECONDS, Informer
 from models.api.common import SecretReference
 from models.keys import KeyMemory
-from models.names import ADVERTISEMENTS, GROUP, VERSION
+from models.names import ADVERTISEMENTS, GROUP, SPARE_CAPACITY_ANNOTATION, VERSION
 from models.peering import backoff_seconds, decision_key
+from models.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,10 @@ WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
 
 class DecisionWatch:
     def __init__(self, *, foreign_cluster_id: str, kube_config_ref: SecretReference, advertisement: str,
-                 secrets: SecretClients, on_change: Callable[[], None], backoff_max_seconds: int) -> None:  # fmt: skip
+                 secrets: SecretClients, on_change: Callable[[], None], backoff_max_seconds: int,
+                 on_pushed: Callable[[Resources], None] = lambda _spare: None) -> None:  # fmt: skip
         self.kube_config_ref = kube_config_ref
+        self._on_pushed = on_pushed
         self._secrets = secrets
         self._on_change = on_change
         self._backoff_max_seconds = backoff_max_seconds
@@ -81,10 +87,23 @@ class DecisionWatch:
         return response
 
     def _sync(self, objects: list[dict[str, Any]]) -> None:
+        if objects:
+            self._pushed(objects[0])
         self._see(decision_key(objects[0] if objects else None))
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._pushed(obj)
         self._see(None if kind == "DELETED" else decision_key(obj))
+
+    def _pushed(self, advertisement: dict[str, Any]) -> None:
+        annotation = ((advertisement.get("metadata") or {}).get("annotations") or {}).get(SPARE_CAPACITY_ANNOTATION)
+        if annotation is None:
+            return  # written by a release before the annotation: this replica's own pushes are the baseline
+        try:
+            self._on_pushed(Resources(json.loads(annotation)))
+        except (ValueError, TypeError) as e:
+            log.warning("ignored the spare capacity on %s: %s", self._advertisement, e)
 
     def forget(self) -> None:
         """The signal for the last change did not get through: the next list or event tells it again."""

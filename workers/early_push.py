@@ -5,9 +5,10 @@ HomeCapacity marks `dirty` at every change (cheap: an Event's set). One thread e
 after a change, at most once per that interval however many events arrived (a relist of 100,000 pods or a
 burst of pods is one evaluation), and
 again when a consumer held back by the minimum interval may be signalled (models/early_push.py decides).
-The baselines are the spares the pushes of this process recorded in HomeCapacity (after a restart, what was
-spare at the first evaluation until the first push), so a periodic push
-resets them too and nothing drifts. Built by workers/provider.py."""
+The baselines are the spares the last pushes were computed from, whichever replica ran them (this one's
+own, and the others' read off the Advertisement by the decision watch; after a restart, what was spare at
+the first evaluation until a push is seen), so a periodic push resets them too and nothing drifts. Runs
+in the leading replica only (kube/lease.py). Built by workers/provider.py."""
 
 from __future__ import annotations
 

@@ -65,8 +65,9 @@ RESUME_WAIT_FOR_WITHDRAWAL = timedelta(minutes=5)
 
 class ProviderWatchers(Watchers):
     def __init__(self, *, home: k8s.ApiClient, client: Client, settings: WorkerSettings,
-                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+                 loop: asyncio.AbstractEventLoop, capacity: HomeCapacity) -> None:  # fmt: skip
         super().__init__(loop)
+        self._capacity = capacity
         self._client = client
         self._settings = settings
         self._config_generation: int | None = None
@@ -152,6 +153,7 @@ class ProviderWatchers(Watchers):
                 advertisement=advertisement_name(self._settings.cluster.cluster_id), secrets=self._secrets,
                 on_change=lambda: self._submit(self._tell_foreign_changed(foreign, watch)),
                 backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
+                on_pushed=lambda spare_capacity: self._capacity.pushed(foreign, spare_capacity),
             )  # fmt: skip
             self._decision_watches[foreign] = watch.start()
 
@@ -268,7 +270,8 @@ def provider_role(ctx: RoleContext) -> Role:
         capacity.start()
 
     def lead() -> Callable[[], None]:
-        watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop)
+        watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop,
+                                    capacity=capacity)  # fmt: skip
         early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
                                       outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
         watchers.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from decimal import Decimal
-from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +17,6 @@ from models.pool.placement import (
     first_fit_slices,
     first_fit_whole_quota,
     headroom,
-    normalised,
     schedule,
 )
 from models.pool.pods import choose_cluster
@@ -158,19 +156,6 @@ def test_every_cluster_left_out_keeps_one_closed_reason_code_with_its_message() 
     assert {name: r.code for name, r in result.rejections.items()} == {"r2": "NotNeeded", "r3": "Unreachable",
                                                                         "gone": "Unknown"}  # fmt: skip
     assert result.diagnosis["r3"] == f"Unreachable: {result.rejections['r3'].message}"
-
-
-@pytest.mark.parametrize(
-    ("scores", "expected"),
-    [
-        pytest.param({"a": 3, "b": 5, "c": 4}, {"a": 0, "b": 100, "c": 50}, id="the lowest is 0, the highest 100"),
-        pytest.param({"a": -2, "b": -2}, {"a": 100, "b": 100}, id="all equal score 100"),
-        pytest.param({"a": 0, "b": 1, "c": 3}, {"a": 0, "b": Fraction(100, 3), "c": 100}, id="exact, never rounded"),
-    ],
-)
-def test_score_plugins_are_normalised_to_0_100_over_the_candidates(scores: dict[str, int],
-                                                                   expected: dict[str, Fraction]) -> None:  # fmt: skip
-    assert normalised(scores) == expected
 
 
 def test_headroom_is_kept_free() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,6 +79,10 @@ from models.sharing import shared_resources, spare
 
 # Added to two push periods for the lifetime of a renewed consumer token: the next push's own delay and retries.
 CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
+# A push's three independent reads (ClusterConfig, PeeringRequest, the foreign kubeconfig Secret) go out at
+# once: one round trip instead of three before the Advertisement is written. Reads are short, so a few
+# threads serve every push of the worker.
+PUSH_READ_THREADS = 16
 
 
 def _now() -> datetime:
@@ -90,6 +95,7 @@ class PeeringActivities:
         self._capacity = capacity
         self._settings = settings
         self._foreign = SecretClients(home)
+        self._reads = ThreadPoolExecutor(PUSH_READ_THREADS, thread_name_prefix="push-read")
 
     @property
     def _home_id(self) -> str:
@@ -126,9 +132,14 @@ class PeeringActivities:
         answer `Withdraw` and leave the withdrawal to the workflow. The first push writes the credentials
         before the Advertisement that names them; later ones write the Advertisement first, and a push a
         signal asked for skips the access check while the last one's holds (`access_verified_until`)."""
-        config, generation = self._cluster_config()
+        reading_config = self._reads.submit(self._cluster_config)
+        reading_request = self._reads.submit(self._live_peering_request, request.peering_request)
+        # Read now, used only if the push goes ahead: a withdrawal needs no foreign credentials to decide.
+        reading_foreign = self._reads.submit(self._foreign.get, name=request.kube_config_ref.name,
+                                             namespace=request.kube_config_ref.namespace)  # fmt: skip
+        config, generation = reading_config.result()
         outgoing = config.spec.outgoing
-        gone, peering_request = self._live_peering_request(request.peering_request)
+        gone, peering_request = reading_request.result()
         if peering_request is not None:
             self._ensure_finalizer(peering_request)
         action = decide_push(
@@ -146,7 +157,7 @@ class PeeringActivities:
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
-            foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+            foreign = reading_foreign.result()
             self._renew_consumer_token(foreign, request.kube_config_ref, foreign_cluster_id=request.foreign_cluster_id,
                                        now=now, period=period)  # fmt: skip
             verified = request.access_verified_until

@@ -33,7 +33,12 @@ from workers.roles import Role, RoleContext
 
 log = logging.getLogger("tidepool.worker")
 
-# Activities are synchronous Kubernetes calls; each holds a thread while it waits on an API server.
+# Activities are synchronous Kubernetes calls; each holds a thread while it waits on an API server. The
+# worker takes no more activity tasks than it has threads: the SDK's default of 100 slots let 68 wait in
+# the executor's queue with their start-to-close timeout running (60 s for a push), so that a burst of
+# first pushes timed out while queued and was retried, which made the burst longer still. Tasks it does
+# not take wait on the task queue, where another replica may take them and no timeout but
+# schedule-to-start runs.
 ACTIVITY_THREADS = 32
 
 
@@ -92,6 +97,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
             workflows=[w for role in roles for w in role.workflows],
             activities=[a for role in roles for a in role.activities],
             activity_executor=executor,
+            max_concurrent_activities=ACTIVITY_THREADS,
             interceptors=[KubernetesErrors()],
         )
         await stack.enter_async_context(worker)

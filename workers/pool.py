@@ -46,6 +46,9 @@ from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
 
 log = logging.getLogger("tidepool.pool")
+# One scheduler's activities run one at a time; a few threads are plenty, and no task waits for one (as in
+# workers/cluster.py, the worker takes no more tasks than it has threads).
+POOL_ACTIVITY_THREADS = 8
 
 
 class PoolWatchers(Watchers):
@@ -121,10 +124,10 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
         while stops:
             stops.pop(0)()
 
-    with ThreadPoolExecutor(8, thread_name_prefix="pool-activity") as executor:
+    with ThreadPoolExecutor(POOL_ACTIVITY_THREADS, thread_name_prefix="pool-activity") as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
                           activities=[activities.schedule_pool, activities.move_pods, activities.finish_move],
-                          activity_executor=executor,
+                          activity_executor=executor, max_concurrent_activities=POOL_ACTIVITY_THREADS,
                           interceptors=[KubernetesErrors()]):  # fmt: skip
             election = LeaderElection(
                 tenant, lease=pool_lease_name(workflow_id), namespace=SYSTEM_NAMESPACE,

@@ -50,6 +50,18 @@ class Replica:
         self.election.stop()
 
 
+class Election:
+    """Replicas of one worker on one Lease of a cluster of their own, and what they saw."""
+
+    def __init__(self, api: k8s.ApiClient, lease: str) -> None:
+        self.api, self.lease = api, lease
+        self.leaders: set[str] = set()
+        self.overlaps: list[str] = []
+
+    def replica(self, identity: str) -> Replica:
+        return Replica(self.api, self.lease, identity, self.leaders, self.overlaps)
+
+
 def _holder(api: k8s.ApiClient, lease: str) -> str | None:
     holder: str | None = k8s.CoordinationV1Api(api).read_namespaced_lease(lease, SYSTEM_NAMESPACE).spec.holder_identity
     return holder
@@ -58,11 +70,9 @@ def _holder(api: k8s.ApiClient, lease: str) -> str | None:
 async def test_one_replica_leads_and_the_other_takes_over_when_it_stops_or_dies(
     make_cluster: Callable[[str], LocalCluster], unique: str
 ) -> None:
-    api = make_cluster("leases").api_client()
-    lease = f"tidepool-worker-{unique}"
-    leaders: set[str] = set()
-    overlaps: list[str] = []
-    one, two = (Replica(api, lease, name, leaders, overlaps) for name in ("one", "two"))
+    election = Election(make_cluster("leases").api_client(), f"tidepool-worker-{unique}")
+    api, lease = election.api, election.lease
+    one, two = election.replica("one"), election.replica("two")
     one.election.start()
     assert await eventually(lambda: one.election.is_leader(), timeout=10, what="the first replica leads")
     two.election.start()
@@ -79,7 +89,7 @@ async def test_one_replica_leads_and_the_other_takes_over_when_it_stops_or_dies(
     assert _holder(api, lease) == "two"
 
     # A replica that dies holding the Lease is replaced once the lease duration has passed, not before.
-    three = Replica(api, lease, "three", leaders, overlaps)
+    three = election.replica("three")
     three.election.start()
     died_at = time.monotonic()
     two.die()
@@ -92,25 +102,22 @@ async def test_one_replica_leads_and_the_other_takes_over_when_it_stops_or_dies(
     lease_object = k8s.CoordinationV1Api(api).read_namespaced_lease(lease, SYSTEM_NAMESPACE)
     assert lease_object.spec.lease_transitions == 2  # one → two → three
     three.election.stop()
-    assert overlaps == [] and leaders == set()
+    assert election.overlaps == [] and election.leaders == set()
 
 
 async def test_a_restarted_replica_takes_its_own_lease_back_at_once(
     make_cluster: Callable[[str], LocalCluster], unique: str
 ) -> None:
-    api = make_cluster("leases-restart").api_client()
-    lease = f"tidepool-worker-{unique}"
-    leaders: set[str] = set()
-    overlaps: list[str] = []
-    before = Replica(api, lease, "pod-0", leaders, overlaps)
+    election = Election(make_cluster("leases-restart").api_client(), f"tidepool-worker-{unique}")
+    before = election.replica("pod-0")
     before.election.start()
     assert await eventually(lambda: before.election.is_leader(), timeout=10, what="pod-0 leads")
     before.die()
-    after = Replica(api, lease, "pod-0", leaders, overlaps)
+    after = election.replica("pod-0")
     restarted_at = time.monotonic()
     after.election.start()
     await eventually(lambda: after.election.is_leader(), timeout=10, what="pod-0 leads again")
     assert time.monotonic() - restarted_at < FAST.lease_duration_seconds / 2
     after.election.stop()
-    assert _holder(api, lease) is None  # released
-    assert overlaps == []
+    assert _holder(election.api, election.lease) is None  # released
+    assert election.overlaps == []

@@ -38,10 +38,11 @@ from models.names import (
 )
 from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
-from workers.cluster import connect, replica_identity
+from workers.cluster import connect, leading, replica_identity
 from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
 from workers.pool_health import HealthProber
+from workers.roles import Role
 from workers.watching import Watchers
 from workflows.pool import PoolSchedulerWorkflow
 
@@ -111,18 +112,20 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
     meter = runtime.metric_meter if runtime else MetricMeter.noop
     activities = PoolActivities(tenant=tenant)
     loop = asyncio.get_running_loop()
-    stops: list[Callable[[], None]] = []
 
-    def started_leading() -> None:
+    def lead() -> Callable[[], None]:
         prober = HealthProber(tenant, meter=meter).start()
         watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
                                 loop=loop)  # fmt: skip
         watchers.start()
-        stops[:] = [watchers.stop, prober.stop]
 
-    def stopped_leading() -> None:
-        while stops:
-            stops.pop(0)()
+        def stop() -> None:
+            watchers.stop()
+            prober.stop()
+
+        return stop
+
+    started_leading, stopped_leading = leading([Role(name="pool", lead=lead)])
 
     with ThreadPoolExecutor(POOL_ACTIVITY_THREADS, thread_name_prefix="pool-activity") as executor:
         async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],

@@ -44,6 +44,8 @@ from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
     CLUSTER_CONFIGS,
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
     PEERING_REQUESTS,
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
@@ -289,7 +291,8 @@ async def test_a_bad_manual_decision_is_refused_and_the_advertisement_stays_pend
         assert reason in cause.message, cause.message
     adv = read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(world.provider_id))
     assert adv is not None and adv["status"]["phase"] == "Pending"
-    assert not (adv["metadata"].get("annotations") or {})  # no decision recorded
+    annotations = adv["metadata"].get("annotations") or {}
+    assert DECISION_ANNOTATION not in annotations and DECISION_REASON_ANNOTATION not in annotations  # none recorded
     await world.healthy(world.lifecycle.id)
 
 

@@ -118,7 +118,7 @@ def test_temporal_credentials_are_files_mounted_from_secrets(overlay: str, files
     deployment = next(d for d in yaml.safe_load_all(render(overlay)) if d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}  # not the pod's own name
     secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     for variable, secret in files.items():

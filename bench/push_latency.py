@@ -102,7 +102,7 @@ def _report(samples: dict[str, list[float]], changes: int) -> None:
         for p in (50, 99):
             params: dict[str, Any] = {"changes": changes, "percentile": p,
                       "baseline": "signal → activity start of a bare workflow, same server and process",
-                      "target": "p50 ≤ 2× baseline" if p == 50 else "p99 ≤ 500 ms"}  # fmt: skip
+                      "target": "p50 ≤ 2× baseline" if p == 50 else "p99 ≤ 300 ms"}  # fmt: skip
             if kind == "update":
                 params["update_call_ms"] = round(percentile(ms["update_call"], p), 2)
             emit(f"push_latency.{kind}.p{p}", percentile(ms[kind], p), "ms", baseline=base[p], params=params)

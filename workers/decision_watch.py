@@ -12,6 +12,7 @@ watch, so rotated ones are picked up. A foreign cluster that cannot be reached i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -35,6 +36,12 @@ CONNECT_TIMEOUT_SECONDS = 10
 # WATCH_TIMEOUT_SECONDS, so a read silent for longer means a connection that hangs.
 LIST_READ_TIMEOUT_SECONDS = 30
 WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
+# A worker that starts (or a replica that takes the Lease) with a thousand PeeringRequests starts a thousand
+# watches at once, each list a TLS handshake to a foreign cluster: they went out together and starved the
+# first pushes of the same moment (load average 176 on 2 cores). The process lists a few at a time; a
+# decision already there is only told that much later, and the first push reads it anyway.
+LISTS_AT_ONCE = 8
+_listing = threading.BoundedSemaphore(LISTS_AT_ONCE)
 
 
 class DecisionWatch:
@@ -75,10 +82,11 @@ class DecisionWatch:
                 raise RuntimeError("stopped")
         read_timeout = WATCH_READ_TIMEOUT_SECONDS if watching else LIST_READ_TIMEOUT_SECONDS
         try:
-            api = self._secrets.get(name=self.kube_config_ref.name, namespace=self.kube_config_ref.namespace)
-            response = k8s.CustomObjectsApi(api).list_cluster_custom_object(
-                _request_timeout=(CONNECT_TIMEOUT_SECONDS, read_timeout), **kwargs
-            )
+            with contextlib.nullcontext() if watching else _listing:
+                api = self._secrets.get(name=self.kube_config_ref.name, namespace=self.kube_config_ref.namespace)
+                response = k8s.CustomObjectsApi(api).list_cluster_custom_object(
+                    _request_timeout=(CONNECT_TIMEOUT_SECONDS, read_timeout), **kwargs
+                )
         except Exception:
             self._failures += 1  # the informer logs the error, which names no credential
             raise

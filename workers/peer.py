@@ -10,6 +10,7 @@ token's life."""
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from kubernetes import client as k8s
 
@@ -35,8 +36,21 @@ def request_peering(
     the one `consumer` uses (a provider in a container, behind a proxy)."""
     kubeconfig = mint_provider_identity(consumer, provider_id=provider_id, lifetime_seconds=token_lifetime_seconds,
                                         server=consumer_server)  # fmt: skip
+    write_peering_request(provider, consumer_id=consumer_id, kubeconfig=kubeconfig)
+
+
+def write_peering_request(provider: k8s.ApiClient, *, consumer_id: str, kubeconfig: str) -> None:
+    """The provider's half: the Secret with the consumer's kubeconfig, then the PeeringRequest naming it
+    (the peering's first push and its decision watch find the Secret at once, instead of failing and
+    backing off), then the Secret again, owned by the request."""
     secret = request_secret_name(consumer_id)
     apply_core(provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    credentials: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": secret, "namespace": SYSTEM_NAMESPACE},
+        "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+    }  # fmt: skip
+    apply_core(provider, credentials)
     request = apply_cluster_object(provider, PEERING_REQUESTS, {
         "apiVersion": API_VERSION, "kind": "PeeringRequest",
         "metadata": {"name": consumer_id},
@@ -44,13 +58,9 @@ def request_peering(
                  "kubeConfigRef": {"name": secret, "namespace": SYSTEM_NAMESPACE}},
     })  # fmt: skip
     # Owned by the request: it goes when the request goes, after the provider's withdrawal used it.
-    owner = {"apiVersion": API_VERSION, "kind": "PeeringRequest", "name": consumer_id,
-             "uid": request["metadata"]["uid"]}  # fmt: skip
-    apply_core(provider, {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": secret, "namespace": SYSTEM_NAMESPACE, "ownerReferences": [owner]},
-        "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
-    })  # fmt: skip
+    credentials["metadata"]["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "PeeringRequest",
+                                                   "name": consumer_id, "uid": request["metadata"]["uid"]}]  # fmt: skip
+    apply_core(provider, credentials)
 
 
 def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str) -> None:

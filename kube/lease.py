@@ -79,9 +79,6 @@ class LeaderElection:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
-    def wait_leading(self, timeout: float | None = None) -> bool:
-        return self._leading.wait(timeout)
-
     def _run(self) -> None:
         renewed_at = 0.0
         try:

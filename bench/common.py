@@ -73,6 +73,12 @@ def rss_mb(pid: int | None = None, *, field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} for process {pid}")
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) a process (this one by default) has used, from /proc, in seconds."""
+    fields = Path(f"/proc/{pid or os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def log(message: str) -> None:
     """Progress goes to stderr, so that stdout holds only the JSON lines."""
     print(message, file=sys.stderr, flush=True)

@@ -42,7 +42,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from bench.common import emit, local_env, log, percentile, rss_mb
+from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from bench.echo import EchoActivities, TickWorkflow
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity
 from kube.objects import patch_cluster_object_status
@@ -100,6 +100,28 @@ async def lateness(client: Client, workflow_id: str, *, since: float, until: flo
             if timer not in cancelled and since <= at < until]  # fmt: skip
 
 
+async def first_push_steps(client: Client, workflow_id: str) -> dict[str, float] | None:
+    """Unix times of a peering's first steps: its workflow started, its first push scheduled, started (an
+    activity slot took it) and completed; None if it has not completed a push."""
+    steps: dict[str, float] = {}
+    scheduled: int | None = None
+    async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+        at = e.event_time.ToDatetime().timestamp()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            steps["started"] = at
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and scheduled is None:
+            if e.activity_task_scheduled_event_attributes.activity_type.name == PUSH:
+                scheduled, steps["scheduled"] = e.event_id, at
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED and scheduled is not None:
+            if e.activity_task_started_event_attributes.scheduled_event_id == scheduled:
+                steps["taken"] = at  # recorded with the completion: the last attempt's start
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and scheduled is not None:
+            if e.activity_task_completed_event_attributes.scheduled_event_id == scheduled:
+                steps["completed"] = at
+                return steps
+    return None
+
+
 async def _measure(params: dict[str, Any]) -> None:
     n, f, workers = int(params["peerings"]), int(params["foreign_clusters"]), int(params["workers"])
     period, window, settle = int(params["period"]), int(params["window"]), int(params["settle"])
@@ -133,10 +155,17 @@ async def _measure(params: dict[str, Any]) -> None:
                 # foreign cluster), so that the clock starts with the PeeringRequests themselves.
                 kubeconfigs = [mint_provider_identity(api, provider_id=home_id, lifetime_seconds=DEFAULT_TOKEN_LIFETIME_SECONDS)
                                for api in foreign_apis]  # fmt: skip
+                log(f"writing {n} PeeringRequests")
+                cpu_start = sum(cpu_seconds(p.pid) for p in processes)
                 started = time.monotonic()
+                written: dict[str, float] = {}
+
+                def write(i: int) -> None:
+                    write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfigs[i % f])
+                    written[ids[i]] = time.time()
+
                 with ThreadPoolExecutor(8) as pool:
-                    list(pool.map(lambda i: write_peering_request(home_api, consumer_id=ids[i],
-                                                                  kubeconfig=kubeconfigs[i % f]), range(n)))  # fmt: skip
+                    list(pool.map(write, range(n)))
                 log(f"{n} PeeringRequests in {time.monotonic() - started:.0f} s; waiting for every first push")
                 while True:
                     pushed = await _count_pushed(client, home_id, ids)
@@ -145,12 +174,18 @@ async def _measure(params: dict[str, Any]) -> None:
                         break
                     await asyncio.sleep(5)
                 first_pushes = time.monotonic() - started if pushed == n else math.inf  # a miss, not a sample
+                cpu_first_pushes = sum(cpu_seconds(p.pid) for p in processes) - cpu_start
+                steps = [await first_push_steps(client, peering_workflow_id(home_id, x)) for x in ids]
+                first_push_breakdown = _breakdown(written, ids, steps)
                 for name in foreign_names:
                     patch_cluster_object_status(env.cluster(name).api_client(), ADVERTISEMENTS,
                                                 advertisement_name(home_id), {"phase": "Accepted"})  # fmt: skip
                 since = time.time() + settle  # pushes already under way finish, the decision checks see it
-                await asyncio.sleep(settle + window)
+                await asyncio.sleep(settle)
+                cpu_window_start = sum(cpu_seconds(p.pid) for p in processes)
+                await asyncio.sleep(window)
                 until = time.time()
+                cpu_window = sum(cpu_seconds(p.pid) for p in processes) - cpu_window_start
                 rss_end = max(rss_mb(p.pid) for p in processes)
                 rss_peak = max(rss_mb(p.pid, field="VmHWM") for p in processes)
                 log("window over; reading histories")
@@ -170,10 +205,12 @@ async def _measure(params: dict[str, Any]) -> None:
               "window_seconds": window, "settle_seconds": settle, "pushes_due": len(due),
               "pushes_measured": sum(done for _, done in due),
               "pushes_late_over_10s": sum(s > LATE_SECONDS for s in samples),
+              "worker_cpu_seconds_first_pushes": round(cpu_first_pushes, 1),
+              "worker_cpu_seconds_window": round(cpu_window, 1),
               "how": "peerings spread over the foreign clusters as distinct consumer ids; those sharing a "
                      "foreign cluster write the same Advertisement and Secret there"}  # fmt: skip
     emit("peering_scale.first_push_all_seconds", first_pushes, "s", baseline=None,
-         params={**common, "what": f"from {n} PeeringRequests at once until every peering had pushed once "
+         params={**common, "steps_p50_p99_seconds": first_push_breakdown, "what": f"from {n} PeeringRequests at once until every peering had pushed once "
                  f"(infinite: not all within {FIRST_PUSH_DEADLINE_PERIODS} periods)"})  # fmt: skip
     for p in (50, 99):
         emit(f"peering_scale.push_lateness_p{p}_seconds", percentile(samples, p) if samples else math.inf, "s",
@@ -183,6 +220,22 @@ async def _measure(params: dict[str, Any]) -> None:
     emit("peering_scale.worker_rss_mib", rss_end, "MiB", baseline=rss_idle,
          params={**common, "peak_mib": round(rss_peak, 1), "what": "the largest worker process",
                  "baseline": "the same, before any peering"})  # fmt: skip
+
+
+def _breakdown(written: dict[str, float], ids: list[str], steps: list[dict[str, float] | None]) -> dict[str, Any]:
+    """Where a first push's time went, p50 and p99 over the peerings that pushed: the PeeringRequest
+    written → its workflow started (the watcher), → the push scheduled (a workflow task), → taken by a
+    worker's activity slot, → completed (the activity itself)."""
+    spans: dict[str, list[float]] = {"request_to_workflow": [], "workflow_to_scheduled": [],
+                                     "scheduled_to_taken": [], "taken_to_completed": []}  # fmt: skip
+    for consumer, s in zip(ids, steps, strict=True):
+        if s is None or consumer not in written:
+            continue
+        spans["request_to_workflow"].append(s["started"] - written[consumer])
+        spans["workflow_to_scheduled"].append(s["scheduled"] - s["started"])
+        spans["scheduled_to_taken"].append(s["taken"] - s["scheduled"])
+        spans["taken_to_completed"].append(s["completed"] - s["taken"])
+    return {k: [round(percentile(v, 50), 2), round(percentile(v, 99), 2)] if v else None for k, v in spans.items()}
 
 
 async def _until(check: Any, what: str, timeout: float = 120) -> None:

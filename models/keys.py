@@ -1,6 +1,6 @@
 """The one key memory of tidepool's watchers: per object, the key of what a workflow decides on, so that a
 watcher signals only when that key changes, appears or goes (workers/consumer.py, workers/pool.py,
-workers/decision_watch.py).
+workers/decision_watch.py), or starts a workflow only when its input does (workers/provider.py).
 
 Rules:
 - A key of None is an object nobody follows (or one that is absent): it is not remembered.

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,10 @@ class WorkerProcess:
         })  # fmt: skip
         if identity is not None:
             self._env["TIDEPOOL_LEADER_IDENTITY"] = identity
+        # Bytecode, as in the image (pip compiles what it installs): without it the workflow sandbox compiles
+        # the workflow's module from source for every run it creates (a tenth of a worker's CPU in a burst).
+        self._env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self._env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "tidepool-pycache")
         self._process: subprocess.Popen[bytes] | None = None
         self._starts = 0
 

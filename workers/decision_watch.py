@@ -59,6 +59,7 @@ class DecisionWatch:
         # already there (the worker restarted) is then a change, and told once.
         self._advertisement = advertisement
         self._keys = KeyMemory(decision_key)
+        self._last_spare: str | None = None  # the annotation last handed to on_pushed, as written
         self._informer = Informer(
             f"decision-{foreign_cluster_id}", self._call, group=GROUP, version=VERSION, plural=ADVERTISEMENTS,
             field_selector=f"metadata.name={advertisement}", on_sync=self._sync, on_event=self._event,
@@ -108,6 +109,9 @@ class DecisionWatch:
         annotation = ((advertisement.get("metadata") or {}).get("annotations") or {}).get(SPARE_CAPACITY_ANNOTATION)
         if annotation is None:
             return  # written by a release before the annotation: this replica's own pushes are the baseline
+        if annotation == self._last_spare:
+            return  # the baseline already holds it: most pushes find the same spare capacity
+        self._last_spare = annotation
         try:
             self._on_pushed(Resources(json.loads(annotation)))
         except (ValueError, TypeError) as e:

@@ -36,6 +36,7 @@ from kube.informer import Informer
 from models.api import ClusterConfig, PeeringRequest
 from models.api.clusterconfig import OutgoingConfig
 from models.api.common import SecretReference
+from models.keys import KeyMemory
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
@@ -80,6 +81,11 @@ class ProviderWatchers(Watchers):
         # threads: enabling the broadcaster again starts a peering for each. None until the ClusterConfig is
         # read: until then no peering starts (one that pushed into a disabled broadcaster would withdraw).
         self._live_requests: dict[str, PeeringInput] = {}
+        # The input each peering was started with in this term, by foreign cluster: every push patches its
+        # request's status, and starting again at each such event cost a Temporal call per push. A changed
+        # input, a failed start or the broadcaster's switch starts again (USE_EXISTING: a running peering is
+        # found, not doubled).
+        self._started = KeyMemory(lambda _obj: None)
         self._unreachable: set[str] = set()  # foreign clusters whose PeeringRequest says Unreachable
         self._broadcaster_enabled: bool | None = None
         self._requests_lock = threading.Lock()
@@ -118,6 +124,7 @@ class ProviderWatchers(Watchers):
         if kind == "DELETED" or request.metadata.deletion_timestamp:
             with self._requests_lock:
                 self._live_requests.pop(name, None)
+                self._started.see(foreign, None)
                 self._unreachable.discard(foreign)
             self._unwatch_decision(foreign)
             self._submit(self._signal_peering(foreign, "withdraw", "PeeringRequestDeleted"))
@@ -138,7 +145,8 @@ class ProviderWatchers(Watchers):
                 self._unreachable.add(foreign)  # its peering backs off: an early push would only defeat that
             else:
                 self._unreachable.discard(foreign)
-        if enabled:
+            start = bool(enabled) and self._started.see(foreign, input.model_dump_json())
+        if start:
             self._submit(self._start_peering(input))
 
     def _watch_decision(self, foreign: str, ref: SecretReference) -> None:
@@ -177,7 +185,16 @@ class ProviderWatchers(Watchers):
         for watch in watches:
             watch.stop()
 
-    async def _start_peering(self, input: PeeringInput) -> None:
+    async def _start_peering(self, input: PeeringInput, *, resume: bool = False) -> None:
+        try:
+            if resume:
+                await self._wait_for_withdrawal(input)
+            await self._ensure_peering(input)
+        except Exception:
+            self._started.forget(input.foreign_cluster_id)  # not started: the request's next event tries again
+            raise
+
+    async def _ensure_peering(self, input: PeeringInput) -> None:
         if await self._legacy.running(input.foreign_cluster_id, recheck=True):
             return  # the previous release's run goes on: it gets the signals, and no second loop starts
         await self._client.start_workflow(
@@ -187,8 +204,8 @@ class ProviderWatchers(Watchers):
             static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
         )  # fmt: skip
 
-    async def _resume_peering(self, input: PeeringInput) -> None:
-        """Start the peering again once the broadcaster is enabled again. A run still going may be withdrawing
+    async def _wait_for_withdrawal(self, input: PeeringInput) -> None:
+        """Before a peering starts again with the broadcaster enabled again: a run still going may be withdrawing
         from the disabling (or about to: its push may have read the disabled ClusterConfig), and would take
         the start as its own and then complete: wait for it to end first, for a bounded time, then start
         anyway (a run that read the enabled ClusterConfig just goes on, and the start finds it)."""
@@ -205,7 +222,6 @@ class ProviderWatchers(Watchers):
         except (TimeoutError, WorkflowFailureError) as e:
             log.info("peering %s did not end within %s (%s): starting it anyway", workflow_id,
                      RESUME_WAIT_FOR_WITHDRAWAL, type(e).__name__)  # fmt: skip
-        await self._start_peering(input)
 
     async def _signal_peering(self, foreign: str, signal: str, *args: Any) -> None:
         """Signal the peering with this foreign cluster (a legacy run while it runs); none running: nothing to tell."""
@@ -250,8 +266,13 @@ class ProviderWatchers(Watchers):
             resumed = enabled and not self._broadcaster_enabled
             starts = list(self._live_requests.values()) if resumed else []
             first_read, self._broadcaster_enabled = self._broadcaster_enabled is None, enabled
+            if not enabled:  # the peerings withdraw and end: the next event of each starts it
+                for live in self._live_requests.values():
+                    self._started.see(live.foreign_cluster_id, None)
+            for input in starts:
+                self._started.see(input.foreign_cluster_id, input.model_dump_json())
         for input in starts:
-            self._submit(self._start_peering(input) if first_read else self._resume_peering(input))
+            self._submit(self._start_peering(input, resume=not first_read))
 
     async def _signal_peerings(self, signal: str, *args: Any) -> None:
         query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"

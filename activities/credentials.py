@@ -11,7 +11,10 @@ namespace, so that a push knows without reading anything more whether to renew."
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,6 +54,13 @@ RECORD_FIELD_MANAGER = f"{FIELD_MANAGER}-credentials"
 ANCHOR_FORBIDDEN_ATTEMPTS = 10
 ANCHOR_FORBIDDEN_WAIT_SECONDS = 0.2
 
+# The ClusterRoles are installed with tidepool: a push finds them there, so each process looks again only
+# this long after it last found one (a cluster role read per push was a twelfth of a first push's calls).
+CLUSTER_ROLE_RECHECK_SECONDS = 600
+# client -> name -> monotonic time last found (per client: one process may hold several clusters' in tests)
+_cluster_roles_found: weakref.WeakKeyDictionary[k8s.ApiClient, dict[str, float]] = weakref.WeakKeyDictionary()
+_cluster_roles_lock = threading.Lock()
+
 # What a foreign virtual kubelet may do in its namespace, and nothing else (Liqo bound cluster-admin).
 VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"],
@@ -70,31 +80,44 @@ def _labels(foreign_cluster_id: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: foreign_cluster_id}
 
 
-def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> tuple[str, TokenGeneration | None]:
+def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *,
+                          calls: Executor) -> tuple[str, TokenGeneration | None]:  # fmt: skip
     """Namespace, ServiceAccount and RoleBinding for the foreign cluster; returns the namespace and the
     token generation it records (read from the namespace's apply, at no extra call). Server-side apply,
-    so every cycle re-ensures them (a hand-edited binding is put back)."""
+    so every cycle re-ensures them (a hand-edited binding is put back). The two objects in the namespace
+    are applied at once on `calls`, which must run single API calls only (the caller waits for them)."""
     _ensure_cluster_role(home, CLUSTER_ROLE, VIRTUAL_KUBELET_RULES)
     namespace = foreign_namespace(foreign_cluster_id)
     labels = _labels(foreign_cluster_id)
     meta = {"name": BINDING, "namespace": namespace, "labels": labels}
     applied = apply_core(home, {"apiVersion": "v1", "kind": "Namespace",
                                 "metadata": {"name": namespace, "labels": labels}})  # fmt: skip
-    apply_core(home, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "name": SERVICE_ACCOUNT}})
-    apply_core(home, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}],
-    })  # fmt: skip
+    in_namespace: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "name": SERVICE_ACCOUNT}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
+         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]},
+    ]  # fmt: skip
+    for applying in [calls.submit(apply_core, home, body) for body in in_namespace]:
+        applying.result()
     return namespace, TokenGeneration.from_annotations(applied["metadata"].get("annotations"))
 
 
 def _ensure_cluster_role(home: k8s.ApiClient, name: str, rules: list[dict[str, Any]]) -> None:
     """Installed with tidepool; created here only where it is missing and the worker may (a local
     cluster, where the worker is admin). Never updated here: the worker can read it, not write it."""
-    rbac = k8s.RbacAuthorizationV1Api(home)
-    if ignore_not_found(rbac.read_cluster_role, name) is not None:
+    with _cluster_roles_lock:
+        found = _cluster_roles_found.get(home, {}).get(name)
+    if found is not None and time.monotonic() - found < CLUSTER_ROLE_RECHECK_SECONDS:
         return
+    rbac = k8s.RbacAuthorizationV1Api(home)
+    if ignore_not_found(rbac.read_cluster_role, name) is None:
+        _create_cluster_role(rbac, name, rules)
+    with _cluster_roles_lock:
+        _cluster_roles_found.setdefault(home, {})[name] = time.monotonic()
+
+
+def _create_cluster_role(rbac: k8s.RbacAuthorizationV1Api, name: str, rules: list[dict[str, Any]]) -> None:
     try:
         rbac.create_cluster_role(k8s.V1ClusterRole.model_validate(
             {"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, "rules": rules}))  # fmt: skip
@@ -168,14 +191,13 @@ def record_token(home: k8s.ApiClient, namespace: str, generation: TokenGeneratio
                                         field_manager=RECORD_FIELD_MANAGER)  # fmt: skip
 
 
-def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int) -> list[int]:
-    """Delete the anchors before the previous generation: their tokens stop working. Returns which went."""
+def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int, calls: Executor) -> list[int]:
+    """Delete the anchors before the previous generation, at once on `calls`: their tokens stop working.
+    Returns which went."""
     core = k8s.CoreV1Api(home)
-    revoked = []
-    for generation in anchors_to_revoke(current=current):
-        if ignore_not_found(core.delete_namespaced_secret, token_anchor_name(generation), namespace) is not None:
-            revoked.append(generation)
-    return revoked
+    deleting = {generation: calls.submit(ignore_not_found, core.delete_namespaced_secret, token_anchor_name(generation),
+                                         namespace) for generation in anchors_to_revoke(current=current)}  # fmt: skip
+    return [generation for generation, deleted in deleting.items() if deleted.result() is not None]
 
 
 def revoke_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> None:

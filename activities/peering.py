@@ -79,10 +79,11 @@ from models.sharing import shared_resources, spare
 
 # Added to two push periods for the lifetime of a renewed consumer token: the next push's own delay and retries.
 CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
-# A push's three independent reads (ClusterConfig, PeeringRequest, the foreign kubeconfig Secret) go out at
-# once: one round trip instead of three before the Advertisement is written. Reads are short, so a few
-# threads serve every push of the worker.
-PUSH_READ_THREADS = 16
+# A push's independent calls go out at once: its three reads (ClusterConfig, PeeringRequest, the foreign
+# kubeconfig Secret), the objects of the foreign namespace, the revocations, and on a periodic push the
+# Advertisement beside the access check. Only single API calls run here (the activity's own thread waits for
+# them, so none waits on another): a few threads serve every push of the worker.
+PUSH_CALL_THREADS = 16
 
 
 def _now() -> datetime:
@@ -95,7 +96,7 @@ class PeeringActivities:
         self._capacity = capacity
         self._settings = settings
         self._foreign = SecretClients(home)
-        self._reads = ThreadPoolExecutor(PUSH_READ_THREADS, thread_name_prefix="push-read")
+        self._calls = ThreadPoolExecutor(PUSH_CALL_THREADS, thread_name_prefix="push-call")
 
     @property
     def _home_id(self) -> str:
@@ -132,10 +133,10 @@ class PeeringActivities:
         answer `Withdraw` and leave the withdrawal to the workflow. The first push writes the credentials
         before the Advertisement that names them; later ones write the Advertisement first, and a push a
         signal asked for skips the access check while the last one's holds (`access_verified_until`)."""
-        reading_config = self._reads.submit(self._cluster_config)
-        reading_request = self._reads.submit(self._live_peering_request, request.peering_request)
+        reading_config = self._calls.submit(self._cluster_config)
+        reading_request = self._calls.submit(self._live_peering_request, request.peering_request)
         # Read now, used only if the push goes ahead: a withdrawal needs no foreign credentials to decide.
-        reading_foreign = self._reads.submit(self._foreign.get, name=request.kube_config_ref.name,
+        reading_foreign = self._calls.submit(self._foreign.get, name=request.kube_config_ref.name,
                                              namespace=request.kube_config_ref.namespace)  # fmt: skip
         config, generation = reading_config.result()
         outgoing = config.spec.outgoing
@@ -164,10 +165,14 @@ class PeeringActivities:
             if verified is None:  # no push wrote the credentials yet: they come before the Advertisement naming them
                 verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
                 applied = self._apply_advertisement(foreign, advertised, spare_capacity, outgoing, now=now, ttl=ttl)
-            else:  # the Advertisement first: it is what the consumer waits for
-                applied = self._apply_advertisement(foreign, advertised, spare_capacity, outgoing, now=now, ttl=ttl)
-                if request.periodic or now >= verified:
-                    verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
+            else:  # the Advertisement at once: it is what the consumer waits for
+                applying = self._calls.submit(self._apply_advertisement, foreign, advertised, spare_capacity, outgoing,
+                                              now=now, ttl=ttl)  # fmt: skip
+                try:
+                    if request.periodic or now >= verified:
+                        verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
+                finally:
+                    applied = applying.result()
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
@@ -227,7 +232,7 @@ class PeeringActivities:
         """The foreign cluster's access to this one: its namespace, ServiceAccount and binding at home, a
         token not due for renewal, held in the credentials Secret there. Returns until when a signalled
         push may skip this (models.credentials.access_verified_until)."""
-        namespace, held = ensure_foreign_access(self._home, foreign_cluster_id)
+        namespace, held = ensure_foreign_access(self._home, foreign_cluster_id, calls=self._calls)
         current = self._renew_credentials(foreign, secret=credentials_secret_name(self._home_id), namespace=namespace,
                                           held=held, now=now, period=period)  # fmt: skip
         return access_verified_until(current, checked_at=now, period=period)
@@ -256,7 +261,7 @@ class PeeringActivities:
             secret_version=written["metadata"]["resourceVersion"],
         )  # fmt: skip
         record_token(self._home, namespace, current)
-        revoked = revoke_older_tokens(self._home, namespace, current=generation)
+        revoked = revoke_older_tokens(self._home, namespace, current=generation, calls=self._calls)
         activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
                              generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
         return current

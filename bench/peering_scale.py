@@ -157,25 +157,30 @@ async def _measure(params: dict[str, Any]) -> None:
                                for api in foreign_apis]  # fmt: skip
                 log(f"writing {n} PeeringRequests")
                 cpu_start = sum(cpu_seconds(p.pid) for p in processes)
-                started = time.monotonic()
                 written: dict[str, float] = {}
 
                 def write(i: int) -> None:
                     write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfigs[i % f])
                     written[ids[i]] = time.time()
 
-                with ThreadPoolExecutor(8) as pool:
-                    list(pool.map(write, range(n)))
-                log(f"{n} PeeringRequests in {time.monotonic() - started:.0f} s; waiting for every first push")
+                def write_all() -> None:
+                    with ThreadPoolExecutor(8) as pool:
+                        list(pool.map(write, range(n)))
+
+                started = time.time()
+                await asyncio.to_thread(write_all)  # the event loop serves the baseline's worker meanwhile
+                log(f"{n} PeeringRequests in {time.time() - started:.0f} s; waiting for every first push")
                 while True:
                     pushed = await _count_pushed(client, home_id, ids)
-                    log(f"{pushed}/{n} peerings pushed ({time.monotonic() - started:.0f} s)")
-                    if pushed == n or time.monotonic() - started > FIRST_PUSH_DEADLINE_PERIODS * period:
+                    log(f"{pushed}/{n} peerings pushed ({time.time() - started:.0f} s)")
+                    if pushed == n or time.time() - started > FIRST_PUSH_DEADLINE_PERIODS * period:
                         break
                     await asyncio.sleep(5)
-                first_pushes = time.monotonic() - started if pushed == n else math.inf  # a miss, not a sample
                 cpu_first_pushes = sum(cpu_seconds(p.pid) for p in processes) - cpu_start
                 steps = [await first_push_steps(client, peering_workflow_id(home_id, x)) for x in ids]
+                # From the histories, not the polling above: the last first push's completion.
+                first_pushes = (max(s["completed"] for s in steps if s) - started
+                                if pushed == n and all(steps) else math.inf)  # a miss, not a sample  # fmt: skip
                 first_push_breakdown = _breakdown(written, ids, steps)
                 for name in foreign_names:
                     patch_cluster_object_status(env.cluster(name).api_client(), ADVERTISEMENTS,

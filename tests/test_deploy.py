@@ -9,6 +9,7 @@ import base64
 import functools
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     # the ClusterRole (which the worker holds none of), a token.
     as_worker = cluster.api_client()
     as_worker.set_default_header("Impersonate-User", WORKER)
-    namespace, held = ensure_foreign_access(as_worker, "somewhere")
+    calls = ThreadPoolExecutor(2)
+    namespace, held = ensure_foreign_access(as_worker, "somewhere", calls=calls)
     assert (namespace, held) == (foreign, None)
     # Three generations: the worker binds itself the credentials role there, creates the anchor Secrets
     # the tokens are bound to, lists them and deletes the one before the previous.
@@ -195,7 +197,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         issued = issue_kubeconfig(as_worker, namespace=namespace, generation=generation, lifetime_seconds=600,
                                   server=None)  # fmt: skip
         assert "token" in issued.text
-    assert revoke_older_tokens(as_worker, namespace, current=3) == [1]
+    assert revoke_older_tokens(as_worker, namespace, current=3, calls=calls) == [1]
     assert can(WORKER, "create", "secrets", "-n", foreign) and can(WORKER, "delete", "secrets", "-n", foreign)
     assert not can(WORKER, "create", "secrets", "-n", "elsewhere") and not can(WORKER, "list", "secrets", "-A")
     with pytest.raises(ApiException) as refused:  # the same client is the worker, not the admin

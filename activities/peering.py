@@ -95,7 +95,9 @@ class PeeringActivities:
         self._home = home
         self._capacity = capacity
         self._settings = settings
-        self._foreign = SecretClients(home)
+        # The foreign clusters' clients, from the PeeringRequests' kubeconfig Secrets: the provider's decision
+        # watches use these too (workers/provider.py), one client and TLS context per foreign cluster.
+        self.foreign_clients = SecretClients(home)
         self._calls = ThreadPoolExecutor(PUSH_CALL_THREADS, thread_name_prefix="push-call")
 
     @property
@@ -136,7 +138,7 @@ class PeeringActivities:
         reading_config = self._calls.submit(self._cluster_config)
         reading_request = self._calls.submit(self._live_peering_request, request.peering_request)
         # Read now, used only if the push goes ahead: a withdrawal needs no foreign credentials to decide.
-        reading_foreign = self._calls.submit(self._foreign.get, name=request.kube_config_ref.name,
+        reading_foreign = self._calls.submit(self.foreign_clients.get, name=request.kube_config_ref.name,
                                              namespace=request.kube_config_ref.namespace)  # fmt: skip
         config, generation = reading_config.result()
         outgoing = config.spec.outgoing
@@ -304,7 +306,7 @@ class PeeringActivities:
 
     @activity.defn
     def read_foreign_decision(self, request: DecisionRequest) -> ForeignDecision:
-        foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+        foreign = self.foreign_clients.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
         obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
         decision = ForeignDecision(exists=False) if obj is None else _decision(obj)
         phase = phase_after_push(decision)
@@ -322,7 +324,7 @@ class PeeringActivities:
         foreign_cleaned, note = False, "the foreign cluster was not reached; its Advertisement expires on its own"
         if not request.skip_foreign:
             try:
-                foreign = self._foreign.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+                foreign = self.foreign_clients.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
             except ApplicationError as e:  # no credentials left: nothing more we can do there
                 note = str(e)
             else:

@@ -30,14 +30,19 @@ acceptance. Figures (each with `peerings` and `workers` in params):
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
+import re
 import tempfile
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -100,6 +105,18 @@ async def lateness(client: Client, workflow_id: str, *, since: float, until: flo
             if timer not in cancelled and since <= at < until]  # fmt: skip
 
 
+def as_distinct_cluster(kubeconfig: str, consumer: str) -> str:
+    """The kubeconfig with its CA bundle made this consumer's own by a comment line (which TLS ignores):
+    distinct consumers are distinct clusters with CAs of their own, and the worker shares a TLS context
+    only between clients of the same certificates (kube/clients.py). Without it, the peerings sharing a
+    foreign cluster here would share one context, and the worker's memory would look smaller than it is."""
+    config = yaml.safe_load(kubeconfig)
+    cluster = config["clusters"][0]["cluster"]
+    pem = base64.b64decode(cluster["certificate-authority-data"])
+    cluster["certificate-authority-data"] = base64.b64encode(f"# {consumer}\n".encode() + pem).decode()
+    return str(yaml.safe_dump(config))
+
+
 async def first_push_steps(client: Client, workflow_id: str) -> dict[str, float] | None:
     """Unix times of a peering's first steps: its workflow started, its first push scheduled, started (an
     activity slot took it) and completed; None if it has not completed a push."""
@@ -160,7 +177,8 @@ async def _measure(params: dict[str, Any]) -> None:
                 written: dict[str, float] = {}
 
                 def write(i: int) -> None:
-                    write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfigs[i % f])
+                    kubeconfig = as_distinct_cluster(kubeconfigs[i % f], ids[i])
+                    write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfig)
                     written[ids[i]] = time.time()
 
                 def write_all() -> None:
@@ -191,6 +209,7 @@ async def _measure(params: dict[str, Any]) -> None:
                 await asyncio.sleep(window)
                 until = time.time()
                 cpu_window = sum(cpu_seconds(p.pid) for p in processes) - cpu_window_start
+                renewals = _renewals(Path(logs), since=since, until=until)
                 rss_end = max(rss_mb(p.pid) for p in processes)
                 rss_peak = max(rss_mb(p.pid, field="VmHWM") for p in processes)
                 log("window over; reading histories")
@@ -212,6 +231,7 @@ async def _measure(params: dict[str, Any]) -> None:
               "pushes_late_over_10s": sum(s > LATE_SECONDS for s in samples),
               "worker_cpu_seconds_first_pushes": round(cpu_first_pushes, 1),
               "worker_cpu_seconds_window": round(cpu_window, 1),
+              "token_renewals_in_window": renewals,
               "how": "peerings spread over the foreign clusters as distinct consumer ids; those sharing a "
                      "foreign cluster write the same Advertisement and Secret there"}  # fmt: skip
     emit("peering_scale.first_push_all_seconds", first_pushes, "s", baseline=None,
@@ -241,6 +261,19 @@ def _breakdown(written: dict[str, float], ids: list[str], steps: list[dict[str, 
         spans["scheduled_to_taken"].append(s["taken"] - s["scheduled"])
         spans["taken_to_completed"].append(s["completed"] - s["taken"])
     return {k: [round(percentile(v, 50), 2), round(percentile(v, 99), 2)] if v else None for k, v in spans.items()}
+
+
+def _renewals(logs: Path, *, since: float, until: float) -> dict[str, int]:
+    """Tokens the workers issued in the window, by reason (their log lines: activities/peering.py). Peerings
+    sharing a foreign cluster share its credentials Secret, so each push finds another's token there
+    (SecretChanged) and issues one: more than production, where a token is renewed every half life."""
+    reasons: Counter[str] = Counter()
+    for log_file in logs.glob("worker-*.log"):
+        for line in log_file.read_text(errors="replace").splitlines():
+            found = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) .* generation \d+ issued \((\w+)\)", line)
+            if found and since <= datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S,%f").timestamp() < until:
+                reasons[found[2]] += 1
+    return dict(reasons)
 
 
 async def _until(check: Any, what: str, timeout: float = 120) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import ssl
 import threading
+import weakref
 from typing import Any
 
 import yaml
@@ -15,6 +17,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
+from urllib3.util.ssl_ import create_urllib3_context
 
 from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 
@@ -24,6 +27,53 @@ from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 # each. An idle connection costs a socket; a fresh one costs milliseconds of CPU.
 CONNECTIONS_PER_CLIENT = 64
 
+# TLS contexts by what they were made from, shared by every connection of every client with the same
+# certificates. urllib3 makes one per connection, and a context that has verified a server holds about
+# 130 KiB: with one for each connection of each peering's two clients (its pushes and its decision watch),
+# that was most of a worker's memory per peering. A context lives while a connection pool uses it.
+_tls_contexts: weakref.WeakValueDictionary[tuple[Any, ...], ssl.SSLContext] = weakref.WeakValueDictionary()
+_tls_contexts_lock = threading.Lock()
+
+
+def _share_tls(rest_client: rest.RESTClientObject) -> rest.RESTClientObject:
+    """Give the client's connections the shared TLS context of its certificates (made once), in place of
+    the certificate files urllib3 would load into a new context for each connection."""
+    pool = rest_client.pool_manager.connection_pool_kw
+    if pool.get("ssl_context") is not None or pool.get("cert_reqs") != ssl.CERT_REQUIRED:
+        return rest_client  # no verification (insecure-skip-tls-verify): left as the client made it
+    files = {name: pool.pop(name, None) for name in ("ca_certs", "cert_file", "key_file")}
+    ca_data = pool.pop("ca_cert_data", None)
+    # By content, not path: the kubeconfig loader writes each client's certificates to files of its own. What
+    # urllib3 sets on the context at each connection follows from the pool's settings, in the key too.
+    key = (ca_data, *(_read_bytes(path) for path in files.values()), pool.get("assert_hostname"),
+           pool.get("assert_fingerprint"))  # fmt: skip
+    with _tls_contexts_lock:
+        context = _tls_contexts.get(key)
+        if context is None:
+            context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+            if files["ca_certs"] or ca_data:
+                context.load_verify_locations(cafile=files["ca_certs"], cadata=ca_data)
+            else:
+                context.load_default_certs()
+            if files["cert_file"]:
+                context.load_cert_chain(files["cert_file"], files["key_file"])
+            _tls_contexts[key] = context
+    pool["ssl_context"] = context
+    return rest_client
+
+
+def _read_bytes(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _client(configuration: k8s.Configuration) -> k8s.ApiClient:
+    api = k8s.ApiClient(configuration)
+    _share_tls(api.rest_client)
+    return api
+
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
     """A client for the cluster a kubeconfig file names, following the file as it is renewed; None means
@@ -31,7 +81,7 @@ def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
     if path is None:
         configuration = k8s.Configuration(connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
         k8s_config.load_incluster_config(client_configuration=configuration)
-        return k8s.ApiClient(configuration)
+        return _client(configuration)
     return KubeconfigFileClient(path)
 
 
@@ -49,6 +99,7 @@ class KubeconfigFileClient(k8s.ApiClient):
         self._lock = threading.Lock()
         self._stamp = _file_stamp(path)
         super().__init__(_configuration_from_file(path))
+        _share_tls(self.rest_client)
 
     def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
         # Called for every request before its auth header is computed: the place to pick up a new file.
@@ -86,7 +137,7 @@ class KubeconfigFileClient(k8s.ApiClient):
                 logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(e).__name__)
                 return
             self.configuration = configuration
-            self.rest_client = rest.RESTClientObject(configuration)
+            self.rest_client = _share_tls(rest.RESTClientObject(configuration))
             self._stamp = stamp
 
 
@@ -108,8 +159,10 @@ def _configuration_from_file(path: str) -> k8s.Configuration:
 
 def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
     # libyaml's parser: the pure-Python one took a tenth of a worker's CPU when a thousand peerings started.
-    api: k8s.ApiClient = k8s_config.new_client_from_config_dict(yaml.load(text, Loader=yaml.CSafeLoader))
-    return api
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config_from_dict(yaml.load(text, Loader=yaml.CSafeLoader), client_configuration=configuration,
+                                          persist_config=False)  # fmt: skip
+    return _client(configuration)
 
 
 class SecretClients:

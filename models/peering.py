@@ -243,6 +243,21 @@ def decision_key(advertisement: dict[str, Any] | None) -> tuple[str | None, str 
     return status.get("phase"), status.get("remoteRemappedPodCIDR")
 
 
+# The share of a period by which a push may come early. Peerings started together (a thousand PeeringRequests
+# applied at once, a worker back after an outage) would otherwise push together every period for ever, as
+# one burst at the API servers; drawn anew at each push, the early starts spread them apart within a few
+# periods. Early, never late: the Advertisement's time to live counts on a push at least every period.
+PERIOD_JITTER = 0.1
+
+
+def jittered_period(period_seconds: int, draw: float) -> timedelta:
+    """The wait until the next periodic push: the period, shortened by up to PERIOD_JITTER of it as
+    `draw` (uniform in [0, 1), the workflow's deterministic random) says."""
+    if not 0 <= draw < 1:
+        raise ValueError(f"draw must be in [0, 1), got {draw}")
+    return timedelta(seconds=period_seconds * (1 - PERIOD_JITTER * draw))
+
+
 def backoff_seconds(failures: int, *, ceiling: int, base: int = 5) -> int:
     """Exponential backoff, base * 2^(failures-1), never above `ceiling`: an unreachable foreign cluster
     is retried for ever, but never in a tight loop."""

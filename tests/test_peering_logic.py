@@ -24,6 +24,7 @@ from models.peering import (
     backoff_seconds,
     decide_push,
     decision_key,
+    jittered_period,
     migrated_override,
     next_wait,
     phase_after_push,
@@ -35,6 +36,17 @@ from models.resources import Resources
 
 pytestmark = pytest.mark.provider
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("draw", "seconds"), [(0.0, 600), (0.5, 570), (0.999, 540.06)])
+def test_a_push_comes_at_most_a_tenth_of_a_period_early_never_late(draw: float, seconds: float) -> None:
+    assert jittered_period(600, draw).total_seconds() == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("draw", [-0.1, 1.0, 2.0])
+def test_a_draw_outside_the_unit_interval_is_refused(draw: float) -> None:
+    with pytest.raises(ValueError, match="draw must be in"):
+        jittered_period(600, draw)
 
 
 @pytest.mark.parametrize(

@@ -122,12 +122,22 @@ async def test_the_advertisement_carries_exactly_the_shared_part_of_the_home_clu
 
 
 async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
-    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str
+    localenv: EnvState, clusters: Clusters, home: LocalCluster, temporal_client: Client, unique: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api, foreign = home.api_client(), clusters.b.api_client()
     create_node(api, "n1", cpu="10", memory="10Gi", pods="100")
     _config(api, sharingPercentage=10)
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    # Every push patches the PeeringRequest's status: the watcher must not start the peering again at each.
+    starts: list[str] = []
+    start_workflow = Client.start_workflow
+
+    async def counting_start(self: Client, *args: Any, **kwargs: Any) -> Any:
+        starts.append(kwargs.get("id", ""))
+        return await start_workflow(self, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "start_workflow", counting_start)
     _peer(home, home_id, clusters.b, foreign_id)
     async with running_worker(worker_settings(localenv, home, home_id)):
         await eventually(lambda: (_advertised(foreign, home_id) or {}).get("cpu") == "1", what="10%")
@@ -157,6 +167,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
 
         status = await eventually(adopted, timeout=30, what="the ClusterConfig's percentage adopted")
         assert status.phase == "Advertised"
+        assert status.pushes >= 4 and starts.count(peering_workflow_id(home_id, foreign_id)) == 1
 
 
 async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_yield_one_workflow(

@@ -66,14 +66,14 @@ RESUME_WAIT_FOR_WITHDRAWAL = timedelta(minutes=5)
 
 class ProviderWatchers(Watchers):
     def __init__(self, *, home: k8s.ApiClient, client: Client, settings: WorkerSettings,
-                 loop: asyncio.AbstractEventLoop, capacity: HomeCapacity) -> None:  # fmt: skip
+                 loop: asyncio.AbstractEventLoop, capacity: HomeCapacity, foreign_clients: SecretClients) -> None:  # fmt: skip
         super().__init__(loop)
         self._capacity = capacity
         self._client = client
         self._settings = settings
         self._config_generation: int | None = None
         self._outgoing = ClusterConfig.default().spec.outgoing
-        self._secrets = SecretClients(home)
+        self._secrets = foreign_clients
         self._decision_watches: dict[str, DecisionWatch] = {}  # by foreign cluster id
         self._decision_watches_lock = threading.Lock()  # the requests' informer thread vs stop()
         self._legacy = LegacyRuns(client, task_queue=settings.task_queue, legacy_id=legacy_peering_workflow_id)
@@ -292,7 +292,7 @@ def provider_role(ctx: RoleContext) -> Role:
 
     def lead() -> Callable[[], None]:
         watchers = ProviderWatchers(home=ctx.home, client=ctx.client, settings=ctx.settings, loop=ctx.loop,
-                                    capacity=capacity)  # fmt: skip
+                                    capacity=capacity, foreign_clients=peering.foreign_clients)  # fmt: skip
         early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
                                       outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
         watchers.start()

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         WithdrawRequest,
         WithdrawResult,
         decision_pending,
+        jittered_period,
         migrated_override,
         next_wait,
         phase_after_push,
@@ -81,6 +82,8 @@ FOLLOW_BY_WATCH = "peering-follows-foreign-watch"
 # Runs that started before ONE_OWNER adopt the percentage of each push and send it back as an override,
 # which a ClusterConfig change clears only when its signal beats the next push.
 ONE_OWNER = "peering-percentage-one-owner"
+# Runs that started before JITTERED_PERIOD push exactly every period (models.peering.jittered_period).
+JITTERED_PERIOD = "peering-jittered-period"
 
 
 # An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
@@ -93,6 +96,7 @@ class PeeringWorkflow:
         self._input = input
         # Asked here, not in run: a signal delivered with the start is handled before run begins.
         self._one_owner = workflow.patched(ONE_OWNER)
+        self._jittered = workflow.patched(JITTERED_PERIOD)
         if input.state is not None:
             self._state = input.state
         elif self._one_owner:
@@ -183,7 +187,8 @@ class PeeringWorkflow:
         if state.foreign is None or foreign.phase != state.foreign.phase:
             state.pending_checks = 0  # a new decision to wait for: look again soon
         state.foreign, state.phase = foreign, phase_after_push(foreign)
-        state.next_push = workflow.now() + timedelta(seconds=result.period_seconds)
+        state.next_push = workflow.now() + (jittered_period(result.period_seconds, workflow.random().random())
+                                            if self._jittered else timedelta(seconds=result.period_seconds))
         self._publish()
 
     async def _check_decision(self) -> None:

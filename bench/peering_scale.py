@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
@@ -193,8 +194,12 @@ async def _measure(params: dict[str, Any]) -> None:
                 started = time.time()
                 await asyncio.to_thread(write_all)  # the event loop serves the baseline's worker meanwhile
                 log(f"{n} PeeringRequests in {time.time() - started:.0f} s; waiting for every first push")
+                pushed = 0
                 while True:
-                    pushed = await _count_pushed(client, home_id, ids)
+                    try:
+                        pushed = await _count_pushed(client, home_id, ids)
+                    except RPCError as e:  # a server too busy to answer a list: ask again, the deadline holds
+                        log(f"counting the peerings that pushed failed: {e}")
                     log(f"{pushed}/{n} peerings pushed ({time.time() - started:.0f} s)")
                     if pushed == n or time.time() - started > FIRST_PUSH_DEADLINE_PERIODS * period:
                         break

@@ -40,9 +40,9 @@ log = logging.getLogger("tidepool.worker")
 # not take wait on the task queue, where another replica may take them and no timeout but
 # schedule-to-start runs.
 ACTIVITY_THREADS = 32
-# Pollers that scale with the work the server reports: the default of five workflow task polls keeps one
-# on the task queue where new workflows' first tasks wait (the rest poll this worker's sticky queue), and
-# 1,000 PeeringRequests at once waited a median 20 s there for their first workflow task.
+# Pollers that scale with the work the server reports: of five fixed workflow task polls, one polls the task
+# queue where a new workflow's first task waits (the rest, this worker's sticky queue), so that a burst of
+# new peerings is taken one poll round trip at a time, however far the server is.
 POLLERS = PollerBehaviorAutoscaling()
 
 

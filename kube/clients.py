@@ -27,23 +27,25 @@ from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 # each. An idle connection costs a socket; a fresh one costs milliseconds of CPU.
 CONNECTIONS_PER_CLIENT = 64
 
-# TLS contexts by what they were made from, shared by every connection of every client with the same
-# certificates. urllib3 makes one per connection, and a context that has verified a server holds about
-# 130 KiB: with one for each connection of each peering's two clients (its pushes and its decision watch),
-# that was most of a worker's memory per peering. A context lives while a connection pool uses it.
+# TLS contexts of the clients made from kubeconfig Secrets (one per foreign cluster), shared by every
+# connection of every client with the same certificates. urllib3 makes one per connection, and a context
+# that has verified a server holds about 70 KiB: three per peering were most of a worker's memory per
+# peering. A context lives while a connection pool uses it. Only for certificates given as data, which
+# never change under a client (a rotated Secret makes a new one); a file that is rotated in place is
+# loaded again by urllib3 at each new connection, as before.
 _tls_contexts: weakref.WeakValueDictionary[tuple[Any, ...], ssl.SSLContext] = weakref.WeakValueDictionary()
 _tls_contexts_lock = threading.Lock()
 
 
-def _share_tls(rest_client: rest.RESTClientObject) -> rest.RESTClientObject:
+def _share_tls(rest_client: rest.RESTClientObject) -> None:
     """Give the client's connections the shared TLS context of its certificates (made once), in place of
     the certificate files urllib3 would load into a new context for each connection."""
     pool = rest_client.pool_manager.connection_pool_kw
     if pool.get("ssl_context") is not None or pool.get("cert_reqs") != ssl.CERT_REQUIRED:
-        return rest_client  # no verification (insecure-skip-tls-verify): left as the client made it
+        return  # no verification (insecure-skip-tls-verify): left as the client made it
     files = {name: pool.pop(name, None) for name in ("ca_certs", "cert_file", "key_file")}
     ca_data = pool.pop("ca_cert_data", None)
-    # By content, not path: the kubeconfig loader writes each client's certificates to files of its own. What
+    # By content, not path: the kubeconfig loader writes the data to files of its own. What
     # urllib3 sets on the context at each connection follows from the pool's settings, in the key too.
     key = (ca_data, *(_read_bytes(path) for path in files.values()), pool.get("assert_hostname"),
            pool.get("assert_fingerprint"))  # fmt: skip
@@ -59,7 +61,6 @@ def _share_tls(rest_client: rest.RESTClientObject) -> rest.RESTClientObject:
                 context.load_cert_chain(files["cert_file"], files["key_file"])
             _tls_contexts[key] = context
     pool["ssl_context"] = context
-    return rest_client
 
 
 def _read_bytes(path: str | None) -> bytes | None:
@@ -69,19 +70,13 @@ def _read_bytes(path: str | None) -> bytes | None:
         return f.read()
 
 
-def _client(configuration: k8s.Configuration) -> k8s.ApiClient:
-    api = k8s.ApiClient(configuration)
-    _share_tls(api.rest_client)
-    return api
-
-
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
     """A client for the cluster a kubeconfig file names, following the file as it is renewed; None means
     the in-cluster service account (whose loader already re-reads its projected token)."""
     if path is None:
         configuration = k8s.Configuration(connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
         k8s_config.load_incluster_config(client_configuration=configuration)
-        return _client(configuration)
+        return k8s.ApiClient(configuration)
     return KubeconfigFileClient(path)
 
 
@@ -99,7 +94,6 @@ class KubeconfigFileClient(k8s.ApiClient):
         self._lock = threading.Lock()
         self._stamp = _file_stamp(path)
         super().__init__(_configuration_from_file(path))
-        _share_tls(self.rest_client)
 
     def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
         # Called for every request before its auth header is computed: the place to pick up a new file.
@@ -137,7 +131,7 @@ class KubeconfigFileClient(k8s.ApiClient):
                 logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(e).__name__)
                 return
             self.configuration = configuration
-            self.rest_client = _share_tls(rest.RESTClientObject(configuration))
+            self.rest_client = rest.RESTClientObject(configuration)
             self._stamp = stamp
 
 
@@ -162,7 +156,9 @@ def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
     configuration = k8s.Configuration()
     k8s_config.load_kube_config_from_dict(yaml.load(text, Loader=yaml.CSafeLoader), client_configuration=configuration,
                                           persist_config=False)  # fmt: skip
-    return _client(configuration)
+    api = k8s.ApiClient(configuration)
+    _share_tls(api.rest_client)
+    return api
 
 
 class SecretClients:

@@ -96,7 +96,7 @@ class PeeringActivities:
         self._capacity = capacity
         self._settings = settings
         # The foreign clusters' clients, from the PeeringRequests' kubeconfig Secrets: the provider's decision
-        # watches use these too (workers/provider.py), one client and TLS context per foreign cluster.
+        # watches use these too (workers/provider.py), one client per foreign cluster.
         self.foreign_clients = SecretClients(home)
         self._calls = ThreadPoolExecutor(PUSH_CALL_THREADS, thread_name_prefix="push-call")
 

@@ -5,9 +5,8 @@ A foreign cluster costs about 500 MB (etcd, API server, controllers), so the ben
 peering its own. It runs `foreign_clusters` of them and spreads the peerings over them, each peering a
 consumer id of its own (`scale-0000`, ...) whose PeeringRequest names that cluster's kubeconfig. Every
 peering therefore has its own workflow, its own namespace, ServiceAccount, Role and token on the home
-cluster, its own push every period, and a CA bundle of its own in its kubeconfig (`as_distinct_cluster`),
-as with distinct consumers. What differs, and costs more than production: the Advertisement and
-credentials Secret on a foreign cluster are named after the home cluster (models/names.py), so the
+cluster, and its own push every period, as with distinct consumers. What differs, and costs more than
+production: the Advertisement and credentials Secret on a foreign cluster are named after the home cluster (models/names.py), so the
 peerings sharing a foreign cluster all write the same two objects there. Each push is seen by the decision
 watches of all of them (one would see it in production), and finds another peering's token in the Secret,
 so it issues a new one (`token_renewals_in_window`; in production a token is renewed every half life).
@@ -35,7 +34,6 @@ acceptance. Figures (each with `peerings` and `workers` in params):
 from __future__ import annotations
 
 import asyncio
-import base64
 import math
 import re
 import tempfile
@@ -47,7 +45,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -111,18 +108,6 @@ async def lateness(client: Client, workflow_id: str, *, since: float, until: flo
             if timer not in cancelled and since <= at < until]  # fmt: skip
 
 
-def as_distinct_cluster(kubeconfig: str, consumer: str) -> str:
-    """The kubeconfig with its CA bundle made this consumer's own by a comment line (which TLS ignores):
-    distinct consumers are distinct clusters with CAs of their own, and the worker shares a TLS context
-    only between clients of the same certificates (kube/clients.py). Without it, the peerings sharing a
-    foreign cluster here would share one context, and the worker's memory would look smaller than it is."""
-    config = yaml.safe_load(kubeconfig)
-    cluster = config["clusters"][0]["cluster"]
-    pem = base64.b64decode(cluster["certificate-authority-data"])
-    cluster["certificate-authority-data"] = base64.b64encode(f"# {consumer}\n".encode() + pem).decode()
-    return str(yaml.safe_dump(config))
-
-
 async def first_push_steps(client: Client, workflow_id: str) -> dict[str, float] | None:
     """Unix times of a peering's first steps: its workflow started, its first push scheduled, started (an
     activity slot took it) and completed; None if it has not completed a push."""
@@ -183,8 +168,7 @@ async def _measure(params: dict[str, Any]) -> None:
                 written: dict[str, float] = {}
 
                 def write(i: int) -> None:
-                    kubeconfig = as_distinct_cluster(kubeconfigs[i % f], ids[i])
-                    write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfig)
+                    write_peering_request(home_api, consumer_id=ids[i], kubeconfig=kubeconfigs[i % f])
                     written[ids[i]] = time.time()
 
                 def write_all() -> None:

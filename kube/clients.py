@@ -6,9 +6,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import ssl
 import threading
-import weakref
 from typing import Any
 
 import yaml
@@ -17,7 +15,6 @@ from kubernetes import config as k8s_config
 from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
-from urllib3.util.ssl_ import create_urllib3_context
 
 from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 
@@ -26,48 +23,6 @@ from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 # most requests opened a TLS connection and threw it away ("Connection pool is full"), paying a handshake
 # each. An idle connection costs a socket; a fresh one costs milliseconds of CPU.
 CONNECTIONS_PER_CLIENT = 64
-
-# TLS contexts of the clients made from kubeconfig Secrets (one per foreign cluster), shared by every
-# connection of every client with the same certificates. urllib3 makes one per connection, and a context
-# that has verified a server holds about 70 KiB: three per peering were most of a worker's memory per
-# peering. A context lives while a connection pool uses it. Only for certificates given as data, which
-# never change under a client (a rotated Secret makes a new one); a file that is rotated in place is
-# loaded again by urllib3 at each new connection, as before.
-_tls_contexts: weakref.WeakValueDictionary[tuple[Any, ...], ssl.SSLContext] = weakref.WeakValueDictionary()
-_tls_contexts_lock = threading.Lock()
-
-
-def _share_tls(rest_client: rest.RESTClientObject) -> None:
-    """Give the client's connections the shared TLS context of its certificates (made once), in place of
-    the certificate files urllib3 would load into a new context for each connection."""
-    pool = rest_client.pool_manager.connection_pool_kw
-    if pool.get("ssl_context") is not None or pool.get("cert_reqs") != ssl.CERT_REQUIRED:
-        return  # no verification (insecure-skip-tls-verify): left as the client made it
-    files = {name: pool.pop(name, None) for name in ("ca_certs", "cert_file", "key_file")}
-    ca_data = pool.pop("ca_cert_data", None)
-    # By content, not path: the kubeconfig loader writes the data to files of its own. What
-    # urllib3 sets on the context at each connection follows from the pool's settings, in the key too.
-    key = (ca_data, *(_read_bytes(path) for path in files.values()), pool.get("assert_hostname"),
-           pool.get("assert_fingerprint"))  # fmt: skip
-    with _tls_contexts_lock:
-        context = _tls_contexts.get(key)
-        if context is None:
-            context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
-            if files["ca_certs"] or ca_data:
-                context.load_verify_locations(cafile=files["ca_certs"], cadata=ca_data)
-            else:
-                context.load_default_certs()
-            if files["cert_file"]:
-                context.load_cert_chain(files["cert_file"], files["key_file"])
-            _tls_contexts[key] = context
-    pool["ssl_context"] = context
-
-
-def _read_bytes(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
@@ -153,11 +108,7 @@ def _configuration_from_file(path: str) -> k8s.Configuration:
 
 def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
     # libyaml's parser: the pure-Python one took a tenth of a worker's CPU when a thousand peerings started.
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config_from_dict(yaml.load(text, Loader=yaml.CSafeLoader), client_configuration=configuration,
-                                          persist_config=False)  # fmt: skip
-    api = k8s.ApiClient(configuration)
-    _share_tls(api.rest_client)
+    api: k8s.ApiClient = k8s_config.new_client_from_config_dict(yaml.load(text, Loader=yaml.CSafeLoader))
     return api
 
 

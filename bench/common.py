@@ -73,9 +73,11 @@ def rss_mb(pid: int | None = None, *, field: str = "VmRSS") -> float:
     raise RuntimeError(f"no {field} for process {pid}")
 
 
-def cpu_seconds(pid: int | None = None) -> float:
-    """CPU time (user + system) a process (this one by default) has used, from /proc, in seconds."""
-    fields = Path(f"/proc/{pid or os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int | None = None, *, thread: threading.Thread | None = None) -> float:
+    """CPU time (user + system) a process (this one by default), or one of this process's threads, has used,
+    from /proc, in seconds."""
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat" if thread else f"/proc/{pid or os.getpid()}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 

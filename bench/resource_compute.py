@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from bench.common import emit, local_env, log, percentile, rss_mb
+from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from deploy.localenv.clusters import fake_node
 from kube.capacity import HomeCapacity
 from kube.informer import PAGE_SIZE, Informer
@@ -53,7 +52,6 @@ CONSUMER = "bench-consumer"
 POLL_SECONDS = 0.005
 CONVERGENCE_TIMEOUT_SECONDS = 300
 TOLERATE_EVERYTHING = [{"operator": "Exists", "effect": "NoExecute"}]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _Cluster:
@@ -127,11 +125,6 @@ class _Cluster:
         return time.perf_counter() - started
 
 
-def _thread_cpu_seconds(thread: threading.Thread) -> float:
-    fields = open(f"/proc/self/task/{thread.native_id}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
-
-
 def _wait(converged: Callable[[], bool], since: float, what: str) -> float:
     """Seconds from `since` until `converged()`; infinite (a miss) after CONVERGENCE_TIMEOUT_SECONDS."""
     while not converged():
@@ -194,13 +187,13 @@ def _bursts(cluster: _Cluster, used_now: Callable[[], Resources], bursts: int, b
             thread: threading.Thread) -> tuple[list[float], float]:  # fmt: skip
     """Convergence time of each burst, and CPU seconds per event of `thread`."""
     times: list[float] = []
-    cpu_before = _thread_cpu_seconds(thread)
+    cpu_before = cpu_seconds(thread=thread)
     for i in range(bursts):
         want = used_now()["cpu"] + Decimal("0.1") * burst
         written = cluster.replace(burst)
         times.append(_wait(partial(_shows, used_now, want), written, f"burst {i}"))
         log(f"burst {i}: {times[-1]:.3f} s")
-    return times, (_thread_cpu_seconds(thread) - cpu_before) / (2 * burst * bursts)
+    return times, (cpu_seconds(thread=thread) - cpu_before) / (2 * burst * bursts)
 
 
 def _measure(params: dict[str, Any]) -> None:
@@ -233,9 +226,9 @@ def _measure(params: dict[str, Any]) -> None:
 
         cache = _WatchCache(api).start()
         main = threading.current_thread()
-        cpu_before = _thread_cpu_seconds(main) + _thread_cpu_seconds(cache.pod_informer._thread)
+        cpu_before = cpu_seconds(thread=main) + cpu_seconds(thread=cache.pod_informer._thread)
         baseline, _ = _bursts(cluster, cache.used, bursts, burst, cache.pod_informer._thread)
-        baseline_cpu = (_thread_cpu_seconds(main) + _thread_cpu_seconds(cache.pod_informer._thread) - cpu_before) / (
+        baseline_cpu = (cpu_seconds(thread=main) + cpu_seconds(thread=cache.pod_informer._thread) - cpu_before) / (
             2 * burst * bursts)
         cache.stop()
 

@@ -104,6 +104,18 @@ def test_no_room_is_insufficient_capacity_with_a_reason_per_cluster() -> None:
     assert set(decision.diagnosis) == {"s1", "s2"}
 
 
+def test_no_room_is_not_refused_while_a_cluster_is_not_probed_yet() -> None:
+    """The pass that runs before the prober's first probe waits for it instead of refusing (a Warning, a
+    failure counted) what the unprobed cluster may hold."""
+    unprobed = [CLUSTERS[0], ClusterSnapshot("s3", "Unknown", Resources(), Resources(), Resources())]
+    decision = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: SLICE}, hards=[{"cpu": "40", "memory": "40Gi"}],
+                                clusters=unprobed, held={}, slices={}, pool_policy="spread")  # fmt: skip
+    assert decision == Keep()
+    placed = decide_namespace(name="shop", annotations={SLICE_ANNOTATION: SLICE}, hards=HARDS, clusters=unprobed,
+                              held={}, slices={}, pool_policy="spread")  # fmt: skip
+    assert isinstance(placed, Place) and placed.placement == {"s1": 2}  # what fits now is placed at once
+
+
 @pytest.mark.parametrize(
     "garbage",
     [

@@ -144,7 +144,8 @@ def held_by_others(cluster: str, namespace: str, held: Mapping[str, Mapping[str,
 
 @dataclass(frozen=True)
 class Keep:
-    """Placed, and nothing moved: the common case; nothing is written."""
+    """Nothing is written: placed, and nothing moved (the common case); or not placed while a cluster that
+    has not been probed yet might take it."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,10 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
     request = PlacementRequest(namespace=name, slice=slice_, count=count, policy=policy, mandatory=mandatory,
                                previous={} if author == "User" else current)  # fmt: skip
     outcome = schedule(request, snapshot)
+    if outcome.placement is None and any(c.health == "Unknown" for c in clusters):
+        # Not refused yet: a cluster not probed may have the room, and its first probe brings another pass (a
+        # worker's first pass often runs before its prober's first probe).
+        return Keep()
     if outcome.placement is None:
         message = outcome.message
         if not has_slice_annotation(annotation):  # slices of a size the user chose could fit where these do not

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -20,16 +21,28 @@ HISTORIES = Path(__file__).with_name("histories")
 WORKFLOWS = [PeeringWorkflow, AdmissionWorkflow, AdvertisementWorkflow, PoolSchedulerWorkflow]
 
 
+# One for the session: each Replayer makes a thread pool that is never shut down.
+_REPLAYER = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+
+
 def replayer() -> Replayer:
-    return Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    return _REPLAYER
+
+
+def decided(history: WorkflowHistory) -> bool:
+    """Whether the run has completed a workflow task. A run that has not has made no decision to check,
+    and the replayer waits forever on a history without a workflow task: a run continued as new a moment
+    ago, whose first task the server holds back when the previous run lasted less than a second."""
+    return any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in history.events)
 
 
 async def replay_all_runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
     histories = []
     async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
-        histories.append(await handle.fetch_history())
-    assert histories, f"no runs of {workflow_id}"
+        if decided(history := await handle.fetch_history()):
+            histories.append(history)
+    assert histories, f"no run of {workflow_id} has decided anything"
     for history in histories:
         await replayer().replay_workflow(history)
     if os.environ.get("TIDEPOOL_SAVE_HISTORIES"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
-from temporalio.worker import PollerBehaviorAutoscaling, Worker
+from temporalio.worker import Worker
 
 from kube.clients import client_from_kubeconfig_file
 from kube.lease import LeaderElection
@@ -40,10 +40,6 @@ log = logging.getLogger("tidepool.worker")
 # not take wait on the task queue, where another replica may take them and no timeout but
 # schedule-to-start runs.
 ACTIVITY_THREADS = 32
-# Pollers that scale with the work the server reports: of five fixed workflow task polls, one polls the task
-# queue where a new workflow's first task waits (the rest, this worker's sticky queue), so that a burst of
-# new peerings is taken one poll round trip at a time, however far the server is.
-POLLERS = PollerBehaviorAutoscaling()
 
 
 async def connect(settings: TemporalSettings, *, runtime: Runtime | None = None) -> Client:
@@ -102,8 +98,6 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
             activities=[a for role in roles for a in role.activities],
             activity_executor=executor,
             max_concurrent_activities=ACTIVITY_THREADS,
-            workflow_task_poller_behavior=POLLERS,
-            activity_task_poller_behavior=POLLERS,
             interceptors=[KubernetesErrors()],
         )
         await stack.enter_async_context(worker)

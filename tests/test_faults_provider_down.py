@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
@@ -94,17 +94,26 @@ async def _details(handle: WorkflowHandle[Any, Any]) -> str:
     return str(metadata.current_details)
 
 
-async def _first_push_after(handle: WorkflowHandle[Any, Any], moment: datetime) -> datetime | None:
-    """When the first push that succeeded after `moment` completed (from the workflow's history)."""
-    history = await handle.fetch_history()
-    pushes = {e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-              and e.activity_task_scheduled_event_attributes.activity_type.name == "push_advertisement"}  # fmt: skip
-    for event in history.events:
-        if (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                and event.activity_task_completed_event_attributes.scheduled_event_id in pushes):  # fmt: skip
-            completed = event.event_time.ToDatetime(tzinfo=UTC)
-            if completed >= moment:
-                return completed
+async def _runs_since(client: Client, workflow_id: str, moment: datetime) -> list[WorkflowHistory]:
+    """The histories of the workflow's runs still open at `moment`, oldest first: it may continue as new
+    between an outage and the push that ends it."""
+    runs = [run async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'")
+            if run.close_time is None or run.close_time >= moment]  # fmt: skip
+    return [await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()
+            for run in sorted(runs, key=lambda run: run.start_time)]  # fmt: skip
+
+
+async def _first_push_after(client: Client, workflow_id: str, moment: datetime) -> datetime | None:
+    """When the first push that succeeded after `moment` completed (from the workflow's histories)."""
+    for history in await _runs_since(client, workflow_id, moment):
+        pushes = {e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                  and e.activity_task_scheduled_event_attributes.activity_type.name == "push_advertisement"}  # fmt: skip
+        for event in history.events:
+            if (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    and event.activity_task_completed_event_attributes.scheduled_event_id in pushes):  # fmt: skip
+                completed = event.event_time.ToDatetime(tzinfo=UTC)
+                if completed >= moment:
+                    return completed
     return None
 
 
@@ -169,7 +178,7 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
             return await _is(phase(), "Accepted")
 
         await eventually(recovered, timeout=PERIOD + PUSH_SLACK + 30, what="the peering recovered")
-        await _recovered_within_a_cycle(peering, starting, back)
+        await _recovered_within_a_cycle(temporal_client, peering.id, starting, back)
         assert "last error" not in await _details(peering)
         assert (await lifecycle.query(AdvertisementWorkflow.status)).teardown is None  # never torn down
 
@@ -194,22 +203,43 @@ async def test_a_stopped_provider_api_server_shows_as_unreachable_recovers_next_
         await eventually(lambda: ((_advertisement(pair) or {}).get("status") or {}).get("phase") == "Accepted",
                          timeout=PERIOD + PUSH_SLACK + 60, what="a fresh Advertisement accepted")  # fmt: skip
         await eventually(lambda: _is(phase(), "Accepted"), timeout=60, what="the peering Accepted again")
-        await _recovered_within_a_cycle(peering, starting, back)
+        await _recovered_within_a_cycle(temporal_client, peering.id, starting, back)
     stuck = []
     for workflow_id in (peering.id, lifecycle.id):
         stuck += await failed_workflow_tasks(temporal_client, workflow_id)
     assert stuck == []
 
 
-async def _recovered_within_a_cycle(peering: WorkflowHandle[Any, Any], starting: datetime, back: datetime) -> None:
+async def _recovered_within_a_cycle(client: Client, workflow_id: str, starting: datetime, back: datetime) -> None:
     """The first push that succeeded since the API server was being started came at most a cycle after it
     served again (`back`, when start_cluster saw it serve: a push may even beat that)."""
-    pushed = await eventually(lambda: _first_push_after(peering, starting), timeout=PERIOD + PUSH_SLACK + 30,
-                              what="a push that succeeded since the API server is back")  # fmt: skip
+    pushed = await eventually(lambda: _first_push_after(client, workflow_id, starting),
+                              timeout=PERIOD + PUSH_SLACK + 30, what="a push that succeeded since the API server is back")  # fmt: skip
     assert pushed - back <= timedelta(seconds=PERIOD + PUSH_SLACK), (
         f"the first push after recovery succeeded {pushed - back} after the API server was back: more than a "
-        f"cycle ({PERIOD} s, + {PUSH_SLACK} s for the push itself)"
+        f"cycle ({PERIOD} s, + {PUSH_SLACK} s for the push itself); since it was being started:\n"
+        + await _events_since(client, workflow_id, starting)
     )
+
+
+async def _events_since(client: Client, workflow_id: str, moment: datetime) -> str:
+    """The histories after `moment`, a line an event: what the assertion's reader needs to see why."""
+    lines = []
+    for history in await _runs_since(client, workflow_id, moment):
+        lines.append(f"run {history.run_id}:")
+        for event in history.events:
+            at = event.event_time.ToDatetime(tzinfo=UTC)
+            if at < moment:
+                continue
+            line = f"  {at:%H:%M:%S.%f} {EventType.Name(event.event_type).removeprefix('EVENT_TYPE_')}"
+            if event.HasField("activity_task_started_event_attributes"):
+                line += f" attempt {event.activity_task_started_event_attributes.attempt}"
+            if event.HasField("activity_task_failed_event_attributes"):
+                line += f": {event.activity_task_failed_event_attributes.failure.message[:200]}"
+            if event.HasField("timer_started_event_attributes"):
+                line += f" {event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()}"
+            lines.append(line)
+    return "\n".join(lines)
 
 
 async def _is(value: Awaitable[object], expected: str) -> bool:

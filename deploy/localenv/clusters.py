@@ -176,7 +176,19 @@ def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, t
         except Exception:  # noqa: BLE001 - not yet
             return False
 
-    wait_for(serving, timeout=timeout, what=f"cluster {cluster.name} to serve again", interval=0.5)
+    try:
+        wait_for(serving, timeout=timeout, what=f"cluster {cluster.name} to serve again", interval=0.5)
+    except TimeoutError as e:  # what the components said is the only trace: the state directory goes with the test
+        raise TimeoutError(f"{e}\n{_log_tails(workdir / 'clusters' / cluster.name / 'logs')}") from None
+
+
+def _log_tails(logs: Path, *, lines: int = 8) -> str:
+    tails = []
+    for name in ("etcd.log", "kube-apiserver.log"):
+        path = logs / name
+        text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+        tails.append(f"--- {name}, last lines:\n" + "\n".join(text))
+    return "\n".join(tails)
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:

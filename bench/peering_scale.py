@@ -7,9 +7,10 @@ consumer id of its own (`scale-0000`, ...) whose PeeringRequest names that clust
 peering therefore has its own workflow, its own namespace, ServiceAccount, Role and token on the home
 cluster, and its own push every period, as with distinct consumers. What differs, and costs more than
 production: the Advertisement and credentials Secret on a foreign cluster are named after the home
-cluster (models/names.py), so the peerings sharing a foreign cluster all write the same two objects there. Each push is seen by the decision
-watches of all of them (one would see it in production), and finds another peering's token in the Secret,
-so it issues a new one (`token_renewals_in_window`; in production a token is renewed every half life).
+cluster (models/names.py), so the peerings sharing a foreign cluster all write the same two objects
+there. Each push is seen by the decision watches of all of them (one would see it in production), and
+finds another peering's token in the Secret, so it issues a new one (`token_renewals_in_window`; in
+production a token is renewed every half life).
 Once each peering has pushed, the shared Advertisements are marked Accepted, as a consumer would, so the
 peerings are in their steady state.
 

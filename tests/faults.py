@@ -38,6 +38,7 @@ from models.names import (
     virtual_node_name,
 )
 from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.replay import run_histories
 
 # The sequence of kill points is drawn from this seed (printed by the tests, overridable to replay one).
 DEFAULT_SEED = 20261123
@@ -207,8 +208,7 @@ async def failed_workflow_tasks(client: Client, workflow_id: str) -> list[str]:
     task fails is stuck (the task is retried for ever) even if it looks Running. UnhandledCommand is left
     out: it is the server's answer to a task that raced a new signal, and the next task goes on."""
     failures: list[str] = []
-    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+    for history in await run_histories(client, workflow_id):
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 attributes = event.workflow_task_failed_event_attributes
@@ -216,7 +216,7 @@ async def failed_workflow_tasks(client: Client, workflow_id: str) -> list[str]:
                     # Not a failure of the workflow's code: the server turns down a task's commands when a
                     # signal arrived meanwhile (e.g. a completion racing a signal) and a new task follows.
                     continue
-                failures.append(f"{workflow_id}/{execution.run_id} event {event.event_id}: "
+                failures.append(f"{workflow_id}/{history.run_id} event {event.event_id}: "
                                 f"{WorkflowTaskFailedCause.Name(attributes.cause)}: {attributes.failure.message}")  # fmt: skip
     return failures
 
@@ -275,8 +275,7 @@ async def interrupted_work_of(client: Client, workflow_ids: Iterable[str]) -> In
     """interrupted_work over every run of every one of `workflow_ids`."""
     events: list[Any] = []
     for workflow_id in workflow_ids:
-        async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-            history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+        for history in await run_histories(client, workflow_id):
             events += history.events
     return interrupted_work(events)
 

@@ -36,12 +36,14 @@ def decided(history: WorkflowHistory) -> bool:
     return any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in history.events)
 
 
+async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The history of every run of `workflow_id`, in the server's listing order."""
+    return [await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+            async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]  # fmt: skip
+
+
 async def replay_all_runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    histories = []
-    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
-        if decided(history := await handle.fetch_history()):
-            histories.append(history)
+    histories = [history for history in await run_histories(client, workflow_id) if decided(history)]
     assert histories, f"no run of {workflow_id} has decided anything"
     for history in histories:
         await replayer().replay_workflow(history)

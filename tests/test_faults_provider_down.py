@@ -37,6 +37,7 @@ from models.names import (
 from models.peering import PeeringStatus, WithdrawResult
 from tests.faults import failed_workflow_tasks
 from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.replay import run_histories
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
 from workflows.advertisement import AdvertisementWorkflow
@@ -94,18 +95,16 @@ async def _details(handle: WorkflowHandle[Any, Any]) -> str:
     return str(metadata.current_details)
 
 
-async def _runs_since(client: Client, workflow_id: str, moment: datetime) -> list[WorkflowHistory]:
-    """The histories of the workflow's runs still open at `moment`, oldest first: it may continue as new
-    between an outage and the push that ends it."""
-    runs = [run async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'")
-            if run.close_time is None or run.close_time >= moment]  # fmt: skip
-    return [await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()
-            for run in sorted(runs, key=lambda run: run.start_time)]  # fmt: skip
+async def _runs_since(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run's history, oldest first: the peering may continue as new between an outage and the push
+    that ends it."""
+    histories = await run_histories(client, workflow_id)
+    return sorted(histories, key=lambda history: history.events[0].event_time.ToDatetime())
 
 
 async def _first_push_after(client: Client, workflow_id: str, moment: datetime) -> datetime | None:
     """When the first push that succeeded after `moment` completed (from the workflow's histories)."""
-    for history in await _runs_since(client, workflow_id, moment):
+    for history in await _runs_since(client, workflow_id):
         pushes = {e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                   and e.activity_task_scheduled_event_attributes.activity_type.name == "push_advertisement"}  # fmt: skip
         for event in history.events:
@@ -225,7 +224,7 @@ async def _recovered_within_a_cycle(client: Client, workflow_id: str, starting: 
 async def _events_since(client: Client, workflow_id: str, moment: datetime) -> str:
     """The histories after `moment`, a line an event: what the assertion's reader needs to see why."""
     lines = []
-    for history in await _runs_since(client, workflow_id, moment):
+    for history in await _runs_since(client, workflow_id):
         lines.append(f"run {history.run_id}:")
         for event in history.events:
             at = event.event_time.ToDatetime(tzinfo=UTC)

@@ -296,8 +296,7 @@ class ConsumerActivities:
                                              "labels": {LABEL_MANAGED_BY: MANAGED_BY}}})  # fmt: skip
         deployment = virtual_kubelet_deployment(
             provider_id=provider, consumer_id=self._settings.cluster.cluster_id, advertisement=obj["metadata"]["name"],
-            kubeconfig_secret=secret, namespace=namespace, image=self._settings.virtual_kubelet.image,
-            metrics_port=self._settings.virtual_kubelet.metrics_port,
+            kubeconfig_secret=secret, namespace=namespace, settings=self._settings.virtual_kubelet,
         )  # fmt: skip
         apps = k8s.AppsV1Api(self._home)
         apps.patch_namespaced_deployment(deployment["metadata"]["name"], namespace, deployment,

@@ -68,7 +68,9 @@ VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "update", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
      "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
 ]  # fmt: skip
 # What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets.
 CREDENTIALS_RULES: list[dict[str, Any]] = [

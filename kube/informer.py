@@ -111,3 +111,60 @@ class Informer(Generic[T]):
                     return
                 if kind != "BOOKMARK":
                     self._on_event(kind, self._transform(obj))
+
+
+K = TypeVar("K")
+
+
+class Store(Generic[K, T]):
+    """An informer's objects by key (client-go's indexer, one index), and a callback for every key that
+    was added, changed or removed, with its old and new object (None when absent): what feeds a work
+    queue. Thread-safe: informers write, workers read."""
+
+    def __init__(self, key: Callable[[T], K | None], on_change: Callable[[K, T | None, T | None], None]) -> None:
+        self._key = key
+        self._on_change = on_change
+        self._items: dict[K, T] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> T | None:
+        return self._items.get(key)
+
+    def put(self, key: K, obj: T) -> None:
+        """A write this process just made, ahead of its watch event (which then changes nothing)."""
+        with self._lock:
+            self._items[key] = obj
+
+    def values(self) -> list[T]:
+        with self._lock:
+            return list(self._items.values())
+
+    def keys(self) -> list[K]:
+        with self._lock:
+            return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def sync(self, objects: list[T]) -> None:
+        fresh = {key: obj for obj in objects if (key := self._key(obj)) is not None}
+        with self._lock:
+            old, self._items = self._items, fresh
+        for key in old.keys() - fresh.keys():
+            self._on_change(key, old[key], None)
+        for key, obj in fresh.items():
+            if old.get(key) != obj:
+                self._on_change(key, old.get(key), obj)
+
+    def event(self, kind: str, obj: T) -> None:
+        key = self._key(obj)
+        if key is None:
+            return
+        with self._lock:
+            old = self._items.pop(key, None) if kind == "DELETED" else self._items.get(key)
+            if kind != "DELETED":
+                self._items[key] = obj
+        if kind == "DELETED":
+            self._on_change(key, old if old is not None else obj, None)
+        elif old != obj:
+            self._on_change(key, old, obj)

@@ -10,10 +10,13 @@ models/pool/sync.py and workers/syncer.py) share, so that both copy the same way
   computes for itself (qosClass).
 - A reason and message the copy does not have are cleared on the origin: they were said of an earlier
   state (an eviction, or the pool's own SuperClusterUnreachable/Recreating) and would outlive it.
+- Events about a copy become Events on the origin pod (`kubectl describe pod` there says why it is
+  Pending over there), once per change of the source Event.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +25,7 @@ COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatu
                  "reason", "message")  # fmt: skip
 CLEARED_WHEN_ABSENT = ("reason", "message")
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+MAX_REMEMBERED_EVENTS = 10_000
 
 
 def is_service_account_token(volume: dict[str, Any]) -> bool:
@@ -66,3 +70,54 @@ def says(status: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
         elif status.get(key) != value:
             return False
     return True
+
+
+def event_for_origin(event: dict[str, Any], pod: dict[str, Any], *, labels: Mapping[str, str]) -> dict[str, Any]:
+    """An Event of the other cluster about a pod's copy, as an Event on the origin pod. Its name is derived
+    from the source Event's uid, so that writing it again (a restarted syncer or virtual kubelet) updates
+    it, never doubles it. What names the other cluster's machines (source.host, the copy's uid) stays
+    behind."""
+    meta = pod["metadata"]
+    involved = event.get("involvedObject") or {}
+    reflected: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{event['metadata']['uid']}", "namespace": meta["namespace"],
+                     "labels": dict(labels)},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                           "uid": meta["uid"]},
+        "reason": event.get("reason"), "message": event.get("message"), "type": event.get("type") or "Normal",
+        "count": event.get("count") or 1,
+        "source": {"component": (event.get("source") or {}).get("component") or event.get("reportingComponent")
+                   or "tidepool"},
+    }  # fmt: skip
+    if involved.get("fieldPath"):
+        reflected["involvedObject"]["fieldPath"] = involved["fieldPath"]
+    first = event.get("firstTimestamp") or event.get("eventTime")
+    last = event.get("lastTimestamp") or first
+    if first:
+        reflected["firstTimestamp"], reflected["lastTimestamp"] = first, last
+    return reflected
+
+
+class ReflectedEvents:
+    """Which source Events (uid, count) were already reflected: one write per change of a source Event,
+    never more, however often the watch repeats it. Bounded: the least recently seen are forgotten first
+    (a forgotten Event that changes again is reflected again, by the same name: an update, not a copy)."""
+
+    def __init__(self, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._capacity = capacity
+
+    def is_new(self, event: dict[str, Any]) -> bool:
+        seen = self._seen.get(event["metadata"]["uid"])
+        return seen is None or (event.get("count") or 1) > seen
+
+    def remember(self, event: dict[str, Any]) -> None:
+        uid = event["metadata"]["uid"]
+        self._seen[uid] = max(self._seen.get(uid, 0), event.get("count") or 1)
+        self._seen.move_to_end(uid)
+        while len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._seen)

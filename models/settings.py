@@ -67,6 +67,25 @@ class VirtualKubeletSettings(_Part):
     metrics_port: int = Field(
         default=9464, ge=0, le=65535, description="Port of each virtual kubelet's Prometheus endpoint; 0 disables it."
     )
+    kubelet_port: int = Field(
+        default=10250, ge=1, le=65535,
+        description="Port of each virtual kubelet's kubelet API (logs, exec), published as its node's kubelet endpoint.",
+    )  # fmt: skip
+    # Workers per reflected kind, as Liqo's --<kind>-reflection-workers: each kind has its own queue, so
+    # that a burst of one (a thousand pods) does not hold up another (a Service's endpoints).
+    pod_workers: int = Field(default=8, ge=1, le=64, description="Threads reflecting pods to the provider.")
+    config_workers: int = Field(
+        default=4, ge=1, le=64,
+        description="Threads reflecting the ConfigMaps and Secrets offloaded pods use (their edits and deletions).",
+    )  # fmt: skip
+    service_workers: int = Field(
+        default=2, ge=0, le=64,
+        description="Threads reflecting the Services of namespaces with offloaded pods; 0 reflects no Service.",
+    )  # fmt: skip
+    event_workers: int = Field(
+        default=2, ge=0, le=64,
+        description="Threads reflecting the provider's Events about pod copies onto the consumer's pods; 0: none.",
+    )  # fmt: skip
 
 
 class LeaderSettings(_Part):

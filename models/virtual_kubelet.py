@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import ipaddress
+import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from models.names import (
+    LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
+    LABEL_OFFLOADED,
     LABEL_PROVIDER,
     MANAGED_BY,
     SYSTEM_NAMESPACE,
@@ -20,14 +25,16 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from models.pods import is_service_account_token, strip_service_account_token
+from models.network import NO_REMAPPING
+from models.pods import copied_status, is_service_account_token, strip_service_account_token
+from models.settings import VirtualKubeletSettings
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
 
 
 def virtual_kubelet_deployment(
     *, provider_id: str, consumer_id: str, advertisement: str, kubeconfig_secret: str,
-    namespace: str = SYSTEM_NAMESPACE, image: str = "tidepool:latest", metrics_port: int = 0,
+    namespace: str = SYSTEM_NAMESPACE, settings: VirtualKubeletSettings = VirtualKubeletSettings(),
 ) -> dict[str, Any]:  # fmt: skip
     name = virtual_kubelet_name(provider_id)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}
@@ -37,9 +44,18 @@ def virtual_kubelet_deployment(
         "TIDEPOOL_VK_ADVERTISEMENT": advertisement,
         "TIDEPOOL_VK_NAMESPACE": namespace,
         "TIDEPOOL_VK_PROVIDER_KUBECONFIG": f"{PROVIDER_KUBECONFIG_DIR}/kubeconfig",
-        "TIDEPOOL_VK_METRICS_PORT": str(metrics_port),
+        "TIDEPOOL_VK_METRICS_PORT": str(settings.metrics_port),
+        "TIDEPOOL_VK_KUBELET_PORT": str(settings.kubelet_port),
+        "TIDEPOOL_VK_POD_WORKERS": str(settings.pod_workers),
+        "TIDEPOOL_VK_CONFIG_WORKERS": str(settings.config_workers),
+        "TIDEPOOL_VK_SERVICE_WORKERS": str(settings.service_workers),
+        "TIDEPOOL_VK_EVENT_WORKERS": str(settings.event_workers),
     }
-    ports = [{"name": "metrics", "containerPort": metrics_port}] if metrics_port else []
+    ports = [{"name": "kubelet", "containerPort": settings.kubelet_port}]
+    if settings.metrics_port:
+        ports.append({"name": "metrics", "containerPort": settings.metrics_port})
+    # The node's InternalIP is the pod's: the API server dials it for logs and exec.
+    node_ip = {"name": "TIDEPOOL_VK_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -53,9 +69,9 @@ def virtual_kubelet_deployment(
                 "spec": {
                     "serviceAccountName": "tidepool-virtual-kubelet",
                     "containers": [{
-                        "name": "virtual-kubelet", "image": image,
+                        "name": "virtual-kubelet", "image": settings.image,
                         "command": ["python", "-m", "workers.virtual_kubelet"],
-                        "env": [{"name": k, "value": v} for k, v in env.items()],
+                        "env": [*({"name": k, "value": v} for k, v in env.items()), node_ip],
                         "ports": ports,
                         "volumeMounts": [{"name": "provider-kubeconfig", "mountPath": PROVIDER_KUBECONFIG_DIR,
                                           "readOnly": True}],
@@ -70,9 +86,13 @@ def virtual_kubelet_deployment(
 # ---------------------------------------------------------------------------------------------------
 # Reflection: a consumer pod made safe to run in the provider's namespace, and names that cannot collide.
 
-ORIGIN_NAMESPACE = "tidepool.io/origin-namespace"
+ORIGIN_NAMESPACE = "tidepool.io/origin-namespace"  # an annotation, and a label on pod copies (Services select it)
 ORIGIN_NAME = "tidepool.io/origin-name"
 ORIGIN_UID = "tidepool.io/origin-uid"
+# On a ConfigMap's or Secret's copy: the source's resourceVersion it was made from (an edit changes it).
+ORIGIN_VERSION = "tidepool.io/origin-resource-version"
+# On a Service's copy: a digest of what it was made from, compared instead of the copy's defaulted spec.
+SOURCE_DIGEST = "tidepool.io/source-digest"
 REFLECTED_ANNOTATION = "tidepool.io/reflected"
 MAX_NAME = 63
 
@@ -116,6 +136,111 @@ def referenced_objects(pod_spec: dict[str, Any]) -> tuple[set[str], set[str]]:
             if (source.get("secretRef") or {}).get("name"):
                 secrets.add(source["secretRef"]["name"])
     return config_maps, secrets
+
+
+def copy_labels(*, consumer_id: str, namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What marks a copy as this consumer's (the virtual kubelet lists and deletes by it, and never touches
+    an object without it); on pods, with the origin's labels and namespace, which Services' copies select."""
+    return {**(labels or {}), LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer_id, ORIGIN_NAMESPACE: namespace}
+
+
+def pod_copy(pod: dict[str, Any], *, consumer_id: str) -> dict[str, Any]:
+    meta = pod["metadata"]
+    namespace = meta["namespace"]
+    return {
+        "metadata": {
+            "name": reflected_name(namespace, meta["name"]),
+            "labels": copy_labels(consumer_id=consumer_id, namespace=namespace, labels=meta.get("labels")),
+            "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: meta["name"], ORIGIN_UID: meta["uid"]},
+        },
+        "spec": safe_pod_spec(pod["spec"], namespace),
+    }
+
+
+def config_copy(source: dict[str, Any], *, kind: Literal["ConfigMap", "Secret"], consumer_id: str) -> dict[str, Any]:
+    """A ConfigMap's or Secret's copy, marked with the version of the source it was made from."""
+    meta = source["metadata"]
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": kind,
+        "metadata": {"name": reflected_name(meta["namespace"], meta["name"]),
+                     "labels": copy_labels(consumer_id=consumer_id, namespace=meta["namespace"]),
+                     "annotations": {ORIGIN_NAMESPACE: meta["namespace"], ORIGIN_NAME: meta["name"],
+                                     ORIGIN_VERSION: meta["resourceVersion"]}},
+        "data": source.get("data") or {},
+    }  # fmt: skip
+    if kind == "Secret":
+        body["type"] = source.get("type") or "Opaque"
+    elif source.get("binaryData"):
+        body["binaryData"] = source["binaryData"]
+    return body
+
+
+def service_copy(service: dict[str, Any], *, consumer_id: str) -> dict[str, Any] | None:
+    """The Service the provider gets for a consumer Service, or None when it is not reflected: one without a
+    selector (its endpoints are someone's hand-made list, of the consumer's addresses) or an ExternalName.
+    The copy selects the pods' copies from the same consumer namespace, and the provider allocates its own
+    address: a ClusterIP Service (headless stays headless); NodePorts and load balancers stay the consumer's."""
+    meta, spec = service["metadata"], service.get("spec") or {}
+    if not spec.get("selector") or spec.get("type") == "ExternalName":
+        return None
+    namespace = meta["namespace"]
+    copied: dict[str, Any] = {
+        "type": "ClusterIP",
+        "selector": {**spec["selector"], LABEL_CONSUMER: consumer_id, ORIGIN_NAMESPACE: namespace},
+        "ports": [{k: v for k, v in port.items() if k != "nodePort"} for port in spec.get("ports") or []],
+    }
+    if spec.get("clusterIP") == "None":
+        copied["clusterIP"] = "None"
+    for key in ("publishNotReadyAddresses", "sessionAffinity", "sessionAffinityConfig"):
+        if key in spec:
+            copied[key] = spec[key]
+    digest = hashlib.sha256(json.dumps(copied, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": reflected_name(namespace, meta["name"]),
+                     "labels": copy_labels(consumer_id=consumer_id, namespace=namespace),
+                     "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: meta["name"], SOURCE_DIGEST: digest}},
+        "spec": copied,
+    }  # fmt: skip
+
+
+CopyLost = Literal["recreate", "fail"]
+
+
+def when_copy_lost(pod: dict[str, Any]) -> CopyLost:
+    """A copy deleted in the provider behind our back: a pod that restarts (restartPolicy Always or
+    OnFailure, a Deployment's) gets a new copy, as a kubelet restarts its containers; one that never
+    restarts fails, with a reason."""
+    return "fail" if (pod.get("spec") or {}).get("restartPolicy") == "Never" else "recreate"
+
+
+def remap_ip(ip: str, *, provider_pod_cidr: str | None, remapped_pod_cidr: str | None) -> str:
+    """A provider pod's IP as the consumer reaches it: through the network module's PodCIDR remapping
+    (the same host part in the remapped block). Addresses outside the provider's PodCIDR (host network)
+    and a provider that needs no remapping keep theirs."""
+    if not provider_pod_cidr or not remapped_pod_cidr or remapped_pod_cidr == NO_REMAPPING:
+        return ip
+    try:
+        address, advertised = ipaddress.ip_address(ip), ipaddress.ip_network(provider_pod_cidr, strict=False)
+        remapped = ipaddress.ip_network(remapped_pod_cidr, strict=False)
+    except ValueError:
+        return ip
+    if address not in advertised or advertised.prefixlen != remapped.prefixlen:
+        return ip
+    return str(remapped.network_address + (int(address) - int(advertised.network_address)))
+
+
+def status_for_consumer(copy_status: dict[str, Any], *, provider_pod_cidr: str | None,
+                        remapped_pod_cidr: str | None) -> dict[str, Any]:  # fmt: skip
+    """What of the copy's status the consumer's pod shows, its IPs remapped: the consumer's EndpointSlice
+    controller then lists the pod among the local ones, with its readiness."""
+    status = copied_status(copy_status)
+    remap = {"provider_pod_cidr": provider_pod_cidr, "remapped_pod_cidr": remapped_pod_cidr}
+    if status.get("podIP"):
+        status["podIP"] = remap_ip(status["podIP"], **remap)
+    if status.get("podIPs"):
+        status["podIPs"] = [{**entry, "ip": remap_ip(entry["ip"], **remap)} for entry in status["podIPs"]]
+    return status
 
 
 def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -163,11 +288,14 @@ def overdue_for_force_delete(deletion_deadline: datetime | None, *, now: datetim
 
 def virtual_node(
     *, provider_id: str, resources: dict[str, str], ready: bool, reason: str, message: str, heartbeat: str,
-    transition: str,
+    transition: str, address: str | None = None, kubelet_port: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """The virtual node standing for the provider: its capacity is the Advertisement's, and only pods
-    that tolerate its taint land on it."""
+    that tolerate its taint land on it. The API server reaches its kubelet API (logs, exec) at the
+    InternalIP `address` and `kubelet_port`; its name resolves nowhere, so no Hostname address is given
+    (the API server tries Hostname first)."""
     name = virtual_node_name(provider_id)
+    addresses = [{"type": "InternalIP", "address": address} if address else {"type": "Hostname", "address": name}]
     capacity = {"pods": "110", **resources}
     return {
         "apiVersion": "v1",
@@ -184,7 +312,8 @@ def virtual_node(
             "nodeInfo": {"kubeletVersion": "tidepool", "operatingSystem": "linux", "architecture": "amd64",
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "tidepool",
                          "containerRuntimeVersion": "tidepool://provider", "kubeProxyVersion": ""},
-            "addresses": [{"type": "Hostname", "address": name}],
+            "addresses": addresses,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         },
     }  # fmt: skip
 

@@ -178,8 +178,12 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert [a for a in worker_may_not if can(WORKER, *a)] == []
     virtual_kubelet_may = [("create", "nodes"), ("patch", "nodes", "--subresource=status"), ("watch", "nodes"),
                            ("patch", "pods", "--subresource=status", "-n", "shop"), ("get", "secrets", "-n", "shop"),
-                           ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease")]  # fmt: skip
-    virtual_kubelet_may_not = [("delete", "nodes"), ("list", "secrets", "-A"), ("create", "pods", "-n", "shop"),
+                           ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease"), ("get", "pods", "-n", "shop"),
+                           ("watch", "configmaps", "-A"), ("watch", "services", "-A"), ("create", "events", "-n", "shop"),
+                           ("patch", "events", "-n", "shop"), ("create", "subjectaccessreviews.authorization.k8s.io"),
+                           ("get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")]  # fmt: skip
+    virtual_kubelet_may_not = [("delete", "nodes"), ("list", "secrets", "-A"), ("watch", "secrets", "-n", "shop"),
+                               ("create", "pods", "-n", "shop"), ("create", "services", "-n", "shop"),
                                ("patch", "advertisements.tidepool.io", "--subresource=status")]  # fmt: skip
     assert [a for a in virtual_kubelet_may if not can(VIRTUAL_KUBELET, *a)] == []
     assert [a for a in virtual_kubelet_may_not if can(VIRTUAL_KUBELET, *a)] == []
@@ -205,6 +209,12 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert refused.value.status == 403
     binding = k8s.RbacAuthorizationV1Api(cluster.api_client()).read_namespaced_role_binding(SERVICE_ACCOUNT, foreign)
     assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", CLUSTER_ROLE)
+    # What the foreign virtual kubelet may do through it: its copies, their Events, logs and exec, there only.
+    foreign_vk = f"system:serviceaccount:{foreign}:{SERVICE_ACCOUNT}"
+    foreign_vk_may = [("create", "pods"), ("watch", "events"), ("create", "services"), ("get", "pods/log"),
+                      *[(verb, f"pods/{sub}") for sub in ("exec", "attach", "portforward") for verb in ("get", "create")]]
+    assert [a for a in foreign_vk_may if not can(foreign_vk, *a, "-n", foreign)] == []
+    assert [a for a in foreign_vk_may if can(foreign_vk, *a, "-n", "elsewhere")] == []
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
     admin = k8s.CoreV1Api(cluster.api_client())

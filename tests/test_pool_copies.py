@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 
 from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
-from models.pods import copied_status, strip_service_account_token
+from models.pods import ReflectedEvents, copied_status, event_for_origin, strip_service_account_token
 from models.pool.sync import (
     API_VERSIONS,
     SYNCED_KINDS,
-    ReflectedEvents,
     copy_for_super,
-    event_for_tenant,
     is_copy,
     kinds_to_sync,
     load_balancer_status,
@@ -208,7 +206,7 @@ def test_an_event_on_a_copy_becomes_an_event_on_the_tenant_pod_without_the_super
              "type": "Warning", "count": 3, "source": {"component": "kubelet", "host": "super-node-7"},
              "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:05:00Z"}  # fmt: skip
     pod = {"metadata": {"name": "web", "namespace": "shop", "uid": "tenant-uid"}}
-    reflected = event_for_tenant(event, pod, cluster="s1")
+    reflected = event_for_origin(event, pod, labels={"l": "s1"})
     assert reflected["metadata"]["name"] == "web.e-1"  # written again, it updates: never a second copy
     assert reflected["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "shop", "name": "web",
                                            "uid": "tenant-uid", "fieldPath": "spec.containers{web}"}  # fmt: skip

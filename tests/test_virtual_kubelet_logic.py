@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from models.settings import VirtualKubeletSettings
 from models.virtual_kubelet import (
     overdue_for_force_delete,
     referenced_objects,
@@ -77,17 +78,20 @@ def test_the_deployment_mounts_the_providers_secret_and_never_runs_two() -> None
     assert pod["volumes"] == [{"name": "provider-kubeconfig", "secret": {"secretName": "tidepool-kubeconfig-a"}}]
 
 
-def test_the_deployment_runs_the_configured_image_and_exposes_its_metrics_port() -> None:
+def test_the_deployment_runs_the_configured_image_with_its_ports_and_workers() -> None:
+    settings = VirtualKubeletSettings(image="ghcr.io/tidepool/tidepool:0.1.0", metrics_port=9464, service_workers=0)
     deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
-                                            kubeconfig_secret="k", image="ghcr.io/tidepool/tidepool:0.1.0",
-                                            metrics_port=9464)  # fmt: skip
+                                            kubeconfig_secret="k", settings=settings)  # fmt: skip
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "ghcr.io/tidepool/tidepool:0.1.0"
     assert {"name": "TIDEPOOL_VK_METRICS_PORT", "value": "9464"} in container["env"]
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9464}]
+    assert {"name": "TIDEPOOL_VK_SERVICE_WORKERS", "value": "0"} in container["env"]  # Services not reflected
+    # The API server dials the node's InternalIP (the pod's) at the kubelet port for logs and exec.
+    assert {"name": "TIDEPOOL_VK_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in container["env"]
+    assert container["ports"] == [{"name": "kubelet", "containerPort": 10250}, {"name": "metrics", "containerPort": 9464}]
     off = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
-                                     kubeconfig_secret="k")  # fmt: skip
-    assert off["spec"]["template"]["spec"]["containers"][0]["ports"] == []
+                                     kubeconfig_secret="k", settings=VirtualKubeletSettings(metrics_port=0))  # fmt: skip
+    assert off["spec"]["template"]["spec"]["containers"][0]["ports"] == [{"name": "kubelet", "containerPort": 10250}]
 
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

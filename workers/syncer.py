@@ -39,7 +39,7 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
-from models.pods import copied_status, says
+from models.pods import MAX_REMEMBERED_EVENTS, ReflectedEvents, copied_status, event_for_origin, says
 from models.pool.moves import (
     draining_of,
     scheduled_of,
@@ -47,12 +47,9 @@ from models.pool.moves import (
 from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     API_VERSIONS,
-    MAX_REMEMBERED_EVENTS,
     SYNCED_KINDS,
-    ReflectedEvents,
     copy_for_super,
     copy_stays_here,
-    event_for_tenant,
     in_scope,
     is_copy,
     kinds_to_sync,
@@ -286,7 +283,7 @@ class Syncer:
             placed = (tenant_pod["metadata"].get("annotations") or {}).get(POD_CLUSTER_ANNOTATION)
             if not pod_goes_here(placed, self.cluster, pooling=self.pooling):
                 continue
-            body = event_for_tenant(event, tenant_pod, cluster=self.cluster)
+            body = event_for_origin(event, tenant_pod, labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_SUPER_CLUSTER: self.cluster})
             try:
                 self.up.create_namespaced_event(tenant_ns, k8s.CoreV1Event.model_validate(body))
             except ApiException as e:

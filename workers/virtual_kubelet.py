@@ -7,15 +7,22 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
   followed, kube/ KubeconfigFileClient): a rotation needs no restart;
-- runs the pods bound to that node in the provider's namespace for this consumer (with the ConfigMaps
-  and Secrets they use), and brings their status back;
+- reflects, in the provider's namespace for this consumer: the pods bound to its node (and brings their
+  status back, their IPs through the PodCIDR remapping, so that the consumer's EndpointSlices list them
+  beside local pods); the ConfigMaps and Secrets those pods use, edits and deletions included; the
+  Services of the namespaces those pods are in (the provider's own controllers give each copy the pods'
+  copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider,
   marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0. Credentials refused (401)
   mean clean only when the provider marked its Advertisement withdrawn (it deleted the namespace itself);
   otherwise the provider side is not known to be clean, and the consumer's teardown timeout decides.
 
-Level-triggered: every pass compares both sides in full, so a restart never leaves a duplicate or an
-orphan. Watches wake it early; a pass runs at least every RESYNC seconds (the Lease needs it anyway).
+Reflection is controller-runtime's shape: informers keep both sides in memory (Stores, trimmed to what
+is compared), every change queues its key on the kind's work queue, and the kind's workers reconcile one
+key at a time from the caches, level-triggered, so that a restart never leaves a duplicate or an orphan.
+A kind's workers (settings: TIDEPOOL_VK_<KIND>_WORKERS) are its own: a burst of one kind does not hold up
+another; 0 Service or Event workers reflect no Service or Event. It never touches an object in the
+provider that does not carry its labels (models/virtual_kubelet.copy_labels).
 """
 
 from __future__ import annotations
@@ -27,10 +34,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from kubernetes import client as k8s
@@ -38,37 +45,54 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_kubeconfig_file
-from kube.informer import Informer
+from kube.informer import Informer, Store
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, read_cluster_object
+from kube.workqueue import WorkQueue
 from models.api.conditions import NodeReadyReason
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
+    LABEL_MANAGED_BY,
     LABEL_OFFLOADED,
+    LABEL_PROVIDER,
+    MANAGED_BY,
     PROVIDER_WITHDRAWN_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
     virtual_kubelet_name,
     virtual_node_name,
 )
-from models.pods import copied_status as status_for_consumer
+from models.pods import COPIED_STATUS, ReflectedEvents, event_for_origin
 from models.virtual_kubelet import (
     ORIGIN_NAME,
     ORIGIN_NAMESPACE,
     ORIGIN_UID,
+    ORIGIN_VERSION,
     REFLECTED_ANNOTATION,
+    SOURCE_DIGEST,
+    config_copy,
+    copy_labels,
     node_status_report_due,
     overdue_for_force_delete,
+    pod_copy,
     referenced_objects,
     reflected_name,
-    safe_pod_spec,
+    service_copy,
+    status_for_consumer,
     virtual_node,
+    when_copy_lost,
 )
 from workers.metrics import metrics_runtime
 
 log = logging.getLogger("tidepool.virtual_kubelet")
 RESYNC_SECONDS = 10
+# Every key of every kind is reconciled again this often, whatever the watches said: a safety net, as
+# controller-runtime's resync; the caches make a pass that finds nothing to do cost no API call.
+REFLECTION_RESYNC_SECONDS = 300
+# Secrets are not watched (the virtual kubelet may read the Secrets it is told of, not list them all, as
+# a kubelet): the ones offloaded pods use are read again this often, kubelet's TTL cache strategy.
+SECRET_REREAD_SECONDS = 60
 LEASE_SECONDS = 40
 # A kubelet's defaults: the Lease is the heartbeat (renewed every 10 s, a quarter of its duration); the
 # node's status is written when it changes, and at least every 5 minutes (nodeStatusReportFrequency).
@@ -76,6 +100,15 @@ LEASE_RENEW_SECONDS = 10
 NODE_STATUS_REPORT_SECONDS = 300
 # Passes run every RESYNC_SECONDS or sooner when woken: renew a little early rather than skip a period.
 LEASE_RENEW_SLACK_SECONDS = 1
+# The provider's own "Scheduled" names a node of the provider; the consumer's scheduler has said where
+# the pod is (the virtual node).
+UNREFLECTED_EVENT_REASONS = {"Scheduled"}
+
+Obj = dict[str, Any]
+PodKey = tuple[str, str]  # the consumer pod's (namespace, name)
+ConfigKind = Literal["ConfigMap", "Secret"]
+ConfigKey = tuple[ConfigKind, str, str]  # (kind, namespace, name) in the consumer
+CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
 
 
 def _now() -> str:
@@ -91,10 +124,20 @@ class Config:
     provider_kubeconfig: str
     consumer_kubeconfig: str | None
     metrics_port: int = 0
+    node_ip: str | None = None
+    kubelet_port: int = 0
+    pod_workers: int = 8
+    config_workers: int = 4
+    service_workers: int = 2
+    event_workers: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
         env = os.environ
+
+        def number(name: str, default: int) -> int:
+            return int(env.get(f"TIDEPOOL_VK_{name}") or default)
+
         return cls(
             provider_id=env["TIDEPOOL_VK_PROVIDER_ID"],
             consumer_id=env["TIDEPOOL_VK_CONSUMER_ID"],
@@ -102,8 +145,56 @@ class Config:
             namespace=env.get("TIDEPOOL_VK_NAMESPACE", SYSTEM_NAMESPACE),
             provider_kubeconfig=env["TIDEPOOL_VK_PROVIDER_KUBECONFIG"],
             consumer_kubeconfig=env.get("TIDEPOOL_VK_CONSUMER_KUBECONFIG"),
-            metrics_port=int(env.get("TIDEPOOL_VK_METRICS_PORT") or 0),
+            metrics_port=number("METRICS_PORT", 0),
+            node_ip=env.get("TIDEPOOL_VK_NODE_IP") or None,
+            kubelet_port=number("KUBELET_PORT", 0),
+            pod_workers=max(number("POD_WORKERS", 8), 1),
+            config_workers=max(number("CONFIG_WORKERS", 4), 1),
+            service_workers=number("SERVICE_WORKERS", 2),
+            event_workers=number("EVENT_WORKERS", 2),
         )
+
+
+# What the caches keep of each object: what the reconcilers compare, so that 10,000 pods fit in little
+# memory and a change elsewhere in an object (managedFields, a kubelet's heartbeat) queues nothing.
+def _consumer_pod(pod: Obj) -> Obj:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",
+                                               "deletionTimestamp") if k in meta},
+            "spec": pod.get("spec") or {}, "status": {k: status[k] for k in COPIED_STATUS if k in status}}  # fmt: skip
+
+
+def _provider_copy(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    kept = {"metadata": {k: meta[k] for k in ("name", "labels", "annotations", "deletionTimestamp") if k in meta}}
+    if "status" in obj and obj.get("kind", "Pod") == "Pod":
+        kept["status"] = obj["status"]
+    return kept
+
+
+def _version_only(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion")}}
+
+
+def _service(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    return {"metadata": {k: meta[k] for k in ("name", "namespace") if k in meta}, "spec": obj.get("spec") or {}}
+
+
+def _event(obj: Obj) -> Obj:
+    return {k: obj[k] for k in ("metadata", "involvedObject", "reason", "message", "type", "count", "source",
+                                "reportingComponent", "firstTimestamp", "lastTimestamp", "eventTime") if k in obj}  # fmt: skip
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def _origin(obj: Obj | None) -> tuple[str, str] | None:
+    annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    namespace, name = annotations.get(ORIGIN_NAMESPACE), annotations.get(ORIGIN_NAME)
+    return (namespace, name) if namespace and name else None
 
 
 class VirtualKubelet:
@@ -125,23 +216,68 @@ class VirtualKubelet:
         # No Temporal client here: the runtime only serves the Prometheus endpoint.
         self._runtime = metrics_runtime(config.metrics_port)
         self._metrics = Metrics(self._runtime.metric_meter if self._runtime else MetricMeter.noop)
-        self._informers = [
-            Informer("vk-consumer-pods", self.core.list_pod_for_all_namespaces,
-                     field_selector=f"spec.nodeName={self.node}", on_sync=self._poke, on_event=self._poke),
-            Informer("vk-provider-pods", self.remote.list_namespaced_pod, namespace=self.remote_namespace,
-                     label_selector=self._offloaded_selector, on_sync=self._poke, on_event=self._poke),
+
+        # Reflection: set while the Advertisement is Accepted and the provider answers; workers drop keys
+        # while it is clear, and every key is queued again when it is set.
+        self._reflecting = threading.Event()
+        self._resynced_at = self._secrets_read_at = 0.0
+        self._pod_cidrs: tuple[str | None, str | None] = (None, None)  # (the provider's, as remapped here)
+        self._index_lock = threading.Lock()
+        self._refs: dict[ConfigKey, set[PodKey]] = {}  # which pods use each ConfigMap and Secret
+        self._pods_in: Counter[str] = Counter()  # pods per consumer namespace: its Services are reflected
+        self._events_reflected = ReflectedEvents()
+        self.pods: Store[PodKey, Obj] = Store(_key, self._pod_changed)
+        self.copies: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_changed)
+        self.config_maps: Store[PodKey, Obj] = Store(_key, self._config_map_changed)
+        self.config_copies = {kind: Store(lambda o: o["metadata"]["name"], self._config_copy_changed(kind))
+                              for kind in CONFIG_KINDS}  # fmt: skip
+        self.services: Store[PodKey, Obj] = Store(_key, lambda key, _old, _new: self.service_queue.add(key))
+        self.service_copies: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._service_copy_changed)
+        self.events: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._event_changed)
+        self.pod_queue: WorkQueue[PodKey] = WorkQueue("pods", self._reconcile_pod, workers=config.pod_workers)
+        self.config_queue: WorkQueue[ConfigKey] = WorkQueue("config", self._reconcile_config,
+                                                            workers=config.config_workers)  # fmt: skip
+        self.service_queue: WorkQueue[PodKey] = WorkQueue("services", self._reconcile_service,
+                                                          workers=config.service_workers)  # fmt: skip
+        self.event_queue: WorkQueue[str] = WorkQueue("events", self._reconcile_event, workers=config.event_workers)
+
+        mine = self._offloaded_selector
+        remote_ns = {"namespace": self.remote_namespace}
+        self._informers: list[Informer[Any]] = [
+            self._informer("vk-consumer-pods", self.pods, self.core.list_pod_for_all_namespaces, _consumer_pod,
+                           field_selector=f"spec.nodeName={self.node}"),
+            self._informer("vk-provider-pods", self.copies, self.remote.list_namespaced_pod, _provider_copy,
+                           label_selector=mine, **remote_ns),
+            self._informer("vk-consumer-configmaps", self.config_maps, self.core.list_config_map_for_all_namespaces,
+                           _version_only),
+            self._informer("vk-provider-configmaps", self.config_copies["ConfigMap"],
+                           self.remote.list_namespaced_config_map, _provider_copy, label_selector=mine, **remote_ns),
+            self._informer("vk-provider-secrets", self.config_copies["Secret"], self.remote.list_namespaced_secret,
+                           _provider_copy, label_selector=mine, **remote_ns),
             # Its own node: one deleted by hand is registered again at once (its pods would otherwise be
             # garbage-collected as orphans before the next periodic status report).
             Informer("vk-node", self.core.list_node, field_selector=f"metadata.name={self.node}",
                      on_sync=self._node_listed, on_event=self._node_event),
         ]  # fmt: skip
+        if config.service_workers:
+            self._informers += [
+                self._informer("vk-consumer-services", self.services, self.core.list_service_for_all_namespaces,
+                               _service),
+                self._informer("vk-provider-services", self.service_copies, self.remote.list_namespaced_service,
+                               _provider_copy, label_selector=mine, **remote_ns),
+            ]  # fmt: skip
+        if config.event_workers:
+            self._informers.append(self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event,
+                                                  _event, field_selector="involvedObject.kind=Pod", **remote_ns))  # fmt: skip
+        self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue]
+
+    @staticmethod
+    def _informer(name: str, store: Store[Any, Obj], list_call: Any, transform: Any, **kwargs: Any) -> Informer[Obj]:
+        return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=transform, **kwargs)
 
     @property
     def _offloaded_selector(self) -> str:
         return f"{LABEL_OFFLOADED}=true,{LABEL_CONSUMER}={self.config.consumer_id}"
-
-    def _poke(self, *_: Any) -> None:
-        self._wake.set()
 
     def _node_listed(self, nodes: list[dict[str, Any]]) -> None:
         if not nodes:
@@ -159,6 +295,8 @@ class VirtualKubelet:
     def run(self) -> int:
         for informer in self._informers:
             informer.start()
+        for queue in self._queues:
+            queue.start()
         try:
             while not self._stop.is_set():
                 self._wake.clear()
@@ -170,23 +308,57 @@ class VirtualKubelet:
                 self._wake.wait(RESYNC_SECONDS)
             return 0
         finally:
+            self._reflecting.clear()
+            for queue in self._queues:
+                queue.stop()
             for informer in self._informers:
                 informer.stop()
 
     # One pass -----------------------------------------------------------------------------------------
     def reconcile(self) -> bool:
-        """One level-triggered pass; True once teardown is complete (the program then exits 0)."""
+        """One level-triggered pass over the node; True once teardown is complete (the program then exits 0)."""
         advertisement = read_cluster_object(self.consumer, ADVERTISEMENTS, self.config.advertisement)
         phase = ((advertisement or {}).get("status") or {}).get("phase")
         if advertisement is None or phase == "Deleting" or (advertisement["metadata"].get("deletionTimestamp")):
+            self._reflecting.clear()
             return self._teardown(advertisement)
         if phase != "Accepted":
+            self._reflecting.clear()
             return False  # not ours to run yet (or refused): nothing to register
         reachable, error = self._provider_reachable()
         self._ensure_node(advertisement, reachable=reachable, error=error)
-        if reachable:
-            self._reflect_pods()
+        pod_cidrs = ((advertisement["spec"].get("network") or {}).get("podCIDR"),
+                     (advertisement.get("status") or {}).get("remoteRemappedPodCIDR"))  # fmt: skip
+        remapped, self._pod_cidrs = pod_cidrs != self._pod_cidrs, pod_cidrs
+        if not (reachable and all(informer.wait_synced(0) for informer in self._informers)):
+            self._reflecting.clear()
+        elif not self._reflecting.is_set() or time.monotonic() - self._resynced_at > REFLECTION_RESYNC_SECONDS:
+            self._reflecting.set()
+            self._resync()
+        else:
+            if remapped:
+                self.pod_queue.add_all(self.pods.keys())  # every pod's IP is shown anew
+            if time.monotonic() - self._secrets_read_at > SECRET_REREAD_SECONDS:
+                self._secrets_read_at = time.monotonic()
+                with self._index_lock:
+                    secrets = [ref for ref in self._refs if ref[0] == "Secret"]
+                self.config_queue.add_all(secrets)
+        self._metrics.reflected_pods(provider=self.config.provider_id, count=sum(
+            1 for key in self.pods.keys() if self.copies.get(reflected_name(*key)) is not None))  # fmt: skip
         return False
+
+    def _resync(self) -> None:
+        self._resynced_at = time.monotonic()
+        self.pod_queue.add_all([*self.pods.keys(), *filter(None, map(_origin, self.copies.values()))])
+        for kind in CONFIG_KINDS:
+            with self._index_lock:
+                used = [(kind, ns, name) for (k, ns, name) in self._refs if k == kind]
+            copied = [(kind, *origin) for c in self.config_copies[kind].values() if (origin := _origin(c))]
+            self.config_queue.add_all([*used, *copied])
+        if self.config.service_workers:
+            self.service_queue.add_all([*self.services.keys(), *filter(None, map(_origin, self.service_copies.values()))])
+        if self.config.event_workers:
+            self.event_queue.add_all(self.events.keys())
 
     def _provider_reachable(self) -> tuple[bool, str]:
         try:
@@ -216,7 +388,8 @@ class VirtualKubelet:
             since = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept else now
             self._ready_since = (ready, reason, since)
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
-                            message=message, heartbeat=now, transition=self._ready_since[2])  # fmt: skip
+                            message=message, heartbeat=now, transition=self._ready_since[2],
+                            address=self.config.node_ip, kubelet_port=self.config.kubelet_port)  # fmt: skip
         labels, status = body["metadata"]["labels"], body["status"]
         if self._node_missing:
             self._node_missing, self._reported = False, None
@@ -238,7 +411,9 @@ class VirtualKubelet:
         if labels_changed:
             self.core.patch_node(self.node, {"metadata": {"labels": body["metadata"]["labels"]}})
         try:
-            self.core.patch_node_status(self.node, {"status": body["status"]})
+            # A strategic merge keeps list entries it is not told to drop: an older address would stay first.
+            addresses = [{"$patch": "replace"}, *body["status"]["addresses"]]
+            self.core.patch_node_status(self.node, {"status": {**body["status"], "addresses": addresses}})
         except ApiException as e:
             if e.status == 404:  # deleted by hand: register again on the next pass, as a kubelet does
                 self._reported = None
@@ -263,105 +438,224 @@ class VirtualKubelet:
                                            k8s.V1Lease.model_validate({"metadata": {"name": self.node}, "spec": spec}))
         self._lease_renewed_at = started
 
-    # Pods ---------------------------------------------------------------------------------------------
-    def _reflect_pods(self) -> None:
-        local = {p["metadata"]["uid"]: p for p in _items(self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.node}", _preload_content=False))}  # fmt: skip
-        remote = {p["metadata"]["annotations"].get(ORIGIN_UID): p for p in _items(self.remote.list_namespaced_pod(
-            self.remote_namespace, label_selector=self._offloaded_selector, _preload_content=False))}  # fmt: skip
-        for uid, pod in local.items():
-            meta = pod["metadata"]
-            copy = remote.get(uid)
-            if meta.get("deletionTimestamp"):
-                if copy is not None:
-                    ignore_not_found(self.remote.delete_namespaced_pod, copy["metadata"]["name"], self.remote_namespace)
-                else:  # the provider side is gone: finish the deletion, as a kubelet would
-                    ignore_not_found(self.core.delete_namespaced_pod, meta["name"], meta["namespace"],
-                                     grace_period_seconds=0)  # fmt: skip
-            elif copy is None:
-                if (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION) and pod["status"].get("phase") not in (
-                    "Succeeded", "Failed"
-                ):
-                    self._fail(pod, "ProviderPodDeleted", "the pod was deleted in the provider cluster")
-                elif not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
-                    self._create_copy(pod)
-            else:
-                wanted = status_for_consumer(copy.get("status") or {})
-                current = {k: pod.get("status", {}).get(k) for k in wanted}
-                if wanted and current != wanted:
-                    self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": wanted})
-        for uid, copy in remote.items():
-            if uid not in local:  # the consumer pod is gone: so goes its copy
-                ignore_not_found(self.remote.delete_namespaced_pod, copy["metadata"]["name"], self.remote_namespace)
-        self._metrics.reflected_pods(provider=self.config.provider_id, count=sum(1 for uid in remote if uid in local))
-        self._collect_orphaned_objects(local.values())
+    # Changes, as the informers see them: each queues the keys it may affect -------------------------
+    def _pod_changed(self, key: PodKey, old: Obj | None, new: Obj | None) -> None:
+        before = self._references(key[0], old)
+        after = self._references(key[0], new)
+        with self._index_lock:
+            for ref in before - after:
+                users = self._refs.get(ref, set())
+                users.discard(key)
+                if not users:
+                    self._refs.pop(ref, None)
+            for ref in after - before:
+                self._refs.setdefault(ref, set()).add(key)
+            namespace_changed = (old is None) != (new is None)
+            if namespace_changed:
+                self._pods_in[key[0]] += 1 if new is not None else -1
+                first_or_last = self._pods_in[key[0]] in (0, 1)
+                if self._pods_in[key[0]] <= 0:
+                    del self._pods_in[key[0]]
+        self.config_queue.add_all(before ^ after)
+        if namespace_changed and first_or_last and self.config.service_workers:
+            self.service_queue.add_all([k for k in self.services.keys() if k[0] == key[0]])
+        self.pod_queue.add(key)
 
-    def _create_copy(self, pod: dict[str, Any]) -> None:
+    @staticmethod
+    def _references(namespace: str, pod: Obj | None) -> set[ConfigKey]:
+        if pod is None:
+            return set()
+        config_maps, secrets = referenced_objects(pod["spec"])
+        return {("ConfigMap", namespace, n) for n in config_maps} | {("Secret", namespace, n) for n in secrets}
+
+    def _copy_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+        if (origin := _origin(new or old)) is not None:
+            self.pod_queue.add(origin)
+
+    def _config_map_changed(self, key: PodKey, _old: Obj | None, _new: Obj | None) -> None:
+        with self._index_lock:
+            used = ("ConfigMap", *key) in self._refs
+        if used:  # the cluster's other ConfigMaps are none of ours
+            self.config_queue.add(("ConfigMap", *key))
+
+    def _config_copy_changed(self, kind: ConfigKind) -> Any:
+        def changed(_name: str, old: Obj | None, new: Obj | None) -> None:
+            if (origin := _origin(new or old)) is not None:
+                self.config_queue.add((kind, *origin))
+        return changed
+
+    def _event_changed(self, name: str, _old: Obj | None, new: Obj | None) -> None:
+        if new is not None:  # an Event that expires in the provider stays in the consumer until it expires there
+            self.event_queue.add(name)
+
+    def _service_copy_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+        if (origin := _origin(new or old)) is not None:
+            self.service_queue.add(origin)
+
+    # Pods ---------------------------------------------------------------------------------------------
+    def _reconcile_pod(self, key: PodKey) -> None:
+        if not self._reflecting.is_set():
+            return  # queued again, all of them, when reflection resumes
+        pod, copy = self.pods.get(key), self.copies.get(reflected_name(*key))
+        if pod is None:  # the consumer pod is gone: so goes its copy
+            if copy is not None:
+                self._delete_remote(self.remote.delete_namespaced_pod, copy)
+            return
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            if copy is not None:
+                self._delete_remote(self.remote.delete_namespaced_pod, copy)
+            else:  # the provider side is gone: finish the deletion, as a kubelet would
+                ignore_not_found(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], grace_period_seconds=0)
+            return
+        if copy is not None and (copy["metadata"].get("annotations") or {}).get(ORIGIN_UID) != meta["uid"]:
+            self._delete_remote(self.remote.delete_namespaced_pod, copy)  # an earlier pod's of the same name
+            return
+        if copy is None:
+            self._copy_missing(pod)
+            return
+        labels = copy_labels(consumer_id=self.config.consumer_id, namespace=key[0], labels=meta.get("labels"))
+        have = copy["metadata"].get("labels") or {}
+        if have != labels:  # the consumer's labels changed (Services select by them), or an older copy's
+            self.remote.patch_namespaced_pod(copy["metadata"]["name"], self.remote_namespace, {"metadata": {
+                "labels": {**{k: None for k in have if k not in labels}, **labels}}})  # fmt: skip
+        provider_cidr, remapped_cidr = self._pod_cidrs
+        wanted = status_for_consumer(copy.get("status") or {}, provider_pod_cidr=provider_cidr,
+                                     remapped_pod_cidr=remapped_cidr)  # fmt: skip
+        current = {k: pod.get("status", {}).get(k) for k in wanted}
+        if wanted and current != wanted:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": wanted})
+
+    def _copy_missing(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
+            self._create_copy(pod)
+            return
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return  # done: nothing runs again
+        # The cache may lag behind a copy just made: only the provider's word says it is gone.
+        name = reflected_name(meta["namespace"], meta["name"])
+        if ignore_not_found(self.remote.read_namespaced_pod, name, self.remote_namespace) is not None:
+            return
+        if when_copy_lost(pod) == "fail":
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+                "phase": "Failed", "reason": "ProviderPodDeleted", "message": "the pod was deleted in the provider cluster"}})  # fmt: skip
+        else:
+            log.info("pod %s/%s: its copy was deleted in the provider; running it again", meta["namespace"], meta["name"])
+            self._create_copy(pod)
+
+    def _create_copy(self, pod: Obj) -> None:
         meta = pod["metadata"]
         namespace = meta["namespace"]
-        config_maps, secrets = referenced_objects(pod["spec"])
-        for name in config_maps:
-            self._reflect_object("ConfigMap", namespace, name)
-        for name in secrets:
-            self._reflect_object("Secret", namespace, name)
-        body = {
-            "metadata": {
-                "name": reflected_name(namespace, meta["name"]),
-                "labels": {**(meta.get("labels") or {}), LABEL_OFFLOADED: "true", LABEL_CONSUMER: self.config.consumer_id},
-                "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: meta["name"], ORIGIN_UID: meta["uid"]},
-            },
-            "spec": safe_pod_spec(pod["spec"], namespace),
-        }  # fmt: skip
+        for ref in self._references(namespace, pod):  # what it mounts must be there before it starts
+            self._reconcile_config(ref)
+        body = pod_copy(pod, consumer_id=self.config.consumer_id)
         try:
-            self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body))
+            created: Any = self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body),
+                                                             _preload_content=False)  # fmt: skip
+            self.copies.put(body["metadata"]["name"], _provider_copy(json.loads(created.data)))
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
-        self.core.patch_namespaced_pod(meta["name"], namespace,
-                                       {"metadata": {"annotations": {REFLECTED_ANNOTATION: "true"}}})  # fmt: skip
+        if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
+            self.core.patch_namespaced_pod(meta["name"], namespace,
+                                           {"metadata": {"annotations": {REFLECTED_ANNOTATION: "true"}}})  # fmt: skip
         log.info("pod %s/%s runs in provider %s", namespace, meta["name"], self.config.provider_id)
 
-    def _reflect_object(self, kind: str, namespace: str, name: str) -> None:
-        source: k8s.V1ConfigMap | k8s.V1Secret | None
-        patch: Callable[..., object]
-        if kind == "Secret":
-            source = ignore_not_found(self.core.read_namespaced_secret, name, namespace)
-            patch = self.remote.patch_namespaced_secret
-        else:
-            source = ignore_not_found(self.core.read_namespaced_config_map, name, namespace)
-            patch = self.remote.patch_namespaced_config_map
+    # ConfigMaps and Secrets ---------------------------------------------------------------------------
+    def _reconcile_config(self, key: ConfigKey) -> None:
+        """A ConfigMap or Secret an offloaded pod uses has a copy made from its current version; one no pod
+        uses any more, or deleted in the consumer, has none (pods running there keep what they mounted)."""
+        if not self._reflecting.is_set():
+            return
+        kind, namespace, name = key
+        with self._index_lock:
+            used = key in self._refs
+        copy = self.config_copies[kind].get(reflected_name(namespace, name))
+        api = _ConfigApi(self.core, self.remote, kind)
+        source: Obj | None = None
+        if used and kind == "Secret":  # no watch of Secrets (see SECRET_REREAD_SECONDS): read it
+            source = _json(ignore_not_found(api.read_source, name, namespace, _preload_content=False))
+        elif used:
+            source = self.config_maps.get((namespace, name))
         if source is None:
-            return  # the pod will not start in the provider either; its status says why
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": kind,
-            "metadata": {"name": reflected_name(namespace, name),
-                         "labels": {LABEL_OFFLOADED: "true", LABEL_CONSUMER: self.config.consumer_id},
-                         "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: name}},
-            "data": source.data or {},
-        }  # fmt: skip
-        if isinstance(source, k8s.V1Secret):
-            body["type"] = source.type or "Opaque"
-        else:
-            body["binaryData"] = source.binary_data or None
-        patch(body["metadata"]["name"], self.remote_namespace, body, field_manager="tidepool-virtual-kubelet",
-              force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
+            if copy is not None:  # no pod uses it any more, or it was deleted in the consumer
+                self._delete_remote(api.delete, copy)
+            return
+        if copy is not None and (copy["metadata"].get("annotations") or {}).get(ORIGIN_VERSION) == (
+                source["metadata"]["resourceVersion"]):  # fmt: skip
+            return
+        if kind == "ConfigMap":  # the cache keeps its version only
+            source = _json(ignore_not_found(api.read_source, name, namespace, _preload_content=False))
+            if source is None:
+                return  # deleted meanwhile: its watch event queues it again
+        body = config_copy(source, kind=kind, consumer_id=self.config.consumer_id)
+        self._write_remote(api.create, api.replace, api.read_copy, body, exists=copy is not None)
+        self.config_copies[kind].put(body["metadata"]["name"], _provider_copy(body))
 
-    def _collect_orphaned_objects(self, pods: Any) -> None:
-        used: set[str] = set()
-        for pod in pods:
-            config_maps, secrets = referenced_objects(pod["spec"])
-            used |= {reflected_name(pod["metadata"]["namespace"], n) for n in config_maps | secrets}
-        for lister, deleter in ((self.remote.list_namespaced_config_map, self.remote.delete_namespaced_config_map),
-                                (self.remote.list_namespaced_secret, self.remote.delete_namespaced_secret)):
-            for obj in lister(self.remote_namespace, label_selector=self._offloaded_selector).items:
-                name = obj.metadata.name if obj.metadata else None
-                if name is not None and name not in used:
-                    ignore_not_found(deleter, name, self.remote_namespace)
+    # Services -----------------------------------------------------------------------------------------
+    def _reconcile_service(self, key: PodKey) -> None:
+        if not self._reflecting.is_set():
+            return
+        with self._index_lock:
+            offloaded = self._pods_in.get(key[0], 0) > 0
+        service, copy = self.services.get(key), self.service_copies.get(reflected_name(*key))
+        desired = service_copy(service, consumer_id=self.config.consumer_id) if service and offloaded else None
+        if desired is None:
+            if copy is not None:
+                self._delete_remote(self.remote.delete_namespaced_service, copy)
+            return
+        digest = desired["metadata"]["annotations"][SOURCE_DIGEST]
+        if copy is None or (copy["metadata"].get("annotations") or {}).get(SOURCE_DIGEST) != digest:
+            # A PUT without a resourceVersion: the API server keeps the ClusterIP it allocated.
+            self._write_remote(self.remote.create_namespaced_service, self.remote.replace_namespaced_service,
+                               self.remote.read_namespaced_service, desired, exists=copy is not None)  # fmt: skip
+            self.service_copies.put(desired["metadata"]["name"], _provider_copy(desired))
 
-    def _fail(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"],
-                                              {"status": {"phase": "Failed", "reason": reason, "message": message}})
+    # Events -------------------------------------------------------------------------------------------
+    def _reconcile_event(self, name: str) -> None:
+        """An Event about a pod's copy becomes an Event on the pod, once per change of the source Event."""
+        if not self._reflecting.is_set():
+            return
+        event = self.events.get(name)
+        if event is None or event.get("reason") in UNREFLECTED_EVENT_REASONS or not self._events_reflected.is_new(event):
+            return
+        origin = _origin(self.copies.get((event.get("involvedObject") or {}).get("name") or ""))
+        pod = self.pods.get(origin) if origin else None
+        if pod is None:
+            return  # not a copy of ours, or its pod is gone
+        body = event_for_origin(event, pod, labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self.config.provider_id})
+        try:
+            self.core.create_namespaced_event(pod["metadata"]["namespace"], k8s.CoreV1Event.model_validate(body))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            self.core.patch_namespaced_event(body["metadata"]["name"], pod["metadata"]["namespace"],
+                                             {k: body[k] for k in ("count", "message", "lastTimestamp") if k in body})  # fmt: skip
+        self._events_reflected.remember(event)
+
+    # Writes in the provider that never touch what is not ours -----------------------------------------
+    def _write_remote(self, create: Any, replace: Any, read: Any, body: Obj, *, exists: bool) -> None:
+        name = body["metadata"]["name"]
+        if exists:
+            replace(name, self.remote_namespace, body)
+            return
+        try:
+            create(self.remote_namespace, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            current = read(name, self.remote_namespace)
+            labels = (current.metadata.labels if current.metadata else None) or {}
+            if labels.get(LABEL_CONSUMER) != self.config.consumer_id:
+                log.warning("%s %s/%s exists in the provider and is not ours: left alone", body["kind"],
+                            self.remote_namespace, name)  # fmt: skip
+                return
+            replace(name, self.remote_namespace, body)
+
+    def _delete_remote(self, delete: Any, copy: Obj) -> None:
+        if not copy["metadata"].get("deletionTimestamp"):
+            ignore_not_found(delete, copy["metadata"]["name"], self.remote_namespace)
 
     # Teardown -----------------------------------------------------------------------------------------
     def _teardown(self, advertisement: dict[str, Any] | None) -> bool:
@@ -387,6 +681,9 @@ class VirtualKubelet:
         for deleter in (self.remote.delete_collection_namespaced_pod, self.remote.delete_collection_namespaced_config_map,
                         self.remote.delete_collection_namespaced_secret):
             deleter(self.remote_namespace, label_selector=selector)
+        for service in self.remote.list_namespaced_service(self.remote_namespace, label_selector=selector).items:
+            if service.metadata and service.metadata.name:  # Services have no deletecollection
+                ignore_not_found(self.remote.delete_namespaced_service, service.metadata.name, self.remote_namespace)
         remaining = self.remote.list_namespaced_pod(self.remote_namespace, label_selector=selector).items
         now = datetime.now(UTC)
         for pod in remaining:
@@ -408,8 +705,20 @@ class VirtualKubelet:
         return True
 
 
-def _items(response: Any) -> list[dict[str, Any]]:
-    return list(json.loads(response.data).get("items", []))
+class _ConfigApi:
+    """The calls for one of ConfigMap and Secret: read in the consumer, write in the provider."""
+
+    def __init__(self, consumer: k8s.CoreV1Api, provider: k8s.CoreV1Api, kind: ConfigKind) -> None:
+        suffix = "secret" if kind == "Secret" else "config_map"
+        self.read_source = getattr(consumer, f"read_namespaced_{suffix}")
+        self.read_copy = getattr(provider, f"read_namespaced_{suffix}")
+        self.create = getattr(provider, f"create_namespaced_{suffix}")
+        self.replace = getattr(provider, f"replace_namespaced_{suffix}")
+        self.delete = getattr(provider, f"delete_namespaced_{suffix}")
+
+
+def _json(response: Any) -> Obj | None:
+    return None if response is None else dict(json.loads(response.data))
 
 
 def _context_namespace(kubeconfig: str) -> str:

@@ -200,6 +200,9 @@ class DeploymentRunner:
         # Processes share one host: each gets a free port instead of the Deployment's.
         metrics_port = free_port() if int(env.get("TIDEPOOL_VK_METRICS_PORT") or 0) else None
         env["TIDEPOOL_VK_METRICS_PORT"] = str(metrics_port or 0)
+        # The pod IP the downward API would give: this host, where the API servers dial its kubelet API.
+        env["TIDEPOOL_VK_NODE_IP"] = "127.0.0.1"
+        env["TIDEPOOL_VK_KUBELET_PORT"] = str(free_port())
         command = list(container.get("command") or []) + list(container.get("args") or [])
         if command and command[0] in ("python", "python3"):
             command[0] = sys.executable

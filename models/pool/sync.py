@@ -13,14 +13,13 @@ the super cluster's own controllers, from the pods that run there.
 Up, from one cluster per namespace (status_cluster): a LoadBalancer Service's ingress addresses and a
 PVC's binding (through a mirrored PersistentVolume that the tenant's own PV controller binds, so that it
 agrees with what the tenant sees). Events about the pods' copies become Events on the tenant pods, once
-per change of the source Event (ReflectedEvents)."""
+per change of the source Event (models/pods.py: event_for_origin, ReflectedEvents)."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +55,6 @@ SLICE_MANAGER_LABEL = "endpointslice.kubernetes.io/managed-by"
 DERIVED_SLICE_MANAGERS = {"endpointslice-controller.k8s.io", "endpointslicemirroring-controller.k8s.io"}
 # A mirrored volume is a name in the tenant for a volume of a super cluster; no tenant node mounts it.
 MIRROR_DRIVER = "pool.tidepool.io"
-MAX_REMEMBERED_EVENTS = 10_000
 
 
 def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, scheduled: Mapping[str, int],
@@ -224,56 +222,6 @@ def stale_mirrors(mirrors: list[dict[str, Any]], claims: list[dict[str, Any]]) -
     live = {c["metadata"]["uid"] for c in claims}
     return sorted(m["metadata"]["name"] for m in mirrors
                   if ((m.get("spec") or {}).get("claimRef") or {}).get("uid") not in live)  # fmt: skip
-
-
-def event_for_tenant(event: dict[str, Any], pod: dict[str, Any], *, cluster: str) -> dict[str, Any]:
-    """An Event of the super cluster about a pod's copy, as an Event on the tenant pod. Its name is derived
-    from the source Event's uid, so that writing it again (a restarted syncer) updates it, never doubles it.
-    What names the super cluster's machines (source.host, the copy's uid) stays behind."""
-    meta = pod["metadata"]
-    involved = event.get("involvedObject") or {}
-    reflected: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{meta['name']}.{event['metadata']['uid']}", "namespace": meta["namespace"],
-                     "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SUPER_CLUSTER: cluster}},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
-                           "uid": meta["uid"]},
-        "reason": event.get("reason"), "message": event.get("message"), "type": event.get("type") or "Normal",
-        "count": event.get("count") or 1,
-        "source": {"component": (event.get("source") or {}).get("component") or event.get("reportingComponent")
-                   or "super-cluster"},
-    }  # fmt: skip
-    if involved.get("fieldPath"):
-        reflected["involvedObject"]["fieldPath"] = involved["fieldPath"]
-    first = event.get("firstTimestamp") or event.get("eventTime")
-    last = event.get("lastTimestamp") or first
-    if first:
-        reflected["firstTimestamp"], reflected["lastTimestamp"] = first, last
-    return reflected
-
-
-class ReflectedEvents:
-    """Which source Events (uid, count) were already reflected: one write per change of a source Event,
-    never more, however often the watch repeats it. Bounded: the least recently seen are forgotten first
-    (a forgotten Event that changes again is reflected again, by the same name: an update, not a copy)."""
-
-    def __init__(self, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
-        self._seen: OrderedDict[str, int] = OrderedDict()
-        self._capacity = capacity
-
-    def is_new(self, event: dict[str, Any]) -> bool:
-        seen = self._seen.get(event["metadata"]["uid"])
-        return seen is None or (event.get("count") or 1) > seen
-
-    def remember(self, event: dict[str, Any]) -> None:
-        uid = event["metadata"]["uid"]
-        self._seen[uid] = max(self._seen.get(uid, 0), event.get("count") or 1)
-        self._seen.move_to_end(uid)
-        while len(self._seen) > self._capacity:
-            self._seen.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._seen)
 
 
 def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:

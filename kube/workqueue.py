@@ -1,0 +1,107 @@
+"""A work queue of keys served by a fixed number of threads, as controller-runtime's: a key waits in the
+queue at most once however often it is added, one worker at a time handles it (a key added while it is
+being handled is handled again after), and a failed key comes back after a backoff that doubles up to a
+cap. Handlers are level-triggered: they read the current state of the key, so merging adds loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 60.0
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, name: str, handle: Callable[[K], None], *, workers: int) -> None:
+        self.name = name
+        self._handle = handle
+        self._workers = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
+        self._ready: deque[K] = deque()
+        self._queued: set[K] = set()
+        self._busy: set[K] = set()
+        self._again: set[K] = set()  # added while busy: queued again when its handler returns
+        self._failures: dict[K, int] = {}
+        self._retries: dict[K, float] = {}  # key -> monotonic time it may run again
+        self._cond = threading.Condition()
+        self._stopped = False
+
+    def start(self) -> WorkQueue[K]:
+        for worker in self._workers:
+            worker.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def add(self, key: K) -> None:
+        with self._cond:
+            self._add(key)
+
+    def add_all(self, keys: Iterable[K]) -> None:
+        with self._cond:
+            for key in keys:
+                self._add(key)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queued) + len(self._retries)
+
+    def _add(self, key: K) -> None:
+        if key in self._busy:
+            self._again.add(key)
+        elif key not in self._queued:
+            self._retries.pop(key, None)  # a change came: no reason to wait out the backoff
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cond.notify()
+
+    def _next(self) -> K | None:
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                for key, due in list(self._retries.items()):
+                    if due <= now:
+                        del self._retries[key]
+                        self._add(key)
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._queued.discard(key)
+                    self._busy.add(key)
+                    return key
+                wait = min(self._retries.values(), default=now + BACKOFF_MAX_SECONDS) - now
+                self._cond.wait(max(wait, 0.01))
+            return None
+
+    def _work(self) -> None:
+        while (key := self._next()) is not None:
+            failed = False
+            try:
+                self._handle(key)
+            except Exception as e:  # noqa: BLE001 - the key comes back after a backoff; the log says why
+                failed = True
+                log.warning("%s: %s failed: %s", self.name, key, str(e).splitlines()[0][:300] if str(e) else e)
+            with self._cond:
+                self._busy.discard(key)
+                if failed:
+                    count = self._failures.get(key, 0) + 1
+                    self._failures[key] = count
+                    self._retries[key] = time.monotonic() + min(BACKOFF_BASE_SECONDS * 2 ** (count - 1),
+                                                                BACKOFF_MAX_SECONDS)  # fmt: skip
+                    self._again.discard(key)
+                    self._cond.notify()
+                else:
+                    self._failures.pop(key, None)
+                    if key in self._again:
+                        self._again.discard(key)
+                        self._add(key)

@@ -17,11 +17,14 @@ from kubernetes import client as k8s
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
 from models.names import (
+    ADVERTISEMENTS,
     LABEL_CONSUMER,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
+    advertisement_name,
     foreign_namespace,
     virtual_node_name,
 )
@@ -131,11 +134,11 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     offloaded = [p for p in pods if p.spec.node_name == peering.node]
     assert len(offloaded) == 2, [p.spec.node_name for p in pods]
     # The offloaded replicas' IPs are their copies', remapped into the block the network module chose.
-    remapped = k8s.CustomObjectsApi(api).get_cluster_custom_object(
-        "tidepool.io", "v1alpha1", "advertisements", f"advertisement-{peering.provider_id}")["status"]["remoteRemappedPodCIDR"]  # fmt: skip
+    advertisement = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(peering.provider_id)) or {}
+    remapped = advertisement["status"]["remoteRemappedPodCIDR"]
     assert remapped != "None"
-    copies = {c.metadata.annotations[ORIGIN_NAMESPACE] + "/" + c.metadata.name: c
-              for c in remote.list_namespaced_pod(peering.remote_namespace, label_selector="app=web").items}  # fmt: skip
+    listed: list[Any] = remote.list_namespaced_pod(peering.remote_namespace, label_selector="app=web").items
+    copies = {f"{c.metadata.annotations[ORIGIN_NAMESPACE]}/{c.metadata.name}": c for c in listed}
     for pod in offloaded:
         copy = copies[f"shop/shop-{pod.metadata.name}"]
         assert pod.status.pod_ip == remap_ip(copy.status.pod_ip, provider_pod_cidr=PROVIDER_POD_CIDR,
@@ -162,7 +165,7 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
 
     # A copy deleted in the provider behind our back: a Deployment's pod runs again (a new copy), ...
     lost = offloaded[0]
-    lost_copy = copies[f"shop/shop-{lost.metadata.name}"]
+    lost_copy: Any = copies[f"shop/shop-{lost.metadata.name}"]
     remote.delete_namespaced_pod(lost_copy.metadata.name, peering.remote_namespace, grace_period_seconds=0)
     await eventually(lambda: (c := remote.read_namespaced_pod(lost_copy.metadata.name, peering.remote_namespace))
                      .metadata.uid != lost_copy.metadata.uid and c.status.phase == "Running", timeout=60,
@@ -204,7 +207,7 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     await eventually(lambda: _secret_copy(remote, peering.remote_namespace) == "second", timeout=90,
                      what="the Secret's copy edited")  # fmt: skip
     # Nothing of the consumer's was copied twice: one copy per replica, per used ConfigMap and Secret.
-    assert sorted(c.metadata.name for c in remote.list_namespaced_config_map(
+    assert sorted(str(c.metadata.name) for c in remote.list_namespaced_config_map(
         peering.remote_namespace, label_selector=f"{LABEL_CONSUMER}={peering.consumer_id}").items) == ["shop-settings"]  # fmt: skip
 
 

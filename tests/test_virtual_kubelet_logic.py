@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from models.settings import VirtualKubeletSettings
 from models.virtual_kubelet import (
+    ORIGIN_VERSION,
+    config_copy,
     overdue_for_force_delete,
     referenced_objects,
     reflected_name,
+    remap_ip,
     safe_pod_spec,
+    service_copy,
+    status_for_consumer,
     virtual_kubelet_deployment,
     virtual_node,
+    when_copy_lost,
 )
 
 pytestmark = pytest.mark.vk
@@ -107,3 +114,70 @@ def test_teardown_force_deletes_a_copy_only_once_its_grace_period_is_well_past(
     deadline: datetime | None, overdue: bool
 ) -> None:
     assert overdue_for_force_delete(deadline, now=NOW) is overdue
+
+
+@pytest.mark.parametrize(("ip", "provider", "remapped", "shown"), [
+    pytest.param("10.0.3.7", "10.0.0.0/16", "100.64.0.0/16", "100.64.3.7", id="the host part kept in the remapped block"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", "None", "10.0.3.7", id="no remapping needed"),
+    pytest.param("192.168.1.5", "10.0.0.0/16", "100.64.0.0/16", "192.168.1.5", id="outside the PodCIDR: host network"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", None, "10.0.3.7", id="remapping not known yet"),
+])  # fmt: skip
+def test_a_copys_ip_is_shown_through_the_podcidr_remapping(ip: str, provider: str, remapped: str | None,
+                                                             shown: str) -> None:  # fmt: skip
+    assert remap_ip(ip, provider_pod_cidr=provider, remapped_pod_cidr=remapped) == shown
+    status = status_for_consumer({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.9.9.9"},
+                                 provider_pod_cidr=provider, remapped_pod_cidr=remapped)  # fmt: skip
+    assert (status["podIP"], status["podIPs"]) == (shown, [{"ip": shown}])
+    assert "hostIP" not in status  # a node of the provider's
+
+
+def test_a_services_copy_selects_this_consumers_copies_of_its_namespace_and_takes_its_own_address() -> None:
+    service: dict[str, Any] = {"metadata": {"name": "web", "namespace": "shop", "uid": "u", "resourceVersion": "9"}, "spec": {
+        "type": "NodePort", "selector": {"app": "web"}, "clusterIP": "10.96.0.7", "clusterIPs": ["10.96.0.7"],
+        "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080, "protocol": "TCP"}],
+        "sessionAffinity": "ClientIP"}}  # fmt: skip
+    copy = service_copy(service, consumer_id="b")
+    assert copy is not None
+    assert copy["metadata"]["name"] == "shop-web"
+    assert copy["metadata"]["labels"] == {"tidepool.io/offloaded": "true", "tidepool.io/consumer": "b",
+                                          "tidepool.io/origin-namespace": "shop"}  # fmt: skip
+    assert copy["spec"] == {"type": "ClusterIP", "selector": {"app": "web", "tidepool.io/consumer": "b",
+                                                              "tidepool.io/origin-namespace": "shop"},
+                            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}], "sessionAffinity": "ClientIP"}  # fmt: skip
+    headless = service_copy({**service, "spec": {**service["spec"], "clusterIP": "None"}}, consumer_id="b")
+    assert headless is not None and headless["spec"]["clusterIP"] == "None"
+    # What the consumer's API server changes on its own (resourceVersion) is no change of the copy.
+    again = service_copy({**service, "metadata": {**service["metadata"], "resourceVersion": "10"}}, consumer_id="b")
+    assert again == copy
+    edited = service_copy({**service, "spec": {**service["spec"], "ports": [{"port": 81}]}}, consumer_id="b")
+    assert edited is not None and edited["metadata"]["annotations"] != copy["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param({"ports": [{"port": 80}]}, id="no selector: hand-made endpoints of the consumer's"),
+    pytest.param({"type": "ExternalName", "externalName": "db.example.com", "selector": {"a": "b"}}, id="ExternalName"),
+])  # fmt: skip
+def test_services_whose_endpoints_are_not_pods_are_not_reflected(spec: dict[str, object]) -> None:
+    assert service_copy({"metadata": {"name": "s", "namespace": "n"}, "spec": spec}, consumer_id="b") is None
+
+
+def test_a_config_copy_carries_the_version_it_was_made_from() -> None:
+    source = {"metadata": {"name": "db", "namespace": "shop", "resourceVersion": "41", "uid": "x"},
+              "type": "kubernetes.io/basic-auth", "data": {"password": "cw=="}}  # fmt: skip
+    copy = config_copy(source, kind="Secret", consumer_id="b")
+    assert copy["metadata"]["name"] == "shop-db" and copy["metadata"]["annotations"][ORIGIN_VERSION] == "41"
+    assert (copy["type"], copy["data"]) == ("kubernetes.io/basic-auth", {"password": "cw=="})
+    assert "uid" not in copy["metadata"]
+
+
+@pytest.mark.parametrize(("policy", "action"), [("Always", "recreate"), ("OnFailure", "recreate"), (None, "recreate"),
+                                                ("Never", "fail")])  # fmt: skip
+def test_a_copy_lost_in_the_provider_is_made_again_only_for_a_pod_that_restarts(policy: str | None, action: str) -> None:
+    assert when_copy_lost({"spec": {"restartPolicy": policy} if policy else {}}) == action
+
+
+def test_the_node_publishes_its_kubelet_endpoint_at_its_internal_ip_only() -> None:
+    node = virtual_node(provider_id="a", resources={}, ready=True, reason="KubeletReady", message="", heartbeat="t",
+                        transition="t", address="10.1.2.3", kubelet_port=10250)  # fmt: skip
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "10.1.2.3"}]  # no unresolvable Hostname
+    assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}

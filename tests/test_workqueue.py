@@ -1,0 +1,77 @@
+"""kube/workqueue.py and kube/informer.Store: the virtual kubelet's reflection runs on them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kube.informer import Store
+from kube.workqueue import WorkQueue
+
+
+def _until(check: Any, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_key_added_many_times_while_queued_is_handled_once_and_once_more_if_added_while_busy() -> None:
+    handled: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def handle(key: str) -> None:
+        handled.append(key)
+        if key == "slow" and len(handled) == 1:
+            entered.set()
+            release.wait(5)
+
+    queue = WorkQueue("test", handle, workers=2).start()
+    try:
+        queue.add("slow")
+        assert entered.wait(5)
+        for _ in range(5):
+            queue.add("slow")  # added while busy: handled again after, once
+        queue.add_all(["a", "a", "a"])
+        _until(lambda: "a" in handled)
+        release.set()
+        _until(lambda: handled.count("slow") == 2 and len(queue) == 0)
+        time.sleep(0.1)
+        assert sorted(handled) == ["a", "slow", "slow"]  # never two workers on one key, no duplicates
+    finally:
+        queue.stop()
+
+
+def test_a_failed_key_comes_back_after_a_backoff() -> None:
+    attempts: list[float] = []
+
+    def handle(key: str) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) < 3:
+            raise RuntimeError("the API server said no")
+
+    queue = WorkQueue("test", handle, workers=1).start()
+    try:
+        queue.add("k")
+        _until(lambda: len(attempts) == 3)
+        gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+        assert gaps[0] >= 0.45 and gaps[1] >= 0.95, gaps  # 0.5 s, then 1 s
+    finally:
+        queue.stop()
+
+
+def test_a_store_reports_each_added_changed_and_removed_key_with_its_old_and_new_object() -> None:
+    seen: list[tuple[str, Any, Any]] = []
+    store: Store[str, dict[str, Any]] = Store(lambda o: o["name"], lambda k, old, new: seen.append((k, old, new)))
+    store.sync([{"name": "a", "v": 1}, {"name": "b", "v": 1}])
+    assert sorted(k for k, _, _ in seen) == ["a", "b"]
+    seen.clear()
+    store.sync([{"name": "a", "v": 1}, {"name": "c", "v": 1}])  # a relist: b gone, c new, a unchanged
+    assert sorted(seen, key=lambda e: e[0]) == [("b", {"name": "b", "v": 1}, None), ("c", None, {"name": "c", "v": 1})]
+    seen.clear()
+    store.event("MODIFIED", {"name": "a", "v": 1})  # the watch repeats what is known: nothing to do
+    store.event("MODIFIED", {"name": "a", "v": 2})
+    store.event("DELETED", {"name": "c", "v": 1})
+    assert seen == [("a", {"name": "a", "v": 1}, {"name": "a", "v": 2}), ("c", {"name": "c", "v": 1}, None)]
+    assert store.get("a") == {"name": "a", "v": 2} and store.get("c") is None and len(store) == 1

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,47 @@ class LocalCluster:
         config = yaml.safe_load(self.kubeconfig.read_text())
         return str(config["clusters"][0]["cluster"]["server"])
 
+    @property
+    def fake_pods(self) -> FakePodFiles:
+        # The kubeconfig is <workdir>/kubeconfigs/<name>.yaml (_write_kubeconfig).
+        return FakePodFiles.of(self.name, workdir=self.kubeconfig.parent.parent)
+
+
+@dataclass(frozen=True)
+class FakePodFiles:
+    """What kwok's fake pods of one cluster serve to kubectl (the ClusterLogs, ClusterExec and ClusterAttach
+    documents of `_kwokctl_config`): every container's log is `logs` and its previous log `previous_logs`;
+    attach shows the lines appended to `attach_logs` after it starts; exec runs the command on this machine
+    in `directory`. Log files hold CRI log lines (`cri_log_line`): kwok skips any other line. Every port
+    of a fake pod echoes what it receives (port-forward runs `cat`)."""
+
+    directory: Path
+    logs: Path
+    previous_logs: Path
+    attach_logs: Path
+
+    @classmethod
+    def of(cls, name: str, *, workdir: Path) -> FakePodFiles:
+        directory = _cluster_dir(name, workdir) / "fake-pods"
+        return cls(directory=directory, logs=directory / "pod.log", previous_logs=directory / "previous.log",
+                   attach_logs=directory / "attach.log")  # fmt: skip
+
+    def create(self, cluster: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.logs.write_text(cri_log_line(f"fake pod of cluster {cluster} started"))
+        self.previous_logs.write_text(cri_log_line(f"fake pod of cluster {cluster}, previous run"))
+        self.attach_logs.write_text("")
+
+
+def cri_log_line(text: str, *, stream: str = "stdout") -> str:
+    """One line in the CRI log format, the one kwok's fake logs read (time, stream, F for a full line)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"{now} {stream} F {text}\n"
+
+
+def _cluster_dir(name: str, workdir: Path) -> Path:
+    return workdir / "clusters" / name
+
 
 def _kwokctl_env(binaries: Binaries, workdir: Path) -> dict[str, str]:
     env = dict(os.environ)
@@ -50,7 +92,32 @@ def _kwokctl_env(binaries: Binaries, workdir: Path) -> dict[str, str]:
     return env
 
 
-def _kwokctl_config(binaries: Binaries) -> dict[str, Any]:
+def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: FakePodFiles) -> list[dict[str, Any]]:
+    """kwokctl's configuration and the kwok documents that make fake pods serve logs, exec, attach and
+    port-forward (FakePodFiles). ClusterExec runs any command on this machine as the kwok controller's user
+    for whoever may exec in the cluster: for local clusters only."""
+    fakes_meta = {"name": "fake-pods"}
+    kwok_api = "kwok.x-k8s.io/v1alpha1"
+    fakes: list[dict[str, Any]] = [
+        {"kind": "ClusterLogs", "apiVersion": kwok_api, "metadata": fakes_meta,
+         "spec": {"logs": [{"logsFile": str(fake_pods.logs), "previousLogsFile": str(fake_pods.previous_logs)}]}},
+        {"kind": "ClusterExec", "apiVersion": kwok_api, "metadata": fakes_meta,
+         "spec": {"execs": [{"local": {"workDir": str(fake_pods.directory),
+                                       "envs": [{"name": "TIDEPOOL_FAKE_POD_CLUSTER", "value": name}]}}]}},
+        {"kind": "ClusterAttach", "apiVersion": kwok_api, "metadata": fakes_meta,
+         "spec": {"attaches": [{"logsFile": str(fake_pods.attach_logs)}]}},
+        {"kind": "ClusterPortForward", "apiVersion": kwok_api, "metadata": fakes_meta,
+         "spec": {"forwards": [{"command": ["cat"]}]}},
+    ]  # fmt: skip
+    return [_kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki"), *fakes]
+
+
+def _kwokctl_options(binaries: Binaries, *, pki: Path) -> dict[str, Any]:
+    # The API server presents a client certificate to kubelets (kwokctl's admin one, made at create), so
+    # that a virtual kubelet's API authenticates it as in production; kwok's own kubelet API checks none,
+    # and fake nodes serve as before. In the file, not as --extra-args: kwokctl 0.8 indexes those wrongly
+    # (a panic) when they name more than one component.
+    apiserver_args = {"kubelet-client-certificate": pki / "admin.crt", "kubelet-client-key": pki / "admin.key"}
     return {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -64,14 +131,18 @@ def _kwokctl_config(binaries: Binaries) -> dict[str, Any]:
             "kwokControllerBinary": str(binaries.kwok),
             "kubectlBinary": str(binaries.kubectl),
         },
+        "componentsPatches": [
+            {"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]}
+        ],
     }
 
 
 def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalCluster:
     """Creates (or adopts, when it already runs) cluster `name` and installs tidepool's CRDs."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config_file = workdir / "kwokctl.yaml"
-    config_file.write_text(yaml.safe_dump(_kwokctl_config(binaries)))
+    fake_pods = FakePodFiles.of(name, workdir=workdir)
+    config_file = workdir / f"kwokctl-{name}.yaml"
+    config_file.write_text(yaml.safe_dump_all(_kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)))
     kubeconfig = workdir / f"kubeconfig-{name}.yaml"
     env = _kwokctl_env(binaries, workdir)
     log = workdir / f"kwokctl-{name}.log"
@@ -84,6 +155,7 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
         "--extra-args", "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
     ]  # fmt: skip
     for _ in range(CREATE_ATTEMPTS):
+        fake_pods.create(name)  # again after a failed attempt: deleting the cluster removes its directory
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:

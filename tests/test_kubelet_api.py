@@ -1,0 +1,204 @@
+"""The virtual kubelet's kubelet API (workers/kubelet_api.py) on real clusters, without the rest of the
+virtual kubelet: a consumer with a Node that kwok does not manage, whose address is our server, and a pod
+bound to it; a provider with the pod's copy on a kwok fake node (which serves the copy's logs, exec,
+attach and port-forward: deploy/localenv/clusters.py FakePodFiles). kubectl runs against the consumer."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from kubernetes import client as k8s
+
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, cri_log_line
+from models.virtual_kubelet import reflected_name
+from tests.kube import create_namespace, create_node, create_pod, wait_for
+from workers.kubelet_api import KubeletApi
+
+pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
+
+NODE = "virtual-test"
+NAMESPACE = "default"
+POD = "web"
+
+
+@dataclass
+class Setup:
+    consumer: LocalCluster
+    provider: LocalCluster
+    api: KubeletApi
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        command = [str(ensure_binaries().kubectl), "--kubeconfig", str(self.consumer.kubeconfig), "-n", NAMESPACE, *args]
+        return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[Setup]:
+    consumer, provider = make_cluster("kcons"), make_cluster("kprov")
+    remote_namespace = f"remote-{unique}"
+    provider_api = provider.api_client()
+    create_namespace(provider_api, remote_namespace)
+    create_node(provider_api, "fake", cpu="4", memory="8Gi")
+    create_pod(provider_api, remote_namespace, reflected_name(NAMESPACE, POD), node_name="fake")
+    provider_core = k8s.CoreV1Api(provider_api)
+    wait_for(lambda: provider_core.read_namespaced_pod(reflected_name(NAMESPACE, POD), remote_namespace).status.phase
+             == "Running", timeout=60, what="the copy to run")  # fmt: skip
+
+    consumer_api = consumer.api_client()
+    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, remote_namespace=remote_namespace,
+                     consumer=consumer_api, node_name=NODE).start()  # fmt: skip
+    core = k8s.CoreV1Api(consumer_api)
+    core.create_node(k8s.V1Node.model_validate({"metadata": {"name": NODE}}))
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    core.patch_node_status(NODE, {"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": api.port}},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": now,
+                        "lastTransitionTime": now}],
+    }})  # fmt: skip
+    create_pod(consumer_api, NAMESPACE, POD, node_name=NODE)
+    try:
+        yield Setup(consumer=consumer, provider=provider, api=api)
+    finally:
+        api.stop()
+
+
+def test_kubectl_logs_of_a_pod_on_the_virtual_node_are_the_copy_s(setup: Setup) -> None:
+    done = setup.kubectl("logs", POD)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"fake pod of cluster {setup.provider.name} started\n"
+    previous = setup.kubectl("logs", POD, "--previous")
+    assert previous.stdout == f"fake pod of cluster {setup.provider.name}, previous run\n", previous.stderr
+
+
+def test_kubectl_logs_follow_shows_lines_as_they_are_written(setup: Setup) -> None:
+    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
+               "logs", "-f", POD]  # fmt: skip
+    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == f"fake pod of cluster {setup.provider.name} started\n"
+        with open(setup.provider.fake_pods.logs, "a") as log:
+            log.write(cri_log_line("a line written later"))
+        assert follower.stdout.readline() == "a line written later\n"
+    finally:
+        follower.kill()
+        follower.wait()
+
+
+def test_kubectl_exec_runs_in_the_copy_and_returns_output_and_exit_status(setup: Setup) -> None:
+    done = setup.kubectl("exec", POD, "--", "sh", "-c", "echo out $TIDEPOOL_FAKE_POD_CLUSTER; echo err >&2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"out {setup.provider.name}\n"
+    assert done.stderr == "err\n"
+    failed = setup.kubectl("exec", POD, "--", "sh", "-c", "exit 3")
+    assert failed.returncode != 0
+    assert "exit status 3" in failed.stderr  # kwok reports a command's failure as an error with its status
+
+
+def test_kubectl_exec_with_stdin_passes_input_and_its_end(setup: Setup) -> None:
+    done = setup.kubectl("exec", "-i", POD, "--", "sh", "-c", "tr a-z A-Z", stdin="hello\nworld\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "HELLO\nWORLD\n"
+
+
+def test_kubectl_attach_shows_what_the_container_writes(setup: Setup) -> None:
+    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
+               "attach", POD]  # fmt: skip
+    attached = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert attached.stdout is not None
+        time.sleep(3)  # kwok shows only lines written after the attach has started
+        with open(setup.provider.fake_pods.attach_logs, "a") as log:
+            log.write(cri_log_line("written while attached"))
+        assert attached.stdout.readline() == "written while attached\n"
+    finally:
+        attached.kill()
+        attached.wait()
+
+
+def test_kubectl_port_forward_reaches_the_copy_s_port(setup: Setup) -> None:
+    local = _free_port()
+    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
+               "port-forward", f"pod/{POD}", f"{local}:8080"]  # fmt: skip
+    forwarder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert forwarder.stdout is not None
+        assert "Forwarding from" in forwarder.stdout.readline()
+        for text in (b"first connection\n", b"second connection\n"):
+            with socket.create_connection(("127.0.0.1", local), timeout=20) as connection:
+                connection.sendall(text)  # every port of a fake pod echoes
+                received = b""
+                while len(received) < len(text):
+                    chunk = connection.recv(1024)
+                    assert chunk, f"connection closed after {received!r}"
+                    received += chunk
+                assert received == text
+    finally:
+        forwarder.kill()
+        forwarder.wait()
+
+
+def test_a_caller_without_a_client_certificate_is_refused(setup: Setup) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        with socket.create_connection(("127.0.0.1", setup.api.port), timeout=10) as raw:
+            with context.wrap_socket(raw) as tls:
+                tls.sendall(f"GET /containerLogs/{NAMESPACE}/{POD}/main HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert tls.recv(1024) == b"", "served without a certificate"  # TLS 1.3 reports the refusal here
+                raise ConnectionError("closed without an answer")
+
+
+def test_a_caller_without_nodes_proxy_permission_is_forbidden(setup: Setup, tmp_path: Path) -> None:
+    cert, key = _client_certificate(setup.consumer, tmp_path, user="nobody-in-particular", group="no-rbac")
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(cert, key)
+    with socket.create_connection(("127.0.0.1", setup.api.port), timeout=10) as raw:
+        with context.wrap_socket(raw) as tls:
+            tls.sendall(f"GET /containerLogs/{NAMESPACE}/{POD}/main HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status = tls.recv(1024).split(b"\r\n", 1)[0]
+    assert status == b"HTTP/1.1 403 Forbidden"
+
+
+def _client_certificate(cluster: LocalCluster, directory: Path, *, user: str, group: str) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster's CA (kwokctl's, whose key is in the cluster's pki)."""
+    pki = cluster.fake_pods.directory.parent / "pki"
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, group)])  # fmt: skip
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )  # fmt: skip
+    cert_file, key_file = directory / "client.crt", directory / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_file, key_file
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

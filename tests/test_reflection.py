@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, cri_log_line
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
@@ -163,6 +165,14 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     await eventually(lambda: remote.read_namespaced_config_map("shop-settings", peering.remote_namespace).data == {"MODE": "v2"},
                      timeout=30, what="the ConfigMap's copy edited")  # fmt: skip
 
+    # kubectl on the consumer reaches the copy through the virtual kubelet's kubelet API: logs and exec.
+    with open(peering.provider.fake_pods.logs, "a") as log:
+        log.write(cri_log_line("served by the provider"))
+    logs = _kubectl(peering, "logs", offloaded[0].metadata.name)
+    assert logs.returncode == 0 and "served by the provider" in logs.stdout, logs.stderr
+    executed = _kubectl(peering, "exec", offloaded[0].metadata.name, "--", "sh", "-c", "echo $TIDEPOOL_FAKE_POD_CLUSTER")
+    assert (executed.returncode, executed.stdout) == (0, f"{peering.provider.name}\n"), executed.stderr
+
     # A copy deleted in the provider behind our back: a Deployment's pod runs again (a new copy), ...
     lost = offloaded[0]
     lost_copy: Any = copies[f"shop/shop-{lost.metadata.name}"]
@@ -209,6 +219,11 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     # Nothing of the consumer's was copied twice: one copy per replica, per used ConfigMap and Secret.
     assert sorted(str(c.metadata.name) for c in remote.list_namespaced_config_map(
         peering.remote_namespace, label_selector=f"{LABEL_CONSUMER}={peering.consumer_id}").items) == ["shop-settings"]  # fmt: skip
+
+
+def _kubectl(peering: Peering, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(peering.consumer.kubeconfig), "-n", "shop", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
 def _secret_copy(remote: k8s.CoreV1Api, namespace: str) -> str:

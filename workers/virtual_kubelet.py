@@ -12,6 +12,8 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   beside local pods); the ConfigMaps and Secrets those pods use, edits and deletions included; the
   Services of the namespaces those pods are in (the provider's own controllers give each copy the pods'
   copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods;
+- serves the kubelet API (workers/kubelet_api.py) at the node's InternalIP and kubelet port: the consumer's
+  `kubectl logs`, `exec`, `attach` and `port-forward` on its pods reach their copies;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider,
   marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0. Credentials refused (401)
   mean clean only when the provider marked its Advertisement withdrawn (it deleted the namespace itself);
@@ -83,6 +85,7 @@ from models.virtual_kubelet import (
     virtual_node,
     when_copy_lost,
 )
+from workers.kubelet_api import KubeletApi
 from workers.metrics import metrics_runtime
 
 log = logging.getLogger("tidepool.virtual_kubelet")
@@ -270,6 +273,10 @@ class VirtualKubelet:
             self._informers.append(self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event,
                                                   _event, field_selector="involvedObject.kind=Pod", **remote_ns))  # fmt: skip
         self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue]
+        # The kubelet API (kubectl logs, exec, attach, port-forward), where the node says it is.
+        self._kubelet_api = KubeletApi(host=config.node_ip, port=config.kubelet_port, provider=self.provider,
+                                       remote_namespace=self.remote_namespace, consumer=self.consumer,
+                                       node_name=self.node) if config.node_ip and config.kubelet_port else None  # fmt: skip
 
     @staticmethod
     def _informer(name: str, store: Store[Any, Obj], list_call: Any, transform: Any, **kwargs: Any) -> Informer[Obj]:
@@ -297,6 +304,8 @@ class VirtualKubelet:
             informer.start()
         for queue in self._queues:
             queue.start()
+        if self._kubelet_api is not None:
+            self._kubelet_api.start()
         try:
             while not self._stop.is_set():
                 self._wake.clear()
@@ -309,6 +318,8 @@ class VirtualKubelet:
             return 0
         finally:
             self._reflecting.clear()
+            if self._kubelet_api is not None:
+                self._kubelet_api.stop()
             for queue in self._queues:
                 queue.stop()
             for informer in self._informers:

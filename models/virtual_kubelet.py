@@ -93,6 +93,7 @@ ORIGIN_UID = "tidepool.io/origin-uid"
 ORIGIN_VERSION = "tidepool.io/origin-resource-version"
 # On a Service's copy: a digest of what it was made from, compared instead of the copy's defaulted spec.
 SOURCE_DIGEST = "tidepool.io/source-digest"
+# On a pod that never restarts, once its copy is made: a copy lost after that fails the pod.
 REFLECTED_ANNOTATION = "tidepool.io/reflected"
 MAX_NAME = 63
 

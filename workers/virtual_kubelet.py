@@ -539,23 +539,23 @@ class VirtualKubelet:
 
     def _copy_missing(self, pod: Obj) -> None:
         meta = pod["metadata"]
-        if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
-            self._create_copy(pod)
-            return
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return  # done: nothing runs again
+        never_restarts = when_copy_lost(pod) == "fail"
+        if not never_restarts:  # first or lost: a pod that restarts gets a copy either way
+            self._create_copy(pod, mark=False)
+            return
+        # A pod that never restarts is marked once its copy is made, so that a lost copy fails it.
+        if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
+            self._create_copy(pod, mark=True)
+            return
         # The cache may lag behind a copy just made: only the provider's word says it is gone.
         name = reflected_name(meta["namespace"], meta["name"])
-        if ignore_not_found(self.remote.read_namespaced_pod, name, self.remote_namespace) is not None:
-            return
-        if when_copy_lost(pod) == "fail":
+        if ignore_not_found(self.remote.read_namespaced_pod, name, self.remote_namespace) is None:
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
                 "phase": "Failed", "reason": "ProviderPodDeleted", "message": "the pod was deleted in the provider cluster"}})  # fmt: skip
-        else:
-            log.info("pod %s/%s: its copy was deleted in the provider; running it again", meta["namespace"], meta["name"])
-            self._create_copy(pod)
 
-    def _create_copy(self, pod: Obj) -> None:
+    def _create_copy(self, pod: Obj, *, mark: bool) -> None:
         meta = pod["metadata"]
         namespace = meta["namespace"]
         for ref in self._references(namespace, pod):  # what it mounts must be there before it starts
@@ -568,7 +568,7 @@ class VirtualKubelet:
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
-        if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
+        if mark:
             self.core.patch_namespaced_pod(meta["name"], namespace,
                                            {"metadata": {"annotations": {REFLECTED_ANNOTATION: "true"}}})  # fmt: skip
         log.info("pod %s/%s runs in provider %s", namespace, meta["name"], self.config.provider_id)

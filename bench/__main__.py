@@ -19,6 +19,7 @@ BENCHMARKS = (
     "push_latency",
     "actions_per_day",
     "offload_latency",
+    "offload_scale",
     "pool_failover",
     "peering_scale",
     "resource_compute",

@@ -1,8 +1,9 @@
 """The benchmarks' pure helpers (bench/): percentiles, the JSON line of a figure, the billable-action
 count of a history, the pool workload generator and the soak's accounting (RSS slope, window counts,
-not-Ready time, lost pods, rotations). The benchmarks themselves are run by hand (`python -m bench
-<name>`), never by the test suite: tests do not assert timings. The one exception, a 2-minute soak that
-checks the soak's plumbing (not its figures), runs only when TIDEPOOL_BENCH_SOAK is set."""
+not-Ready time, lost pods, rotations). The benchmarks are measured by hand (`python -m bench <name>`): tests
+do not assert timings. A few run at a tiny size to check their plumbing, not their figures: offload_scale at
+20 pods (two clusters of its own, about 2 minutes), and, only when TIDEPOOL_BENCH_SOAK / TIDEPOOL_BENCH_FAILOVER
+is set, a 2-minute soak and a small failover run."""
 
 from __future__ import annotations
 
@@ -292,3 +293,27 @@ def test_a_small_failover_run_prints_every_figure_and_loses_and_duplicates_no_po
     assert figures["failover_seconds_p99"]["params"]["affected"] > 0  # the stopped cluster ran some pool pods
     assert figures["pods_lost"]["value"] == 0, figures["pods_lost"]["params"]["lost"]
     assert figures["pods_duplicated_after_return"]["value"] == 0, figures["pods_duplicated_after_return"]["params"]
+
+
+OFFLOAD_SCALE_FIGURES = {"pods_running_seconds", "pod_running_p50_seconds", "pod_running_p99_seconds",
+                         "endpoints_ready_seconds", "pods_missed", "virtual_kubelet_rss_mib",
+                         "virtual_kubelet_cpu_seconds_per_pod"}  # fmt: skip
+
+
+@pytest.mark.env
+@pytest.mark.vk
+@pytest.mark.timeout(600)
+def test_a_small_offload_scale_run_prints_every_figure_and_misses_no_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.offload_scale import run
+
+    run({"pods": 20, "threads": 8, "seconds_per_pod": 3.0})
+    figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+               for f in [json.loads(line)]}  # fmt: skip
+    assert set(figures) == OFFLOAD_SCALE_FIGURES
+    assert figures["pods_missed"]["value"] == 0, figures["pods_missed"]["params"]["missed_by_phase"]
+    assert figures["pods_missed"]["baseline"] == 0, figures["pods_missed"]["params"]["baseline_missed_by_phase"]
+    for name in ("pods_running_seconds", "pod_running_p99_seconds", "endpoints_ready_seconds"):
+        assert 0 < figures[name]["value"] < math.inf and 0 < figures[name]["baseline"] < math.inf, figures[name]
+    assert figures["virtual_kubelet_rss_mib"]["value"] > 0
+    assert figures["virtual_kubelet_cpu_seconds_per_pod"]["value"] > 0
+    assert figures["pods_running_seconds"]["params"]["pods"] == 20

@@ -25,6 +25,9 @@ Obj = dict[str, Any]
 PAGE_SIZE = 5000
 WATCH_TIMEOUT_SECONDS = 300
 RETRY_SECONDS = 2.0
+# A list refused again and again (403: a permission the other cluster's tidepool does not grant yet) is
+# tried again less and less often, up to this.
+RETRY_MAX_SECONDS = 60.0
 T = TypeVar("T")
 
 
@@ -67,13 +70,17 @@ class Informer(Generic[T]):
             self._watch.stop()
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             try:
                 version = self._relist()
             except Exception as e:  # noqa: BLE001 - a watcher must outlive any one failure
-                log.warning("informer %s: list failed: %s; again in %.0f s", self.name, e, RETRY_SECONDS)
-                self._stop.wait(RETRY_SECONDS)
+                failures += 1
+                delay = min(RETRY_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
+                log.warning("informer %s: list failed: %s; again in %.0f s", self.name, e, delay)
+                self._stop.wait(delay)
                 continue
+            failures = 0
             self._synced.set()
             try:
                 self._follow(version)
@@ -130,10 +137,12 @@ class Store(Generic[K, T]):
     def get(self, key: K) -> T | None:
         return self._items.get(key)
 
-    def put(self, key: K, obj: T) -> None:
-        """A write this process just made, ahead of its watch event (which then changes nothing)."""
+    def add_if_absent(self, key: K, obj: T) -> None:
+        """An object this process just created, ahead of its watch event: unless the watch has told of it
+        already, which may be of a later state (a pod's copy scheduled and running before the create
+        call's answer is read), never to be told again."""
         with self._lock:
-            self._items[key] = obj
+            self._items.setdefault(key, obj)
 
     def values(self) -> list[T]:
         with self._lock:

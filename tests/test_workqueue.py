@@ -75,3 +75,7 @@ def test_a_store_reports_each_added_changed_and_removed_key_with_its_old_and_new
     store.event("DELETED", {"name": "c", "v": 1})
     assert seen == [("a", {"name": "a", "v": 1}, {"name": "a", "v": 2}), ("c", {"name": "c", "v": 1}, None)]
     assert store.get("a") == {"name": "a", "v": 2} and store.get("c") is None and len(store) == 1
+    # What this process just created does not hide what the watch has told of it since.
+    store.add_if_absent("a", {"name": "a", "v": 0})
+    store.add_if_absent("d", {"name": "d", "v": 0})
+    assert store.get("a") == {"name": "a", "v": 2} and store.get("d") == {"name": "d", "v": 0}

@@ -224,6 +224,7 @@ class VirtualKubelet:
         # while it is clear, and every key is queued again when it is set.
         self._reflecting = threading.Event()
         self._resynced_at = self._secrets_read_at = 0.0
+        self._synced_kinds: tuple[bool, ...] = ()  # which of (pods and config, Services, Events) have listed
         self._pod_cidrs: tuple[str | None, str | None] = (None, None)  # (the provider's, as remapped here)
         self._index_lock = threading.Lock()
         self._refs: dict[ConfigKey, set[PodKey]] = {}  # which pods use each ConfigMap and Secret
@@ -262,16 +263,17 @@ class VirtualKubelet:
             Informer("vk-node", self.core.list_node, field_selector=f"metadata.name={self.node}",
                      on_sync=self._node_listed, on_event=self._node_event),
         ]  # fmt: skip
-        if config.service_workers:
-            self._informers += [
-                self._informer("vk-consumer-services", self.services, self.core.list_service_for_all_namespaces,
-                               _service),
-                self._informer("vk-provider-services", self.service_copies, self.remote.list_namespaced_service,
-                               _provider_copy, label_selector=mine, **remote_ns),
-            ]  # fmt: skip
-        if config.event_workers:
-            self._informers.append(self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event,
-                                                  _event, field_selector="involvedObject.kind=Pod", **remote_ns))  # fmt: skip
+        # Pods wait for none of these: a provider whose tidepool is older may not let this one list Events,
+        # and its Services and Events follow as soon as their own informers have listed.
+        self._service_informers = [
+            self._informer("vk-consumer-services", self.services, self.core.list_service_for_all_namespaces, _service),
+            self._informer("vk-provider-services", self.service_copies, self.remote.list_namespaced_service,
+                           _provider_copy, label_selector=mine, **remote_ns),
+        ] if config.service_workers else []  # fmt: skip
+        self._event_informers = [
+            self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event, _event,
+                           field_selector="involvedObject.kind=Pod", **remote_ns),
+        ] if config.event_workers else []  # fmt: skip
         self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue]
         # The kubelet API (kubectl logs, exec, attach, port-forward), where the node says it is.
         self._kubelet_api = KubeletApi(host=config.node_ip, port=config.kubelet_port, provider=self.provider,
@@ -300,7 +302,7 @@ class VirtualKubelet:
         self._wake.set()
 
     def run(self) -> int:
-        for informer in self._informers:
+        for informer in [*self._informers, *self._service_informers, *self._event_informers]:
             informer.start()
         for queue in self._queues:
             queue.start()
@@ -322,7 +324,7 @@ class VirtualKubelet:
                 self._kubelet_api.stop()
             for queue in self._queues:
                 queue.stop()
-            for informer in self._informers:
+            for informer in [*self._informers, *self._service_informers, *self._event_informers]:
                 informer.stop()
 
     # One pass -----------------------------------------------------------------------------------------
@@ -341,11 +343,17 @@ class VirtualKubelet:
         pod_cidrs = ((advertisement["spec"].get("network") or {}).get("podCIDR"),
                      (advertisement.get("status") or {}).get("remoteRemappedPodCIDR"))  # fmt: skip
         remapped, self._pod_cidrs = pod_cidrs != self._pod_cidrs, pod_cidrs
-        if not (reachable and all(informer.wait_synced(0) for informer in self._informers)):
+        # Every key is queued again when reflection starts, when an optional kind's informers have listed,
+        # and every REFLECTION_RESYNC_SECONDS.
+        state = tuple(all(i.wait_synced(0) for i in informers)
+                      for informers in (self._informers, self._service_informers, self._event_informers))  # fmt: skip
+        if not (reachable and state[0]):
             self._reflecting.clear()
-        elif not self._reflecting.is_set() or time.monotonic() - self._resynced_at > REFLECTION_RESYNC_SECONDS:
+        elif (not self._reflecting.is_set() or state != self._synced_kinds
+              or time.monotonic() - self._resynced_at > REFLECTION_RESYNC_SECONDS):  # fmt: skip
             self._reflecting.set()
             self._resync()
+            self._synced_kinds = state
         else:
             if remapped:
                 self.pod_queue.add_all(self.pods.keys())  # every pod's IP is shown anew
@@ -564,7 +572,7 @@ class VirtualKubelet:
         try:
             created: Any = self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body),
                                                              _preload_content=False)  # fmt: skip
-            self.copies.put(body["metadata"]["name"], _provider_copy(json.loads(created.data)))
+            self.copies.add_if_absent(body["metadata"]["name"], _provider_copy(json.loads(created.data)))
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
@@ -602,12 +610,12 @@ class VirtualKubelet:
                 return  # deleted meanwhile: its watch event queues it again
         body = config_copy(source, kind=kind, consumer_id=self.config.consumer_id)
         self._write_remote(api.create, api.replace, api.read_copy, body, exists=copy is not None)
-        self.config_copies[kind].put(body["metadata"]["name"], _provider_copy(body))
+        self.config_copies[kind].add_if_absent(body["metadata"]["name"], _provider_copy(body))
 
     # Services -----------------------------------------------------------------------------------------
     def _reconcile_service(self, key: PodKey) -> None:
-        if not self._reflecting.is_set():
-            return
+        if not (self._reflecting.is_set() and all(i.wait_synced(0) for i in self._service_informers)):
+            return  # every Service is queued again once both sides have listed
         with self._index_lock:
             offloaded = self._pods_in.get(key[0], 0) > 0
         service, copy = self.services.get(key), self.service_copies.get(reflected_name(*key))
@@ -621,7 +629,7 @@ class VirtualKubelet:
             # A PUT without a resourceVersion: the API server keeps the ClusterIP it allocated.
             self._write_remote(self.remote.create_namespaced_service, self.remote.replace_namespaced_service,
                                self.remote.read_namespaced_service, desired, exists=copy is not None)  # fmt: skip
-            self.service_copies.put(desired["metadata"]["name"], _provider_copy(desired))
+            self.service_copies.add_if_absent(desired["metadata"]["name"], _provider_copy(desired))
 
     # Events -------------------------------------------------------------------------------------------
     def _reconcile_event(self, name: str) -> None:

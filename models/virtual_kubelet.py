@@ -208,11 +208,11 @@ def service_copy(service: dict[str, Any], *, consumer_id: str) -> dict[str, Any]
 CopyLost = Literal["recreate", "fail"]
 
 
-def when_copy_lost(pod: dict[str, Any]) -> CopyLost:
+def when_copy_lost(restart_policy: str | None) -> CopyLost:
     """A copy deleted in the provider behind our back: a pod that restarts (restartPolicy Always or
     OnFailure, a Deployment's) gets a new copy, as a kubelet restarts its containers; one that never
     restarts fails, with a reason."""
-    return "fail" if (pod.get("spec") or {}).get("restartPolicy") == "Never" else "recreate"
+    return "fail" if restart_policy == "Never" else "recreate"
 
 
 def remap_ip(ip: str, *, provider_pod_cidr: str | None, remapped_pod_cidr: str | None) -> str:

@@ -173,7 +173,7 @@ def test_a_config_copy_carries_the_version_it_was_made_from() -> None:
 @pytest.mark.parametrize(("policy", "action"), [("Always", "recreate"), ("OnFailure", "recreate"), (None, "recreate"),
                                                 ("Never", "fail")])  # fmt: skip
 def test_a_copy_lost_in_the_provider_is_made_again_only_for_a_pod_that_restarts(policy: str | None, action: str) -> None:
-    assert when_copy_lost({"spec": {"restartPolicy": policy} if policy else {}}) == action
+    assert when_copy_lost(policy) == action
 
 
 def test_the_node_publishes_its_kubelet_endpoint_at_its_internal_ip_only() -> None:

@@ -158,21 +158,39 @@ class Config:
         )
 
 
-# What the caches keep of each object: what the reconcilers compare, so that 10,000 pods fit in little
-# memory and a change elsewhere in an object (managedFields, a kubelet's heartbeat) queues nothing.
+# What the caches keep of each object: what the reconcilers compare, so that a change elsewhere in an
+# object (managedFields, a kubelet's heartbeat) queues nothing. A pod's spec and status are kept as compact
+# JSON, parsed when used (a copy made, a status compared): as dicts they would hold a 10,000-pod node's
+# memory several times over.
 def _consumer_pod(pod: Obj) -> Obj:
-    meta, status = pod["metadata"], pod.get("status") or {}
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    config_maps, secrets = referenced_objects(spec)
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",
                                                "deletionTimestamp") if k in meta},
-            "spec": pod.get("spec") or {}, "status": {k: status[k] for k in COPIED_STATUS if k in status}}  # fmt: skip
+            "spec": _compact(spec), "status": _compact(_copied(pod.get("status"))),
+            "restartPolicy": spec.get("restartPolicy"),
+            "uses": sorted([*(("ConfigMap", n) for n in config_maps), *(("Secret", n) for n in secrets)])}  # fmt: skip
 
 
 def _provider_copy(obj: Obj) -> Obj:
     meta = obj["metadata"]
-    kept = {"metadata": {k: meta[k] for k in ("name", "labels", "annotations", "deletionTimestamp") if k in meta}}
-    if "status" in obj and obj.get("kind", "Pod") == "Pod":
-        kept["status"] = obj["status"]
-    return kept
+    return {"metadata": {k: meta[k] for k in ("name", "labels", "annotations", "deletionTimestamp") if k in meta}}
+
+
+def _provider_pod(pod: Obj) -> Obj:
+    return {**_provider_copy(pod), "status": _compact(_copied(pod.get("status")))}
+
+
+def _copied(status: Obj | None) -> Obj:
+    return {k: v for k, v in (status or {}).items() if k in COPIED_STATUS}
+
+
+def _compact(obj: Obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def _status(obj: Obj) -> Obj:
+    return dict(json.loads(obj.get("status") or "{}"))
 
 
 def _version_only(obj: Obj) -> Obj:
@@ -250,7 +268,7 @@ class VirtualKubelet:
         self._informers: list[Informer[Any]] = [
             self._informer("vk-consumer-pods", self.pods, self.core.list_pod_for_all_namespaces, _consumer_pod,
                            field_selector=f"spec.nodeName={self.node}"),
-            self._informer("vk-provider-pods", self.copies, self.remote.list_namespaced_pod, _provider_copy,
+            self._informer("vk-provider-pods", self.copies, self.remote.list_namespaced_pod, _provider_pod,
                            label_selector=mine, **remote_ns),
             self._informer("vk-consumer-configmaps", self.config_maps, self.core.list_config_map_for_all_namespaces,
                            _version_only),
@@ -482,10 +500,7 @@ class VirtualKubelet:
 
     @staticmethod
     def _references(namespace: str, pod: Obj | None) -> set[ConfigKey]:
-        if pod is None:
-            return set()
-        config_maps, secrets = referenced_objects(pod["spec"])
-        return {("ConfigMap", namespace, n) for n in config_maps} | {("Secret", namespace, n) for n in secrets}
+        return {(kind, namespace, name) for kind, name in (pod or {}).get("uses") or []}
 
     def _copy_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
         if (origin := _origin(new or old)) is not None:
@@ -539,17 +554,17 @@ class VirtualKubelet:
             self.remote.patch_namespaced_pod(copy["metadata"]["name"], self.remote_namespace, {"metadata": {
                 "labels": {**{k: None for k in have if k not in labels}, **labels}}})  # fmt: skip
         provider_cidr, remapped_cidr = self._pod_cidrs
-        wanted = status_for_consumer(copy.get("status") or {}, provider_pod_cidr=provider_cidr,
-                                     remapped_pod_cidr=remapped_cidr)  # fmt: skip
-        current = {k: pod.get("status", {}).get(k) for k in wanted}
+        wanted = status_for_consumer(_status(copy), provider_pod_cidr=provider_cidr, remapped_pod_cidr=remapped_cidr)
+        shown = _status(pod)
+        current = {k: shown.get(k) for k in wanted}
         if wanted and current != wanted:
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": wanted})
 
     def _copy_missing(self, pod: Obj) -> None:
         meta = pod["metadata"]
-        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        if _status(pod).get("phase") in ("Succeeded", "Failed"):
             return  # done: nothing runs again
-        never_restarts = when_copy_lost(pod) == "fail"
+        never_restarts = when_copy_lost(pod["restartPolicy"]) == "fail"
         if not never_restarts:  # first or lost: a pod that restarts gets a copy either way
             self._create_copy(pod, mark=False)
             return
@@ -568,11 +583,11 @@ class VirtualKubelet:
         namespace = meta["namespace"]
         for ref in self._references(namespace, pod):  # what it mounts must be there before it starts
             self._reconcile_config(ref)
-        body = pod_copy(pod, consumer_id=self.config.consumer_id)
+        body = pod_copy({**pod, "spec": json.loads(pod["spec"])}, consumer_id=self.config.consumer_id)
         try:
             created: Any = self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body),
                                                              _preload_content=False)  # fmt: skip
-            self.copies.add_if_absent(body["metadata"]["name"], _provider_copy(json.loads(created.data)))
+            self.copies.add_if_absent(body["metadata"]["name"], _provider_pod(json.loads(created.data)))
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise

@@ -232,10 +232,14 @@ async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_need
         for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
             assert _can(granted, own, verb, resource), f"{verb} {resource} should be allowed"
     assert _can(granted, own, "patch", "pods", "status")
-    assert _can(granted, own, "create", "events")
-    # Nothing else: not other namespaces, not nodes, not RBAC, not exec into pods.
+    assert _can(granted, own, "create", "events") and _can(granted, own, "watch", "events")
+    # The kubelet API it serves on the consumer: logs, exec, attach and port-forward of its copies.
+    assert _can(granted, own, "get", "pods", "log")
+    for subresource in ("exec", "attach", "portforward"):
+        assert _can(granted, own, "create", "pods", subresource)
+    # Nothing else: not other namespaces, not nodes, not RBAC.
     assert not _can(granted, "default", "get", "pods")
-    assert not _can(granted, own, "create", "pods", "exec")
+    assert not _can(granted, "default", "create", "pods", "exec")
     assert not _can(granted, own, "create", "roles")
     assert not _can(granted, "", "list", "nodes")
     assert not _can(granted, own, "get", "deployments")

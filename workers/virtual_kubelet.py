@@ -487,7 +487,7 @@ class VirtualKubelet:
                     self._refs.pop(ref, None)
             for ref in after - before:
                 self._refs.setdefault(ref, set()).add(key)
-            namespace_changed = (old is None) != (new is None)
+            namespace_changed, first_or_last = (old is None) != (new is None), False
             if namespace_changed:
                 self._pods_in[key[0]] += 1 if new is not None else -1
                 first_or_last = self._pods_in[key[0]] in (0, 1)

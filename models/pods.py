@@ -53,6 +53,15 @@ def copied_status(copy_status: dict[str, Any]) -> dict[str, Any]:
     return {**{k: None for k in CLEARED_WHEN_ABSENT}, **shown}
 
 
+def status_patch(status: Mapping[str, Any]) -> dict[str, Any]:
+    """`status` as a strategic merge patch body. A strategic merge would add a new copy's pod IPs to the
+    old ones (merged by `ip`), which the API server refuses (one IP per family): they are replaced whole."""
+    patch = dict(status)
+    if patch.get("podIPs"):
+        patch["podIPs"] = [{"$patch": "replace"}, *patch["podIPs"]]
+    return {"status": patch}
+
+
 def condition_of(status: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return next((c for c in (status or {}).get("conditions") or [] if c.get("type") == type_), None)
 

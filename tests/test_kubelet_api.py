@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +41,22 @@ class Setup:
     provider: LocalCluster
     api: KubeletApi
 
+    def command(self, *args: str) -> list[str]:
+        return [str(ensure_binaries().kubectl), "--kubeconfig", str(self.consumer.kubeconfig), "-n", NAMESPACE, *args]
+
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        command = [str(ensure_binaries().kubectl), "--kubeconfig", str(self.consumer.kubeconfig), "-n", NAMESPACE, *args]
-        return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(self.command(*args), input=stdin, capture_output=True, text=True, timeout=timeout)
+
+    @contextmanager
+    def running(self, *args: str) -> Iterator[subprocess.Popen[str]]:
+        """kubectl left running (logs -f, attach, port-forward), its stdout read as it comes; killed after."""
+        process = subprocess.Popen(self.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None
+            yield process
+        finally:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture
@@ -87,18 +101,12 @@ def test_kubectl_logs_of_a_pod_on_the_virtual_node_are_the_copy_s(setup: Setup) 
 
 
 def test_kubectl_logs_follow_shows_lines_as_they_are_written(setup: Setup) -> None:
-    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
-               "logs", "-f", POD]  # fmt: skip
-    follower = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with setup.running("logs", "-f", POD) as follower:
         assert follower.stdout is not None
         assert follower.stdout.readline() == f"fake pod of cluster {setup.provider.name} started\n"
         with open(setup.provider.fake_pods.logs, "a") as log:
             log.write(cri_log_line("a line written later"))
         assert follower.stdout.readline() == "a line written later\n"
-    finally:
-        follower.kill()
-        follower.wait()
 
 
 def test_kubectl_exec_runs_in_the_copy_and_returns_output_and_exit_status(setup: Setup) -> None:
@@ -120,26 +128,17 @@ def test_kubectl_exec_with_stdin_passes_input(setup: Setup) -> None:
 
 
 def test_kubectl_attach_shows_what_the_container_writes(setup: Setup) -> None:
-    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
-               "attach", POD]  # fmt: skip
-    attached = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with setup.running("attach", POD) as attached:
         assert attached.stdout is not None
         time.sleep(3)  # kwok shows only lines written after the attach has started
         with open(setup.provider.fake_pods.attach_logs, "a") as log:
             log.write(cri_log_line("written while attached"))
         assert attached.stdout.readline() == "written while attached\n"
-    finally:
-        attached.kill()
-        attached.wait()
 
 
 def test_kubectl_port_forward_reaches_the_copy_s_port(setup: Setup) -> None:
     local = _free_port()
-    command = [str(ensure_binaries().kubectl), "--kubeconfig", str(setup.consumer.kubeconfig), "-n", NAMESPACE,
-               "port-forward", f"pod/{POD}", f"{local}:8080"]  # fmt: skip
-    forwarder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with setup.running("port-forward", f"pod/{POD}", f"{local}:8080") as forwarder:
         assert forwarder.stdout is not None
         first = forwarder.stdout.readline()
         assert "Forwarding from" in first, forwarder.stderr.read() if forwarder.poll() is not None else first
@@ -152,9 +151,6 @@ def test_kubectl_port_forward_reaches_the_copy_s_port(setup: Setup) -> None:
                     assert chunk, f"connection closed after {received!r}"
                     received += chunk
                 assert received == text
-    finally:
-        forwarder.kill()
-        forwarder.wait()
 
 
 def test_a_caller_without_a_client_certificate_is_refused(setup: Setup) -> None:

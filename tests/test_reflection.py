@@ -8,8 +8,6 @@ import base64
 import ipaddress
 import subprocess
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -17,24 +15,20 @@ from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
-from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
     LABEL_PROVIDER,
-    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     advertisement_name,
-    foreign_namespace,
-    virtual_node_name,
 )
+from models.pods import status_patch
 from models.virtual_kubelet import ORIGIN_NAMESPACE, remap_ip
-from tests.kube import apply_cluster_config, create_namespace, create_node
-from tests.running import eventually, running_worker, worker_settings
-from workers.network import NetworkModule
-from workers.peer import request_peering
+from tests.kube import create_namespace
+from tests.offload import Peering, peered, ready_node
+from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
 
@@ -42,44 +36,12 @@ PROVIDER_POD_CIDR = "10.0.0.0/16"  # the provider worker's default; kwok gives i
 TOLERATE = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]
 
 
-@dataclass
-class Peering:
-    provider: LocalCluster
-    consumer: LocalCluster
-    provider_id: str
-    consumer_id: str
-
-    @property
-    def node(self) -> str:
-        return virtual_node_name(self.provider_id)
-
-    @property
-    def remote_namespace(self) -> str:
-        return foreign_namespace(self.consumer_id)
-
-
 @pytest.fixture
 async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Peering]:
-    provider, consumer = make_cluster("prov"), make_cluster("cons")
-    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
-    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
-    create_node(consumer.api_client(), "local", cpu="8", memory="16Gi")
-    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
-    create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
     # The consumer's own pods are in the provider's PodCIDR too: the provider's is remapped.
-    network = NetworkModule(consumer.api_client(), local_pod_cidr=PROVIDER_POD_CIDR).start()
-    async with AsyncExitStack() as stack:
-        await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
-        await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
-        stack.enter_context(DeploymentRunner(consumer.kubeconfig))
-        stack.callback(network.stop)
-        request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
-        yield Peering(provider, consumer, provider_id, consumer_id)
-
-
-def _ready_node(core: k8s.CoreV1Api, name: str) -> bool:
-    node = core.read_node(name)
-    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr=PROVIDER_POD_CIDR,
+                      consumer_nodes=("local",)) as peering:  # fmt: skip
+        yield peering
 
 
 def _running(core: k8s.CoreV1Api, namespace: str, selector: str) -> list[k8s.V1Pod]:
@@ -120,7 +82,7 @@ def _web(replicas: int) -> dict[str, Any]:
 async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_events(peering: Peering) -> None:
     api, remote_api = peering.consumer.api_client(), peering.provider.api_client()
     core, remote = k8s.CoreV1Api(api), k8s.CoreV1Api(remote_api)
-    await eventually(lambda: _ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
+    await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
 
     create_namespace(api, "shop")
     core.create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate(
@@ -229,3 +191,17 @@ def _kubectl(peering: Peering, *args: str) -> subprocess.CompletedProcess[str]:
 def _secret_copy(remote: k8s.CoreV1Api, namespace: str) -> str:
     data = remote.read_namespaced_secret("shop-token", namespace).data or {}
     return base64.b64decode(data.get("token", "")).decode()
+
+
+def test_a_new_copys_pod_ips_replace_the_old_ones_on_the_origin_pod(clusters: Any, unique: str) -> None:
+    """A lost copy's replacement has another IP: a strategic merge would add it to the old one (merged by
+    `ip`), which the API server refuses, and the pod would keep the IP of a copy that is gone."""
+    core = k8s.CoreV1Api(clusters.a.api_client())
+    namespace = f"ips-{unique}"
+    create_namespace(core.api_client, namespace)
+    core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate({  # bound to no node: nothing else writes its status
+        "metadata": {"name": "p"}, "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "x"}]}}))
+    for ip in ("10.0.0.1", "10.0.0.2"):
+        core.patch_namespaced_pod_status("p", namespace, status_patch({"podIP": ip, "podIPs": [{"ip": ip}]}))
+    status = core.read_namespaced_pod_status("p", namespace).status
+    assert (status.pod_ip, [entry.ip for entry in status.pod_ips]) == ("10.0.0.2", ["10.0.0.2"])

@@ -6,15 +6,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from deploy.localenv.clusters import LocalCluster
-from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from kube.metrics import REFLECTED_PODS
 from kube.objects import read_cluster_object
@@ -25,60 +21,20 @@ from models.names import (
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     advertisement_name,
-    foreign_namespace,
     virtual_kubelet_name,
-    virtual_node_name,
 )
-from tests.kube import apply_cluster_config, create_namespace, create_node
-from tests.running import eventually, running_worker, worker_settings
+from tests.kube import apply_cluster_config, create_namespace
+from tests.offload import Peering, peered, ready_node
+from tests.running import eventually
 from tests.scraping import scrape, value
-from workers.network import NetworkModule
-from workers.peer import request_peering
 
 pytestmark = [pytest.mark.env, pytest.mark.vk]
 
 
-@dataclass
-class Peering:
-    provider: LocalCluster
-    consumer: LocalCluster
-    provider_id: str
-    consumer_id: str
-    runner: DeploymentRunner
-
-    @property
-    def node(self) -> str:
-        return virtual_node_name(self.provider_id)
-
-    @property
-    def remote_namespace(self) -> str:
-        return foreign_namespace(self.consumer_id)
-
-
-def _sharing(api: k8s.ApiClient, percent: int) -> None:
-    apply_cluster_config(api, outgoing={"sharingPercentage": percent})
-
-
-def _ready_node(core: k8s.CoreV1Api, name: str) -> Any:
-    node = core.read_node(name)
-    return node if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) else None
-
-
 @pytest.fixture
 async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Peering]:
-    provider, consumer = make_cluster("prov"), make_cluster("cons")
-    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
-    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
-    _sharing(provider.api_client(), 50)
-    create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
-    network = NetworkModule(consumer.api_client(), local_pod_cidr="10.2.0.0/16").start()
-    async with AsyncExitStack() as stack:
-        await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
-        await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
-        runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig))
-        stack.callback(network.stop)
-        request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
-        yield Peering(provider, consumer, provider_id, consumer_id, runner)
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.2.0.0/16") as peering:
+        yield peering
 
 
 def _remote(peering: Peering, kind: str) -> list[str]:
@@ -91,7 +47,7 @@ def _remote(peering: Peering, kind: str) -> list[str]:
 
 async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leaves_it_clean(peering: Peering) -> None:
     core = k8s.CoreV1Api(peering.consumer.api_client())
-    node = await eventually(lambda: _ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
+    node = await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
     assert node.status.allocatable["cpu"] == "4"  # 50% of the provider's 8 CPU
     assert TAINT_VIRTUAL_NODE in [t.key for t in node.spec.taints]
 
@@ -133,7 +89,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
                      what="tidepool_reflected_pods = 2")  # fmt: skip
 
     # Capacity follows the Advertisement without a restart.
-    _sharing(peering.provider.api_client(), 25)
+    apply_cluster_config(peering.provider.api_client(), outgoing={"sharingPercentage": 25})
     await eventually(lambda: (core.read_node(peering.node).status.allocatable or {}).get("cpu") == "2", timeout=30,
                      what="the node's capacity to follow")  # fmt: skip
 
@@ -141,7 +97,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     # periodic status report minutes later, by when its pods would be garbage-collected as orphans.
     deleted_uid = core.read_node(peering.node).metadata.uid
     core.delete_node(peering.node)
-    await eventually(lambda: (n := _ready_node(core, peering.node)) and n.metadata.uid != deleted_uid, timeout=20,
+    await eventually(lambda: (n := ready_node(core, peering.node)) and n.metadata.uid != deleted_uid, timeout=20,
                      what="the deleted virtual node registered again")  # fmt: skip
 
     # Deleting in the consumer deletes in the provider.

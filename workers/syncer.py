@@ -39,7 +39,7 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
-from models.pods import MAX_REMEMBERED_EVENTS, ReflectedEvents, copied_status, event_for_origin, says
+from models.pods import MAX_REMEMBERED_EVENTS, ReflectedEvents, copied_status, event_for_origin, says, status_patch
 from models.pool.moves import (
     draining_of,
     scheduled_of,
@@ -336,7 +336,7 @@ class Syncer:
         meta = pod["metadata"]
         try:
             self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
-                "metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status})  # fmt: skip
+                "metadata": {"resourceVersion": meta["resourceVersion"]}, **status_patch(status)})  # fmt: skip
         except ApiException as e:
             if e.status != 409:
                 raise

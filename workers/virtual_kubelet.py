@@ -49,7 +49,7 @@ from temporalio.common import MetricMeter
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer, Store
 from kube.metrics import Metrics
-from kube.objects import ignore_not_found, read_cluster_object
+from kube.objects import ignore_not_found, raw_json, read_cluster_object
 from kube.workqueue import WorkQueue
 from models.api.conditions import NodeReadyReason
 from models.names import (
@@ -65,7 +65,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from models.pods import COPIED_STATUS, ReflectedEvents, event_for_origin
+from models.pods import COPIED_STATUS, ReflectedEvents, event_for_origin, status_patch
 from models.virtual_kubelet import (
     ORIGIN_NAME,
     ORIGIN_NAMESPACE,
@@ -292,6 +292,7 @@ class VirtualKubelet:
             self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event, _event,
                            field_selector="involvedObject.kind=Pod", **remote_ns),
         ] if config.event_workers else []  # fmt: skip
+        self._config_apis = {kind: _ConfigApi(self.core, self.remote, kind) for kind in CONFIG_KINDS}
         self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue]
         # The kubelet API (kubectl logs, exec, attach, port-forward), where the node says it is.
         self._kubelet_api = KubeletApi(host=config.node_ip, port=config.kubelet_port, provider=self.provider,
@@ -558,7 +559,7 @@ class VirtualKubelet:
         shown = _status(pod)
         current = {k: shown.get(k) for k in wanted}
         if wanted and current != wanted:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": wanted})
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], status_patch(wanted))
 
     def _copy_missing(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -587,7 +588,7 @@ class VirtualKubelet:
         try:
             created: Any = self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body),
                                                              _preload_content=False)  # fmt: skip
-            self.copies.add_if_absent(body["metadata"]["name"], _provider_pod(json.loads(created.data)))
+            self.copies.add_if_absent(body["metadata"]["name"], _provider_pod(raw_json(created)))
         except ApiException as e:
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
@@ -606,10 +607,10 @@ class VirtualKubelet:
         with self._index_lock:
             used = key in self._refs
         copy = self.config_copies[kind].get(reflected_name(namespace, name))
-        api = _ConfigApi(self.core, self.remote, kind)
+        api = self._config_apis[kind]
         source: Obj | None = None
         if used and kind == "Secret":  # no watch of Secrets (see SECRET_REREAD_SECONDS): read it
-            source = _json(ignore_not_found(api.read_source, name, namespace, _preload_content=False))
+            source = api.source(namespace, name)
         elif used:
             source = self.config_maps.get((namespace, name))
         if source is None:
@@ -620,7 +621,7 @@ class VirtualKubelet:
                 source["metadata"]["resourceVersion"]):  # fmt: skip
             return
         if kind == "ConfigMap":  # the cache keeps its version only
-            source = _json(ignore_not_found(api.read_source, name, namespace, _preload_content=False))
+            source = api.source(namespace, name)
             if source is None:
                 return  # deleted meanwhile: its watch event queues it again
         body = config_copy(source, kind=kind, consumer_id=self.config.consumer_id)
@@ -744,15 +745,16 @@ class _ConfigApi:
 
     def __init__(self, consumer: k8s.CoreV1Api, provider: k8s.CoreV1Api, kind: ConfigKind) -> None:
         suffix = "secret" if kind == "Secret" else "config_map"
-        self.read_source = getattr(consumer, f"read_namespaced_{suffix}")
+        self._read_source = getattr(consumer, f"read_namespaced_{suffix}")
         self.read_copy = getattr(provider, f"read_namespaced_{suffix}")
         self.create = getattr(provider, f"create_namespaced_{suffix}")
         self.replace = getattr(provider, f"replace_namespaced_{suffix}")
         self.delete = getattr(provider, f"delete_namespaced_{suffix}")
 
-
-def _json(response: Any) -> Obj | None:
-    return None if response is None else dict(json.loads(response.data))
+    def source(self, namespace: str, name: str) -> Obj | None:
+        """The consumer's object as the API server serves it; None when it is gone."""
+        response = ignore_not_found(self._read_source, name, namespace, _preload_content=False)
+        return None if response is None else raw_json(response)
 
 
 def _context_namespace(kubeconfig: str) -> str:

@@ -1,0 +1,66 @@
+"""A provider and a consumer of a test's own, peered, each with its real worker, the consumer's network
+module and the stand-in that runs the real virtual kubelet: what the virtual kubelet's end-to-end tests
+(tests/test_virtual_kubelet.py, tests/test_reflection.py) start from."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.deployments import DeploymentRunner
+from deploy.localenv.env import EnvState
+from models.names import SYSTEM_NAMESPACE, foreign_namespace, virtual_node_name
+from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.running import running_worker, worker_settings
+from workers.network import NetworkModule
+from workers.peer import request_peering
+
+
+@dataclass
+class Peering:
+    provider: LocalCluster
+    consumer: LocalCluster
+    provider_id: str
+    consumer_id: str
+    runner: DeploymentRunner
+
+    @property
+    def node(self) -> str:
+        return virtual_node_name(self.provider_id)
+
+    @property
+    def remote_namespace(self) -> str:
+        return foreign_namespace(self.consumer_id)
+
+
+@asynccontextmanager
+async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
+                 consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = ()) -> AsyncIterator[Peering]:  # fmt: skip
+    """The provider has one 8-CPU kwok node and shares half of it; the consumer has `consumer_nodes` of
+    its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`."""
+    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
+    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
+    for node in consumer_nodes:
+        create_node(consumer.api_client(), node, cpu="8", memory="16Gi")
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
+    create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
+    network = NetworkModule(consumer.api_client(), local_pod_cidr=consumer_pod_cidr).start()
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
+        await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
+        runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig))
+        stack.callback(network.stop)
+        request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
+        yield Peering(provider, consumer, provider_id, consumer_id, runner)
+
+
+def ready_node(core: k8s.CoreV1Api, name: str) -> Any:
+    """The node if it is Ready, else None."""
+    node = core.read_node(name)
+    return node if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) else None

@@ -24,7 +24,7 @@ from kube.objects import (
     record_event,
     with_condition,
 )
-from models.admission import AdmissionSnapshot, decide
+from models.admission import NOT_READY_MESSAGE, AdmissionSnapshot, decide, next_decision_deadline, offer_fingerprint
 from models.api import ClusterConfig
 from models.api.conditions import (
     condition,
@@ -40,6 +40,7 @@ from models.consumer import (
     EnsureVirtualKubeletInput,
     ManualDecision,
     MarkDeletingInput,
+    RefuseNotReadyInput,
     ReleaseAdvertisementInput,
 )
 from models.names import (
@@ -50,6 +51,7 @@ from models.names import (
     GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VERSION,
     VK_CLEAN_ANNOTATION,
@@ -70,6 +72,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _rfc3339(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
+
+
 def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
@@ -84,10 +90,13 @@ class ConsumerActivities:
 
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn
-    def admit_advertisements(self, cluster_id: str) -> AdmissionResult:
+    def admit_advertisements(self, cluster_id: str, now: datetime | None = None) -> AdmissionResult:
+        """`now`: the workflow's time (since patch admission-decision-deadline), or this clock's if later (a
+        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts."""
         config = self._config()
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
-        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=_now())
+        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements,
+                                                     now=max(now, _now()) if now is not None else _now())  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
@@ -99,7 +108,8 @@ class ConsumerActivities:
             conditions = with_condition(condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message),
                                         list(status.get("conditions") or []))  # fmt: skip
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
-                                        {"phase": decision.phase, "reason": decision.reason, "conditions": conditions})
+                                        {"phase": decision.phase, "reason": decision.reason, "conditions": conditions,
+                                         "decisionDeadline": _rfc3339(decision.decision_deadline)})  # fmt: skip
             record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if decision.phase == "Accepted":
@@ -111,13 +121,19 @@ class ConsumerActivities:
         phases = {name: (obj.get("status") or {}).get("phase") for name, obj in by_name.items()}
         phases.update({d.name: d.phase for d in decisions})
         result.total_accepted = sum(1 for phase in phases.values() if phase == "Accepted")
+        result.next_decision_deadline = next_decision_deadline(snapshot, decisions)
         return result
 
     @activity.defn
     def record_manual_decision(self, decision: ManualDecision) -> None:
-        """The decision lives on the Advertisement (annotations), where kubectl users make it too."""
-        patch_cluster_object(self._home, ADVERTISEMENTS, decision.advertisement, {"metadata": {"annotations": {
-            DECISION_ANNOTATION: decision.decision, DECISION_REASON_ANNOTATION: decision.reason}}})  # fmt: skip
+        """The decision lives on the Advertisement (annotations), where kubectl users make it too. An
+        acceptance lifts a refusal for a virtual node that was never Ready."""
+        annotations: dict[str, str | None] = {DECISION_ANNOTATION: decision.decision,
+                                              DECISION_REASON_ANNOTATION: decision.reason}  # fmt: skip
+        if decision.decision == "accept":
+            annotations[REFUSED_OFFER_ANNOTATION] = None
+        patch_cluster_object(self._home, ADVERTISEMENTS, decision.advertisement,
+                             {"metadata": {"annotations": annotations}})  # fmt: skip
 
     # One Advertisement's lifecycle -------------------------------------------------------------------
     @activity.defn
@@ -139,6 +155,7 @@ class ConsumerActivities:
             resources={k: str(v) for k, v in ((spec.get("resourceQuota") or {}).get("hard") or {}).items()},
             pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
+            virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
             **self._children(provider),
         )
 
@@ -148,9 +165,10 @@ class ConsumerActivities:
         apps, core = k8s.AppsV1Api(self._home), k8s.CoreV1Api(self._home)
         deployment = ignore_not_found(apps.read_namespaced_deployment, virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
         node = ignore_not_found(core.read_node, virtual_node_name(provider))
-        unreachable_since = None
+        unreachable_since, node_ready = None, False
         if node is not None and node.status is not None:
             ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+            node_ready = ready is not None and ready.status == "True"
             if ready is not None and ready.status != "True" and ready.reason == "ProviderUnreachable":
                 unreachable_since = ready.last_transition_time
         meta = deployment.metadata if deployment is not None else None
@@ -160,15 +178,22 @@ class ConsumerActivities:
             "provider_clean": annotations.get(VK_CLEAN_ANNOTATION) == "clean",
             "virtual_node_exists": node is not None,
             "provider_unreachable_since": unreachable_since,
+            "virtual_node_ready": node_ready,
         }
 
     # One activity per step (patch consumer-step-activities), so that the history reads as the steps.
     @activity.defn
     def ensure_finalizer(self, request: EnsureFinalizerInput) -> None:
-        """Holds an accepted Advertisement until its teardown is done."""
+        """Holds an accepted Advertisement until its teardown is done. Accepted again (its offer changed), an
+        earlier refusal for a virtual node never Ready no longer applies."""
         obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
-        if obj is not None:
-            self._set_finalizer(obj, present=True)
+        if obj is None:
+            return
+        if (obj["metadata"].get("annotations") or {}).get(REFUSED_OFFER_ANNOTATION):
+            patch_cluster_object(self._home, ADVERTISEMENTS, request.advertisement,
+                                 {"metadata": {"annotations": {REFUSED_OFFER_ANNOTATION: None}}})  # fmt: skip
+            obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement) or obj
+        self._set_finalizer(obj, present=True)
 
     @activity.defn
     def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
@@ -190,6 +215,27 @@ class ConsumerActivities:
         record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
 
     @activity.defn
+    def refuse_not_ready(self, request: RefuseNotReadyInput) -> None:
+        """NotReady 1: the offer refused is recorded first (admission keeps it refused while the offer is the
+        same), then the phase, then an Event."""
+        obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+        if obj is None:
+            return
+        patch_cluster_object(self._home, ADVERTISEMENTS, request.advertisement, {"metadata": {"annotations": {
+            REFUSED_OFFER_ANNOTATION: offer_fingerprint(obj.get("spec") or {})}}})  # fmt: skip
+        timeout = self._config().spec.incoming.virtual_node_ready_timeout_seconds
+        status = obj.get("status") or {}
+        conditions = with_condition(condition("Accepted", False, "VirtualNodeNotReady", NOT_READY_MESSAGE),
+                                    list(status.get("conditions") or []))  # fmt: skip
+        patch_cluster_object_status(self._home, ADVERTISEMENTS, request.advertisement,
+                                    {"phase": "Refused", "reason": "VirtualNodeNotReady", "conditions": conditions})
+        Metrics.of_activity().decided(provider=str((obj.get("spec") or {}).get("clusterId", "")), phase="Refused",
+                                      reason="VirtualNodeNotReady")  # fmt: skip
+        record_event(self._home, obj, reason="VirtualNodeNotReady", warning=True,
+                     message=f"the virtual node was not Ready within {timeout} s of its virtual kubelet: refused, "
+                             "the virtual kubelet is removed")  # fmt: skip
+
+    @activity.defn
     def delete_virtual_node(self, request: DeleteVirtualNodeInput) -> None:
         """Teardown 2: cordoned first, so that nothing lands on it while it goes."""
         core = k8s.CoreV1Api(self._home)
@@ -206,12 +252,12 @@ class ConsumerActivities:
     @activity.defn
     def release_advertisement(self, request: ReleaseAdvertisementInput) -> None:
         """Teardown 5: drops the finalizer; an expired or unreachable one is deleted too (a fresh push
-        brings it back)."""
+        brings it back). One refused as NotReady stays."""
         obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
         if obj is None:
             return
         self._set_finalizer(obj, present=False)
-        if request.teardown != "Deleted":
+        if request.teardown not in ("Deleted", "NotReady"):
             delete_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
 
     @activity.defn
@@ -236,6 +282,8 @@ class ConsumerActivities:
             self.delete_virtual_kubelet(DeleteVirtualKubeletInput(provider_id=provider))
         elif step == "DeleteExpired":
             return self.delete_expired(DeleteExpiredInput(advertisement=name))
+        elif step == "RefuseNotReady":
+            self.refuse_not_ready(RefuseNotReadyInput(advertisement=name))
         elif step == "ReleaseAdvertisement" and teardown is not None:
             self.release_advertisement(ReleaseAdvertisementInput(advertisement=name, teardown=teardown))
         return True

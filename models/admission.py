@@ -22,7 +22,12 @@ Rules, in the order they apply to every Advertisement that is not Accepted and n
    Refused/ManuallyRefused, under either policy: a person's explicit word wins over the automatic
    policy, though not over the rules above: the lists and the caps are the same person's word, and a
    manual acceptance is not bound by maxAcceptableAdvertisements (it may take the accepted count above it);
-7. acceptPolicy Manual → Pending/AwaitingManualDecision;
+6½. refused because its virtual node never became Ready (the Advertisement workflow refuses it, with
+   names.REFUSED_OFFER_ANNOTATION) and offering the same as then → stays Refused/VirtualNodeNotReady; a
+   changed offer is decided afresh, and a manual acceptance clears the annotation;
+7. acceptPolicy Manual → Pending/AwaitingManualDecision; with manualDecisionTimeoutSeconds, until
+   status.decisionDeadline (set when it starts waiting, quoted in the message), then Refused/DecisionTimedOut,
+   which sticks until a person decides (rule 6), the timeout is unset or the policy turns automatic;
 8. AutoAcceptMax → Accepted/WithinMaximum in arrival order (creationTimestamp, then name) while the
    accepted count is below maxAcceptableAdvertisements, else Refused/MaxReached.
 
@@ -39,10 +44,12 @@ until the snapshot moves.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
 
 from models.api import ClusterConfig
@@ -51,6 +58,7 @@ from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason
 from models.names import (
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
+    REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     advertisement_name,
     credentials_secret_name,
@@ -91,6 +99,9 @@ class Candidate:
     deleting: bool = False
     credentials: tuple[str, str] | None = None  # spec.kubeConfigRef as found: (namespace, name)
     prices: Resources = field(default_factory=Resources)  # spec.prices (empty when it has none)
+    decision_deadline: datetime | None = None  # status.decisionDeadline as found
+    offer: str = ""  # offer_fingerprint of its spec
+    refused_offer: str | None = None  # names.REFUSED_OFFER_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class Decision:
     phase: AdvertisementPhase
     reason: AdmissionReason
     message: str
+    decision_deadline: datetime | None = None  # status.decisionDeadline to write (None clears it)
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,8 @@ class AdmissionSnapshot:
     denied: frozenset[str]
     candidates: tuple[Candidate, ...] = ()
     max_prices: Resources = field(default_factory=Resources)
+    decision_timeout: timedelta | None = None  # manualDecisionTimeoutSeconds
+    now: datetime = _NEVER  # the pass's time: when a wait for a manual decision starts, and whether it ended
 
     @classmethod
     def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]],
@@ -126,7 +140,10 @@ class AdmissionSnapshot:
             denied=frozenset(incoming.denied_clusters),
             candidates=tuple(candidate(a, now) for a in advertisements),
             max_prices=incoming.max_prices or Resources(),
-        )
+            decision_timeout=timedelta(seconds=incoming.manual_decision_timeout_seconds)
+            if incoming.manual_decision_timeout_seconds is not None else None,
+            now=now,
+        )  # fmt: skip
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -256,7 +273,21 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
         prices=_prices(spec.get("prices")),
+        decision_deadline=_time(status.get("decisionDeadline")),
+        offer=offer_fingerprint(spec),
+        refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
     )
+
+
+NOT_READY_MESSAGE: Final = ("its virtual node was not Ready within virtualNodeReadyTimeoutSeconds: refused until the "
+                            "offer changes or someone accepts it by hand")  # fmt: skip
+
+
+def offer_fingerprint(spec: Mapping[str, Any]) -> str:
+    """What the provider offers (resources and prices), as a short digest: a refusal for a virtual node that
+    never became Ready holds while it is the same."""
+    offer = {"resourceQuota": spec.get("resourceQuota"), "prices": spec.get("prices")}
+    return hashlib.sha256(json.dumps(offer, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _prices(prices: Any) -> Resources:
@@ -276,15 +307,59 @@ def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
     for c in ordered:
         if c.phase == "Accepted":
             continue
-        phase, reason, message = _rule(snapshot, c, accepted)
+        phase, reason, message, deadline = _rule(snapshot, c, accepted)
         if phase == "Accepted":
             accepted += 1
-        if (c.phase, c.reason, c.message) != (phase, reason, message):
-            decisions.append(Decision(name=c.name, provider=c.provider, phase=phase, reason=reason, message=message))
+        if (c.phase, c.reason, c.message, c.decision_deadline) != (phase, reason, message, deadline):
+            decisions.append(Decision(name=c.name, provider=c.provider, phase=phase, reason=reason, message=message,
+                                      decision_deadline=deadline))  # fmt: skip
     return decisions
 
 
-def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str]:
+def next_decision_deadline(snapshot: AdmissionSnapshot, decisions: Iterable[Decision]) -> datetime | None:
+    """The earliest deadline of a manual decision still awaited once `decisions` are written: when the
+    admission workflow passes again unasked."""
+    written = {d.name: d for d in decisions}
+    deadlines = [d.decision_deadline for d in written.values() if d.decision_deadline is not None]
+    deadlines += [c.decision_deadline for c in snapshot.candidates if c.name not in written and not c.deleting
+                  and c.phase == "Pending" and c.decision_deadline is not None]  # fmt: skip
+    return min(deadlines, default=None)
+
+
+def _rule(snapshot: AdmissionSnapshot, c: Candidate,
+          accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str, datetime | None]:  # fmt: skip
+    """(phase, reason, message, decisionDeadline): the deadline only while a manual decision is awaited."""
+    if snapshot.policy == "Manual" and c.manual is None and not c.problems:
+        manual = _awaiting_manual_decision(snapshot, c)
+        if manual is not None:
+            return manual
+    return (*_decision(snapshot, c, accepted), None)
+
+
+def _awaiting_manual_decision(snapshot: AdmissionSnapshot,
+                              c: Candidate) -> tuple[AdvertisementPhase, AdmissionReason, str, datetime | None] | None:  # fmt: skip
+    """Rule 7 with manualDecisionTimeoutSeconds; None when the other rules decide (one of rules 1–5 refuses,
+    or there is no timeout)."""
+    phase, reason, message = _decision(snapshot, c, 0)
+    timeout = snapshot.decision_timeout
+    if reason != "AwaitingManualDecision" or timeout is None:
+        return None
+    seconds = int(timeout.total_seconds())
+    if c.phase == "Refused" and c.reason == "DecisionTimedOut":
+        return "Refused", "DecisionTimedOut", _timed_out(seconds), None
+    waiting = c.phase == "Pending" and c.reason == "AwaitingManualDecision" and c.decision_deadline is not None
+    deadline = c.decision_deadline if waiting and c.decision_deadline is not None else (snapshot.now + timeout).replace(microsecond=0)
+    if snapshot.now >= deadline:
+        return "Refused", "DecisionTimedOut", _timed_out(seconds), None
+    return phase, reason, f"{message}, until {deadline:%Y-%m-%dT%H:%M:%SZ} (manualDecisionTimeoutSeconds)", deadline
+
+
+def _timed_out(seconds: int) -> str:
+    return (f"nobody accepted or refused it within manualDecisionTimeoutSeconds ({seconds} s); "
+            "accept it by hand to take it")  # fmt: skip
+
+
+def _decision(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str]:
     who = f"cluster {c.provider!r}"
     if c.problems:
         return "Refused", "Invalid", "invalid Advertisement: " + "; ".join(c.problems)
@@ -302,6 +377,8 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[Adv
         return "Refused", "PriceTooHigh", "; ".join(
             f"spec.prices.{name} is {format_price(c.prices[name])} per {price_unit(name)}, above maxPrices.{name} "
             f"{format_price(snapshot.max_prices[name])}" for name in too_high)  # fmt: skip
+    if c.refused_offer is not None and c.refused_offer == c.offer:
+        return "Refused", "VirtualNodeNotReady", NOT_READY_MESSAGE
     if c.manual == "accept":
         return "Accepted", "ManuallyAccepted", f"accepted by hand: {c.manual_reason or 'no reason given'}"
     if c.manual == "refuse":

@@ -9,6 +9,14 @@ Rules since issue 14 (`legacy=False`; the workflow passes `legacy=True` only to 
 that their histories replay): an Advertisement that expires without being accepted (Pending or Refused)
 is deleted with the reason `Expired` and its workflow completes, instead of waking every second for
 ever; no deadline already past is ever a deadline again (see `wake_after`).
+
+Since issue 20 (incoming.virtualNodeReadyTimeoutSeconds): an accepted Advertisement whose virtual node has
+never been Ready that long after its virtual kubelet was created (the PodCIDR wait comes before, and is not
+counted) is refused (VirtualNodeNotReady) and its virtual node and kubelet are taken down in the teardown
+order; the Advertisement stays, Refused, without its finalizer, and the workflow goes back to waiting
+for a decision. Admission keeps it refused until its offer changes or someone accepts it by hand
+(models/admission.py), so no teardown → re-push → re-accept loop forms. Runs begun before have no
+deadline (their observations carry no timeout), so their histories replay.
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ Step = Literal[
     "DeleteVirtualKubelet",  # teardown 4
     "ReleaseAdvertisement",  # teardown 5: drop the finalizer (and delete it, when it expired)
     "DeleteExpired",        # never accepted and expired: delete it (Event reason Expired), then Done
+    "RefuseNotReady",       # NotReady 1: refuse it (VirtualNodeNotReady); then the teardown from step 2, keeping it
     "Done",
 ]  # fmt: skip
-TeardownCause = Literal["Deleted", "Expired", "ProviderUnreachable"]
+# NotReady tears down what was built and keeps the Advertisement, refused; the others end the run.
+TeardownCause = Literal["Deleted", "Expired", "ProviderUnreachable", "NotReady"]
 
 
 class _Model(BaseModel):
@@ -57,6 +67,8 @@ class AdvertisementObservation(_Model):
     provider_unreachable_since: datetime | None = None
     pod_cidr_wait_timeout_seconds: int = 300
     keepalive_seconds: int = 60
+    virtual_node_ready: bool = False  # its Ready condition is True
+    virtual_node_ready_timeout_seconds: int | None = None  # incoming.virtualNodeReadyTimeoutSeconds
 
 
 class AdvertisementState(_Model):
@@ -73,6 +85,11 @@ class AdvertisementState(_Model):
     # The last activity failure the workflow waited out (a forbidden call, say), for the Web UI; None once a
     # pass succeeds again.
     last_error: str | None = None
+    # When the virtual kubelet was first created since acceptance, and whether its node has been Ready since:
+    # the virtualNodeReadyTimeoutSeconds deadline runs from the one until the other.
+    ready_wait_started: datetime | None = None
+    node_was_ready: bool = False
+    not_ready_refused: bool = False  # NotReady teardown: RefuseNotReady is done
 
 
 class AdvertisementInput(_Model):
@@ -88,6 +105,14 @@ class AdvertisementInput(_Model):
 _UNACCEPTED = ("Pending", "Refused")
 # The virtual kubelet cannot report a clean namespace if the provider is gone; do not wait for ever.
 PROVIDER_CLEAN_TIMEOUT = timedelta(minutes=2)
+
+
+def ready_deadline(obs: AdvertisementObservation, state: AdvertisementState) -> datetime | None:
+    """When an accepted Advertisement whose virtual node was never Ready is refused; None: no such deadline."""
+    if (obs.virtual_node_ready_timeout_seconds is None or state.ready_wait_started is None or state.node_was_ready
+            or obs.virtual_node_ready or state.teardown is not None or obs.phase != "Accepted"):  # fmt: skip
+        return None
+    return state.ready_wait_started + timedelta(seconds=obs.virtual_node_ready_timeout_seconds)
 
 
 def teardown_cause(obs: AdvertisementObservation, now: datetime) -> TeardownCause | None:
@@ -122,10 +147,13 @@ def next_step(
     teardown = state.teardown
     if teardown is None and obs.phase == "Accepted":
         teardown = teardown_cause(obs, now)
+        deadline = ready_deadline(obs, state)
+        if teardown is None and deadline is not None and now >= deadline:
+            teardown = "NotReady"
     elif teardown is None and (not obs.exists or obs.deleting):
         teardown = "Deleted"
     if teardown is not None:
-        return NextStep(_teardown_step(obs, state, now), teardown)
+        return NextStep(_teardown_step(obs, state, now, teardown), teardown)
     return NextStep(_building_step(obs, now, legacy=legacy), None)
 
 
@@ -143,7 +171,10 @@ def _building_step(obs: AdvertisementObservation, now: datetime, *, legacy: bool
     return "Steady"
 
 
-def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> Step:
+def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime,
+                   teardown: TeardownCause) -> Step:  # fmt: skip
+    if teardown == "NotReady" and obs.exists:
+        return _not_ready_step(obs, state, now)
     if not obs.exists:
         return "Done" if not obs.virtual_kubelet_exists and not obs.virtual_node_exists else (
             "DeleteVirtualNode" if obs.virtual_node_exists else "DeleteVirtualKubelet"
@@ -155,6 +186,22 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
     if obs.virtual_kubelet_exists:
         waited = now - state.clean_wait_started if state.clean_wait_started else timedelta(0)
         if not obs.provider_clean and waited < PROVIDER_CLEAN_TIMEOUT:
+            return "AwaitProviderClean"
+        return "DeleteVirtualKubelet"
+    return "ReleaseAdvertisement"
+
+
+def _not_ready_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> Step:
+    """Refuse, then the teardown's node → clean → virtual kubelet, then drop the finalizer (the
+    Advertisement stays); after it (`after_step`) the run waits for a decision again."""
+    if not state.not_ready_refused:
+        return "RefuseNotReady"
+    if obs.virtual_node_exists:
+        return "DeleteVirtualNode"
+    if obs.virtual_kubelet_exists:
+        # A node that never registered had no pods: nothing in the provider to wait for.
+        started = state.clean_wait_started
+        if started is not None and not obs.provider_clean and now - started < PROVIDER_CLEAN_TIMEOUT:
             return "AwaitProviderClean"
         return "DeleteVirtualKubelet"
     return "ReleaseAdvertisement"
@@ -178,6 +225,9 @@ def wake_after(
         deadlines.append(state.accepted_at + timedelta(seconds=obs.pod_cidr_wait_timeout_seconds))
     if step == "AwaitProviderClean" and state.clean_wait_started is not None:
         deadlines.append(state.clean_wait_started + PROVIDER_CLEAN_TIMEOUT)
+    ready = ready_deadline(obs, state)
+    if ready is not None and ready > now:
+        deadlines.append(ready)
     if not deadlines:
         return None
     return max(timedelta(seconds=1), min(deadlines) - now)
@@ -212,7 +262,9 @@ def _waiting_for(step: Step, state: AdvertisementState) -> str:
         "AwaitPodCIDR": "the network module to set status.remoteRemappedPodCIDR"
         + (" (timed out; still waiting)" if state.pod_cidr_timed_out else ""),
         "AwaitProviderClean": "the virtual kubelet to report the provider namespace clean",
-        "Steady": "changes to the Advertisement, its virtual kubelet or node; expiry",
+        "Steady": "changes to the Advertisement, its virtual kubelet or node; expiry"
+        + ("" if state.ready_wait_started is None or state.node_was_ready else
+           "; the virtual node to be Ready (virtualNodeReadyTimeoutSeconds)"),
     }.get(step, "nothing")
 
 
@@ -223,6 +275,13 @@ def after_step(state: AdvertisementState, step: Step, *, done: bool, now: dateti
     update: dict[str, object] = {"deleted": deleted}
     if step == "DeleteExpired" and done:
         update["teardown"] = "Expired"  # nothing else to tear down: the run completes
+    if step == "RefuseNotReady":
+        update["not_ready_refused"] = True
+    if step == "ReleaseAdvertisement" and state.teardown == "NotReady":
+        # Kept, refused: the run waits for a decision again, and a new acceptance starts from the beginning.
+        return state.model_copy(update={"deleted": deleted, "teardown": None, "not_ready_refused": False,
+                                        "accepted_at": None, "pod_cidr_timed_out": False, "clean_wait_started": None,
+                                        "ready_wait_started": None, "node_was_ready": False})  # fmt: skip
     if step == "DeleteVirtualNode":
         deleted["virtual-node"] = now
         update["clean_wait_started"] = now
@@ -232,6 +291,8 @@ def after_step(state: AdvertisementState, step: Step, *, done: bool, now: dateti
         deleted["advertisement"] = now
     elif step == "EnsureVirtualKubelet":
         update["virtual_kubelet_created"] = state.virtual_kubelet_created + 1
+        if state.ready_wait_started is None:
+            update["ready_wait_started"] = now
     return state.model_copy(update=update)
 
 
@@ -267,6 +328,10 @@ class DeleteExpiredInput(_Model):
     advertisement: str
 
 
+class RefuseNotReadyInput(_Model):
+    advertisement: str
+
+
 class AdvertisementStep(_Model):
     """The input of `run_step`, kept for runs begun before patch consumer-step-activities."""
 
@@ -296,3 +361,6 @@ class AdmissionResult(_Model):
     total_accepted: int = 0
     maximum: int | None = None
     policy: str = ""
+    # The earliest deadline of a manual decision still awaited (manualDecisionTimeoutSeconds): the workflow
+    # passes again then, unasked.
+    next_decision_deadline: datetime | None = None

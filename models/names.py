@@ -35,6 +35,9 @@ TAINT_VIRTUAL_NODE: Final = "tidepool.io/virtual-node"
 ADVERTISEMENT_FINALIZER: Final = "tidepool.io/teardown"
 # A manual decision on an Advertisement (acceptPolicy Manual): "accept" or "refuse", and why.
 DECISION_ANNOTATION: Final = "tidepool.io/decision"
+# The offer (models/admission.offer_fingerprint) of an Advertisement refused because its virtual node never
+# became Ready: admission keeps it refused while the offer is the same. Removing it (or accepting by hand) lifts it.
+REFUSED_OFFER_ANNOTATION: Final = "tidepool.io/refused-offer"
 DECISION_REASON_ANNOTATION: Final = "tidepool.io/decision-reason"
 # Set to "clean" by a virtual kubelet on its own Deployment once it emptied the provider namespace.
 VK_CLEAN_ANNOTATION: Final = "tidepool.io/provider-namespace"

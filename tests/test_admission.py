@@ -11,10 +11,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.admission import REASONS, AdmissionSnapshot, Decision, decide, validate_advertisement
+from models.admission import (
+    NOT_READY_MESSAGE,
+    REASONS,
+    AdmissionSnapshot,
+    Decision,
+    decide,
+    next_decision_deadline,
+    offer_fingerprint,
+    validate_advertisement,
+)
 from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
-from models.names import DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, SYSTEM_NAMESPACE, credentials_secret_name
+from models.names import (
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
+    REFUSED_OFFER_ANNOTATION,
+    SYSTEM_NAMESPACE,
+    credentials_secret_name,
+)
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -50,9 +65,9 @@ def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str 
     }  # fmt: skip
 
 
-def snapshot(advertisements: list[dict[str, Any]], **incoming: Any) -> AdmissionSnapshot:
+def snapshot(advertisements: list[dict[str, Any]], now: datetime = NOW, **incoming: Any) -> AdmissionSnapshot:
     config = ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {"incoming": incoming}})
-    return AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=NOW)
+    return AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=now)
 
 
 def outcome(advertisements: list[dict[str, Any]], **incoming: Any) -> dict[str, tuple[str, str]]:
@@ -67,8 +82,14 @@ def applied(advertisements: list[dict[str, Any]], decisions: list[Decision]) -> 
     result = []
     for a in advertisements:
         d = by_name.get(a["metadata"]["name"])
-        condition = {"type": "Accepted", "status": str(d.phase == "Accepted"), "reason": d.reason, "message": d.message} if d else {}
-        result.append({**a, "status": {"phase": d.phase, "reason": d.reason, "conditions": [condition]}} if d else a)
+        if d is None:
+            result.append(a)
+            continue
+        condition = {"type": "Accepted", "status": str(d.phase == "Accepted"), "reason": d.reason, "message": d.message}
+        status: dict[str, Any] = {"phase": d.phase, "reason": d.reason, "conditions": [condition]}
+        if d.decision_deadline is not None:
+            status["decisionDeadline"] = d.decision_deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+        result.append({**a, "status": status})
     return result
 
 
@@ -236,6 +257,83 @@ def test_manual_acceptances_count_against_the_maximum_when_the_policy_turns_auto
                                                              "c": ("Refused", "MaxReached")}  # fmt: skip
 
 
+# Deadlines on manual decisions (issue 20) ------------------------------------------------------------------
+
+HOUR: dict[str, Any] = {"acceptPolicy": "Manual", "manualDecisionTimeoutSeconds": 3600}
+
+
+def _pass(advertisements: list[dict[str, Any]], now: datetime, **incoming: Any) -> tuple[list[Decision], list[dict[str, Any]], datetime | None]:
+    """One admission pass at `now`: its decisions, the Advertisements once written, the next deadline."""
+    snap = snapshot(advertisements, now=now, **incoming)
+    decisions = decide(snap)
+    return decisions, applied(advertisements, decisions), next_decision_deadline(snap, decisions)
+
+
+def test_a_manual_decision_nobody_makes_in_time_is_refused_and_stays_refused_until_someone_decides() -> None:
+    state = [adv("x", ttl=timedelta(days=2))]
+    decisions, state, deadline = _pass(state, NOW, **HOUR)
+    assert [(d.phase, d.reason, d.decision_deadline) for d in decisions] == [
+        ("Pending", "AwaitingManualDecision", NOW + timedelta(hours=1))]
+    assert "until 2026-11-22T13:00:00Z (manualDecisionTimeoutSeconds)" in decisions[0].message
+    assert deadline == NOW + timedelta(hours=1)
+    decisions, state, deadline = _pass(state, NOW + timedelta(minutes=59), **HOUR)
+    assert (decisions, deadline) == ([], NOW + timedelta(hours=1))  # still waiting: nothing written
+    decisions, state, deadline = _pass(state, NOW + timedelta(hours=1), **HOUR)
+    assert [(d.phase, d.reason, d.decision_deadline) for d in decisions] == [("Refused", "DecisionTimedOut", None)]
+    assert "manualDecisionTimeoutSeconds (3600 s)" in decisions[0].message and deadline is None
+    decisions, state, deadline = _pass(state, NOW + timedelta(hours=5), **HOUR)
+    assert (decisions, deadline) == ([], None)  # the refusal sticks and arms nothing
+    state[0]["metadata"]["annotations"][DECISION_ANNOTATION] = "accept"
+    decisions, state, _ = _pass(state, NOW + timedelta(hours=6), **HOUR)
+    assert [(d.phase, d.reason) for d in decisions] == [("Accepted", "ManuallyAccepted")]
+
+
+def test_a_timeout_set_while_one_waits_starts_its_clock_then_and_unsetting_it_waits_again_without_end() -> None:
+    waiting = settled([adv("x", ttl=timedelta(days=2))], acceptPolicy="Manual")
+    assert waiting[0]["status"]["reason"] == "AwaitingManualDecision" and "decisionDeadline" not in waiting[0]["status"]
+    later = NOW + timedelta(hours=3)
+    decisions, state, deadline = _pass(waiting, later, **HOUR)
+    assert [(d.reason, d.decision_deadline) for d in decisions] == [("AwaitingManualDecision", later + timedelta(hours=1))]
+    _, state, _ = _pass(state, later + timedelta(hours=1), **HOUR)
+    assert state[0]["status"]["reason"] == "DecisionTimedOut"
+    decisions, state, deadline = _pass(state, later + timedelta(hours=2), acceptPolicy="Manual")
+    assert [(d.phase, d.reason, d.decision_deadline) for d in decisions] == [("Pending", "AwaitingManualDecision", None)]
+    assert deadline is None
+
+
+def test_the_earliest_deadline_is_next_and_the_other_rules_still_come_first() -> None:
+    state = [adv("a", order=1, ttl=timedelta(days=2)), adv("b", order=2, ttl=timedelta(days=2))]
+    _, state, _ = _pass(state, NOW, **HOUR)
+    state.append(adv("c", order=3, ttl=timedelta(days=2)))
+    _, state, deadline = _pass(state, NOW + timedelta(minutes=10), **HOUR)
+    assert deadline == NOW + timedelta(hours=1)  # a and b's, not c's
+    decisions, _, deadline = _pass(state, NOW + timedelta(hours=1), deniedClusters=["a"], **HOUR)
+    assert {d.provider: d.reason for d in decisions} == {"a": "Denied", "b": "DecisionTimedOut"}
+    assert deadline == NOW + timedelta(minutes=70)  # c's
+
+
+def _refused_not_ready(advertisement: dict[str, Any]) -> dict[str, Any]:
+    """As the Advertisement workflow leaves one whose virtual node never became Ready."""
+    annotations = {**advertisement["metadata"]["annotations"],
+                   REFUSED_OFFER_ANNOTATION: offer_fingerprint(advertisement["spec"])}  # fmt: skip
+    condition = {"type": "Accepted", "status": "False", "reason": "VirtualNodeNotReady", "message": NOT_READY_MESSAGE}
+    return {**advertisement, "metadata": {**advertisement["metadata"], "annotations": annotations},
+            "status": {"phase": "Refused", "reason": "VirtualNodeNotReady", "conditions": [condition]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("decision", [None, "accept"])
+def test_a_refusal_for_a_virtual_node_never_ready_holds_until_the_offer_changes(decision: str | None) -> None:
+    """Under either policy, and even with an old manual acceptance on it: no re-accept loop."""
+    refused = _refused_not_ready(adv("x", decision=decision))
+    assert outcome([refused]) == {} and outcome([refused], acceptPolicy="Manual") == {}
+    new_offer = {**refused, "spec": {**refused["spec"], "resourceQuota": {"hard": {"cpu": "2", "memory": "1Gi"}}}}
+    assert outcome([new_offer])["x"] == ("Accepted", "ManuallyAccepted" if decision else "WithinMaximum")
+    lifted = {**refused, "metadata": {**refused["metadata"], "annotations": {
+        k: v for k, v in refused["metadata"]["annotations"].items() if k != REFUSED_OFFER_ANNOTATION}}}
+    assert outcome([lifted])["x"][0] == "Accepted"  # the annotation removed, as a manual acceptance does
+    assert outcome([refused], deniedClusters=["x"])["x"] == ("Refused", "Denied")  # the lists still come first
+
+
 # Validation ------------------------------------------------------------------------------------------------
 
 
@@ -352,7 +450,7 @@ def test_a_pass_is_final_bounded_and_fair(states: list[Any], policy: str, maximu
     advertisements = [adv(f"p{i}", order=order, phase=phase, reason=reason, decision=verdict, deleting=deleting,
                           hard={"cpu": "-1"} if invalid else None)
                       for i, (order, (phase, reason), verdict, deleting, invalid) in enumerate(states)]  # fmt: skip
-    incoming = {"acceptPolicy": policy, "maxAcceptableAdvertisements": maximum, "deniedClusters": denied,
+    incoming: dict[str, Any] = {"acceptPolicy": policy, "maxAcceptableAdvertisements": maximum, "deniedClusters": denied,
                 "allowedClusters": allowed}  # fmt: skip
     decisions = decide(snapshot(advertisements, **incoming))
     after = applied(advertisements, decisions)

@@ -28,6 +28,7 @@ from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
     DECISION_ANNOTATION,
+    REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
     admission_workflow_id,
@@ -39,6 +40,7 @@ from models.names import (
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
+from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import AdvertisementWorkflow
 
 pytestmark = [pytest.mark.env, pytest.mark.consumer]
@@ -191,6 +193,79 @@ async def test_manual_acceptance_by_update_and_by_annotation(
     assert _phases(api) == {by_update: "Accepted", by_annotation: "Accepted", refused: "Refused"}
     reason = (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(refused)) or {})["status"]["reason"]
     assert reason == "ManuallyRefused"
+
+
+async def test_a_manual_decision_nobody_makes_in_time_is_refused_and_can_still_be_accepted_by_hand(
+    localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="Manual", manualDecisionTimeoutSeconds=3600)
+    provider = f"late-{unique}"
+
+    def status() -> dict[str, Any]:
+        return (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}).get("status") or {}
+
+    skipper = TimeSkipper(temporal_client)
+    admission = temporal_client.get_workflow_handle(admission_workflow_id(f"cons-{unique}"))
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, ttl=timedelta(hours=3)))
+        await eventually(lambda: status().get("reason") == "AwaitingManualDecision", what="pending with a deadline")
+        deadline = datetime.fromisoformat(status()["decisionDeadline"].replace("Z", "+00:00"))
+        assert timedelta(minutes=59) < deadline - datetime.now(UTC) <= timedelta(hours=1)
+        assert status()["decisionDeadline"] in _accepted_message(api, provider)
+        await asyncio.wait_for(skipper.fast_forward(admission, timedelta(minutes=61)), timeout=60)
+        await eventually(lambda: status().get("reason") == "DecisionTimedOut", what="refused when nobody decided")
+        assert status()["phase"] == "Refused" and "decisionDeadline" not in status()
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
+            AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", provider))  # fmt: skip
+        assert await handle.execute_update(AdvertisementWorkflow.accept, "late, but wanted") == "Accepted"
+        assert status()["reason"] == "ManuallyAccepted"
+    await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))
+
+
+async def test_a_virtual_node_never_ready_is_refused_and_its_virtual_kubelet_removed_until_the_offer_changes(
+    localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
+) -> None:
+    api = consumer.api_client()
+    _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=5, virtualNodeReadyTimeoutSeconds=600)
+    provider = f"stuck-{unique}"
+    name = advertisement_name(provider)
+    skipper = TimeSkipper(temporal_client)
+
+    def found() -> dict[str, Any]:
+        return read_cluster_object(api, ADVERTISEMENTS, name) or {}
+
+    apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, ttl=timedelta(hours=3)))
+    patch_cluster_object_status(api, ADVERTISEMENTS, name,
+                                {"phase": "Accepted", "reason": "WithinMaximum", "remoteRemappedPodCIDR": "None"})
+    async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
+        # No virtual kubelet runs the Deployment here: its node never registers.
+        await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
+            AdvertisementWorkflow.run, advertisement_workflow_id(f"cons-{unique}", provider))  # fmt: skip
+        await asyncio.wait_for(skipper.fast_forward(handle, timedelta(minutes=11)), timeout=60)
+        await eventually(lambda: _deployment(api, provider) is None and not found()["metadata"].get("finalizers"),
+                         what="the virtual kubelet removed and the finalizer dropped")  # fmt: skip
+        assert (found()["status"]["phase"], found()["status"]["reason"]) == ("Refused", "VirtualNodeNotReady")
+        assert REFUSED_OFFER_ANNOTATION in found()["metadata"]["annotations"]
+        # Admission passes again (a ClusterConfig edit signals it) and keeps it refused: no re-accept loop.
+        admission = temporal_client.get_workflow_handle_for(AdmissionWorkflow.run, admission_workflow_id(f"cons-{unique}"))
+        _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=6, virtualNodeReadyTimeoutSeconds=600)
+
+        async def passed_with_six() -> bool:
+            last = await admission.query(AdmissionWorkflow.last_pass)
+            return last is not None and last.maximum == 6
+
+        await eventually(passed_with_six, what="an admission pass under the new maximum")
+        assert found()["status"]["reason"] == "VirtualNodeNotReady"
+        state = await eventually(lambda: handle.query(AdvertisementWorkflow.status), what="the workflow's state")
+        assert state.teardown is None and "virtual-kubelet" in state.deleted and "advertisement" not in state.deleted
+        # A new offer is decided afresh: accepted, and the virtual kubelet is back.
+        apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, cpu="3", ttl=timedelta(hours=3)))
+        await eventually(lambda: _deployment(api, provider) is not None and found()["status"]["phase"] == "Accepted",
+                         what="accepted again with its new offer")  # fmt: skip
+        assert REFUSED_OFFER_ANNOTATION not in (found()["metadata"].get("annotations") or {})
+    await replay_all_runs(temporal_client, advertisement_workflow_id(f"cons-{unique}", provider))
 
 
 def _deployment(api: k8s.ApiClient, provider: str) -> Any:

@@ -12,7 +12,9 @@ from models.consumer import (
     PROVIDER_CLEAN_TIMEOUT,
     AdvertisementObservation,
     AdvertisementState,
+    after_step,
     next_step,
+    wake_after,
 )
 
 pytestmark = pytest.mark.consumer
@@ -65,3 +67,43 @@ def test_next_step_leaves_the_state_alone_and_returns_the_teardown_cause() -> No
     assert state == AdvertisementState()
     latched = state.model_copy(update={"teardown": "Expired"})
     assert next_step(observed(deleting=True), latched, NOW).teardown == "Expired"  # once begun, the cause stays
+
+
+def test_a_virtual_node_never_ready_in_time_is_refused_torn_down_and_the_advertisement_kept() -> None:
+    """virtualNodeReadyTimeoutSeconds (issue 20): the wait runs from the virtual kubelet's creation."""
+    state = after_step(AdvertisementState(accepted_at=NOW), "EnsureVirtualKubelet", done=True, now=NOW)
+    obs = observed(virtual_node_ready_timeout_seconds=600, virtual_node_exists=True)
+    assert next_step(obs, state, NOW + timedelta(seconds=599)).step == "Steady"
+    assert wake_after(obs, state, "Steady", NOW + timedelta(seconds=100)) == timedelta(seconds=500)
+    decided = next_step(obs, state, NOW + timedelta(seconds=600))
+    assert (decided.step, decided.teardown) == ("RefuseNotReady", "NotReady")
+    state = after_step(state.model_copy(update={"teardown": "NotReady"}), "RefuseNotReady", done=True, now=NOW)
+    refused = {"phase": "Refused", "virtual_node_ready_timeout_seconds": 600}
+    assert next_step(observed(**refused, virtual_node_exists=True), state, NOW).step == "DeleteVirtualNode"
+    state = after_step(state, "DeleteVirtualNode", done=True, now=NOW)
+    assert next_step(observed(**refused), state, NOW).step == "AwaitProviderClean"
+    assert next_step(observed(**refused, provider_clean=True), state, NOW).step == "DeleteVirtualKubelet"
+    assert next_step(observed(**refused, virtual_kubelet_exists=False), state, NOW).step == "ReleaseAdvertisement"
+    state = after_step(state, "ReleaseAdvertisement", done=True, now=NOW)
+    assert (state.teardown, state.ready_wait_started, state.accepted_at) == (None, None, None)
+    # Kept and refused: the run waits for a decision, and no deadline is armed.
+    kept = observed(**refused, has_finalizer=False, virtual_kubelet_exists=False)
+    assert next_step(kept, state, NOW).step == "AwaitDecision"
+    assert wake_after(kept.model_copy(update={"time_to_live": None}), state, "AwaitDecision", NOW) is None
+
+
+def test_a_node_that_was_ready_once_and_no_timeout_arm_no_ready_deadline() -> None:
+    state = after_step(AdvertisementState(accepted_at=NOW), "EnsureVirtualKubelet", done=True, now=NOW)
+    late = NOW + timedelta(minutes=20)  # past the 600 s, before the expiry
+    assert next_step(observed(), state, late).step == "Steady"  # no timeout configured
+    ready = observed(virtual_node_ready_timeout_seconds=600, virtual_node_ready=True, virtual_node_exists=True)
+    assert next_step(ready, state, late).step == "Steady"
+    was_ready = state.model_copy(update={"node_was_ready": True})
+    assert next_step(observed(virtual_node_ready_timeout_seconds=600), was_ready, late).step == "Steady"
+    # Recreated after an accident: the wait still runs from the first creation.
+    assert after_step(state, "EnsureVirtualKubelet", done=True, now=late).ready_wait_started == NOW
+
+
+def test_a_never_registered_node_leaves_nothing_to_wait_for() -> None:
+    state = AdvertisementState(teardown="NotReady", not_ready_refused=True)
+    assert next_step(observed(phase="Refused"), state, NOW).step == "DeleteVirtualKubelet"

@@ -265,7 +265,8 @@ async def test_a_manual_accept_of_an_accepted_advertisement_is_refused_with_a_re
     assert isinstance(error, ApplicationError)
     assert (error.type, error.non_retryable) == ("InvalidDecision", True)
     assert error.message == (f"cannot decide by hand: {ADVERTISEMENT} is already Accepted; "
-                             "only a Pending one is decided by hand")  # fmt: skip
+                             "only a Pending one, or one refused as DecisionTimedOut or VirtualNodeNotReady, "
+                             "is decided by hand")  # fmt: skip
 
 
 async def test_a_forbidden_step_is_shown_and_waited_out_without_failing_the_run(
@@ -296,7 +297,7 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     passes: list[str] = []
 
     @activity.defn(name="admit_advertisements")
-    async def admit_advertisements(cluster_id: str) -> AdmissionResult:
+    async def admit_advertisements(cluster_id: str, now: datetime | None = None) -> AdmissionResult:
         passes.append(cluster_id)
         return AdmissionResult(accepted=[ADVERTISEMENT] if len(passes) == 2 else [], total_accepted=len(passes) - 1,
                                maximum=3, policy="AutoAcceptMax")  # fmt: skip

@@ -33,7 +33,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.consumer import ConsumerActivities
 from kube.informer import Informer
-from models.admission import validate_advertisement
+from models.admission import offer_fingerprint, validate_advertisement
 from models.consumer import AdmissionInput, AdvertisementInput
 from models.keys import KeyMemory
 from models.names import (
@@ -48,6 +48,7 @@ from models.names import (
     LABEL_NODE_TYPE,
     LABEL_PROVIDER,
     MANAGED_BY,
+    REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VERSION,
     VIRTUAL_NODE_TYPE,
@@ -114,6 +115,7 @@ def admission_key(obj: Obj) -> Hashable:
     meta, status = _meta(obj), obj.get("status") or {}
     annotations = _annotations(obj)
     refused_invalid = (status.get("phase"), status.get("reason")) == ("Refused", "Invalid")
+    refused_offer = annotations.get(REFUSED_OFFER_ANNOTATION)
     return (
         meta.get("uid"),
         bool(meta.get("deletionTimestamp")),
@@ -123,6 +125,9 @@ def admission_key(obj: Obj) -> Hashable:
         tuple(validate_advertisement(obj, _BEGINNING_OF_TIME)),
         # Refused as Invalid may mean "its timeToLive had passed": a push that renews it is news to admission.
         (obj.get("spec") or {}).get("timeToLive") if refused_invalid else None,
+        # Refused for a virtual node never Ready: a changed offer, or the annotation lifted, is news (only then:
+        # any other Advertisement's offer moving is not admission's business).
+        (refused_offer, offer_fingerprint(obj.get("spec") or {})) if refused_offer else None,
     )
 
 
@@ -284,6 +289,7 @@ def consumer_role(ctx: RoleContext) -> Role:
                     activities.observe_advertisement, activities.ensure_finalizer, activities.ensure_virtual_kubelet,
                     activities.mark_deleting, activities.delete_virtual_node, activities.delete_virtual_kubelet,
                     activities.release_advertisement, activities.delete_expired, activities.report_pod_cidr_timeout,
+                    activities.refuse_not_ready,
                     activities.run_step],  # run_step: kept for runs begun before consumer-step-activities
         lead=lead,
     )  # fmt: skip

@@ -7,11 +7,15 @@ is a pure function of the cluster's Advertisements (models/admission.py), never 
 No periodic recheck since issue 14 (patch `admission-event-driven`): the watchers signal everything
 admission reads, and an Advertisement that expires is deleted by its AdvertisementWorkflow, which signals
 this one; an idle admission costs nothing.
+
+Since issue 20 (patch `admission-decision-deadline`): the pass is given the workflow's time, and while a
+manual decision is awaited under manualDecisionTimeoutSeconds, a durable timer (shown in the Web UI)
+wakes the workflow at the earliest deadline, so that the pass it starts refuses what nobody decided.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -31,6 +35,7 @@ IDLE_RECHECK = timedelta(minutes=10)
 EVENT_DRIVEN_PATCH = "admission-event-driven"
 # Runs begun before issue 19 never set HomeCluster (a new command): only new runs do.
 HOME_CLUSTER_PATCH = "admission-home-cluster"
+DECISION_DEADLINE_PATCH = "admission-decision-deadline"
 # A pass the retry policy gave up on (a permanent failure: a forbidden list) is shown and retried at the
 # next signal, or after this long.
 FAILED_PASS_RETRY = timedelta(minutes=5)
@@ -48,11 +53,13 @@ class AdmissionWorkflow:
     async def run(self, input: AdmissionInput) -> None:
         if workflow.patched(HOME_CLUSTER_PATCH):
             workflow.upsert_search_attributes([HOME_CLUSTER.value_set(input.cluster_id)])
+        deadlines = workflow.patched(DECISION_DEADLINE_PATCH)
         while True:
             self._pending = False
+            args: list[object] = [input.cluster_id, workflow.now()] if deadlines else [input.cluster_id]
             try:
                 self._last = await workflow.execute_activity_method(
-                    ConsumerActivities.admit_advertisements, input.cluster_id,
+                    ConsumerActivities.admit_advertisements, args=args,
                     start_to_close_timeout=ADMIT_TIMEOUT, retry_policy=ADMIT_RETRY, summary="admission pass",
                 )  # fmt: skip
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
@@ -61,7 +68,9 @@ class AdmissionWorkflow:
                 continue
             self._input.reconciles += 1
             workflow.set_current_details(_details(self._last, self._input.reconciles))
-            if workflow.patched(EVENT_DRIVEN_PATCH):
+            if deadlines and self._last.next_decision_deadline is not None:
+                await self._wait_until(self._last.next_decision_deadline)
+            elif workflow.patched(EVENT_DRIVEN_PATCH):
                 await workflow.wait_condition(lambda: self._pending)
             else:
                 try:
@@ -90,6 +99,15 @@ class AdmissionWorkflow:
         except TimeoutError:
             pass
 
+    async def _wait_until(self, deadline: datetime) -> None:
+        """The next signal, or the deadline of a manual decision still awaited."""
+        delay = max(timedelta(seconds=1), deadline - workflow.now())
+        try:
+            await workflow.wait_condition(lambda: self._pending, timeout=delay,
+                                          timeout_summary=f"manual decision deadline {deadline:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+        except TimeoutError:
+            pass
+
     @workflow.signal
     def reconcile(self) -> None:
         self._pending = True
@@ -112,4 +130,7 @@ def _details(result: AdmissionResult, passes: int) -> str:
         lines += [f"| {name} | {reason} |" for name, reason in sorted(result.refused.items())]
     if result.pending:
         lines.append(f"- pending a manual decision: {', '.join(result.pending)}")
+    if result.next_decision_deadline is not None:
+        lines.append(f"- next manual decision deadline: {result.next_decision_deadline:%Y-%m-%d %H:%M:%S} UTC "
+                     "(manualDecisionTimeoutSeconds)")  # fmt: skip
     return "\n".join(lines)

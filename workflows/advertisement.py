@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         EnsureVirtualKubeletInput,
         ManualDecision,
         MarkDeletingInput,
+        RefuseNotReadyInput,
         ReleaseAdvertisementInput,
         Step,
         TeardownCause,
@@ -68,7 +69,7 @@ DECISION_CHECK_INTERVAL = timedelta(seconds=1)
 # Steps that change nothing but the observation: no action is needed, so go round again at once.
 ACTING_STEPS: frozenset[Step] = frozenset(
     {"EnsureFinalizer", "EnsureVirtualKubelet", "MarkDeleting", "DeleteVirtualNode", "DeleteVirtualKubelet",
-     "ReleaseAdvertisement", "DeleteExpired"}
+     "ReleaseAdvertisement", "DeleteExpired", "RefuseNotReady"}
 )  # fmt: skip
 # Runs begun before issue 14 keep the old rules (a new timer at every wake, unaccepted ones never
 # expire) so that their histories replay; new runs take the held deadline and the expiry of unaccepted ones.
@@ -80,6 +81,8 @@ STEP_ACTIVITIES_PATCH = "consumer-step-activities"
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
 FAILURE_BACKOFF_MAX = timedelta(minutes=5)
+# Refusals a person may overturn by hand (issue 20): the accept/refuse updates take them like a Pending one.
+AWAITING_A_PERSON = frozenset({("Refused", "DecisionTimedOut"), ("Refused", "VirtualNodeNotReady")})
 
 
 @workflow.defn
@@ -129,6 +132,8 @@ class AdvertisementWorkflow:
         self._state.observed_phase = obs.phase
         if obs.phase == "Accepted" and self._state.accepted_at is None:
             self._state.accepted_at = now
+        if obs.virtual_node_ready and self._state.ready_wait_started is not None:
+            self._state.node_was_ready = True
         self._publish(obs, step)
         if step == "Done":
             return True
@@ -183,6 +188,9 @@ class AdvertisementWorkflow:
         elif step == "DeleteVirtualKubelet":
             await self._activity(ConsumerActivities.delete_virtual_kubelet,
                                  DeleteVirtualKubeletInput(provider_id=provider), summary=step)
+        elif step == "RefuseNotReady":
+            await self._activity(ConsumerActivities.refuse_not_ready, RefuseNotReadyInput(advertisement=name),
+                                 summary=step)  # fmt: skip
         elif step == "ReleaseAdvertisement":
             await self._activity(ConsumerActivities.release_advertisement,
                                  ReleaseAdvertisementInput(advertisement=name, teardown=self._teardown()), summary=step)
@@ -291,7 +299,7 @@ class AdvertisementWorkflow:
         for _ in range(DECISION_CHECKS):
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="decided?")  # fmt: skip
-            if obs.phase not in (None, "Pending"):
+            if obs.phase not in (None, "Pending") and (obs.phase, obs.reason) not in AWAITING_A_PERSON:
                 self._decided = str(obs.phase)  # the validators refuse a second decision
                 self._changed = True  # the main loop builds on it at once
                 return self._decided
@@ -314,9 +322,12 @@ class AdvertisementWorkflow:
             raise _invalid_decision(f"{self._input.advertisement} is being torn down ({self._state.teardown})")
         phase = self._decided or (self._observation.phase if self._observation is not None else None)
         phase = phase or self._state.observed_phase  # a run continued as new has not looked yet
-        if phase not in (None, "Pending"):
-            raise _invalid_decision(f"{self._input.advertisement} is already {phase}; only a Pending one is "
-                                    "decided by hand")  # fmt: skip
+        # One refused because nobody decided in time, or for a virtual node never Ready, awaits a person's word.
+        timed_out = self._decided is None and self._observation is not None and \
+            (self._observation.phase, self._observation.reason) in AWAITING_A_PERSON  # fmt: skip
+        if phase not in (None, "Pending") and not timed_out:
+            raise _invalid_decision(f"{self._input.advertisement} is already {phase}; only a Pending one, or one "
+                                    "refused as DecisionTimedOut or VirtualNodeNotReady, is decided by hand")  # fmt: skip
 
     @workflow.query
     def status(self) -> AdvertisementState:

@@ -72,6 +72,8 @@ class AdvertisementStatus(ApiModel):
     local_remapped_pod_cidr: str | None = Field(default=None, alias="localRemappedPodCIDR")
     vk_reference: ObjectReference | None = None
     vnode_reference: ObjectReference | None = None
+    # Pending a manual decision under manualDecisionTimeoutSeconds: when it is refused if nobody decides.
+    decision_deadline: datetime | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -52,6 +52,13 @@ class IncomingConfig(ApiModel):
     allowed_clusters: list[str] = Field(default_factory=list, description="Cluster ids; empty allows all.")
     denied_clusters: list[str] = Field(default_factory=list, description="Cluster ids; deny wins over allow.")
     pod_cidr_wait_timeout_seconds: int = Field(default=300, ge=1, le=86400, alias="podCIDRWaitTimeoutSeconds")
+    manual_decision_timeout_seconds: int | None = Field(default=None, ge=60, le=30 * 86400, description=(
+        "With acceptPolicy Manual: an Advertisement nobody accepts or refuses within this time is refused "
+        "(DecisionTimedOut) until someone decides. Unset: it waits until it expires."))  # fmt: skip
+    virtual_node_ready_timeout_seconds: int | None = Field(default=None, ge=30, le=86400, description=(
+        "An accepted Advertisement whose virtual node is not Ready this long after its virtual kubelet was created "
+        "(the PodCIDR wait not counted) is refused (VirtualNodeNotReady) and its virtual kubelet removed, until its "
+        "offer changes or someone accepts it by hand. Unset: it waits."))  # fmt: skip
     max_prices: Prices | None = Field(default=None, description=(
         "The most this cluster pays per unit of each resource listed, in the units of outgoing.prices: an Advertisement "
         "asking more for any of them is refused (PriceTooHigh). A resource not listed is not capped; one the provider "

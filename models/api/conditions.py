@@ -22,7 +22,8 @@ REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 # Advertisement.status.conditions[type=Accepted]: the admission decision (models/admission.py decides).
 AcceptedReason = Literal["WithinMaximum", "ManuallyAccepted"]
 RefusedReason = Literal["MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused",
-                        "UnexpectedCredentials", "PriceTooHigh"]  # fmt: skip
+                        "UnexpectedCredentials", "PriceTooHigh", "DecisionTimedOut",
+                        "VirtualNodeNotReady"]  # fmt: skip
 PendingReason = Literal["AwaitingManualDecision"]
 AdmissionReason = Literal[AcceptedReason, RefusedReason, PendingReason]
 # Advertisement.status.conditions[type=Ready]: False once teardown begins.

@@ -49,6 +49,7 @@ from models.names import (
     API_VERSION,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
+    FOREIGN_CLEANUP_FINALIZER,
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,
     MANAGED_BY,
@@ -63,6 +64,8 @@ from models.names import (
     service_account_subject,
 )
 from models.peering import (
+    CleanForeignRequest,
+    CleanForeignResult,
     DecisionRequest,
     ForeignDecision,
     PushRequest,
@@ -323,21 +326,50 @@ class PeeringActivities:
         self._record(request.peering_request, "Withdrawn", message=f"withdrawn: {request.reason}")
         foreign_cleaned, note = False, "the foreign cluster was not reached; its Advertisement expires on its own"
         if not request.skip_foreign:
-            try:
-                foreign = self.foreign_clients.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
-            except ApplicationError as e:  # no credentials left: nothing more we can do there
-                note = str(e)
-            else:
-                # Said before the deletion that the virtual kubelet reacts to: its credentials are already
-                # refused (the namespace went), and this tells it that the provider cleaned up itself.
-                ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
-                                 {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: rfc3339(_now())}}})  # fmt: skip
-                delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
-                ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
-                                 credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip
-                foreign_cleaned, note = True, ""
+            cleaned = self.clean_foreign(CleanForeignRequest(foreign_cluster_id=request.foreign_cluster_id,
+                                                             kube_config_ref=request.kube_config_ref))  # fmt: skip
+            foreign_cleaned, note = cleaned.cleaned, cleaned.note
+        if request.hold_credentials:  # before the release: the request's deletion takes its Secret with it
+            self._hold_credentials(request.kube_config_ref, held=True)
         self._release(request.peering_request)
         return WithdrawResult(foreign_cleaned=foreign_cleaned, home_cleaned=True, note=note or request.reason)
+
+    @activity.defn
+    def clean_foreign(self, request: CleanForeignRequest) -> CleanForeignResult:
+        """The foreign half of a withdrawal: our Advertisement and the Secret the consumer gave its virtual
+        kubelet. Fails while the foreign cluster does not answer."""
+        try:
+            foreign = self.foreign_clients.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
+        except ApplicationError as e:  # no credentials left: nothing more we can do there
+            return CleanForeignResult(cleaned=False, note=str(e))
+        # Said before the deletion that the virtual kubelet reacts to: its credentials are already refused
+        # (the namespace went), and this tells it that the provider cleaned up itself.
+        ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
+                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: rfc3339(_now())}}})  # fmt: skip
+        delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
+        ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
+                         credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip
+        return CleanForeignResult(cleaned=True)
+
+    @activity.defn
+    def release_credentials(self, ref: SecretReference) -> None:
+        """A forced withdrawal is done with the foreign side: the credentials Secret may go (with its request)."""
+        self._hold_credentials(ref, held=False)
+
+    def _hold_credentials(self, ref: SecretReference, *, held: bool) -> None:
+        core = k8s.CoreV1Api(self._home)
+        secret = ignore_not_found(core.read_namespaced_secret, ref.name, ref.namespace)
+        if secret is None or secret.metadata is None:
+            return
+        meta = secret.metadata
+        finalizers = [f for f in meta.finalizers or [] if f != FOREIGN_CLEANUP_FINALIZER]
+        if held:
+            finalizers.append(FOREIGN_CLEANUP_FINALIZER)
+        if finalizers != (meta.finalizers or []):
+            # A JSON merge patch: a strategic one merges finalizer lists, and would never remove ours.
+            core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": {
+                "finalizers": finalizers, "resourceVersion": meta.resource_version}},
+                _content_type="application/merge-patch+json")  # fmt: skip
 
     def _release(self, peering_request: str | None) -> None:
         """Let the PeeringRequest's deletion finish (and its Secret go): the withdrawal is done."""

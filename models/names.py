@@ -38,6 +38,11 @@ DECISION_ANNOTATION: Final = "tidepool.io/decision"
 # The offer (models/admission.offer_fingerprint) of an Advertisement refused because its virtual node never
 # became Ready: admission keeps it refused while the offer is the same. Removing it (or accepting by hand) lifts it.
 REFUSED_OFFER_ANNOTATION: Final = "tidepool.io/refused-offer"
+# On a PeeringRequest being deleted (`tidepool unpeer --force`): withdraw at home at once, the foreign side after.
+FORCE_UNPEER_ANNOTATION: Final = "tidepool.io/force-unpeer"
+# On a PeeringRequest's credentials Secret while a forced withdrawal still has the foreign side to clean: it
+# outlives the request (deleted with it) until the workflow is done with it.
+FOREIGN_CLEANUP_FINALIZER: Final = "tidepool.io/foreign-cleanup"
 DECISION_REASON_ANNOTATION: Final = "tidepool.io/decision-reason"
 # Set to "clean" by a virtual kubelet on its own Deployment once it emptied the provider namespace.
 VK_CLEAN_ANNOTATION: Final = "tidepool.io/provider-namespace"

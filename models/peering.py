@@ -18,7 +18,8 @@ from models.api.common import SecretReference
 from models.api.peeringrequest import PeeringRequestPhase
 from models.resources import Resources
 
-WithdrawReason = Literal["BroadcasterDisabled", "PeeringRequestDeleted", "Requested"]
+# Forced: `tidepool unpeer --force`, for a foreign cluster that may be gone (the home side first, at once).
+WithdrawReason = Literal["BroadcasterDisabled", "PeeringRequestDeleted", "Requested", "Forced"]
 
 CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
@@ -118,6 +119,10 @@ class PeeringState(_Model):
     push_requested: bool = False
     pushes_started: int = 0  # attempts begun, failed ones included: an update waits for its own
     pushes_finished: int = 0
+    # A forced withdrawal (`tidepool unpeer --force`) that has cleaned at home: until when it tries the
+    # foreign side again (its last Advertisement's expiry), and how that ended (None while it tries).
+    foreign_cleanup_until: datetime | None = None
+    foreign_cleanup_outcome: str | None = None
 
 
 class PeeringInput(_Model):
@@ -171,6 +176,18 @@ class WithdrawRequest(_Model):
     peering_request: str | None
     reason: WithdrawReason
     skip_foreign: bool = Field(default=False, description="Clean only the home side (the foreign one is gone).")
+    hold_credentials: bool = Field(default=False, description=(
+        "Keep the credentials Secret past the PeeringRequest (a finalizer) for a foreign cleaning still to come."))
+
+
+class CleanForeignRequest(_Model):
+    foreign_cluster_id: str
+    kube_config_ref: SecretReference
+
+
+class CleanForeignResult(_Model):
+    cleaned: bool
+    note: str = ""
 
 
 class WithdrawResult(_Model):
@@ -288,6 +305,12 @@ def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
             lines.append(f"- remote remapped PodCIDR: {foreign.remote_remapped_pod_cidr}")
     if state.last_error:
         lines.append(f"- ⚠ last error (attempt {state.consecutive_failures}): {state.last_error}")
+    if state.foreign_cleanup_until is not None:
+        lines.append("- forced unpeer: cleaned at home (access revoked, PeeringRequest released)")
+        lines.append(f"- on `{foreign_cluster_id}`: " + (state.foreign_cleanup_outcome or (
+            "not cleaned yet (its Advertisement and credentials Secret): tried again until "
+            f"{state.foreign_cleanup_until:%Y-%m-%d %H:%M:%S} UTC, when the Advertisement expires; after that its "
+            "own TTL and keepalive clean it")))  # fmt: skip
     if push is not None:
         lines += ["", "| resource | allocatable | advertised |", "|---|---|---|"]
         for name in sorted(set(push.allocatable) | set(push.advertised)):

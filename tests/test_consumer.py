@@ -249,7 +249,7 @@ async def test_a_virtual_node_never_ready_is_refused_and_its_virtual_kubelet_rem
         assert (found()["status"]["phase"], found()["status"]["reason"]) == ("Refused", "VirtualNodeNotReady")
         assert REFUSED_OFFER_ANNOTATION in found()["metadata"]["annotations"]
         # Admission passes again (a ClusterConfig edit signals it) and keeps it refused: no re-accept loop.
-        admission = temporal_client.get_workflow_handle_for(AdmissionWorkflow.run, admission_workflow_id(f"cons-{unique}"))
+        admission = temporal_client.get_workflow_handle(admission_workflow_id(f"cons-{unique}"))
         _incoming(api, acceptPolicy="AutoAcceptMax", maxAcceptableAdvertisements=6, virtualNodeReadyTimeoutSeconds=600)
 
         async def passed_with_six() -> bool:

@@ -4,7 +4,7 @@
                                                     pool placements and pool pods
   tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
                 [--token-lifetime SECONDS] [--consumer-server URL]
-  tidepool unpeer --provider KUBECONFIG --consumer-id ID
+  tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     unpeer = sub.add_parser("unpeer", help="withdraw a peering (deletes the PeeringRequest)")
     unpeer.add_argument("--provider", required=True)
     unpeer.add_argument("--consumer-id", required=True)
+    unpeer.add_argument("--force", action="store_true",
+                        help="the consumer may be gone: release at once, clean there afterwards if it answers")
     args = parser.parse_args(argv)
     if args.command == "status":
         print(status(_clusters(args)), end="")
@@ -153,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"identity for {args.provider_id} minted on the consumer; PeeringRequest {args.consumer_id} written "
               "on the provider")  # fmt: skip
     else:
-        cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id)
-        print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws")
+        cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id, force=args.force)
+        print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws"
+              + (" at home at once, and from the consumer when it answers" if args.force else ""))
     return 0
 
 

@@ -10,13 +10,15 @@ token's life."""
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity
-from kube.objects import apply_cluster_object, apply_core, delete_cluster_object
-from models.names import API_VERSION, PEERING_REQUESTS, SYSTEM_NAMESPACE
+from kube.objects import apply_cluster_object, apply_core, delete_cluster_object, ignore_not_found, patch_cluster_object
+from models.api.common import rfc3339
+from models.names import API_VERSION, FORCE_UNPEER_ANNOTATION, PEERING_REQUESTS, SYSTEM_NAMESPACE
 
 
 def request_secret_name(consumer_id: str) -> str:
@@ -63,8 +65,12 @@ def write_peering_request(provider: k8s.ApiClient, *, consumer_id: str, kubeconf
     apply_core(provider, credentials)
 
 
-def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str) -> None:
+def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str, force: bool = False) -> None:
     """Deleting the PeeringRequest withdraws the peering; its Secret goes with it, once withdrawn. The
     identity on the consumer stays (its token expires within its lifetime): a later `tidepool peer`
-    applies it again."""
+    applies it again. `force`: the provider does not wait for the consumer (which may be gone) before it
+    releases the request; it cleans there afterwards if it can (workflows/peering.py)."""
+    if force:
+        ignore_not_found(patch_cluster_object, provider, PEERING_REQUESTS, consumer_id,
+                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: rfc3339(datetime.now(UTC))}}})  # fmt: skip
     delete_cluster_object(provider, PEERING_REQUESTS, consumer_id)

@@ -40,6 +40,7 @@ from models.keys import KeyMemory
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
+    FORCE_UNPEER_ANNOTATION,
     GROUP,
     PEERING_REQUESTS,
     VERSION,
@@ -127,7 +128,8 @@ class ProviderWatchers(Watchers):
                 self._started.see(foreign, None)
                 self._unreachable.discard(foreign)
             self._unwatch_decision(foreign)
-            self._submit(self._signal_peering(foreign, "withdraw", "PeeringRequestDeleted"))
+            forced = FORCE_UNPEER_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {})
+            self._submit(self._signal_peering(foreign, "withdraw", "Forced" if forced else "PeeringRequestDeleted"))
             return
         ref = request.spec.kube_config_ref
         self._watch_decision(foreign, ref)
@@ -307,7 +309,8 @@ def provider_role(ctx: RoleContext) -> Role:
     return Role(
         name="provider",
         workflows=[PeeringWorkflow],
-        activities=[peering.push_advertisement, peering.read_foreign_decision, peering.withdraw_peering],
+        activities=[peering.push_advertisement, peering.read_foreign_decision, peering.withdraw_peering,
+                    peering.clean_foreign, peering.release_credentials],  # fmt: skip
         start=start_capacity,
         stop=capacity.stop,
         lead=lead,

@@ -37,6 +37,7 @@ from workflows.search_attributes import FOREIGN_CLUSTER, HOME_CLUSTER, PEERING_P
 with workflow.unsafe.imports_passed_through():
     from activities.peering import PeeringActivities
     from models.peering import (
+        CleanForeignRequest,
         DecisionRequest,
         ForeignDecision,
         PeeringInput,
@@ -73,6 +74,11 @@ WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_inte
 # A home-side withdrawal that failed for good is tried again, ever less often.
 HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
 HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
+# A forced withdrawal tries the foreign side again this often (doubling), one quick attempt at a time, until
+# the last Advertisement pushed there expires.
+FORCED_FOREIGN_RETRY_FIRST = timedelta(seconds=15)
+FORCED_FOREIGN_RETRY_MAX = timedelta(minutes=5)
+FORCED_FOREIGN_TIMEOUT = timedelta(seconds=30)
 
 PROVIDER = ProviderSettings()
 # Runs that started before the foreign watch (no FOLLOW_BY_WATCH marker) keep polling a pending decision,
@@ -265,12 +271,62 @@ class PeeringWorkflow:
             peering_request=self._input.peering_request,
             reason=reason,
         )
+        if reason == "Forced":  # a new reason: no run begun before can have it
+            return await self._force_withdraw(request)
         try:
             return await self._execute_withdraw(request, WITHDRAW_SCHEDULE_TIMEOUT)
         except ActivityError as e:
             # The foreign cluster stayed out of reach: clean at home and let the Advertisement expire there.
             workflow.logger.warning("withdrawal from %s incomplete: %s", self._input.foreign_cluster_id, e.cause or e)
-        home_only = request.model_copy(update={"skip_foreign": True})
+        return await self._withdraw_at_home(request.model_copy(update={"skip_foreign": True}))
+
+    async def _force_withdraw(self, request: WithdrawRequest) -> WithdrawResult:
+        """`tidepool unpeer --force`: the home side at once (access revoked, the PeeringRequest released, its
+        credentials Secret held), then the foreign side, tried again while the Advertisement pushed there
+        could live; past that, the consumer's TTL and keepalive clean it. The Secret goes at the end."""
+        await self._withdraw_at_home(request.model_copy(update={"skip_foreign": True, "hold_credentials": True}))
+        push = self._state.last_push
+        until = push.time_to_live if push is not None else workflow.now()
+        self._state.foreign_cleanup_until = until
+        self._publish()
+        cleaned, backoff = False, FORCED_FOREIGN_RETRY_FIRST
+        while self._state.foreign_cleanup_outcome is None:
+            try:
+                result = await workflow.execute_activity_method(
+                    PeeringActivities.clean_foreign,
+                    CleanForeignRequest(foreign_cluster_id=request.foreign_cluster_id,
+                                        kube_config_ref=request.kube_config_ref),
+                    start_to_close_timeout=FORCED_FOREIGN_TIMEOUT, retry_policy=RetryPolicy(maximum_attempts=1),
+                    summary=f"clean on {request.foreign_cluster_id} after a forced unpeer",
+                )  # fmt: skip
+                cleaned = result.cleaned
+                self._state.foreign_cleanup_outcome = (
+                    "cleaned (its Advertisement and credentials Secret deleted)" if cleaned
+                    else f"not cleaned: {result.note}; its TTL and keepalive clean it")  # fmt: skip
+            except ActivityError as e:
+                left = until - workflow.now()
+                failure = describe_failure(e)
+                if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
+                    self._state.foreign_cleanup_outcome = (f"not cleaned: it refuses our credentials ({failure}); its "
+                                                           "TTL and keepalive clean it")  # fmt: skip
+                elif left <= timedelta(0):
+                    self._state.foreign_cleanup_outcome = (
+                        f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
+                        f"{failure}): its TTL and keepalive clean it")  # fmt: skip
+                else:
+                    self._state.last_error = failure
+                    self._publish()
+                    await workflow.sleep(min(backoff, left), summary=f"{request.foreign_cluster_id} unreachable: retry")
+                    backoff = min(backoff * 2, FORCED_FOREIGN_RETRY_MAX)
+        self._state.last_error = None
+        self._publish()
+        await workflow.execute_activity_method(
+            PeeringActivities.release_credentials, request.kube_config_ref,
+            start_to_close_timeout=WITHDRAW_TIMEOUT, retry_policy=WITHDRAW_RETRY, summary="release the credentials",
+        )  # fmt: skip
+        return WithdrawResult(foreign_cleaned=cleaned, home_cleaned=True, note=self._state.foreign_cleanup_outcome)
+
+    async def _withdraw_at_home(self, home_only: WithdrawRequest) -> WithdrawResult:
         backoff = HOME_WITHDRAW_BACKOFF_INITIAL
         while True:
             try:

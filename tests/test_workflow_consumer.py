@@ -21,6 +21,7 @@ from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
 
 from models.consumer import (
+    PROVIDER_CLEAN_TIMEOUT,
     AdmissionInput,
     AdmissionResult,
     AdvertisementInput,
@@ -229,6 +230,30 @@ async def test_an_accepted_advertisement_is_built_then_torn_down_in_order(
     assert list(state.deleted) == ["virtual-node", "virtual-kubelet", "advertisement"]
     attributes = (await handle.describe()).typed_search_attributes
     assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME
+
+
+async def test_a_teardown_without_a_virtual_node_waits_for_the_provider_clean_report_at_most_its_bound(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """A virtual kubelet whose node never registered (a crash loop, an image that does not pull) never says
+    the provider is clean: the teardown waits PROVIDER_CLEAN_TIMEOUT, then goes on (it waited for ever)."""
+    cluster = ConsumerCluster(phase="Accepted", time_to_live=None)
+    cluster.change(has_finalizer=True, remote_remapped_pod_cidr="10.200.0.0/16")
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "steady", lambda: cluster.virtual_kubelet)
+        cluster.virtual_node = False  # it never registered
+        cluster.change(deleting=True)
+        await handle.signal(AdvertisementWorkflow.changed)
+        await reach(skipper, handle, "waiting for the provider-clean report",
+                    lambda: cluster.advertisement is not None and cluster.advertisement.phase == "Deleting")  # fmt: skip
+        assert "delete_virtual_kubelet" not in await activity_names(skipper.client, handle)
+        await skipper.fast_forward(handle, PROVIDER_CLEAN_TIMEOUT + timedelta(seconds=1))
+        state = await asyncio.wait_for(handle.result(), timeout=30)
+    assert steps(await activity_names(skipper.client, handle)) == [
+        "ensure_virtual_kubelet", "mark_deleting", "delete_virtual_kubelet", "release_advertisement"]
+    assert state.deleted["virtual-kubelet"] - state.clean_wait_started >= PROVIDER_CLEAN_TIMEOUT  # type: ignore[operator]
 
 
 async def test_an_advertisement_that_expires_unaccepted_is_deleted_and_the_run_ends(

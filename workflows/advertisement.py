@@ -77,6 +77,9 @@ STEADY_PATCH = "steady-deadline"
 # Runs begun before issue 19 ran every step through the one activity run_step; new runs call one activity
 # per step, so that the history reads as the steps.
 STEP_ACTIVITIES_PATCH = "consumer-step-activities"
+# A teardown that finds the virtual kubelet but no virtual node (it never registered one, or someone deleted
+# it) waited for the provider-clean report without end: since this patch, the bounded wait starts then.
+CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # After an activity failure the retry policy gave up on (a permanent one: a forbidden call, an invalid
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
@@ -128,6 +131,8 @@ class AdvertisementWorkflow:
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
         self._state.teardown = decided.teardown
+        if step == "AwaitProviderClean" and self._state.clean_wait_started is None and workflow.patched(CLEAN_WAIT_PATCH):
+            self._state.clean_wait_started = now
         self._observation, self._step = obs, step
         self._state.observed_phase = obs.phase
         if obs.phase == "Accepted" and self._state.accepted_at is None:

@@ -195,6 +195,7 @@ async def test_manual_acceptance_by_update_and_by_annotation(
     assert reason == "ManuallyRefused"
 
 
+@pytest.mark.explain
 async def test_a_manual_decision_nobody_makes_in_time_is_refused_and_can_still_be_accepted_by_hand(
     localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
 ) -> None:
@@ -223,6 +224,7 @@ async def test_a_manual_decision_nobody_makes_in_time_is_refused_and_can_still_b
     await replay_all_runs(temporal_client, admission_workflow_id(f"cons-{unique}"))
 
 
+@pytest.mark.explain
 async def test_a_virtual_node_never_ready_is_refused_and_its_virtual_kubelet_removed_until_the_offer_changes(
     localenv: EnvState, consumer: LocalCluster, temporal_client: Client, unique: str
 ) -> None:

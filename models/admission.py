@@ -328,26 +328,16 @@ def next_decision_deadline(snapshot: AdmissionSnapshot, decisions: Iterable[Deci
 
 def _rule(snapshot: AdmissionSnapshot, c: Candidate,
           accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str, datetime | None]:  # fmt: skip
-    """(phase, reason, message, decisionDeadline): the deadline only while a manual decision is awaited."""
-    if snapshot.policy == "Manual" and c.manual is None and not c.problems:
-        manual = _awaiting_manual_decision(snapshot, c)
-        if manual is not None:
-            return manual
-    return (*_decision(snapshot, c, accepted), None)
-
-
-def _awaiting_manual_decision(snapshot: AdmissionSnapshot,
-                              c: Candidate) -> tuple[AdvertisementPhase, AdmissionReason, str, datetime | None] | None:  # fmt: skip
-    """Rule 7 with manualDecisionTimeoutSeconds; None when the other rules decide (one of rules 1–5 refuses,
-    or there is no timeout)."""
-    phase, reason, message = _decision(snapshot, c, 0)
+    """(phase, reason, message, decisionDeadline): the deadline only while a manual decision is awaited under
+    manualDecisionTimeoutSeconds (rule 7)."""
+    phase, reason, message = _decision(snapshot, c, accepted)
     timeout = snapshot.decision_timeout
     if reason != "AwaitingManualDecision" or timeout is None:
-        return None
+        return phase, reason, message, None
     seconds = int(timeout.total_seconds())
-    if c.phase == "Refused" and c.reason == "DecisionTimedOut":
+    if (c.phase, c.reason) == ("Refused", "DecisionTimedOut"):
         return "Refused", "DecisionTimedOut", _timed_out(seconds), None
-    waiting = c.phase == "Pending" and c.reason == "AwaitingManualDecision" and c.decision_deadline is not None
+    waiting = (c.phase, c.reason) == ("Pending", "AwaitingManualDecision")
     deadline = c.decision_deadline if waiting and c.decision_deadline is not None else (snapshot.now + timeout).replace(microsecond=0)
     if snapshot.now >= deadline:
         return "Refused", "DecisionTimedOut", _timed_out(seconds), None

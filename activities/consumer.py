@@ -189,11 +189,7 @@ class ConsumerActivities:
         obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
         if obj is None:
             return
-        if (obj["metadata"].get("annotations") or {}).get(REFUSED_OFFER_ANNOTATION):
-            patch_cluster_object(self._home, ADVERTISEMENTS, request.advertisement,
-                                 {"metadata": {"annotations": {REFUSED_OFFER_ANNOTATION: None}}})  # fmt: skip
-            obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement) or obj
-        self._set_finalizer(obj, present=True)
+        self._set_finalizer(obj, present=True, dropping=(REFUSED_OFFER_ANNOTATION,))
 
     @activity.defn
     def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
@@ -326,14 +322,18 @@ class ConsumerActivities:
         patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
         record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
 
-    def _set_finalizer(self, obj: dict[str, Any], *, present: bool) -> None:
+    def _set_finalizer(self, obj: dict[str, Any], *, present: bool, dropping: tuple[str, ...] = ()) -> None:
+        """Adds or removes our finalizer, and drops the `dropping` annotations, in one compare-and-swap write."""
         meta = obj["metadata"]
         finalizers = [f for f in meta.get("finalizers") or [] if f != ADVERTISEMENT_FINALIZER]
         if present:
             finalizers.append(ADVERTISEMENT_FINALIZER)
-        if finalizers != (meta.get("finalizers") or []):
-            patch_cluster_object(self._home, ADVERTISEMENTS, meta["name"],
-                                 {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}})
+        dropped = {k: None for k in dropping if k in (meta.get("annotations") or {})}
+        if finalizers != (meta.get("finalizers") or []) or dropped:
+            patch: dict[str, Any] = {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}
+            if dropped:
+                patch["annotations"] = dropped
+            patch_cluster_object(self._home, ADVERTISEMENTS, meta["name"], {"metadata": patch})
 
     def _ensure_virtual_kubelet(self, obj: dict[str, Any], provider: str) -> None:
         # The Secret and namespace the protocol assigns the provider, never spec.kubeConfigRef: admission

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
@@ -40,9 +41,11 @@ class Peering:
 
 @asynccontextmanager
 async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
-                 consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = ()) -> AsyncIterator[Peering]:  # fmt: skip
+                 consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = (),
+                 log_dir: Path | None = None) -> AsyncIterator[Peering]:  # fmt: skip
     """The provider has one 8-CPU kwok node and shares half of it; the consumer has `consumer_nodes` of
-    its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`."""
+    its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`. The
+    virtual kubelet writes its log to `log_dir`/<its name>.log."""
     provider, consumer = make_cluster("prov"), make_cluster("cons")
     provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
@@ -54,7 +57,7 @@ async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster]
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
         await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
-        runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig))
+        runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig, log_dir=log_dir))
         stack.callback(network.stop)
         request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
         yield Peering(provider, consumer, provider_id, consumer_id, runner)

@@ -8,6 +8,7 @@ import base64
 import ipaddress
 import subprocess
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,10 +38,11 @@ TOLERATE = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecu
 
 
 @pytest.fixture
-async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Peering]:
+async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str,
+                  tmp_path: Path) -> AsyncIterator[Peering]:  # fmt: skip
     # The consumer's own pods are in the provider's PodCIDR too: the provider's is remapped.
     async with peered(localenv, make_cluster, unique, consumer_pod_cidr=PROVIDER_POD_CIDR,
-                      consumer_nodes=("local",)) as peering:  # fmt: skip
+                      consumer_nodes=("local",), log_dir=tmp_path) as peering:  # fmt: skip
         yield peering
 
 

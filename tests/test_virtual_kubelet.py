@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -32,8 +33,9 @@ pytestmark = [pytest.mark.env, pytest.mark.vk]
 
 
 @pytest.fixture
-async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str) -> AsyncIterator[Peering]:
-    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.2.0.0/16") as peering:
+async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str,
+                  tmp_path: Path) -> AsyncIterator[Peering]:  # fmt: skip
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.2.0.0/16", log_dir=tmp_path) as peering:
         yield peering
 
 
@@ -107,13 +109,21 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
                      what="the consumer pod gone")  # fmt: skip
     await eventually(lambda: _remote(peering, "configmaps") == [], what="the unused ConfigMap collected")
 
-    # Teardown from the consumer side: node, then virtual kubelet (once the provider is clean), then Advertisement.
+    # The consumer revokes the provider (README: deny it, delete its Advertisement). Teardown: node, then
+    # virtual kubelet (once the provider is clean), then Advertisement. The provider puts a deleted one back
+    # at once, refused this time: the accepted one, known by its uid, is what must go.
     api = peering.consumer.api_client()
-    k8s.CustomObjectsApi(api).delete_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS,
-                                                           advertisement_name(peering.provider_id))  # fmt: skip
-    await eventually(lambda: read_cluster_object(api, ADVERTISEMENTS, advertisement_name(peering.provider_id)) is None,
-                     timeout=90, what="the Advertisement gone after teardown")  # fmt: skip
+    name = advertisement_name(peering.provider_id)
+    accepted_uid = read_cluster_object(api, ADVERTISEMENTS, name)["metadata"]["uid"]
+    apply_cluster_config(api, incoming={"deniedClusters": [peering.provider_id]})
+    k8s.CustomObjectsApi(api).delete_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS, name)
+    await eventually(lambda: (a := read_cluster_object(api, ADVERTISEMENTS, name)) is None or a["metadata"]["uid"] != accepted_uid,
+                     timeout=90, what="the accepted Advertisement gone after teardown")  # fmt: skip
     assert _remote(peering, "pods") == [] and _remote(peering, "configmaps") == []
     assert peering.node not in {n.metadata.name for n in core.list_node().items}
     deployments = k8s.AppsV1Api(api).list_namespaced_deployment(SYSTEM_NAMESPACE).items
     assert [d.metadata.name for d in deployments] == []
+    # What the provider puts back is refused, and starts nothing.
+    await eventually(lambda: ((read_cluster_object(api, ADVERTISEMENTS, name) or {}).get("status") or {}).get("reason") == "Denied",
+                     timeout=30, what="the Advertisement put back, refused as Denied")  # fmt: skip
+    assert k8s.AppsV1Api(api).list_namespaced_deployment(SYSTEM_NAMESPACE).items == []

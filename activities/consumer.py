@@ -43,6 +43,7 @@ from models.consumer import (
     RefuseNotReadyInput,
     ReleaseAdvertisementInput,
 )
+from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
@@ -51,6 +52,7 @@ from models.names import (
     GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    OFFER_DERIVATION_ANNOTATION,
     REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VERSION,
@@ -102,6 +104,8 @@ class ConsumerActivities:
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
         decisions = decide(snapshot)
         metrics = Metrics.of_activity()
+        order = {c.name: (position, c.arrival[0]) for position, c in enumerate(
+            sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival), start=1)}  # fmt: skip
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})
@@ -112,6 +116,13 @@ class ConsumerActivities:
                                          "decisionDeadline": _rfc3339(decision.decision_deadline)})  # fmt: skip
             record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
+            if len(result.records) < MAX_ADMISSION_RECORDS:
+                position, arrived = order[decision.name]
+                result.records.append(AdmissionRecord(
+                    advertisement=decision.name, provider=decision.provider, phase=decision.phase,
+                    reason=decision.reason, message=decision.message, position=position, arrived=arrived))  # fmt: skip
+            else:
+                result.records_omitted += 1
             if decision.phase == "Accepted":
                 result.accepted.append(decision.name)
             elif decision.phase == "Refused":
@@ -156,6 +167,7 @@ class ConsumerActivities:
             pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
             virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
+            offer=OfferDerivation.from_annotation((meta.get("annotations") or {}).get(OFFER_DERIVATION_ANNOTATION)),
             **self._children(provider),
         )
 

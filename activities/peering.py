@@ -44,6 +44,7 @@ from models.api.common import SecretReference, rfc3339
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, access_verified_until, renewal_due, renewal_reason, token_expired
+from models.explain import OfferDerivation
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -53,6 +54,7 @@ from models.names import (
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,
     MANAGED_BY,
+    OFFER_DERIVATION_ANNOTATION,
     PEERING_FINALIZER,
     PEERING_REQUESTS,
     PROVIDER_WITHDRAWN_ANNOTATION,
@@ -155,8 +157,10 @@ class PeeringActivities:
         if isinstance(action, Withdraw):
             return action
         percent = action.sharing_percentage
-        allocatable, used = self._capacity.snapshot(request.foreign_cluster_id)
+        allocatable, used, consumer_own = self._capacity.snapshot(request.foreign_cluster_id)
         advertised = shared_resources(allocatable=allocatable, used=used, percent=percent)
+        derivation = OfferDerivation(allocatable=allocatable, used=used, consumer_own=consumer_own,
+                                     sharing_percentage=percent, advertised=advertised)  # fmt: skip
         spare_capacity = spare(allocatable=allocatable, used=used)
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
@@ -169,9 +173,9 @@ class PeeringActivities:
             verified = request.access_verified_until
             if verified is None:  # no push wrote the credentials yet: they come before the Advertisement naming them
                 verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
-                applied = self._apply_advertisement(foreign, advertised, spare_capacity, outgoing, now=now, ttl=ttl)
+                applied = self._apply_advertisement(foreign, derivation, spare_capacity, outgoing, now=now, ttl=ttl)
             else:  # the Advertisement at once: it is what the consumer waits for
-                applying = self._calls.submit(self._apply_advertisement, foreign, advertised, spare_capacity, outgoing,
+                applying = self._calls.submit(self._apply_advertisement, foreign, derivation, spare_capacity, outgoing,
                                               now=now, ttl=ttl)  # fmt: skip
                 try:
                     if request.periodic or now >= verified:
@@ -201,6 +205,8 @@ class PeeringActivities:
             advertisement=advertisement_name(self._home_id),
             advertised=advertised,
             allocatable=allocatable,
+            used=used,
+            consumer_own=consumer_own,
             sharing_percentage=percent,
             configured_percentage=outgoing.sharing_percentage,
             config_generation=generation,
@@ -213,17 +219,17 @@ class PeeringActivities:
             access_verified_until=verified,
         )
 
-    def _apply_advertisement(self, foreign: k8s.ApiClient, advertised: Resources, spare_capacity: Resources,
+    def _apply_advertisement(self, foreign: k8s.ApiClient, derivation: OfferDerivation, spare_capacity: Resources,
                              outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
         return apply_cluster_object(foreign, ADVERTISEMENTS, {
             "apiVersion": API_VERSION, "kind": "Advertisement",
             "metadata": {"name": advertisement_name(self._home_id),
                          "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id},
-                         "annotations": {SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(),
-                                                                               sort_keys=True)}},
+                         "annotations": {SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(), sort_keys=True),
+                                         OFFER_DERIVATION_ANNOTATION: derivation.to_annotation()}},
             "spec": {
                 "clusterId": self._home_id,
-                "resourceQuota": {"hard": advertised.to_kubernetes()},
+                "resourceQuota": {"hard": derivation.advertised.to_kubernetes()},
                 "network": {"podCIDR": self._settings.cluster.pod_cidr},
                 "kubeConfigRef": {"name": credentials_secret_name(self._home_id), "namespace": SYSTEM_NAMESPACE},
                 "timestamp": rfc3339(now),

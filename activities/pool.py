@@ -153,7 +153,8 @@ class PoolActivities:
                                             "recreated elsewhere before anything is removed there")  # fmt: skip
         Metrics.of_activity().placed(clusters=decision.placement)
         return PoolDecision(namespace=name, placement=decision.placement, reason=decision.message,
-                            diagnosis=decision.diagnosis)  # fmt: skip
+                            diagnosis=decision.diagnosis, slice=decision.slice.to_kubernetes(), slices=decision.count,
+                            mandatory=decision.mandatory)  # fmt: skip
 
     def _refuse(self, ns: ServedMetadata, decision: Refuse) -> PoolDecision:
         status = placement_status(decision)

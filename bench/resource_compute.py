@@ -210,14 +210,14 @@ def _measure(params: dict[str, Any]) -> None:
 
         started = time.perf_counter()
         capacity = HomeCapacity(api).start()
-        allocatable, used = capacity.snapshot(CONSUMER)
+        allocatable, used, _ = capacity.snapshot(CONSUMER)
         shared_resources(allocatable=allocatable, used=used, percent=50)
         cold = time.perf_counter() - started
         gc.collect()
         rss_synced = rss_mb()
         log(f"cold {cold:.2f} s; rss {rss_before:.0f} → {rss_synced:.0f} MiB")
 
-        product, product_cpu = _bursts(cluster, lambda: capacity.snapshot(CONSUMER)[1], bursts, burst,
+        product, product_cpu = _bursts(cluster, lambda: capacity.snapshot(CONSUMER).used, bursts, burst,
                                        capacity._pods._thread)  # fmt: skip
         capacity.stop()
         raw_after = cluster.raw_lists()

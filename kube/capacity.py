@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
@@ -18,6 +18,12 @@ from models.resources import Resources
 from models.sharing import CapacityAggregate, PodHold, node_fields, pod_hold, spare
 
 SYNC_TIMEOUT_SECONDS = 120
+
+
+class OfferInputs(NamedTuple):
+    allocatable: Resources  # of the physical nodes
+    used: Resources  # requests of the pods that count against the offer: every pod but the consumer's own
+    consumer_own: Resources  # requests of the consumer's own offloaded pods (left out of `used`)
 
 
 class HomeCapacity:
@@ -46,14 +52,14 @@ class HomeCapacity:
         self._nodes.stop()
         self._pods.stop()
 
-    def snapshot(self, consumer: str) -> tuple[Resources, Resources]:
-        """(allocatable of physical nodes, requests of the pods that count against them in the offer to
-        `consumer`: every pod but its own offloaded ones)."""
+    def snapshot(self, consumer: str) -> OfferInputs:
+        """What the offer to `consumer` is computed from, read at one instant."""
         for informer in (self._nodes, self._pods):
             if not informer.wait_synced(SYNC_TIMEOUT_SECONDS):
                 raise ApplicationError(f"the home cluster's {informer.name} are not listed yet", type="NotSynced")
         with self._lock:
-            return self._aggregate.allocatable(), self._aggregate.used_for(consumer)
+            aggregate = self._aggregate
+            return OfferInputs(aggregate.allocatable(), aggregate.used_for(consumer), aggregate.offloaded_by(consumer))
 
     def pushed(self, consumer: str, spare_capacity: Resources) -> None:
         """Record the spare capacity (before the percentage) a push to `consumer` advertised: the baseline

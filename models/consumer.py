@@ -27,6 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.explain import AdmissionRecord, OfferDerivation
+
 Step = Literal[
     "AwaitDecision",        # Pending or Refused: nothing to build
     "EnsureFinalizer",      # accepted: hold the Advertisement until teardown is done
@@ -69,6 +71,7 @@ class AdvertisementObservation(_Model):
     keepalive_seconds: int = 60
     virtual_node_ready: bool = False  # its Ready condition is True
     virtual_node_ready_timeout_seconds: int | None = None  # incoming.virtualNodeReadyTimeoutSeconds
+    offer: OfferDerivation | None = None  # how the provider derived the offer (its annotation), for `tidepool explain`
 
 
 class AdvertisementState(_Model):
@@ -364,3 +367,6 @@ class AdmissionResult(_Model):
     # The earliest deadline of a manual decision still awaited (manualDecisionTimeoutSeconds): the workflow
     # passes again then, unasked.
     next_decision_deadline: datetime | None = None
+    # Each decision written and what it was decided from (`tidepool explain advertisement`); bounded.
+    records: list[AdmissionRecord] = Field(default_factory=list)
+    records_omitted: int = 0

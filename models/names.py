@@ -61,6 +61,8 @@ LABEL_TOKEN_ANCHOR: Final = "tidepool.io/token-anchor"
 # On an Advertisement: the spare capacity (before the percentage) its last push was computed from, as JSON
 # quantities. Whichever replica pushed, the leading replica's early-push baseline is read from it.
 SPARE_CAPACITY_ANNOTATION: Final = "tidepool.io/spare-capacity"
+# How the provider derived the offer (models.explain.OfferDerivation as JSON): `tidepool explain` on the consumer.
+OFFER_DERIVATION_ANNOTATION: Final = "tidepool.io/offer-derivation"
 # Finalizer the provider puts on a PeeringRequest so that its deletion waits for the withdrawal, which
 # needs the Secret the request names to clean the foreign cluster.
 PEERING_FINALIZER: Final = "tidepool.io/withdraw"

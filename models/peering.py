@@ -68,6 +68,11 @@ class PushResult(_Model):
     advertised: Resources
     allocatable: Resources
     sharing_percentage: int
+    # The rest of the offer's derivation (`tidepool explain peering`); None in pushes of earlier releases.
+    used: Resources | None = Field(default=None, description="Requests of the pods counted against the offer.")
+    consumer_own: Resources | None = Field(
+        default=None, description="Requests of the consumer's own offloaded pods here, not counted against it."
+    )
     config_generation: int
     period_seconds: int
     capacity_change_threshold_percent: int

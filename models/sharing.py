@@ -430,6 +430,10 @@ class CapacityAggregate:
             _shift(used, self._offloaded.get(consumer, {}), -1)
         return Resources(used)
 
+    def offloaded_by(self, consumer: str) -> Resources:
+        """What `consumer`'s own offloaded pods hold here: running on its share, not subtracted from it."""
+        return Resources(self._offloaded.get(consumer, {}))
+
     def snapshot(self) -> CapacitySnapshot:
         return CapacitySnapshot(
             allocatable=self.allocatable(),

@@ -114,7 +114,9 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     # at once, refused this time: the accepted one, known by its uid, is what must go.
     api = peering.consumer.api_client()
     name = advertisement_name(peering.provider_id)
-    accepted_uid = read_cluster_object(api, ADVERTISEMENTS, name)["metadata"]["uid"]
+    accepted = read_cluster_object(api, ADVERTISEMENTS, name)
+    assert accepted is not None
+    accepted_uid = accepted["metadata"]["uid"]
     apply_cluster_config(api, incoming={"deniedClusters": [peering.provider_id]})
     k8s.CustomObjectsApi(api).delete_cluster_custom_object("tidepool.io", "v1alpha1", ADVERTISEMENTS, name)
     await eventually(lambda: (a := read_cluster_object(api, ADVERTISEMENTS, name)) is None or a["metadata"]["uid"] != accepted_uid,

@@ -5,6 +5,10 @@
   tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
                 [--token-lifetime SECONDS] [--consumer-server URL]
   tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]
+  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME
+                 [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
+  tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
+                                                    the recorded pushes, recomputed at another percentage
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
@@ -12,23 +16,32 @@ Without --cluster, `status` reads the clusters of the running local environment 
 `peer` runs with an administrator's kubeconfig of each cluster: on the consumer it mints an identity for
 this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
 a short-lived token of it, never the administrator's credentials. Run it again to renew a token that
-expired while the provider was down."""
+expired while the provider was down.
+
+`explain` reads only the cluster's Temporal namespace (TIDEPOOL_TEMPORAL_* as the worker, or the flags):
+`peering` on a provider and `advertisement` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
+`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from temporalio.client import Client
 
 from kube.clients import client_from_kubeconfig_file
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
+from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -37,9 +50,20 @@ from models.names import (
     PEERING_REQUESTS,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
+    POOL_SCHEDULER_WORKFLOW_ID,
     VIRTUAL_NODE_TYPE,
 )
+from models.settings import WorkerSettings
+from models.simulate import Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
+from workers.cluster import connect
+from workers.explain import (
+    explain_advertisement,
+    explain_namespace,
+    explain_peering,
+    explain_pod,
+    simulate_peering_history,
+)
 from workers.peer import cancel_peering, request_peering
 
 # Where `make demo` (deploy/localenv) records the running clusters: the CLI reads the file, it does not
@@ -122,6 +146,55 @@ def _clusters(args: argparse.Namespace) -> dict[str, Path]:
     return {name: Path(path) for name, path in kubeconfigs.items()}
 
 
+def _timestamp(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time, e.g. 2026-11-25T14:00:00Z") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _print(answer: Story | Simulation, output: str) -> None:
+    print(answer.model_dump_json(indent=2) if output == "json" else answer.render(), end="\n" if output == "json" else "")
+
+
+def _percentage(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r}: a sharing percentage is a whole number from 0 to 100")
+    return int(text)
+
+
+def _since(text: str) -> datetime:
+    units = {"m": 60, "h": 3600, "d": 86400}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    return _timestamp(text)
+
+
+async def _client(args: argparse.Namespace) -> Client:
+    temporal = WorkerSettings.from_env().temporal
+    overrides = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
+    return await connect(temporal.model_copy(update=overrides))
+
+
+async def _simulate(args: argparse.Namespace) -> Simulation:
+    client = await _client(args)
+    return await simulate_peering_history(client, home=args.cluster_id, foreign=args.subject,
+                                          percent=args.sharing_percentage, since=args.since)  # fmt: skip
+
+
+async def _explain(args: argparse.Namespace) -> Story:
+    client = await _client(args)
+    if args.kind == "peering":
+        return await explain_peering(client, home=args.cluster_id, foreign=args.subject, at=args.at)
+    if args.kind == "advertisement":
+        return await explain_advertisement(client, home=args.cluster_id, provider=args.subject, at=args.at)
+    if args.kind == "namespace":
+        return await explain_namespace(client, namespace=args.subject, at=args.at, workflow_id=args.workflow_id)
+    namespace, pod = args.subject.split("/", 1)
+    return await explain_pod(client, namespace=namespace, pod=pod, at=args.at, workflow_id=args.workflow_id)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tidepool", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,8 +218,36 @@ def main(argv: list[str] | None = None) -> int:
     unpeer.add_argument("--consumer-id", required=True)
     unpeer.add_argument("--force", action="store_true",
                         help="the consumer may be gone: release at once, clean there afterwards if it answers")
+    explain = sub.add_parser("explain", help="why a peering, an Advertisement or a pool placement is as it is")
+    explain.add_argument("kind", choices=["peering", "advertisement", "namespace", "pod"])
+    explain.add_argument("subject", metavar="NAME",
+                         help="the foreign cluster (peering), the provider (advertisement), NS (namespace), NS/NAME (pod)")
+    explain.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
+    explain.add_argument("--at", type=_timestamp, metavar="TIME",
+                         help="as of then (ISO 8601, UTC unless it says otherwise), within the namespace's retention")
+    simulate = sub.add_parser("simulate", help="the recorded pushes of a peering at another sharing percentage")
+    simulate.add_argument("kind", choices=["peering"])
+    simulate.add_argument("subject", metavar="FOREIGN", help="the foreign cluster")
+    simulate.add_argument("--sharing-percentage", type=_percentage, required=True, metavar="N")
+    simulate.add_argument("--since", type=_since, metavar="AGO|TIME", help="e.g. 24h, 30m, 7d, or an ISO 8601 time")
+    for command in (explain, simulate):
+        command.add_argument("--cluster-id", default=os.environ.get("TIDEPOOL_CLUSTER_CLUSTER_ID"),
+                             help="this cluster's id (default: TIDEPOOL_CLUSTER_CLUSTER_ID)")
+        command.add_argument("--temporal-address", help="host:port (default: TIDEPOOL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+        command.add_argument("--namespace", help="Temporal namespace (default: TIDEPOOL_TEMPORAL_NAMESPACE or default)")
+        command.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
-    if args.command == "status":
+    if args.command == "simulate":
+        if not args.cluster_id:
+            parser.error("simulate: --cluster-id is required (or set TIDEPOOL_CLUSTER_CLUSTER_ID)")
+        _print(asyncio.run(_simulate(args)), args.output)
+    elif args.command == "explain":
+        if args.kind == "pod" and "/" not in args.subject:
+            parser.error(f"explain pod: NAME must be NAMESPACE/POD, got {args.subject!r}")
+        if args.kind in ("peering", "advertisement") and not args.cluster_id:
+            parser.error("explain: --cluster-id is required (or set TIDEPOOL_CLUSTER_CLUSTER_ID)")
+        _print(asyncio.run(_explain(args)), args.output)
+    elif args.command == "status":
         print(status(_clusters(args)), end="")
     elif args.command == "peer":
         request_peering(client_from_kubeconfig_file(args.provider), client_from_kubeconfig_file(args.consumer),

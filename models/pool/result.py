@@ -10,7 +10,11 @@ class PoolDecision(BaseModel):
     namespace: str
     placement: dict[str, int] | None
     reason: str
-    diagnosis: dict[str, str] = Field(default_factory=dict)
+    diagnosis: dict[str, str] = Field(default_factory=dict)  # cluster -> why it got no (more) slices
+    # What a placement was decided from (`tidepool explain namespace`); empty in passes of earlier releases.
+    slice: dict[str, str] = Field(default_factory=dict)
+    slices: int | None = None
+    mandatory: dict[str, int] = Field(default_factory=dict)  # the user's entries it honoured
 
 
 class PoolPassResult(BaseModel):

@@ -1,0 +1,383 @@
+"""`tidepool explain` (issue 20): the decisions behind a peering or an Advertisement, told from the
+workflows' histories rather than guessed from the objects as they are now.
+
+The decisions are recorded where they are made, in results the histories already hold (no extra billable
+action): a push's `PushResult` carries the offer's derivation, an admission pass's `AdmissionResult` one
+`AdmissionRecord` per decision it wrote. workers/explain.py reads the histories and hands this module
+`Fact`s in time order; `peering_story` and `advertisement_story` turn them into a `Story` of dated
+entries, each saying what was decided and from what. Two clusters never share a workflow: a consumer
+explains its offer from the derivation the provider wrote into the Advertisement (`OfferDerivation`, as
+the annotation names.OFFER_DERIVATION_ANNOTATION), which its observations record.
+
+Nothing here reads a secret: the facts are decisions, quantities, phases and reasons.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from models.quantities import format_quantity
+from models.resources import Resources
+from models.sharing import spare
+
+# At most this many admission records in one pass's result: a burst of a thousand arrivals must not make
+# one history event of megabytes. The rest are counted (AdmissionResult.records_omitted).
+MAX_ADMISSION_RECORDS = 100
+
+
+class OfferDerivation(BaseModel):
+    """How one offer was computed (seed 001): floor((allocatable − used) × percentage) per resource, where
+    `used` leaves out the consumer's own offloaded pods (`consumer_own`), which run on its share."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True,
+                              alias_generator=AliasGenerator(serialization_alias=to_camel, validation_alias=to_camel),
+                              populate_by_name=True)  # fmt: skip
+
+    allocatable: Resources
+    used: Resources
+    consumer_own: Resources = Field(default_factory=Resources)
+    sharing_percentage: int = Field(ge=0, le=100)
+    advertised: Resources
+
+    def to_annotation(self) -> str:
+        return json.dumps({"allocatable": self.allocatable.to_kubernetes(), "used": self.used.to_kubernetes(),
+                           "consumerOwn": self.consumer_own.to_kubernetes(),
+                           "sharingPercentage": self.sharing_percentage,
+                           "advertised": self.advertised.to_kubernetes()}, sort_keys=True)  # fmt: skip
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> OfferDerivation | None:
+        """None when absent or unreadable: a provider of an earlier release writes none, and a foreign
+        annotation is never a reason to fail."""
+        if not text:
+            return None
+        try:
+            return cls.model_validate(json.loads(text))
+        except (ValueError, ValidationError):
+            return None
+
+    def lines(self) -> list[str]:
+        """One line per resource: `cpu: (8 − 2) × 50% = 3`, saying where rounding down took something."""
+        spare_capacity = spare(allocatable=self.allocatable, used=self.used)
+        lines = []
+        for name in sorted(self.allocatable):
+            exact = spare_capacity.get_or_zero(name) * Decimal(self.sharing_percentage) / 100
+            offered = self.advertised.get_or_zero(name)
+            rounded = "" if exact == offered else f" (rounded down from {_quantity(exact)})"
+            lines.append(f"{name}: ({format_quantity(self.allocatable[name])} − "
+                         f"{format_quantity(self.used.get_or_zero(name))}) × {self.sharing_percentage}% = "
+                         f"{format_quantity(offered)}{rounded}")  # fmt: skip
+        if self.consumer_own:
+            lines.append("not counted as used: the consumer's own offloaded pods, "
+                         + _resources(self.consumer_own))  # fmt: skip
+        return lines
+
+
+class AdmissionRecord(BaseModel):
+    """One decision an admission pass wrote on an Advertisement, with what it was decided from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    advertisement: str
+    provider: str
+    phase: str
+    reason: str
+    message: str
+    position: int = Field(description="Its place in arrival order among the live Advertisements (1 = first).")
+    arrived: datetime | None = Field(default=None, description="Its creationTimestamp: what arrival order sorts by.")
+
+
+FactKind = Literal["started", "signal", "update", "push", "push_failed", "decision", "withdrawn",
+                   "admission", "observed", "step", "completed", "pool", "move"]  # fmt: skip
+
+
+class Fact(BaseModel):
+    """One event of a history, decoded: `value` is the activity result, signal or update argument,
+    workflow input or result as JSON (never a secret: see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: datetime
+    kind: FactKind
+    name: str = ""
+    value: Any = None
+    workflow_id: str = ""
+
+
+class Entry(BaseModel):
+    at: datetime
+    what: str
+    why: list[str] = Field(default_factory=list)
+
+
+class Story(BaseModel):
+    subject: str
+    cluster_id: str
+    workflows: list[str]
+    at: datetime | None = Field(default=None, description="Told as of then (--at); None: up to now.")
+    retention_days: float | None = Field(default=None, description="How far back the Temporal namespace keeps histories.")
+    entries: list[Entry] = Field(default_factory=list)
+    now: list[str] = Field(default_factory=list, description="Where things stand at the end of the story.")
+
+    def render(self) -> str:
+        head = [f"{self.subject} (cluster {self.cluster_id})"]
+        head.append("workflows: " + (", ".join(self.workflows) or "none found"))
+        if self.at is not None:
+            head.append(f"as of {_time(self.at)}")
+        if self.retention_days is not None:
+            days = f"{self.retention_days:g} day" + ("" if self.retention_days == 1 else "s")
+            head.append(f"history kept {days} (the Temporal namespace's retention): nothing older can be explained")
+        lines = head + [""]
+        for entry in self.entries:
+            lines.append(f"{_time(entry.at)}  {entry.what}")
+            lines += [f"    {why}" for why in entry.why]
+        if self.now:
+            lines += ["", "now:"] + [f"    {line}" for line in self.now]
+        return "\n".join(lines) + "\n"
+
+
+def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
+    """The provider's side: what was offered at each push and why, what changed the percentage, what the
+    foreign cluster decided, and how it ended. Pushes that offered the same as the one before are counted,
+    not repeated."""
+    story = Story(subject=subject, cluster_id=cluster_id, workflows=workflows)
+    last_offer: tuple[Any, ...] | None = None
+    repeats, repeated_at = 0, None
+    foreign_phase: str | None = None
+    last: dict[str, Any] | None = None
+    for fact in facts:
+        value = fact.value if isinstance(fact.value, Mapping) else {}
+        if fact.kind == "started" and fact.name == "PeeringWorkflow" and not value.get("state"):
+            percentage = value.get("sharing_percentage")
+            story.entries.append(Entry(at=fact.at, what="peering started", why=[
+                f"sharing percentage: {percentage}% (its own)" if percentage is not None
+                else "sharing percentage: the ClusterConfig's"]))  # fmt: skip
+        elif fact.kind in ("signal", "update") and fact.name in ("set_sharing_percentage", "update_sharing_percentage"):
+            story.entries.append(Entry(at=fact.at, what=f"sharing percentage set to {_percent(fact.value)} "
+                                                        f"by {fact.kind} {fact.name}"))  # fmt: skip
+        elif fact.kind == "signal" and fact.name == "cluster_config_changed":
+            story.entries.append(Entry(at=fact.at, what="the ClusterConfig changed: push at once"))
+        elif fact.kind == "signal" and fact.name == "withdraw":
+            story.entries.append(Entry(at=fact.at, what=f"withdrawal asked: {_percent(fact.value) or 'Requested'}"))
+        elif fact.kind == "push":
+            if "advertised" not in value:  # an earlier release's answer that asked to withdraw
+                continue
+            last = dict(value)
+            offer = (json.dumps(value.get("advertised"), sort_keys=True), value.get("sharing_percentage"),
+                     json.dumps(value.get("allocatable"), sort_keys=True), json.dumps(value.get("used"), sort_keys=True))  # fmt: skip
+            if offer == last_offer:
+                repeats, repeated_at = repeats + 1, fact.at
+            else:
+                if repeats:
+                    story.entries.append(Entry(at=repeated_at or fact.at, what=_repeated(repeats)))
+                repeats, last_offer = 0, offer
+                story.entries.append(Entry(at=fact.at, what="offered " + _resources(value.get("advertised") or {}),
+                                           why=_push_why(value)))  # fmt: skip
+            phase = value.get("foreign_phase")
+            if phase != foreign_phase:
+                foreign_phase = phase
+                story.entries.append(Entry(at=fact.at, what=f"the foreign cluster's decision: {phase or 'none yet'}"))
+        elif fact.kind == "push_failed":
+            story.entries.append(Entry(at=fact.at, what="push failed", why=[str(fact.value)[:300]]))
+        elif fact.kind == "decision":
+            phase = value.get("phase") if value.get("exists", True) else "gone (deleted or expired there)"
+            if phase != foreign_phase:
+                foreign_phase = phase
+                reason = f" ({value['reason']})" if value.get("reason") else ""
+                story.entries.append(Entry(at=fact.at, what=f"the foreign cluster's decision: {phase}{reason}"))
+        elif fact.kind == "completed" and fact.name == "PeeringWorkflow":
+            story.entries.append(Entry(at=fact.at, what="peering withdrawn",
+                                       why=[f"{k}: {v}" for k, v in value.items() if v not in ("", None)]))  # fmt: skip
+    if repeats:
+        story.entries.append(Entry(at=repeated_at or story.entries[-1].at, what=_repeated(repeats)))
+    story.entries.sort(key=lambda e: e.at)  # stable: a run of repeats is told when it ends, and dated then
+    if last is not None:
+        story.now = ["offer: " + _resources(last.get("advertised") or {}),
+                     f"foreign decision: {foreign_phase or 'none yet'}",
+                     f"last push {_time(_parse_time(last.get('timestamp')))}, "
+                     f"expires there {_time(_parse_time(last.get('time_to_live')))} unless pushed again"]  # fmt: skip
+    return story
+
+
+def _repeated(pushes: int) -> str:
+    return f"(then {pushes} more push{'es' if pushes > 1 else ''} offering the same, the last at this time)"
+
+
+def _push_why(push: Mapping[str, Any]) -> list[str]:
+    if push.get("used") is None:  # an earlier release recorded only the result
+        return [f"{push.get('sharing_percentage')}% of the spare capacity of {_resources(push.get('allocatable') or {})}"]
+    derivation = OfferDerivation(allocatable=Resources(push["allocatable"]), used=Resources(push["used"]),
+                                 consumer_own=Resources(push.get("consumer_own") or {}),
+                                 sharing_percentage=push["sharing_percentage"],
+                                 advertised=Resources(push["advertised"]))  # fmt: skip
+    configured = push.get("configured_percentage")
+    owner = ("the ClusterConfig's" if configured == push["sharing_percentage"]
+             else f"the peering's own; the ClusterConfig says {configured}%")  # fmt: skip
+    return [f"sharing percentage {push['sharing_percentage']}% ({owner})", *derivation.lines()]
+
+
+def advertisement_story(subject: str, cluster_id: str, advertisement: str, workflows: list[str],
+                        facts: Iterable[Fact]) -> Story:  # fmt: skip
+    """The consumer's side: each admission decision on the Advertisement and its inputs, the offer as the
+    provider derived it, the steps that built or tore down its virtual kubelet and node, and manual decisions."""
+    story = Story(subject=subject, cluster_id=cluster_id, workflows=workflows)
+    offer: str | None = None
+    phase: str | None = None
+    decided: str | None = None
+    for fact in facts:
+        value = fact.value if isinstance(fact.value, Mapping) else {}
+        if fact.kind == "admission":
+            policy, maximum = value.get("policy"), value.get("maximum")
+            for record in value.get("records") or []:
+                if record.get("advertisement") != advertisement:
+                    continue
+                arrived = _parse_time(record.get("arrived"))
+                decided = f"{record['phase']} ({record['reason']})"
+                story.entries.append(Entry(at=fact.at, what=f"admission: {decided}", why=[
+                    record["message"],
+                    f"policy {policy}, maxAcceptableAdvertisements {maximum}; "
+                    f"number {record['position']} in arrival order" + (f" (arrived {_time(arrived)})" if arrived else ""),
+                ]))  # fmt: skip
+        elif fact.kind == "update" and fact.name in ("accept", "refuse"):
+            story.entries.append(Entry(at=fact.at, what=f"{fact.name}ed by hand (update {fact.name})",
+                                       why=[f"reason: {fact.value or 'none given'}"]))  # fmt: skip
+        elif fact.kind == "observed":
+            if not value.get("exists", True):
+                continue
+            derivation = OfferDerivation.model_validate(value["offer"]) if value.get("offer") else None
+            resources = _resources(value.get("resources") or {})
+            if resources != offer:
+                offer = resources
+                story.entries.append(Entry(at=fact.at, what=f"offer seen: {resources}", why=(
+                    ["as the provider derived it:", *derivation.lines()] if derivation is not None
+                    else ["the provider wrote no derivation (an earlier release)"])))  # fmt: skip
+            seen = value.get("phase")
+            if seen != phase:
+                phase = seen
+                if seen == "Deleting" or value.get("deleting"):
+                    story.entries.append(Entry(at=fact.at, what="being deleted: the ordered teardown runs"))
+        elif fact.kind == "step":
+            story.entries.append(Entry(at=fact.at, what=f"step {fact.name}", why=_step_why(fact.name)))
+        elif fact.kind == "completed" and fact.name == "AdvertisementWorkflow":
+            deleted = value.get("deleted") or {}
+            story.entries.append(Entry(at=fact.at, what="lifecycle ended", why=[
+                f"teardown because {value.get('teardown')}" if value.get("teardown") else "nothing to tear down",
+                *(f"{what} deleted {_time(_parse_time(at))}" for what, at in sorted(deleted.items(), key=lambda kv: str(kv[1]))),
+            ]))  # fmt: skip
+    story.now = [f"decision: {decided or 'none recorded'}", f"offer: {offer or 'none seen'}"]
+    return story
+
+
+def namespace_story(subject: str, namespace: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
+    """The pool's side: each placement of the namespace's quota slices (or why none), with the slice, the
+    user's mandatory entries and every other cluster's filter or score reason; its moves; where its pods went."""
+    story = Story(subject=subject, cluster_id="pool", workflows=workflows)
+    told: str | None = None
+    placed: dict[str, str] = {}
+    for fact in facts:
+        value = fact.value if isinstance(fact.value, Mapping) else {}
+        if fact.kind == "pool":
+            for decision in value.get("decisions") or []:
+                if decision.get("namespace") != namespace:
+                    continue
+                said = json.dumps(decision, sort_keys=True)  # the same decision again: told once
+                if said != told:
+                    told = said
+                    story.entries.append(_placement_entry(fact.at, decision, value.get("clusters") or {}))
+            for key, cluster in sorted((value.get("pods_placed") or {}).items()):
+                pod_namespace, _, pod = key.partition("/")
+                if pod_namespace == namespace and placed.get(pod) != cluster:
+                    placed[pod] = cluster
+                    story.entries.append(Entry(at=fact.at, what=f"pod {pod} → {cluster}"))
+            for key, why in sorted((value.get("pods_unplaced") or {}).items()):
+                if key.partition("/")[0] == namespace:
+                    story.entries.append(Entry(at=fact.at, what=f"pod {key.partition('/')[2]} not placed", why=[why]))
+        elif fact.kind == "move" and value.get("namespace") == namespace:
+            moved = [f"{pod}: {where}" for pod, where in sorted((value.get("moved") or {}).items())]
+            stuck = [f"{pod} stuck: {why}" for pod, why in sorted((value.get("stuck") or {}).items())]
+            if moved or stuck:
+                story.entries.append(Entry(at=fact.at, what=f"{fact.name}: pods moved off draining clusters",
+                                           why=moved + stuck))  # fmt: skip
+    last = next((e for e in reversed(story.entries) if e.what.startswith(("slices placed", "not placed"))), None)
+    story.now = [last.what if last else "no placement recorded", *(f"pod {p} on {c}" for p, c in sorted(placed.items()))]
+    return story
+
+
+def pod_story(subject: str, namespace: str, pod: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
+    """One pod of the pool: its namespace's placements (the clusters it may go to), where it went, its moves."""
+    whole = namespace_story(subject, namespace, workflows, facts)
+    entries = []
+    for entry in whole.entries:
+        if entry.what.startswith(("slices placed", "not placed", f"pod {pod} ")):
+            entries.append(entry)
+        elif (lines := [w for w in entry.why if w.startswith((f"{pod}: ", f"{pod} stuck"))]) and "moved" in entry.what:
+            entries.append(entry.model_copy(update={"why": lines}))
+    now = [whole.now[0], *(line for line in whole.now[1:] if line.startswith(f"pod {pod} "))]
+    return whole.model_copy(update={"entries": entries, "now": now})
+
+
+def _placement_entry(at: datetime, decision: Mapping[str, Any], clusters: Mapping[str, str]) -> Entry:
+    placement = decision.get("placement")
+    why = [str(decision.get("reason", ""))]
+    if decision.get("slices"):
+        why.append(f"{decision['slices']} slices of {_resources(decision.get('slice') or {})}")
+    if decision.get("mandatory"):
+        why.append("the placement annotation asks for " + _counts(decision["mandatory"]))
+    why += [f"{cluster}: {reason}" for cluster, reason in sorted((decision.get("diagnosis") or {}).items())]
+    why += [f"{cluster} was {state}" for cluster, state in sorted(clusters.items())]
+    what = f"slices placed: {_counts(placement)}" if placement else "not placed"
+    return Entry(at=at, what=what, why=why)
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+
+
+_STEP_WHY = {
+    "EnsureFinalizer": "accepted: hold the Advertisement until its teardown is done",
+    "EnsureVirtualKubelet": "accepted and the PodCIDR remapped: the virtual kubelet carries the offer as its node",
+    "MarkDeleting": "teardown begins: the provider and the virtual kubelet see phase Deleting",
+    "DeleteVirtualNode": "teardown 1: the virtual node first, so that nothing more is scheduled on it",
+    "DeleteVirtualKubelet": "teardown 2: the virtual kubelet, once the provider namespace is clean (or the wait ran out)",
+    "ReleaseAdvertisement": "teardown 3: the finalizer goes, and with it the Advertisement",
+    "RefuseNotReady": "the virtual node was never Ready within virtualNodeReadyTimeoutSeconds",
+    "DeleteExpired": "its timeToLive passed before anyone accepted it",
+}
+
+
+def _step_why(step: str) -> list[str]:
+    return [_STEP_WHY[step]] if step in _STEP_WHY else []
+
+
+def _resources(resources: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in sorted(Resources(resources).to_kubernetes().items())) or "nothing"
+
+
+def _quantity(value: Decimal) -> str:
+    return format(value.normalize(), "f") if value != value.to_integral_value() else format_quantity(value)
+
+
+def _percent(value: Any) -> str:
+    return str(value) + ("%" if isinstance(value, int) else "")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+def _time(at: datetime | None) -> str:
+    return "—" if at is None else f"{at:%Y-%m-%d %H:%M:%S} UTC"

@@ -1,0 +1,179 @@
+"""`tidepool explain` (issue 20, part 1) end to end: a provider and a consumer with a worker each, an
+offer the test shapes (a pod that counts, one of the consumer's own that does not, a percentage changed
+in the ClusterConfig), and the stories each side tells from its own Temporal history, checked against
+the decisions the test caused; then again once the peering is withdrawn and its objects are gone, with
+`tidepool simulate peering` checked against hand-computed offers. The pool's story of a placed namespace,
+its pod and a namespace that fits nowhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from temporalio.client import Client
+
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
+from models.explain import Story
+from models.names import (
+    ADVERTISEMENTS,
+    LABEL_CONSUMER,
+    LABEL_OFFLOADED,
+    PEERING_REQUESTS,
+    PLACEMENT_STATUS_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    POD_CLUSTER_ANNOTATION,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+)
+from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
+from tests.pool import running_pool
+from tests.running import eventually, running_worker, worker_settings
+from workers.explain import explain_advertisement, explain_namespace, explain_peering
+from workers.peer import cancel_peering, request_peering
+
+pytestmark = [pytest.mark.env, pytest.mark.explain]
+
+HALF = ["sharing percentage 50% (the ClusterConfig's)",
+        "cpu: (8 − 2) × 50% = 3",
+        "memory: (16Gi − 1Gi) × 50% = 7680Mi",
+        "pods: (110 − 1) × 50% = 54 (rounded down from 54.5)",
+        "not counted as used: the consumer's own offloaded pods, cpu 1, pods 1"]  # fmt: skip
+QUARTER_CPU = "cpu: (8 − 2) × 25% = 1500m"
+
+
+def _entries(story: Story) -> dict[str, list[str]]:
+    """what → why of the first entry of each kind."""
+    entries: dict[str, list[str]] = {}
+    for entry in story.entries:
+        entries.setdefault(entry.what, entry.why)
+    return entries
+
+
+async def _cli(localenv: EnvState, *args: str) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "workers.cli", *args, "--temporal-address", localenv.temporal_address,
+        "--namespace", "default", "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    parsed: dict[str, Any] = json.loads(out)
+    return parsed
+
+
+@pytest.mark.timeout(300)
+async def test_each_side_explains_its_decisions_from_history_even_after_the_objects_are_gone(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
+) -> None:  # fmt: skip
+    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
+    home, foreign = provider.api_client(), consumer.api_client()
+    create_node(home, "big", cpu="8", memory="16Gi")
+    create_namespace(home, "work")
+    create_pod(home, "work", "app", node_name="big", requests={"cpu": "2", "memory": "1Gi"})
+    create_pod(home, "work", "own", node_name="big", requests={"cpu": "1"},
+               labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer_id})  # fmt: skip
+    apply_cluster_config(home, outgoing={"sharingPercentage": 50})
+    create_namespace(foreign, SYSTEM_NAMESPACE)
+    apply_cluster_config(foreign, incoming={"maxAcceptableAdvertisements": 2})
+
+    def advertisement() -> dict[str, Any]:
+        return read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(provider_id)) or {}
+
+    async with (running_worker(worker_settings(localenv, provider, provider_id)),
+                running_worker(worker_settings(localenv, consumer, consumer_id))):  # fmt: skip
+        request_peering(home, foreign, provider_id=provider_id, consumer_id=consumer_id)
+        await eventually(lambda: (advertisement().get("status") or {}).get("phase") == "Accepted",
+                         timeout=60, what="the Advertisement accepted")  # fmt: skip
+        await asyncio.sleep(1)  # a second between the two offers, for --at
+        half_time = datetime.now(UTC)
+        apply_cluster_config(home, outgoing={"sharingPercentage": 25})
+        await eventually(lambda: advertisement()["spec"]["resourceQuota"]["hard"]["cpu"] == "1500m",
+                         timeout=30, what="the quarter offered")  # fmt: skip
+
+        # The provider: each offer with its derivation, what changed it, and the consumer's decision.
+        peering = _entries(await explain_peering(temporal_client, home=provider_id, foreign=consumer_id))
+        assert peering["offered cpu 3, memory 7680Mi, pods 54"] == HALF
+        assert "the foreign cluster's decision: Accepted (WithinMaximum)" in peering
+        assert "the ClusterConfig changed: push at once" in peering
+        assert QUARTER_CPU in peering["offered cpu 1500m, memory 3840Mi, pods 27"]
+        # As of a time between the two offers: only the first.
+        earlier = await explain_peering(temporal_client, home=provider_id, foreign=consumer_id, at=half_time)
+        assert earlier.at == half_time and "offered cpu 1500m, memory 3840Mi, pods 27" not in _entries(earlier)
+        assert earlier.now[0] == "offer: cpu 3, memory 7680Mi, pods 54"
+
+        # The consumer: the admission decision and its inputs, and the offer as the provider derived it.
+        consuming = _entries(await explain_advertisement(temporal_client, home=consumer_id, provider=provider_id))
+        assert consuming["admission: Accepted (WithinMaximum)"] == [
+            "accepted as number 1 of at most 2 (maxAcceptableAdvertisements)",
+            consuming["admission: Accepted (WithinMaximum)"][1]]  # fmt: skip
+        assert consuming["admission: Accepted (WithinMaximum)"][1].startswith(
+            "policy AutoAcceptMax, maxAcceptableAdvertisements 2; number 1 in arrival order (arrived ")
+        assert consuming["offer seen: cpu 3, memory 7680Mi, pods 54"] == ["as the provider derived it:", *HALF[1:]]
+        assert QUARTER_CPU in consuming["offer seen: cpu 1500m, memory 3840Mi, pods 27"]
+        assert "step EnsureFinalizer" in consuming
+
+        cancel_peering(home, consumer_id=consumer_id)
+        await eventually(lambda: read_cluster_object(home, PEERING_REQUESTS, consumer_id) is None and not advertisement(),
+                         timeout=90, what="the peering withdrawn on both sides")  # fmt: skip
+        await asyncio.sleep(2)  # the consumer's run completes once the Advertisement is released
+
+    # Nothing left in either cluster, no worker running: the stories still come from history, by the CLI.
+    provided = await _cli(localenv, "explain", "peering", consumer_id, "--cluster-id", provider_id)
+    assert provided["subject"] == f"peering with {consumer_id}" and provided["retention_days"] > 0
+    assert provided["entries"][-1]["what"] == "peering withdrawn"
+    consumed = await _cli(localenv, "explain", "advertisement", provider_id, "--cluster-id", consumer_id)
+    whats = [e["what"] for e in consumed["entries"]]
+    assert whats.index("admission: Accepted (WithinMaximum)") < whats.index("step MarkDeleting") < whats.index(
+        "step ReleaseAdvertisement")
+    assert whats[-1] == "lifecycle ended"
+
+    # Every push replayed at 100%: (8 − 2) CPU, (16Gi − 1Gi), (110 − 1) pods, whatever it offered then.
+    simulated = await _cli(localenv, "simulate", "peering", consumer_id, "--cluster-id", provider_id,
+                           "--sharing-percentage", "100")  # fmt: skip
+    assert {p["sharing_percentage"] for p in simulated["pushes"]} == {50, 25} and simulated["not_replayable"] == 0
+    assert all(p["would_offer"] == {"cpu": "6", "memory": "15Gi", "pods": "109"} for p in simulated["pushes"])
+    assert simulated["differing"] == len(simulated["pushes"])
+
+
+@pytest.mark.pool
+async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_why_another_fits_nowhere(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
+) -> None:  # fmt: skip
+    async with running_pool(localenv, make_cluster, unique) as pool:
+        core, workflow_id = pool.core, f"pool-scheduler-{unique}"
+        for name, cpu in (("shop", "6"), ("huge", "20")):  # 6 slices of 1 CPU / 2Gi; the pool holds 8 (4 + 4)
+            core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name, "annotations": {
+                "pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}}))  # fmt: skip
+            core.create_namespaced_resource_quota(name, k8s.V1ResourceQuota.model_validate(
+                {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": cpu, "memory": f"{int(cpu) * 2}Gi"}}}))
+        core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
+            "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}))  # fmt: skip
+        chosen = await eventually(lambda: (core.read_namespaced_pod("web", "shop").metadata.annotations or {}).get(
+            POD_CLUSTER_ANNOTATION), timeout=60, what="the pod's super cluster")  # fmt: skip
+        placement = json.loads((core.read_namespace("shop").metadata.annotations or {})[PLACEMENTS_ANNOTATION])
+        await eventually(lambda: (core.read_namespace("huge").metadata.annotations or {}).get(PLACEMENT_STATUS_ANNOTATION),
+                         timeout=60, what="huge's placement status")  # fmt: skip
+
+        shop = await explain_namespace(temporal_client, namespace="shop", workflow_id=workflow_id)
+        placed = next(e for e in shop.entries if e.what.startswith("slices placed"))
+        assert placed.what == "slices placed: " + ", ".join(f"{c} {n}" for c, n in sorted(placement.items()))
+        assert placed.why[:2] == ["6 slices placed (spread)", "6 slices of cpu 1, memory 2Gi"]
+        assert f"pod web → {chosen}" in [e.what for e in shop.entries]
+        assert shop.now == [placed.what, f"pod web on {chosen}"]
+
+        huge = await explain_namespace(temporal_client, namespace="huge", workflow_id=workflow_id)
+        refused = next(e for e in huge.entries if e.what == "not placed")
+        assert refused.why[0].startswith("InsufficientCapacity: 20 slices do not fit in the pool")
+        # Every cluster's own reason, as the filter gave it, and how each cluster stood in that pass.
+        assert [w.split(":")[0] for w in refused.why if w.startswith(("s1:", "s2:"))] == ["s1", "s2"]
+        assert all("InsufficientCapacity" in w for w in refused.why if w.startswith(("s1:", "s2:")))
+
+    web = await _cli(localenv, "explain", "pod", "shop/web", "--workflow-id", workflow_id)
+    assert [e["what"] for e in web["entries"]][-1] == f"pod web → {chosen}" and web["now"][-1] == f"pod web on {chosen}"

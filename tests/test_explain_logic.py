@@ -1,0 +1,106 @@
+"""models/explain.py: the offer's derivation and the stories told from decoded history facts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from models.explain import Fact, OfferDerivation, advertisement_story, namespace_story, peering_story, pod_story
+from models.resources import Resources
+
+pytestmark = pytest.mark.explain
+
+T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+DERIVATION = OfferDerivation(allocatable=Resources(cpu="8", memory="16Gi", pods="110"),
+                             used=Resources(cpu="2", memory="1Gi", pods="1"),
+                             consumer_own=Resources(cpu="1", pods="1"), sharing_percentage=50,
+                             advertised=Resources(cpu="3", memory="7680Mi", pods="54"))  # fmt: skip
+
+
+def test_the_derivation_shows_each_resource_its_rounding_and_what_the_consumer_runs_itself() -> None:
+    assert DERIVATION.lines() == [
+        "cpu: (8 − 2) × 50% = 3",
+        "memory: (16Gi − 1Gi) × 50% = 7680Mi",
+        "pods: (110 − 1) × 50% = 54 (rounded down from 54.5)",
+        "not counted as used: the consumer's own offloaded pods, cpu 1, pods 1",
+    ]
+
+
+def test_the_derivation_goes_through_its_annotation_and_a_bad_one_is_none() -> None:
+    assert OfferDerivation.from_annotation(DERIVATION.to_annotation()) == DERIVATION
+    assert '"consumerOwn"' in DERIVATION.to_annotation() and '"sharingPercentage": 50' in DERIVATION.to_annotation()
+    for bad in (None, "", "not json", '{"allocatable": {"cpu": "x"}}', '{"sharingPercentage": 101}'):
+        assert OfferDerivation.from_annotation(bad) is None
+
+
+def _push(at: datetime, percent: int, cpu: str, phase: str | None = "Accepted") -> Fact:
+    return Fact(at=at, kind="push", name="push_advertisement", value={
+        "advertised": {"cpu": cpu}, "allocatable": {"cpu": "8"}, "used": {"cpu": "2"}, "consumer_own": {},
+        "sharing_percentage": percent, "configured_percentage": percent, "foreign_phase": phase,
+        "timestamp": at.isoformat(), "time_to_live": (at + timedelta(minutes=30)).isoformat()})  # fmt: skip
+
+
+def test_the_peering_story_collapses_repeated_offers_and_tells_each_change_with_its_cause() -> None:
+    facts = [
+        Fact(at=T0, kind="started", name="PeeringWorkflow", value={"foreign_cluster_id": "c"}),
+        _push(T0, 50, "3", phase=None),
+        _push(T0 + timedelta(minutes=10), 50, "3"),
+        _push(T0 + timedelta(minutes=20), 50, "3"),
+        Fact(at=T0 + timedelta(minutes=25), kind="signal", name="set_sharing_percentage", value=25),
+        _push(T0 + timedelta(minutes=25), 25, "1500m"),
+    ]
+    story = peering_story("peering with c", "p", ["peering-c@p"], facts)
+    assert [e.what for e in story.entries] == [
+        "peering started",
+        "offered cpu 3",
+        "the foreign cluster's decision: Accepted",
+        "(then 2 more pushes offering the same, the last at this time)",
+        "sharing percentage set to 25% by signal set_sharing_percentage",
+        "offered cpu 1500m",
+    ]
+    assert story.entries[1].why == ["sharing percentage 50% (the ClusterConfig's)", "cpu: (8 − 2) × 50% = 3"]
+    assert story.entries[-1].why[1] == "cpu: (8 − 2) × 25% = 1500m"
+    assert story.now[0] == "offer: cpu 1500m"
+    assert "offered cpu 1500m" in story.render()
+
+
+def test_the_advertisement_story_tells_the_admission_decision_its_inputs_and_the_offer() -> None:
+    record = {"advertisement": "advertisement-p", "provider": "p", "phase": "Accepted", "reason": "WithinMaximum",
+              "message": "accepted as number 1 of at most 2 (maxAcceptableAdvertisements)", "position": 1,
+              "arrived": T0.isoformat()}  # fmt: skip
+    other = {**record, "advertisement": "advertisement-q", "provider": "q", "position": 2}
+    facts = [
+        Fact(at=T0, kind="admission", value={"policy": "AutoAcceptMax", "maximum": 2, "records": [record, other]}),
+        Fact(at=T0, kind="observed", value={"exists": True, "phase": "Accepted", "resources": {"cpu": "3"},
+                                            "offer": DERIVATION.model_dump()}),  # fmt: skip
+        Fact(at=T0, kind="step", name="EnsureFinalizer"),
+    ]
+    story = advertisement_story("Advertisement from p", "c", "advertisement-p", ["admission-c"], facts)
+    assert [e.what for e in story.entries] == ["admission: Accepted (WithinMaximum)", "offer seen: cpu 3",
+                                               "step EnsureFinalizer"]  # fmt: skip
+    assert story.entries[0].why == [record["message"], "policy AutoAcceptMax, maxAcceptableAdvertisements 2; "
+                                    "number 1 in arrival order (arrived 2026-11-25 12:00:00 UTC)"]  # fmt: skip
+    assert story.entries[1].why[1:] == DERIVATION.lines()
+    assert story.now == ["decision: Accepted (WithinMaximum)", "offer: cpu 3"]
+
+
+def test_the_namespace_story_tells_each_new_placement_with_every_clusters_reason_and_the_pods() -> None:
+    placed = {"namespace": "shop", "placement": {"s1": 3, "s2": 3}, "reason": "6 slices placed (spread)",
+              "diagnosis": {"s3": "NotProbed: not probed yet"}, "slice": {"cpu": "1"}, "slices": 6, "mandatory": {"s1": 3}}  # fmt: skip
+    passes = [
+        Fact(at=T0, kind="pool", value={"clusters": {"s1": "Ready"}, "decisions": [placed, {**placed, "namespace": "other"}],
+                                        "pods_placed": {"shop/web": "s2", "other/web": "s1"}}),  # fmt: skip
+        Fact(at=T0 + timedelta(minutes=1), kind="pool", value={"decisions": [placed], "pods_placed": {"shop/web": "s2"}}),
+        Fact(at=T0 + timedelta(minutes=2), kind="move", name="move_pods",
+             value={"namespace": "shop", "moved": {"web": "s2 → s1", "api": "s2 → s1"}}),
+    ]
+    story = namespace_story("namespace shop", "shop", ["pool-scheduler"], passes)
+    assert [e.what for e in story.entries] == ["slices placed: s1 3, s2 3", "pod web → s2",
+                                               "move_pods: pods moved off draining clusters"]  # fmt: skip
+    assert story.entries[0].why == ["6 slices placed (spread)", "6 slices of cpu 1", "the placement annotation asks for s1 3",
+                                    "s3: NotProbed: not probed yet", "s1 was Ready"]  # fmt: skip
+    pod = pod_story("pod shop/web", "shop", "web", ["pool-scheduler"], passes)
+    assert [e.what for e in pod.entries] == [e.what for e in story.entries]
+    assert pod.entries[-1].why == ["web: s2 → s1"]  # the other pod's move is not this pod's story
+    assert pod.now == ["slices placed: s1 3, s2 3", "pod web on s2"]

@@ -1,0 +1,166 @@
+"""`tidepool explain peering|advertisement|namespace|pod` and `tidepool simulate peering`: reads the workflows' histories (every run, continued as new
+or ended, as far back as the namespace's retention) and hands their decisions to models/explain.py.
+
+It only reads Temporal: no cluster is touched, so it works after the objects are gone, and on either side
+with nothing but that side's Temporal namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from models.explain import Fact, Story, advertisement_story, namespace_story, peering_story, pod_story
+from models.names import (
+    POOL_SCHEDULER_WORKFLOW_ID,
+    admission_workflow_id,
+    advertisement_name,
+    advertisement_workflow_id,
+    peering_workflow_id,
+)
+from models.simulate import Simulation, simulate_peering
+
+# A history is read whole; these many runs of one workflow id at most, newest first (the admission workflow
+# continues as new often): what is older is left out, and the story says from when it starts.
+MAX_RUNS = 200
+
+# Activity results that are decisions, and the fact each becomes.
+_RESULTS = {
+    "push_advertisement": "push",
+    "read_foreign_decision": "decision",
+    "admit_advertisements": "admission",
+    "observe_advertisement": "observed",
+    "schedule_pool": "pool",
+    "move_pods": "move",
+    "finish_move": "move",
+}
+_STEPS = {"ensure_finalizer", "ensure_virtual_kubelet", "mark_deleting", "refuse_not_ready", "delete_virtual_node",
+          "delete_virtual_kubelet", "release_advertisement", "delete_expired"}  # fmt: skip
+
+
+async def explain_peering(client: Client, *, home: str, foreign: str, at: datetime | None = None) -> Story:
+    """The provider's story of its peering with `foreign`."""
+    workflow_id = peering_workflow_id(home, foreign)
+    facts = await _facts(client, [workflow_id], until=at)
+    story = peering_story(f"peering with {foreign}", home, [workflow_id], facts)
+    return await _finish(client, story, at)
+
+
+async def simulate_peering_history(client: Client, *, home: str, foreign: str, percent: int,
+                                   since: datetime | None = None) -> Simulation:  # fmt: skip
+    """`tidepool simulate peering`: the recorded pushes of the peering with `foreign`, at `percent`."""
+    facts = await _facts(client, [peering_workflow_id(home, foreign)], until=None)
+    return simulate_peering(f"peering with {foreign}", facts, percent=percent, since=since)
+
+
+async def explain_advertisement(client: Client, *, home: str, provider: str, at: datetime | None = None) -> Story:
+    """The consumer's story of the Advertisement `provider` put on it."""
+    workflow_ids = [admission_workflow_id(home), advertisement_workflow_id(home, provider)]
+    facts = await _facts(client, workflow_ids, until=at)
+    story = advertisement_story(f"Advertisement from {provider}", home, advertisement_name(provider), workflow_ids, facts)
+    return await _finish(client, story, at)
+
+
+async def explain_namespace(client: Client, *, namespace: str, at: datetime | None = None,
+                            workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
+    """The pool's story of a tenant namespace: where its quota slices went and why, and its pods."""
+    facts = await _facts(client, [workflow_id], until=at)
+    return await _finish(client, namespace_story(f"namespace {namespace}", namespace, [workflow_id], facts), at)
+
+
+async def explain_pod(client: Client, *, namespace: str, pod: str, at: datetime | None = None,
+                      workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
+    """The pool's story of one tenant pod: the clusters its namespace was given, and which one it went to."""
+    facts = await _facts(client, [workflow_id], until=at)
+    return await _finish(client, pod_story(f"pod {namespace}/{pod}", namespace, pod, [workflow_id], facts), at)
+
+
+async def _finish(client: Client, story: Story, at: datetime | None) -> Story:
+    described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+    retention = described.config.workflow_execution_retention_ttl
+    days = (retention.seconds + retention.nanos / 1e9) / 86400 if retention.seconds or retention.nanos else None
+    return story.model_copy(update={"at": at, "retention_days": days})
+
+
+async def _facts(client: Client, workflow_ids: Iterable[str], *, until: datetime | None) -> list[Fact]:
+    facts: list[Fact] = []
+    for workflow_id in workflow_ids:
+        runs = {run.run_id: run.start_time async for run in client.list_workflows(f'WorkflowId = "{workflow_id}"',
+                                                                                  limit=MAX_RUNS)}  # fmt: skip
+        try:  # visibility lags a little: the latest run, continued as new a moment ago, may not be listed yet
+            latest = await client.get_workflow_handle(workflow_id).describe()
+            runs.setdefault(latest.run_id, latest.start_time)
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+        for run_id, started in sorted(runs.items(), key=lambda run: run[1]):
+            if until is not None and started > until:
+                continue
+            history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+            facts += [f for f in await _decode(client, workflow_id, history.events) if until is None or f.at <= until]
+    return sorted(facts, key=lambda f: f.at)
+
+
+async def _decode(client: Client, workflow_id: str, events: Iterable[HistoryEvent]) -> list[Fact]:
+    """The facts of one run's events: its start and end, signals, accepted updates, the decision activities'
+    results, the steps it took and the activities that failed for good."""
+    facts: list[Fact] = []
+    scheduled: dict[int, str] = {}  # event id -> activity type
+    workflow_type = ""
+
+    def fact(event: HistoryEvent, kind: str, name: str = "", value: Any = None) -> None:
+        at = event.event_time.ToDatetime(tzinfo=UTC)
+        facts.append(Fact(at=at, kind=kind, name=name, value=value, workflow_id=workflow_id))  # type: ignore[arg-type]
+
+    for event in events:
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            started = event.workflow_execution_started_event_attributes
+            workflow_type = started.workflow_type.name
+            fact(event, "started", workflow_type, await _first(client, started.input.payloads))
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            signaled = event.workflow_execution_signaled_event_attributes
+            fact(event, "signal", signaled.signal_name, await _first(client, signaled.input.payloads))
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            update = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+            fact(event, "update", update.name, await _first(client, update.args.payloads))
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activity = event.activity_task_scheduled_event_attributes
+            name = activity.activity_type.name
+            scheduled[event.event_id] = name
+            if name in _STEPS:
+                fact(event, "step", _camel(name))
+            elif name == "run_step":  # runs begun before consumer-step-activities: one activity, the step its input
+                argument = await _first(client, activity.input.payloads)
+                fact(event, "step", str((argument or {}).get("step", "")))
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed = event.activity_task_completed_event_attributes
+            name = scheduled.get(completed.scheduled_event_id, "")
+            if name in _RESULTS:
+                fact(event, _RESULTS[name], name, await _first(client, completed.result.payloads))
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            failed = event.activity_task_failed_event_attributes
+            if scheduled.get(failed.scheduled_event_id) == "push_advertisement":
+                failure = failed.failure.cause if failed.failure.HasField("cause") else failed.failure
+                fact(event, "push_failed", "push_advertisement", failure.message)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            result = event.workflow_execution_completed_event_attributes.result
+            fact(event, "completed", workflow_type, await _first(client, result.payloads))
+    return facts
+
+
+async def _first(client: Client, payloads: Any) -> Any:
+    """The first payload as JSON (dicts, lists, strings, numbers), through the client's codec if it has one."""
+    if not payloads:
+        return None
+    return (await client.data_converter.decode([payloads[0]]))[0]
+
+
+def _camel(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from models.peering import sharing_percentage_problem
 from models.quantities import format_quantity
 from models.resources import Resources
 from models.sharing import spare
@@ -30,6 +31,8 @@ from models.sharing import spare
 # At most this many admission records in one pass's result: a burst of a thousand arrivals must not make
 # one history event of megabytes. The rest are counted (AdmissionResult.records_omitted).
 MAX_ADMISSION_RECORDS = 100
+# A derivation of a dozen resources is well under this; a larger annotation is not read.
+MAX_DERIVATION_BYTES = 4096
 
 
 class OfferDerivation(BaseModel):
@@ -54,14 +57,16 @@ class OfferDerivation(BaseModel):
 
     @classmethod
     def from_annotation(cls, text: str | None) -> OfferDerivation | None:
-        """None when absent or unreadable: a provider of an earlier release writes none, and a foreign
-        annotation is never a reason to fail."""
-        if not text:
+        """None when absent, oversized or unreadable: a provider of an earlier release writes none, and a
+        foreign annotation is never a reason to fail (nor to grow every observation recorded in history)."""
+        if not text or len(text) > MAX_DERIVATION_BYTES:
             return None
         try:
-            return cls.model_validate(json.loads(text))
-        except (ValueError, ValidationError):
+            derivation = cls.model_validate(json.loads(text))
+            derivation.to_annotation()  # a quantity that parses but cannot be written back fails here, not later
+        except Exception:  # noqa: BLE001 - whatever a foreign cluster wrote: no derivation
             return None
+        return derivation
 
     def lines(self) -> list[str]:
         """One line per resource: `cpu: (8 − 2) × 50% = 3`, saying where rounding down took something."""
@@ -70,10 +75,11 @@ class OfferDerivation(BaseModel):
         for name in sorted(self.allocatable):
             exact = spare_capacity.get_or_zero(name) * Decimal(self.sharing_percentage) / 100
             offered = self.advertised.get_or_zero(name)
-            rounded = "" if exact == offered else f" (rounded down from {_quantity(exact)})"
+            note = " (more is used than allocatable: none to share)" if self.used.get_or_zero(name) > self.allocatable[name] else (
+                "" if exact == offered else f" (rounded down from {in_unit(name, exact)})")  # fmt: skip
             lines.append(f"{name}: ({format_quantity(self.allocatable[name])} − "
                          f"{format_quantity(self.used.get_or_zero(name))}) × {self.sharing_percentage}% = "
-                         f"{format_quantity(offered)}{rounded}")  # fmt: skip
+                         f"{format_quantity(offered)}{note}")  # fmt: skip
         if self.consumer_own:
             lines.append("not counted as used: the consumer's own offloaded pods, "
                          + _resources(self.consumer_own))  # fmt: skip
@@ -123,6 +129,7 @@ class Story(BaseModel):
     workflows: list[str]
     at: datetime | None = Field(default=None, description="Told as of then (--at); None: up to now.")
     retention_days: float | None = Field(default=None, description="How far back the Temporal namespace keeps histories.")
+    truncated: bool = Field(default=False, description="Older runs were left unread (workers/explain.MAX_RUNS).")
     entries: list[Entry] = Field(default_factory=list)
     now: list[str] = Field(default_factory=list, description="Where things stand at the end of the story.")
 
@@ -131,6 +138,8 @@ class Story(BaseModel):
         head.append("workflows: " + (", ".join(self.workflows) or "none found"))
         if self.at is not None:
             head.append(f"as of {_time(self.at)}")
+        if self.truncated:
+            head.append("only the newest runs of a workflow were read: older decisions are not told")
         if self.retention_days is not None:
             days = f"{self.retention_days:g} day" + ("" if self.retention_days == 1 else "s")
             head.append(f"history kept {days} (the Temporal namespace's retention): nothing older can be explained")
@@ -160,12 +169,15 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
                 f"sharing percentage: {percentage}% (its own)" if percentage is not None
                 else "sharing percentage: the ClusterConfig's"]))  # fmt: skip
         elif fact.kind in ("signal", "update") and fact.name in ("set_sharing_percentage", "update_sharing_percentage"):
-            story.entries.append(Entry(at=fact.at, what=f"sharing percentage set to {_percent(fact.value)} "
-                                                        f"by {fact.kind} {fact.name}"))  # fmt: skip
+            by = f"by {fact.kind} {fact.name}"
+            problem = sharing_percentage_problem(fact.value)
+            story.entries.append(Entry(at=fact.at, what=f"ignored: {problem} ({by})" if problem else
+                                       f"sharing percentage set to {fact.value}% {by}" if fact.value is not None else
+                                       f"sharing percentage follows the ClusterConfig again {by}"))  # fmt: skip
         elif fact.kind == "signal" and fact.name == "cluster_config_changed":
             story.entries.append(Entry(at=fact.at, what="the ClusterConfig changed: push at once"))
         elif fact.kind == "signal" and fact.name == "withdraw":
-            story.entries.append(Entry(at=fact.at, what=f"withdrawal asked: {_percent(fact.value) or 'Requested'}"))
+            story.entries.append(Entry(at=fact.at, what=f"withdrawal asked: {fact.value or 'Requested'}"))
         elif fact.kind == "push":
             if "advertised" not in value:  # an earlier release's answer that asked to withdraw
                 continue
@@ -195,6 +207,7 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
         elif fact.kind == "completed" and fact.name == "PeeringWorkflow":
             story.entries.append(Entry(at=fact.at, what="peering withdrawn",
                                        why=[f"{k}: {v}" for k, v in value.items() if v not in ("", None)]))  # fmt: skip
+            last, story.now = None, [f"withdrawn {_time(fact.at)}: nothing offered any more"]
     if repeats:
         story.entries.append(Entry(at=repeated_at or story.entries[-1].at, what=_repeated(repeats)))
     story.entries.sort(key=lambda e: e.at)  # stable: a run of repeats is told when it ends, and dated then
@@ -231,13 +244,18 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
     offer: str | None = None
     phase: str | None = None
     decided: str | None = None
+    ended: datetime | None = None
     for fact in facts:
         value = fact.value if isinstance(fact.value, Mapping) else {}
         if fact.kind == "admission":
             policy, maximum = value.get("policy"), value.get("maximum")
-            for record in value.get("records") or []:
-                if record.get("advertisement") != advertisement:
-                    continue
+            records = [r for r in value.get("records") or [] if r.get("advertisement") == advertisement]
+            if not records and value.get("records_omitted"):
+                story.entries.append(Entry(at=fact.at, what=f"admission: {value['records_omitted']} decisions of this "
+                                           f"pass not recorded (at most {MAX_ADMISSION_RECORDS} a pass): this "
+                                           "Advertisement's may be among them"))  # fmt: skip
+            for record in records:
+                ended = None  # an Advertisement from the same provider again: a new lifecycle
                 arrived = _parse_time(record.get("arrived"))
                 decided = f"{record['phase']} ({record['reason']})"
                 story.entries.append(Entry(at=fact.at, what=f"admission: {decided}", why=[
@@ -246,11 +264,13 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
                     f"number {record['position']} in arrival order" + (f" (arrived {_time(arrived)})" if arrived else ""),
                 ]))  # fmt: skip
         elif fact.kind == "update" and fact.name in ("accept", "refuse"):
-            story.entries.append(Entry(at=fact.at, what=f"{fact.name}ed by hand (update {fact.name})",
+            by_hand = {"accept": "accepted", "refuse": "refused"}[fact.name]
+            story.entries.append(Entry(at=fact.at, what=f"{by_hand} by hand (update {fact.name})",
                                        why=[f"reason: {fact.value or 'none given'}"]))  # fmt: skip
         elif fact.kind == "observed":
             if not value.get("exists", True):
                 continue
+            ended = None
             derivation = OfferDerivation.model_validate(value["offer"]) if value.get("offer") else None
             resources = _resources(value.get("resources") or {})
             if resources != offer:
@@ -271,7 +291,9 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
                 f"teardown because {value.get('teardown')}" if value.get("teardown") else "nothing to tear down",
                 *(f"{what} deleted {_time(_parse_time(at))}" for what, at in sorted(deleted.items(), key=lambda kv: str(kv[1]))),
             ]))  # fmt: skip
-    story.now = [f"decision: {decided or 'none recorded'}", f"offer: {offer or 'none seen'}"]
+            decided, offer, ended = None, None, fact.at
+    story.now = ([f"lifecycle ended {_time(ended)}: no Advertisement, virtual kubelet or node left"] if ended else
+                 [f"decision: {decided or 'none recorded'}", f"offer: {offer or 'none seen'}"])  # fmt: skip
     return story
 
 
@@ -300,6 +322,8 @@ def namespace_story(subject: str, namespace: str, workflows: list[str], facts: I
                 if key.partition("/")[0] == namespace:
                     story.entries.append(Entry(at=fact.at, what=f"pod {key.partition('/')[2]} not placed", why=[why]))
         elif fact.kind == "move" and value.get("namespace") == namespace:
+            for pod, where in (value.get("moved") or {}).items():  # "old → new"
+                placed[pod] = str(where).rpartition(" → ")[2]
             moved = [f"{pod}: {where}" for pod, where in sorted((value.get("moved") or {}).items())]
             stuck = [f"{pod} stuck: {why}" for pod, why in sorted((value.get("stuck") or {}).items())]
             if moved or stuck:
@@ -360,12 +384,16 @@ def _resources(resources: Mapping[str, Any]) -> str:
     return ", ".join(f"{name} {value}" for name, value in sorted(Resources(resources).to_kubernetes().items())) or "nothing"
 
 
-def _quantity(value: Decimal) -> str:
-    return format(value.normalize(), "f") if value != value.to_integral_value() else format_quantity(value)
-
-
-def _percent(value: Any) -> str:
-    return str(value) + ("%" if isinstance(value, int) else "")
+def in_unit(name: str, value: Decimal) -> str:
+    """An amount in the unit offers of `name` are written in (m of CPU, Mi of bytes, whole units), with up
+    to two decimals: what an exact share or a mean is, beside offers rounded to that unit."""
+    if name == "cpu":
+        amount, suffix = value * 1000, "m"
+    elif name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        amount, suffix = value / 2**20, "Mi"
+    else:
+        amount, suffix = value, ""
+    return f"{amount.quantize(Decimal('0.01'), rounding=ROUND_FLOOR).normalize():f}{suffix}"
 
 
 def _parse_time(value: Any) -> datetime | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from models.explain import Fact
+from models.explain import Fact, in_unit
 from models.resources import Resources
 from models.sharing import shared_resources
 
@@ -83,5 +83,5 @@ def simulate_peering(subject: str, facts: Iterable[Fact], *, percent: int, since
 
 
 def _mean(totals: Mapping[str, Decimal], count: int) -> dict[str, str]:
-    # Rounded down to each resource's unit, as an offer is (Resources.scale of 100%).
-    return Resources({name: total / count for name, total in totals.items()}).scale(100).to_kubernetes()
+    # A mean is no offer: in the offers' unit, with decimals (pods 40.5, not 40).
+    return {name: in_unit(name, totals[name] / count) for name in sorted(totals)}

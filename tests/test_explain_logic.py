@@ -103,4 +103,46 @@ def test_the_namespace_story_tells_each_new_placement_with_every_clusters_reason
     pod = pod_story("pod shop/web", "shop", "web", ["pool-scheduler"], passes)
     assert [e.what for e in pod.entries] == [e.what for e in story.entries]
     assert pod.entries[-1].why == ["web: s2 → s1"]  # the other pod's move is not this pod's story
-    assert pod.now == ["slices placed: s1 3, s2 3", "pod web on s2"]
+    assert pod.now == ["slices placed: s1 3, s2 3", "pod web on s1"]  # where the move took it
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000,  # deeper than the JSON parser recurses
+    DERIVATION.to_annotation().replace('"cpu": "8"', '"cpu": "1e99999999"'),  # parses; cannot be written back
+    DERIVATION.to_annotation() + " " * 5000,  # larger than any derivation: never recorded in every observation
+])  # fmt: skip
+def test_whatever_a_foreign_cluster_writes_in_the_annotation_is_no_derivation_and_no_failure(text: str) -> None:
+    assert OfferDerivation.from_annotation(text) is None
+
+
+def test_rounding_is_told_in_the_offers_unit_and_more_used_than_allocatable_says_so() -> None:
+    derivation = OfferDerivation(allocatable=Resources(cpu="2199m", memory="1Gi"), used=Resources(cpu="1", memory="2Gi"),
+                                 sharing_percentage=33, advertised=Resources(cpu="395m"))  # fmt: skip
+    assert derivation.lines() == ["cpu: (2199m − 1) × 33% = 395m (rounded down from 395.67m)",
+                                  "memory: (1Gi − 2Gi) × 33% = 0 (more is used than allocatable: none to share)"]  # fmt: skip
+
+
+def test_signals_and_updates_are_told_as_the_workflow_took_them() -> None:
+    facts = [Fact(at=T0, kind="signal", name="set_sharing_percentage", value=None),
+             Fact(at=T0, kind="update", name="update_sharing_percentage", value=150),
+             Fact(at=T0, kind="signal", name="withdraw", value=None),
+             Fact(at=T0 + timedelta(seconds=1), kind="completed", name="PeeringWorkflow",
+                  value={"foreign_cleaned": True, "home_cleaned": True, "note": ""})]  # fmt: skip
+    story = peering_story("peering with c", "p", ["peering-c@p"], [_push(T0, 50, "3"), *facts])
+    whats = [e.what for e in story.entries]
+    assert "sharing percentage follows the ClusterConfig again by signal set_sharing_percentage" in whats
+    assert any(w.startswith("ignored: sharing_percentage must be an integer between 0 and 100, got 150") for w in whats)
+    assert "withdrawal asked: Requested" in whats and whats[-1] == "peering withdrawn"
+    assert story.now == ["withdrawn 2026-11-25 12:00:01 UTC: nothing offered any more"]
+
+
+def test_a_manual_refusal_an_unrecorded_decision_and_the_end_of_a_lifecycle_are_told() -> None:
+    facts = [Fact(at=T0, kind="admission", value={"records": [], "records_omitted": 150}),
+             Fact(at=T0, kind="update", name="refuse", value="too expensive"),
+             Fact(at=T0 + timedelta(seconds=1), kind="completed", name="AdvertisementWorkflow",
+                  value={"teardown": "Deleted", "deleted": {"advertisement": T0.isoformat()}})]  # fmt: skip
+    story = advertisement_story("Advertisement from p", "c", "advertisement-p", ["admission-c"], facts)
+    assert [e.what for e in story.entries] == [
+        "admission: 150 decisions of this pass not recorded (at most 100 a pass): this Advertisement's may be among them",
+        "refused by hand (update refuse)", "lifecycle ended"]  # fmt: skip
+    assert story.now == ["lifecycle ended 2026-11-25 12:00:01 UTC: no Advertisement, virtual kubelet or node left"]

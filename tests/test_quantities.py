@@ -88,3 +88,10 @@ def test_formatting_then_parsing_gives_back_the_exact_value(value: Decimal) -> N
 def test_formatting_is_stable(value: Decimal) -> None:
     text = format_quantity(value)
     assert format_quantity(parse_quantity(text)) == text
+
+
+def test_a_quantity_beyond_any_real_amount_is_refused_at_once_not_formatted_for_half_a_minute() -> None:
+    for text in ("1e99999999", "1e31", "-2e30"):
+        with pytest.raises(QuantityError, match="beyond any real amount"):
+            parse_quantity(text)
+    assert parse_quantity("1e30") == Decimal(10**30)  # the bound itself is an amount

@@ -31,8 +31,8 @@ def test_each_recorded_push_is_recomputed_from_its_own_inputs_and_the_summary_co
     assert [(p.offered["cpu"], p.would_offer["cpu"]) for p in simulation.pushes] == [("3", "1500m"), ("500m", "250m")]
     assert [p.would_offer["memory"] for p in simulation.pushes] == ["2Gi", "2Gi"]  # (16Gi − 8Gi) × 25%
     assert (simulation.not_replayable, simulation.differing) == (1, 2)
-    assert simulation.offered_mean == {"cpu": "1750m", "memory": "4Gi"}
-    assert simulation.would_offer_mean == {"cpu": "875m", "memory": "2Gi"}
+    assert simulation.offered_mean == {"cpu": "1750m", "memory": "4096Mi"}
+    assert simulation.would_offer_mean == {"cpu": "875m", "memory": "2048Mi"}
     assert "2 pushes replayed, 2 would have offered otherwise; 1 recorded without their derivation" in simulation.render()
 
 

@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from kube.clients import client_from_kubeconfig_file
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
@@ -53,6 +55,7 @@ from models.names import (
     POOL_SCHEDULER_WORKFLOW_ID,
     VIRTUAL_NODE_TYPE,
 )
+from models.peering import CLUSTER_ID_PATTERN
 from models.settings import WorkerSettings
 from models.simulate import Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
@@ -154,8 +157,28 @@ def _timestamp(text: str) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def _print(answer: Story | Simulation, output: str) -> None:
-    print(answer.model_dump_json(indent=2) if output == "json" else answer.render(), end="\n" if output == "json" else "")
+def _history_arguments_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the names `explain` and `simulate` are given, naming the argument and the rule (they
+    end up in a visibility query and in workflow ids)."""
+    if args.kind in ("peering", "advertisement"):
+        subject = "FOREIGN" if args.kind == "peering" else "PROVIDER"
+        for what, value in (("--cluster-id", args.cluster_id), (subject, args.subject)):
+            if not value:
+                return f"{what} is required" + (" (or set TIDEPOOL_CLUSTER_CLUSTER_ID)" if what == "--cluster-id" else "")
+            if not re.fullmatch(CLUSTER_ID_PATTERN, value) or len(value) > 63:
+                return f"{what} {value!r} is not a cluster id (a DNS-1123 label: lowercase letters, digits and '-')"
+        return None
+    namespace, _, pod = args.subject.partition("/")
+    if not re.fullmatch(_DNS_LABEL, namespace) or (args.kind == "pod" and not re.fullmatch(_DNS_SUBDOMAIN, pod)):
+        form = "NAMESPACE/POD" if args.kind == "pod" else "NAMESPACE"
+        return f"NAME must be {form} (Kubernetes names: lowercase letters, digits, '-'), got {args.subject!r}"
+    if not re.fullmatch(r"[^'\"\\]+", args.workflow_id):
+        return f"--workflow-id {args.workflow_id!r} must not contain quotes or backslashes"
+    return None
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 
 
 def _percentage(text: str) -> int:
@@ -167,8 +190,14 @@ def _percentage(text: str) -> int:
 def _since(text: str) -> datetime:
     units = {"m": 60, "h": 3600, "d": 86400}
     if text[:-1].isdigit() and text[-1:] in units:
-        return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
-    return _timestamp(text)
+        try:
+            return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"{text!r} reaches back before year 1") from None
+    try:
+        return _timestamp(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a duration (30m, 24h, 7d) nor an ISO 8601 time") from None
 
 
 async def _client(args: argparse.Namespace) -> Client:
@@ -177,14 +206,11 @@ async def _client(args: argparse.Namespace) -> Client:
     return await connect(temporal.model_copy(update=overrides))
 
 
-async def _simulate(args: argparse.Namespace) -> Simulation:
+async def _answer(args: argparse.Namespace) -> Story | Simulation:
     client = await _client(args)
-    return await simulate_peering_history(client, home=args.cluster_id, foreign=args.subject,
-                                          percent=args.sharing_percentage, since=args.since)  # fmt: skip
-
-
-async def _explain(args: argparse.Namespace) -> Story:
-    client = await _client(args)
+    if args.command == "simulate":
+        return await simulate_peering_history(client, home=args.cluster_id, foreign=args.subject,
+                                              percent=args.sharing_percentage, since=args.since)  # fmt: skip
     if args.kind == "peering":
         return await explain_peering(client, home=args.cluster_id, foreign=args.subject, at=args.at)
     if args.kind == "advertisement":
@@ -237,16 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--namespace", help="Temporal namespace (default: TIDEPOOL_TEMPORAL_NAMESPACE or default)")
         command.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
-    if args.command == "simulate":
-        if not args.cluster_id:
-            parser.error("simulate: --cluster-id is required (or set TIDEPOOL_CLUSTER_CLUSTER_ID)")
-        _print(asyncio.run(_simulate(args)), args.output)
-    elif args.command == "explain":
-        if args.kind == "pod" and "/" not in args.subject:
-            parser.error(f"explain pod: NAME must be NAMESPACE/POD, got {args.subject!r}")
-        if args.kind in ("peering", "advertisement") and not args.cluster_id:
-            parser.error("explain: --cluster-id is required (or set TIDEPOOL_CLUSTER_CLUSTER_ID)")
-        _print(asyncio.run(_explain(args)), args.output)
+    if args.command in ("explain", "simulate"):
+        problem = _history_arguments_problem(args)
+        if problem:
+            parser.error(f"{args.command} {args.kind}: {problem}")
+        try:
+            answer = asyncio.run(_answer(args))
+            print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
+        except (LookupError, RPCError, RuntimeError, OSError) as e:  # no such workflow; Temporal unreachable or refusing
+            print(f"tidepool {args.command}: {e}", file=sys.stderr)
+            return 1
     elif args.command == "status":
         print(status(_clusters(args)), end="")
     elif args.command == "peer":

@@ -6,11 +6,12 @@ with nothing but that side's Temporal namespace."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
@@ -26,8 +27,8 @@ from models.names import (
 )
 from models.simulate import Simulation, simulate_peering
 
-# A history is read whole; these many runs of one workflow id at most, newest first (the admission workflow
-# continues as new often): what is older is left out, and the story says from when it starts.
+# A history is read whole; these many runs of one workflow id at most, the newest (the admission workflow
+# continues as new often): what is older is left out, and the story says so.
 MAX_RUNS = 200
 
 # Activity results that are decisions, and the fact each becomes.
@@ -47,64 +48,85 @@ _STEPS = {"ensure_finalizer", "ensure_virtual_kubelet", "mark_deleting", "refuse
 async def explain_peering(client: Client, *, home: str, foreign: str, at: datetime | None = None) -> Story:
     """The provider's story of its peering with `foreign`."""
     workflow_id = peering_workflow_id(home, foreign)
-    facts = await _facts(client, [workflow_id], until=at)
-    story = peering_story(f"peering with {foreign}", home, [workflow_id], facts)
-    return await _finish(client, story, at)
+    history = await _facts(client, [workflow_id], until=at)
+    story = peering_story(f"peering with {foreign}", home, [workflow_id], history.facts)
+    return await _finish(client, story, at, truncated=history.truncated)
 
 
 async def simulate_peering_history(client: Client, *, home: str, foreign: str, percent: int,
                                    since: datetime | None = None) -> Simulation:  # fmt: skip
     """`tidepool simulate peering`: the recorded pushes of the peering with `foreign`, at `percent`."""
-    facts = await _facts(client, [peering_workflow_id(home, foreign)], until=None)
-    return simulate_peering(f"peering with {foreign}", facts, percent=percent, since=since)
+    history = await _facts(client, [peering_workflow_id(home, foreign)], until=None)
+    return simulate_peering(f"peering with {foreign}", history.facts, percent=percent, since=since)
 
 
 async def explain_advertisement(client: Client, *, home: str, provider: str, at: datetime | None = None) -> Story:
     """The consumer's story of the Advertisement `provider` put on it."""
     workflow_ids = [admission_workflow_id(home), advertisement_workflow_id(home, provider)]
-    facts = await _facts(client, workflow_ids, until=at)
-    story = advertisement_story(f"Advertisement from {provider}", home, advertisement_name(provider), workflow_ids, facts)
-    return await _finish(client, story, at)
+    history = await _facts(client, workflow_ids, until=at)
+    story = advertisement_story(f"Advertisement from {provider}", home, advertisement_name(provider), workflow_ids,
+                                history.facts)  # fmt: skip
+    return await _finish(client, story, at, truncated=history.truncated)
 
 
 async def explain_namespace(client: Client, *, namespace: str, at: datetime | None = None,
                             workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
     """The pool's story of a tenant namespace: where its quota slices went and why, and its pods."""
-    facts = await _facts(client, [workflow_id], until=at)
-    return await _finish(client, namespace_story(f"namespace {namespace}", namespace, [workflow_id], facts), at)
+    history = await _facts(client, [workflow_id], until=at)
+    story = namespace_story(f"namespace {namespace}", namespace, [workflow_id], history.facts)
+    return await _finish(client, story, at, truncated=history.truncated)
 
 
 async def explain_pod(client: Client, *, namespace: str, pod: str, at: datetime | None = None,
                       workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
     """The pool's story of one tenant pod: the clusters its namespace was given, and which one it went to."""
-    facts = await _facts(client, [workflow_id], until=at)
-    return await _finish(client, pod_story(f"pod {namespace}/{pod}", namespace, pod, [workflow_id], facts), at)
+    history = await _facts(client, [workflow_id], until=at)
+    story = pod_story(f"pod {namespace}/{pod}", namespace, pod, [workflow_id], history.facts)
+    return await _finish(client, story, at, truncated=history.truncated)
 
 
-async def _finish(client: Client, story: Story, at: datetime | None) -> Story:
-    described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
-    retention = described.config.workflow_execution_retention_ttl
-    days = (retention.seconds + retention.nanos / 1e9) / 86400 if retention.seconds or retention.nanos else None
-    return story.model_copy(update={"at": at, "retention_days": days})
+async def _finish(client: Client, story: Story, at: datetime | None, *, truncated: bool) -> Story:
+    days: float | None = None
+    try:  # a role that may read histories but not describe the namespace: the retention is left unsaid
+        described = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+        retention = described.config.workflow_execution_retention_ttl
+        days = (retention.seconds + retention.nanos / 1e9) / 86400 if retention.seconds or retention.nanos else None
+    except RPCError:
+        pass
+    return story.model_copy(update={"at": at, "retention_days": days, "truncated": truncated})
 
 
-async def _facts(client: Client, workflow_ids: Iterable[str], *, until: datetime | None) -> list[Fact]:
+class _History(NamedTuple):
+    facts: list[Fact]
+    truncated: bool  # some workflow had more than MAX_RUNS runs before `until`: the oldest were not read
+
+
+async def _facts(client: Client, workflow_ids: Sequence[str], *, until: datetime | None) -> _History:
+    """The facts of every run of `workflow_ids` (up to `until`), in time order. LookupError when none has a run
+    in the namespace: a mistyped id, or the other side's cluster."""
     facts: list[Fact] = []
+    truncated, found = False, False
     for workflow_id in workflow_ids:
-        runs = {run.run_id: run.start_time async for run in client.list_workflows(f'WorkflowId = "{workflow_id}"',
-                                                                                  limit=MAX_RUNS)}  # fmt: skip
+        query = f"WorkflowId = '{workflow_id}'" + (f" AND StartTime <= '{until.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}'" if until else "")
+        runs = {run.run_id: run.start_time async for run in client.list_workflows(query, limit=MAX_RUNS + 1)}
+        truncated |= len(runs) > MAX_RUNS
+        runs = dict(sorted(runs.items(), key=lambda run: run[1])[-MAX_RUNS:])
         try:  # visibility lags a little: the latest run, continued as new a moment ago, may not be listed yet
             latest = await client.get_workflow_handle(workflow_id).describe()
             runs.setdefault(latest.run_id, latest.start_time)
         except RPCError as e:
             if e.status != RPCStatusCode.NOT_FOUND:
                 raise
+        found |= bool(runs)
         for run_id, started in sorted(runs.items(), key=lambda run: run[1]):
             if until is not None and started > until:
                 continue
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
             facts += [f for f in await _decode(client, workflow_id, history.events) if until is None or f.at <= until]
-    return sorted(facts, key=lambda f: f.at)
+    if not found:
+        raise LookupError(f"no workflow {' or '.join(workflow_ids)} in Temporal namespace {client.namespace!r} "
+                          "(run on the cluster that owns it, within the namespace's retention)")  # fmt: skip
+    return _History(sorted(facts, key=lambda f: f.at), truncated)
 
 
 async def _decode(client: Client, workflow_id: str, events: Iterable[HistoryEvent]) -> list[Fact]:
@@ -133,26 +155,35 @@ async def _decode(client: Client, workflow_id: str, events: Iterable[HistoryEven
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activity = event.activity_task_scheduled_event_attributes
             name = activity.activity_type.name
+            if name == "run_step":  # runs begun before consumer-step-activities: one activity, the step its input
+                name = f"run_step:{((await _first(client, activity.input.payloads)) or {}).get('step', '')}"
             scheduled[event.event_id] = name
-            if name in _STEPS:
-                fact(event, "step", _camel(name))
-            elif name == "run_step":  # runs begun before consumer-step-activities: one activity, the step its input
-                argument = await _first(client, activity.input.payloads)
-                fact(event, "step", str((argument or {}).get("step", "")))
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:  # a step is told once done, not when asked
             completed = event.activity_task_completed_event_attributes
             name = scheduled.get(completed.scheduled_event_id, "")
+            result = await _first(client, completed.result.payloads)
             if name in _RESULTS:
-                fact(event, _RESULTS[name], name, await _first(client, completed.result.payloads))
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-            failed = event.activity_task_failed_event_attributes
-            if scheduled.get(failed.scheduled_event_id) == "push_advertisement":
-                failure = failed.failure.cause if failed.failure.HasField("cause") else failed.failure
-                fact(event, "push_failed", "push_advertisement", failure.message)
+                fact(event, _RESULTS[name], name, result)
+            elif (name in _STEPS or name.startswith("run_step:")) and result is not False:  # False: nothing to do
+                fact(event, "step", name.partition(":")[2] if name.startswith("run_step:") else _camel(name))
+        elif kind in (EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT):
+            ended = (event.activity_task_failed_event_attributes if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+                     else event.activity_task_timed_out_event_attributes)  # fmt: skip
+            if scheduled.get(ended.scheduled_event_id) == "push_advertisement":  # the retry policy gave up
+                fact(event, "push_failed", "push_advertisement", _failure(ended.failure))
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = event.workflow_execution_completed_event_attributes.result
             fact(event, "completed", workflow_type, await _first(client, result.payloads))
     return facts
+
+
+def _failure(failure: Failure) -> str:
+    """As the Web UI and workflows/failures.describe_failure say it: the error's type, then its message."""
+    parts = [failure.application_failure_info.type] if failure.HasField("application_failure_info") else []
+    parts.append(failure.message)
+    if failure.HasField("cause"):  # a timeout's cause is the last attempt's failure
+        parts.append(failure.cause.message)
+    return ": ".join(p for p in parts if p)
 
 
 async def _first(client: Client, payloads: Any) -> Any:

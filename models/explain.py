@@ -1,11 +1,13 @@
-"""`tidepool explain` (issue 20): the decisions behind a peering or an Advertisement, told from the
-workflows' histories rather than guessed from the objects as they are now.
+"""`tidepool explain` (issue 20): the decisions behind a peering, an Advertisement or a pool placement,
+told from the workflows' histories rather than guessed from the objects as they are now.
 
 The decisions are recorded where they are made, in results the histories already hold (no extra billable
 action): a push's `PushResult` carries the offer's derivation, an admission pass's `AdmissionResult` one
-`AdmissionRecord` per decision it wrote. workers/explain.py reads the histories and hands this module
-`Fact`s in time order; `peering_story` and `advertisement_story` turn them into a `Story` of dated
-entries, each saying what was decided and from what. Two clusters never share a workflow: a consumer
+`AdmissionRecord` per decision it wrote, a pool pass's `PoolDecision` the slice, count and mandatory
+entries beside each cluster's reason. workers/explain.py reads the histories and hands this module
+`Fact`s in time order; `peering_story`, `advertisement_story`, `namespace_story` and `pod_story` turn them
+into a `Story` of dated entries, each saying what was decided and from what (models/simulate.py replays
+the same facts). Two clusters never share a workflow: a consumer
 explains its offer from the derivation the provider wrote into the Advertisement (`OfferDerivation`, as
 the annotation names.OFFER_DERIVATION_ANNOTATION), which its observations record.
 

@@ -43,6 +43,7 @@ from temporalio.service import RPCError
 from kube.clients import client_from_kubeconfig_file
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
+from models.api.common import DNS_LABEL
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
@@ -55,7 +56,6 @@ from models.names import (
     POOL_SCHEDULER_WORKFLOW_ID,
     VIRTUAL_NODE_TYPE,
 )
-from models.peering import CLUSTER_ID_PATTERN
 from models.settings import WorkerSettings
 from models.simulate import Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
@@ -165,11 +165,11 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
         for what, value in (("--cluster-id", args.cluster_id), (subject, args.subject)):
             if not value:
                 return f"{what} is required" + (" (or set TIDEPOOL_CLUSTER_CLUSTER_ID)" if what == "--cluster-id" else "")
-            if not re.fullmatch(CLUSTER_ID_PATTERN, value) or len(value) > 63:
+            if not _dns_label(value):
                 return f"{what} {value!r} is not a cluster id (a DNS-1123 label: lowercase letters, digits and '-')"
         return None
     namespace, _, pod = args.subject.partition("/")
-    if not re.fullmatch(_DNS_LABEL, namespace) or (args.kind == "pod" and not re.fullmatch(_DNS_SUBDOMAIN, pod)):
+    if not _dns_label(namespace) or (args.kind == "pod" and not re.fullmatch(_DNS_SUBDOMAIN, pod)):
         form = "NAMESPACE/POD" if args.kind == "pod" else "NAMESPACE"
         return f"NAME must be {form} (Kubernetes names: lowercase letters, digits, '-'), got {args.subject!r}"
     if not re.fullmatch(r"[^'\"\\]+", args.workflow_id):
@@ -177,7 +177,11 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+def _dns_label(name: str) -> bool:
+    """A cluster id or a namespace: the rule the API models hold them to (models.api.common.DNS_LABEL)."""
+    return len(name) <= 63 and re.fullmatch(DNS_LABEL, name) is not None
+
+
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
 
 

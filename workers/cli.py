@@ -271,12 +271,19 @@ def main(argv: list[str] | None = None) -> int:
         problem = _history_arguments_problem(args)
         if problem:
             parser.error(f"{args.command} {args.kind}: {problem}")
+        code = 0
         try:
             answer = asyncio.run(_answer(args))
             print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
         except (LookupError, RPCError, RuntimeError, OSError) as e:  # no such workflow; Temporal unreachable or refusing
             print(f"tidepool {args.command}: {e}", file=sys.stderr)
-            return 1
+            code = 1
+        # The Temporal client's Rust threads can outlive the event loop and abort interpreter finalization
+        # (SIGABRT, "PyGILState_Release ... finalizing": temporalio/sdk-python#300), turning an answer already
+        # printed into a crash: a short-lived command leaves without finalizing.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     elif args.command == "status":
         print(status(_clusters(args)), end="")
     elif args.command == "peer":

@@ -24,7 +24,14 @@ from kube.objects import (
     record_event,
     with_condition,
 )
-from models.admission import NOT_READY_MESSAGE, AdmissionSnapshot, decide, next_decision_deadline, offer_fingerprint
+from models.admission import (
+    NOT_READY_MESSAGE,
+    AdmissionSnapshot,
+    decide,
+    live_entries,
+    next_decision_deadline,
+    offer_fingerprint,
+)
 from models.api import ClusterConfig
 from models.api.conditions import (
     condition,
@@ -133,6 +140,7 @@ class ConsumerActivities:
         phases.update({d.name: d.phase for d in decisions})
         result.total_accepted = sum(1 for phase in phases.values() if phase == "Accepted")
         result.next_decision_deadline = next_decision_deadline(snapshot, decisions)
+        result.live = live_entries(snapshot, decisions)
         return result
 
     @activity.defn

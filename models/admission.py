@@ -55,6 +55,7 @@ from typing import Any, Final, Literal, get_args
 from models.api import ClusterConfig
 from models.api.advertisement import AdvertisementPhase
 from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason, RefusedReason
+from models.explain import MAX_ADMISSION_ENTRIES, AdmissionEntry
 from models.names import (
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
@@ -102,6 +103,7 @@ class Candidate:
     decision_deadline: datetime | None = None  # status.decisionDeadline as found
     offer: str = ""  # offer_fingerprint of its spec
     refused_offer: str | None = None  # names.REFUSED_OFFER_ANNOTATION
+    resources: Resources = field(default_factory=Resources)  # spec.resourceQuota.hard (empty when it is none)
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
         prices=_prices(spec.get("prices")),
+        resources=_prices(_mapping(spec.get("resourceQuota")).get("hard")),
         decision_deadline=_time(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
@@ -291,7 +294,8 @@ def offer_fingerprint(spec: Mapping[str, Any]) -> str:
 
 
 def _prices(prices: Any) -> Resources:
-    """spec.prices as a price list; empty when it is none (or not one: the Advertisement is invalid then)."""
+    """spec.prices (or resourceQuota.hard) as resources; empty when it is none (or not one: the Advertisement
+    is invalid then)."""
     try:
         return Resources(prices) if isinstance(prices, Mapping) else Resources()
     except QuantityError:
@@ -314,6 +318,21 @@ def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
             decisions.append(Decision(name=c.name, provider=c.provider, phase=phase, reason=reason, message=message,
                                       decision_deadline=deadline))  # fmt: skip
     return decisions
+
+
+def live_entries(snapshot: AdmissionSnapshot, decisions: Iterable[Decision]) -> list[AdmissionEntry] | None:
+    """Every live Advertisement in arrival order as the pass leaves it (`decisions` written): what `tidepool
+    simulate admission` replays. None beyond MAX_ADMISSION_ENTRIES: one history event stays small."""
+    ordered = sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival)
+    if len(ordered) > MAX_ADMISSION_ENTRIES:
+        return None
+    written = {d.name: d for d in decisions}
+    return [AdmissionEntry(
+        advertisement=c.name, provider=c.provider, arrived=c.arrival[0] if c.arrival[0] != _NEVER else None,
+        phase=written[c.name].phase if c.name in written else c.phase,
+        reason=written[c.name].reason if c.name in written else c.reason,
+        offer=c.resources.to_kubernetes(),
+    ) for c in ordered]  # fmt: skip
 
 
 def next_decision_deadline(snapshot: AdmissionSnapshot, decisions: Iterable[Decision]) -> datetime | None:

@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.explain import AdmissionRecord, OfferDerivation
+from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation
 
 Step = Literal[
     "AwaitDecision",        # Pending or Refused: nothing to build
@@ -370,3 +370,6 @@ class AdmissionResult(_Model):
     # Each decision written and what it was decided from (`tidepool explain advertisement`); bounded.
     records: list[AdmissionRecord] = Field(default_factory=list)
     records_omitted: int = 0
+    # Every live Advertisement in arrival order once the pass's decisions are written (`tidepool simulate
+    # admission`); None: not recorded (an earlier release, or more than MAX_ADMISSION_ENTRIES).
+    live: list[AdmissionEntry] | None = None

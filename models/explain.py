@@ -33,6 +33,9 @@ from models.sharing import spare
 # At most this many admission records in one pass's result: a burst of a thousand arrivals must not make
 # one history event of megabytes. The rest are counted (AdmissionResult.records_omitted).
 MAX_ADMISSION_RECORDS = 100
+# At most this many live Advertisements in one pass's inputs (AdmissionResult.live): `simulate admission`
+# replays a pass only when all of them were recorded.
+MAX_ADMISSION_ENTRIES = 500
 # A derivation of a dozen resources is well under this; a larger annotation is not read.
 MAX_DERIVATION_BYTES = 4096
 
@@ -100,6 +103,19 @@ class AdmissionRecord(BaseModel):
     message: str
     position: int = Field(description="Its place in arrival order among the live Advertisements (1 = first).")
     arrived: datetime | None = Field(default=None, description="Its creationTimestamp: what arrival order sorts by.")
+
+
+class AdmissionEntry(BaseModel):
+    """One live Advertisement as an admission pass left it: the inputs `tidepool simulate admission` replays."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    advertisement: str
+    provider: str
+    arrived: datetime | None = Field(default=None, description="Its creationTimestamp: what arrival order sorts by.")
+    phase: str | None = Field(default=None, description="After the pass's decisions; None: never decided.")
+    reason: str | None = None
+    offer: dict[str, str] = Field(default_factory=dict, description="spec.resourceQuota.hard; empty when invalid.")
 
 
 FactKind = Literal["started", "signal", "update", "push", "push_failed", "decision", "withdrawn",

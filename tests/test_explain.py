@@ -3,7 +3,8 @@ offer the test shapes (a pod that counts, one of the consumer's own that does no
 in the ClusterConfig), and the stories each side tells from its own Temporal history, checked against
 the decisions the test caused; then again once the peering is withdrawn and its objects are gone, with
 `tidepool simulate peering` checked against hand-computed offers. The pool's story of a placed namespace,
-its pod and a namespace that fits nowhere."""
+its pod and a namespace that fits nowhere. `tidepool simulate admission` on a consumer's recorded passes,
+checked against the decisions worked out by hand at other maxima."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from temporalio.client import Client
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import read_cluster_object
+from kube.objects import apply_cluster_object, list_cluster_objects, read_cluster_object
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
+    GROUP,
     LABEL_CONSUMER,
     LABEL_OFFLOADED,
     PEERING_REQUESTS,
@@ -31,11 +33,13 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SYSTEM_NAMESPACE,
+    VERSION,
     advertisement_name,
 )
-from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
+from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
 from tests.pool import running_pool
 from tests.running import eventually, running_worker, worker_settings
+from tests.test_consumer import advertisement
 from workers.explain import explain_advertisement, explain_namespace, explain_peering
 from workers.peer import cancel_peering, request_peering
 
@@ -58,13 +62,17 @@ def _entries(story: Story) -> dict[str, list[str]]:
 
 
 async def _cli(localenv: EnvState, *args: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(await _cli_text(localenv, *args, "-o", "json"))
+    return parsed
+
+
+async def _cli_text(localenv: EnvState, *args: str) -> str:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "workers.cli", *args, "--temporal-address", localenv.temporal_address,
-        "--namespace", "default", "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+        "--namespace", "default", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
     out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
-    parsed: dict[str, Any] = json.loads(out)
-    return parsed
+    return out.decode()
 
 
 @pytest.mark.timeout(300)
@@ -177,3 +185,56 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
 
     web = await _cli(localenv, "explain", "pod", "shop/web", "--workflow-id", workflow_id)
     assert [e["what"] for e in web["entries"]][-1] == f"pod web → {chosen}" and web["now"][-1] == f"pod web on {chosen}"
+
+
+@pytest.mark.timeout(300)
+async def test_simulate_admission_replays_the_recorded_passes_at_other_maxima(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str,
+) -> None:  # fmt: skip
+    consumer = make_cluster("cons")
+    api, consumer_id = consumer.api_client(), f"cons-{unique}"
+    create_namespace(api, SYSTEM_NAMESPACE)
+    providers = [f"p{i}-{unique}" for i in range(4)]  # p3 is denied
+    apply_cluster_config(api, incoming={"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 2,
+                                        "deniedClusters": [providers[3]]})  # fmt: skip
+
+    def phases() -> dict[str, str | None]:
+        return {a["spec"]["clusterId"]: (a.get("status") or {}).get("reason") for a in list_cluster_objects(api, ADVERTISEMENTS)}
+
+    async with running_worker(worker_settings(localenv, consumer, consumer_id)):
+        for cpu, provider in enumerate(providers, start=1):  # one after the other: arrival order is creation order
+            apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider, cpu=str(cpu)))
+            await eventually(lambda p=provider: phases().get(p) is not None, what=f"{provider} decided")
+        assert [phases()[p] for p in providers] == ["WithinMaximum", "WithinMaximum", "MaxReached", "Denied"]
+        delete_quietly(k8s.CustomObjectsApi(api).delete_cluster_custom_object, GROUP, VERSION, ADVERTISEMENTS,
+                       advertisement_name(providers[0]))  # fmt: skip
+        await eventually(lambda: providers[0] not in phases() and phases().get(providers[2]) == "WithinMaximum",
+                         timeout=60, what="p0 gone and p2 accepted in its place")  # fmt: skip
+
+    def outcomes(simulated: dict[str, Any]) -> dict[str, str]:
+        return {a["provider"].split("-")[0]: a["would"] for a in simulated["advertisements"]}
+
+    async def simulate(maximum: int) -> dict[str, Any]:
+        return await _cli(localenv, "simulate", "admission", "--max", str(maximum), "--cluster-id", consumer_id)
+
+    same = await simulate(2)  # what was recorded: every decision as it was made
+    assert same["differing"] == 0 and same["not_replayable"] == 0 and same["passes"] >= 5
+    assert (same["accepted_then"], same["accepted_would"]) == (2, 2)
+    # One place: p0 alone, then p1 (first in arrival order) once p0 left; p2 never; p3 denied whatever the maximum.
+    one = await simulate(1)
+    assert outcomes(one) == {"p0": "Accepted (WithinMaximum)", "p1": "Accepted (WithinMaximum)",
+                             "p2": "Refused (MaxReached)", "p3": "Refused (Denied)"}  # fmt: skip
+    assert [a["provider"].split("-")[0] for a in one["advertisements"] if a["differs"]] == ["p1", "p2"]
+    rows = {a["provider"].split("-")[0]: a for a in one["advertisements"]}
+    assert rows["p0"]["left"] is not None and rows["p1"]["would_accepted_at"] >= rows["p0"]["left"]
+    assert one["capacity_then"] == {"cpu": "5", "memory": "8Gi", "pods": "20"}  # p1 (2) and p2 (3)
+    assert one["capacity_would"] == {"cpu": "2", "memory": "4Gi", "pods": "10"}  # p1 alone
+    # Three places: p2 at its arrival instead of when p0 left.
+    three = await simulate(3)
+    assert [a["provider"].split("-")[0] for a in three["advertisements"] if a["differs"]] == ["p2"]
+    assert {a["provider"].split("-")[0]: a["would_accepted_at"] is not None for a in three["advertisements"]} == \
+        {"p0": True, "p1": True, "p2": True, "p3": False}  # fmt: skip
+    text = await _cli_text(localenv, "simulate", "admission", "--max", "1", "--cluster-id", consumer_id)
+    print(text)  # README's "What if" shows it
+    assert "2 of 4 Advertisements would have been decided otherwise" in text
+    assert "accepted at the last pass: 2 → 1; capacity cpu 5 → 2, memory 8Gi → 4Gi, pods 20 → 10" in text

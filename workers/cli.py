@@ -9,6 +9,8 @@
                  [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded pushes, recomputed at another percentage
+  tidepool simulate admission --max N [--since 24h|TIME] [--cluster-id ID] [-o json]
+                                                    the recorded admission passes at another maximum
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
@@ -19,7 +21,7 @@ a short-lived token of it, never the administrator's credentials. Run it again t
 expired while the provider was down.
 
 `explain` reads only the cluster's Temporal namespace (TIDEPOOL_TEMPORAL_* as the worker, or the flags):
-`peering` on a provider and `advertisement` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
+`peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
 `namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler)."""
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from temporalio.service import RPCError
 from kube.clients import client_from_kubeconfig_file
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
+from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.api.common import DNS_LABEL
 from models.explain import Story
 from models.names import (
@@ -57,7 +60,7 @@ from models.names import (
     VIRTUAL_NODE_TYPE,
 )
 from models.settings import WorkerSettings
-from models.simulate import Simulation
+from models.simulate import AdmissionSimulation, Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.cluster import connect
 from workers.explain import (
@@ -65,6 +68,7 @@ from workers.explain import (
     explain_namespace,
     explain_peering,
     explain_pod,
+    simulate_admission_history,
     simulate_peering_history,
 )
 from workers.peer import cancel_peering, request_peering
@@ -160,9 +164,10 @@ def _timestamp(text: str) -> datetime:
 def _history_arguments_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the names `explain` and `simulate` are given, naming the argument and the rule (they
     end up in a visibility query and in workflow ids)."""
-    if args.kind in ("peering", "advertisement"):
-        subject = "FOREIGN" if args.kind == "peering" else "PROVIDER"
-        for what, value in (("--cluster-id", args.cluster_id), (subject, args.subject)):
+    if args.kind in ("peering", "advertisement", "admission"):
+        subject = {"peering": "FOREIGN", "advertisement": "PROVIDER"}.get(args.kind)
+        names = [("--cluster-id", args.cluster_id)] + ([(subject, args.subject)] if subject else [])
+        for what, value in names:
             if not value:
                 return f"{what} is required" + (" (or set TIDEPOOL_CLUSTER_CLUSTER_ID)" if what == "--cluster-id" else "")
             if not _dns_label(value):
@@ -191,6 +196,13 @@ def _percentage(text: str) -> int:
     return int(text)
 
 
+def _maximum(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_ACCEPTABLE_ADVERTISEMENTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: maxAcceptableAdvertisements is a whole number from 0 to "
+                                         f"{MAX_ACCEPTABLE_ADVERTISEMENTS}")  # fmt: skip
+    return int(text)
+
+
 def _since(text: str) -> datetime:
     units = {"m": 60, "h": 3600, "d": 86400}
     if text[:-1].isdigit() and text[-1:] in units:
@@ -210,8 +222,10 @@ async def _client(args: argparse.Namespace) -> Client:
     return await connect(temporal.model_copy(update=overrides))
 
 
-async def _answer(args: argparse.Namespace) -> Story | Simulation:
+async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation:
     client = await _client(args)
+    if args.command == "simulate" and args.kind == "admission":
+        return await simulate_admission_history(client, home=args.cluster_id, maximum=args.maximum, since=args.since)
     if args.command == "simulate":
         return await simulate_peering_history(client, home=args.cluster_id, foreign=args.subject,
                                               percent=args.sharing_percentage, since=args.since)  # fmt: skip
@@ -255,12 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
     explain.add_argument("--at", type=_timestamp, metavar="TIME",
                          help="as of then (ISO 8601, UTC unless it says otherwise), within the namespace's retention")
-    simulate = sub.add_parser("simulate", help="the recorded pushes of a peering at another sharing percentage")
-    simulate.add_argument("kind", choices=["peering"])
-    simulate.add_argument("subject", metavar="FOREIGN", help="the foreign cluster")
-    simulate.add_argument("--sharing-percentage", type=_percentage, required=True, metavar="N")
-    simulate.add_argument("--since", type=_since, metavar="AGO|TIME", help="e.g. 24h, 30m, 7d, or an ISO 8601 time")
-    for command in (explain, simulate):
+    simulate = sub.add_parser("simulate", help="recorded decisions replayed under another policy")
+    kinds = simulate.add_subparsers(dest="kind", required=True)
+    simulate_peering = kinds.add_parser("peering", help="the recorded pushes of a peering at another sharing percentage")
+    simulate_peering.add_argument("subject", metavar="FOREIGN", help="the foreign cluster")
+    simulate_peering.add_argument("--sharing-percentage", type=_percentage, required=True, metavar="N")
+    simulate_admission = kinds.add_parser("admission", help="the recorded admission passes under AutoAcceptMax at another maximum")
+    simulate_admission.add_argument("--max", type=_maximum, required=True, metavar="N", dest="maximum",
+                                    help="maxAcceptableAdvertisements")  # fmt: skip
+    for command in (simulate_peering, simulate_admission):
+        command.add_argument("--since", type=_since, metavar="AGO|TIME", help="e.g. 24h, 30m, 7d, or an ISO 8601 time")
+    for command in (explain, simulate_peering, simulate_admission):
         command.add_argument("--cluster-id", default=os.environ.get("TIDEPOOL_CLUSTER_CLUSTER_ID"),
                              help="this cluster's id (default: TIDEPOOL_CLUSTER_CLUSTER_ID)")
         command.add_argument("--temporal-address", help="host:port (default: TIDEPOOL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")

@@ -1,4 +1,4 @@
-"""`tidepool explain peering|advertisement|namespace|pod` and `tidepool simulate peering`: reads the workflows' histories (every run, continued as new
+"""`tidepool explain peering|advertisement|namespace|pod` and `tidepool simulate peering|admission`: reads the workflows' histories (every run, continued as new
 or ended, as far back as the namespace's retention) and hands their decisions to models/explain.py.
 
 It only reads Temporal: no cluster is touched, so it works after the objects are gone, and on either side
@@ -25,7 +25,7 @@ from models.names import (
     advertisement_workflow_id,
     peering_workflow_id,
 )
-from models.simulate import Simulation, simulate_peering
+from models.simulate import AdmissionSimulation, Simulation, simulate_admission, simulate_peering
 
 # A history is read whole; these many runs of one workflow id at most, the newest (the admission workflow
 # continues as new often): what is older is left out, and the story says so.
@@ -58,6 +58,14 @@ async def simulate_peering_history(client: Client, *, home: str, foreign: str, p
     """`tidepool simulate peering`: the recorded pushes of the peering with `foreign`, at `percent`."""
     history = await _facts(client, [peering_workflow_id(home, foreign)], until=None)
     return simulate_peering(f"peering with {foreign}", history.facts, percent=percent, since=since)
+
+
+async def simulate_admission_history(client: Client, *, home: str, maximum: int,
+                                     since: datetime | None = None) -> AdmissionSimulation:  # fmt: skip
+    """`tidepool simulate admission`: the recorded admission passes of this consumer, at `maximum`."""
+    workflow_id = admission_workflow_id(home)
+    history = await _facts(client, [workflow_id], until=None)
+    return simulate_admission(f"admission on {home}", history.facts, maximum=maximum, since=since)
 
 
 async def explain_advertisement(client: Client, *, home: str, provider: str, at: datetime | None = None) -> Story:

@@ -10,6 +10,7 @@ from models.api.common import DNS_LABEL, ApiModel, KubernetesObject
 from models.api.conditions import Condition
 from models.prices import PRICES_DESCRIPTION, Prices
 
+MAX_ACCEPTABLE_ADVERTISEMENTS = 1_000_000
 TTL_RULE = "advertisementTimeToLiveSeconds must be greater than advertisementPeriodSeconds"
 
 
@@ -48,7 +49,7 @@ class IncomingConfig(ApiModel):
     """Consumer side."""
 
     accept_policy: Literal["AutoAcceptMax", "Manual"] = "AutoAcceptMax"
-    max_acceptable_advertisements: int = Field(default=5, ge=0, le=1_000_000)
+    max_acceptable_advertisements: int = Field(default=5, ge=0, le=MAX_ACCEPTABLE_ADVERTISEMENTS)
     allowed_clusters: list[str] = Field(default_factory=list, description="Cluster ids; empty allows all.")
     denied_clusters: list[str] = Field(default_factory=list, description="Cluster ids; deny wins over allow.")
     pod_cidr_wait_timeout_seconds: int = Field(default=300, ge=1, le=86400, alias="podCIDRWaitTimeoutSeconds")

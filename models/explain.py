@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from models.names import LABEL_PROVIDER
 from models.peering import sharing_percentage_problem
 from models.quantities import format_quantity
 from models.resources import Resources
@@ -363,6 +364,57 @@ def pod_story(subject: str, namespace: str, pod: str, workflows: list[str], fact
             entries.append(entry.model_copy(update={"why": lines}))
     now = [whole.now[0], *(line for line in whole.now[1:] if line.startswith(f"pod {pod} "))]
     return whole.model_copy(update={"entries": entries, "now": now})
+
+
+def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], node: Mapping[str, Any] | None,
+                        events: Iterable[Mapping[str, Any]], offer: Story | None, *, virtual: bool,
+                        at: datetime | None = None) -> Story:  # fmt: skip
+    """A consumer's pod: the node it was scheduled to and, on a virtual node, the provider behind it and the
+    story of that provider's Advertisement (`offer`: its offer and how it was derived, its admission), then
+    the pod's Events in time order, the provider copy's among them (the virtual kubelet reflects them,
+    labelled with the provider): why a pod is Pending over there. Events are the API server's, kept about
+    an hour; the Advertisement's story is the history's."""
+    meta, spec, status = (_mapping(pod.get(k)) for k in ("metadata", "spec", "status"))
+    node_name = str(spec.get("nodeName") or "")
+    provider = str(_mapping(_mapping(node).get("metadata")).get("labels", {}).get(LABEL_PROVIDER, "")) if virtual else ""
+    story = Story(subject=subject, cluster_id=cluster_id, workflows=offer.workflows if offer else [])
+    created = _parse_time(meta.get("creationTimestamp"))
+    if created is not None:
+        story.entries.append(Entry(at=created, what="pod created"))
+    if offer is not None:
+        story.entries += [Entry(at=e.at, what=f"Advertisement from {provider}: {e.what}", why=e.why) for e in offer.entries]
+    for event in events:
+        when = _parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+        if when is None or (at is not None and when > at):
+            continue
+        reflected = _mapping(_mapping(event.get("metadata")).get("labels")).get(LABEL_PROVIDER)
+        count = event.get("count") or 1
+        why = [str(event.get("message") or "")]
+        if count > 1:
+            why.append(f"{count} times since {_time(_parse_time(event.get('firstTimestamp')))}")
+        story.entries.append(Entry(at=when, what=f"{event.get('type') or 'Normal'} {event.get('reason')}"
+                                   + (f" (its copy in {reflected})" if reflected else ""), why=why))  # fmt: skip
+    story.entries.sort(key=lambda e: e.at)
+    phase = str(status.get("phase") or "Unknown")
+    unscheduled = next((c for c in status.get("conditions") or [] if _mapping(c).get("type") == "PodScheduled"
+                        and _mapping(c).get("status") == "False"), None)  # fmt: skip
+    if not node_name:
+        where = "not scheduled" + (f": {unscheduled.get('message')}" if unscheduled else "")
+    elif virtual:
+        where = f"on virtual node {node_name}: runs in provider {provider or '(unknown)'}"
+    else:
+        where = f"on node {node_name}, one of this cluster's own: not offloaded"
+    reason = f" ({status['reason']})" if status.get("reason") else ""
+    story.now = [f"phase {phase}{reason}", where]
+    if virtual and phase == "Pending":
+        story.now.append("the provider's Events on its copy above say why it is not running there")
+    if offer is not None and offer.now:
+        story.now += [f"its Advertisement: {line}" for line in offer.now]
+    return story
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _placement_entry(at: datetime, decision: Mapping[str, Any], clusters: Mapping[str, str]) -> Entry:

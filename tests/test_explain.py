@@ -4,7 +4,8 @@ in the ClusterConfig), and the stories each side tells from its own Temporal his
 the decisions the test caused; then again once the peering is withdrawn and its objects are gone, with
 `tidepool simulate peering` checked against hand-computed offers. The pool's story of a placed namespace,
 its pod and a namespace that fits nowhere. `tidepool simulate admission` on a consumer's recorded passes,
-checked against the decisions worked out by hand at other maxima."""
+checked against the decisions worked out by hand at other maxima. A consumer's pod that its provider cannot
+schedule, explained by its copy's Events and the offer behind its virtual node."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,15 +30,18 @@ from models.names import (
     GROUP,
     LABEL_CONSUMER,
     LABEL_OFFLOADED,
+    LABEL_PROVIDER,
     PEERING_REQUESTS,
     PLACEMENT_STATUS_ANNOTATION,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
     VERSION,
     advertisement_name,
 )
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
+from tests.offload import peered, ready_node
 from tests.pool import running_pool
 from tests.running import eventually, running_worker, worker_settings
 from tests.test_consumer import advertisement
@@ -238,3 +243,51 @@ async def test_simulate_admission_replays_the_recorded_passes_at_other_maxima(
     print(text)  # README's "What if" shows it
     assert "2 of 4 Advertisements would have been decided otherwise" in text
     assert "accepted at the last pass: 2 → 1; capacity cpu 5 → 2, memory 8Gi → 4Gi, pods 20 → 10" in text
+
+
+@pytest.mark.timeout(300)
+async def test_a_consumer_pod_pending_in_the_provider_is_explained_by_its_copys_events_and_the_offer_behind_its_node(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.0.0.0/16", consumer_nodes=("local",),
+                      log_dir=tmp_path) as peering:  # fmt: skip
+        core, remote = k8s.CoreV1Api(peering.consumer.api_client()), k8s.CoreV1Api(peering.provider.api_client())
+        await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
+        create_namespace(peering.consumer.api_client(), "shop")
+        remote.patch_node("big", {"spec": {"unschedulable": True}})  # the provider cannot run the copy
+        core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "stuck"}, "spec": {
+            "containers": [{"name": "main", "image": "busybox"}], "nodeSelector": {LABEL_PROVIDER: peering.provider_id},
+            "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}))  # fmt: skip
+        create_pod(peering.consumer.api_client(), "shop", "home", node_name="local", requests={"cpu": "1"})
+        await eventually(lambda: any(e.reason == "FailedScheduling" for e in core.list_namespaced_event(
+            "shop", field_selector="involvedObject.name=stuck").items), timeout=60, what="the copy's FailedScheduling")  # fmt: skip
+
+        async def explain(pod: str) -> dict[str, Any]:
+            return await _cli(localenv, "explain", "pod", f"shop/{pod}", "--kubeconfig", str(peering.consumer.kubeconfig),
+                              "--cluster-id", peering.consumer_id)  # fmt: skip
+
+        story = await explain("stuck")
+        whats = [e["what"] for e in story["entries"]]
+        adv = f"Advertisement from {peering.provider_id}: "
+        accepted = whats.index(f"{adv}admission: Accepted (WithinMaximum)")
+        offer = next(i for i, w in enumerate(whats) if w.startswith(f"{adv}offer seen: cpu 4, "))
+        scheduled = next(i for i, w in enumerate(whats) if w == "Normal Scheduled")  # the consumer's scheduler
+        failed = whats.index(f"Warning FailedScheduling (its copy in {peering.provider_id})")
+        # Events carry whole seconds (the reflected one) or microseconds (the scheduler's): within a second
+        # their order is not told.
+        assert max(offer, accepted) < whats.index("pod created") < min(scheduled, failed), whats
+        assert "unschedulable" in story["entries"][failed]["why"][0]
+        assert peering.node in story["entries"][scheduled]["why"][0]
+        assert story["entries"][offer]["why"][0] == "as the provider derived it:"
+        assert story["now"][:3] == ["phase Pending", f"on virtual node {peering.node}: runs in provider {peering.provider_id}",
+                                    "the provider's Events on its copy above say why it is not running there"]  # fmt: skip
+        assert story["now"][3] == "its Advertisement: decision: Accepted (WithinMaximum)"
+        assert story["now"][4].startswith("its Advertisement: offer: cpu 4, ")
+
+        home = await explain("home")  # one of the consumer's own nodes: nothing offloaded, no Advertisement
+        assert home["now"][1] == "on node local, one of this cluster's own: not offloaded"
+        assert not any(e["what"].startswith("Advertisement from") for e in home["entries"])
+        text = await _cli_text(localenv, "explain", "pod", "shop/stuck", "--kubeconfig", str(peering.consumer.kubeconfig),
+                               "--cluster-id", peering.consumer_id)  # fmt: skip
+        print(text)  # README's "Why is it so" shows it
+        assert f"Warning FailedScheduling (its copy in {peering.provider_id})" in text

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from models.explain import Fact, OfferDerivation, advertisement_story, namespace_story, peering_story, pod_story
+from models.explain import (
+    Fact,
+    OfferDerivation,
+    advertisement_story,
+    namespace_story,
+    offloaded_pod_story,
+    peering_story,
+    pod_story,
+)
 from models.resources import Resources
 
 pytestmark = pytest.mark.explain
@@ -146,3 +155,48 @@ def test_a_manual_refusal_an_unrecorded_decision_and_the_end_of_a_lifecycle_are_
         "admission: 150 decisions of this pass not recorded (at most 100 a pass): this Advertisement's may be among them",
         "refused by hand (update refuse)", "lifecycle ended"]  # fmt: skip
     assert story.now == ["lifecycle ended 2026-11-25 12:00:01 UTC: no Advertisement, virtual kubelet or node left"]
+
+
+def _pod(node: str = "", phase: str = "Pending", unscheduled: str | None = None) -> dict[str, Any]:
+    conditions = [{"type": "PodScheduled", "status": "False", "message": unscheduled}] if unscheduled else []
+    return {"metadata": {"name": "web", "namespace": "shop", "creationTimestamp": "2026-11-25T12:00:00Z"},
+            "spec": {"nodeName": node} if node else {}, "status": {"phase": phase, "conditions": conditions}}  # fmt: skip
+
+
+VIRTUAL_NODE = {"metadata": {"name": "tidepool-a", "labels": {"tidepool.io/provider": "a"}}}
+
+
+def _event(minute: int, reason: str, message: str, *, provider: str | None = None, count: int = 1) -> dict[str, Any]:
+    labels = {"tidepool.io/provider": provider} if provider else {}
+    stamp = f"2026-11-25T12:{minute:02d}:00Z"
+    return {"metadata": {"labels": labels}, "type": "Warning", "reason": reason, "message": message, "count": count,
+            "firstTimestamp": "2026-11-25T12:00:30Z", "lastTimestamp": stamp}  # fmt: skip
+
+
+def test_a_pod_pending_in_its_provider_is_told_with_its_copys_events_and_the_offer_behind_its_node() -> None:
+    offer = advertisement_story("Advertisement from a", "b", "advertisement-a", ["admission-b"], [
+        Fact(at=T0 - timedelta(minutes=5), kind="admission", value={"policy": "AutoAcceptMax", "maximum": 5, "records": [
+            {"advertisement": "advertisement-a", "provider": "a", "phase": "Accepted", "reason": "WithinMaximum",
+             "message": "accepted", "position": 1}]})])  # fmt: skip
+    events = [_event(2, "FailedScheduling", "0/1 nodes are available: insufficient cpu", provider="a", count=3),
+              _event(9, "FailedScheduling", "later", provider="a")]  # fmt: skip
+    story = offloaded_pod_story("pod shop/web", "b", _pod("tidepool-a"), VIRTUAL_NODE, events, offer,
+                                virtual=True, at=T0 + timedelta(minutes=5))  # fmt: skip
+    assert [(e.at, e.what) for e in story.entries] == [
+        (T0 - timedelta(minutes=5), "Advertisement from a: admission: Accepted (WithinMaximum)"),
+        (T0, "pod created"),
+        (T0 + timedelta(minutes=2), "Warning FailedScheduling (its copy in a)"),  # the one after --at is left out
+    ]
+    assert story.entries[2].why == ["0/1 nodes are available: insufficient cpu", "3 times since 2026-11-25 12:00:30 UTC"]
+    assert story.now[:3] == ["phase Pending", "on virtual node tidepool-a: runs in provider a",
+                             "the provider's Events on its copy above say why it is not running there"]  # fmt: skip
+    assert story.now[3] == "its Advertisement: decision: Accepted (WithinMaximum)"
+
+
+def test_a_pod_not_offloaded_or_not_scheduled_says_so() -> None:
+    own = offloaded_pod_story("pod shop/web", "b", _pod("n1", phase="Running"), {"metadata": {"name": "n1"}}, [], None,
+                              virtual=False)  # fmt: skip
+    assert own.now == ["phase Running", "on node n1, one of this cluster's own: not offloaded"]
+    waiting = offloaded_pod_story("pod shop/web", "b", _pod(unscheduled="0/2 nodes are available"), None, [], None,
+                                  virtual=False)  # fmt: skip
+    assert waiting.now == ["phase Pending", "not scheduled: 0/2 nodes are available"]

@@ -5,7 +5,7 @@
   tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
                 [--token-lifetime SECONDS] [--consumer-server URL]
   tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]
-  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME
+  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--kubeconfig FILE]
                  [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded pushes, recomputed at another percentage
@@ -22,7 +22,8 @@ expired while the provider was down.
 
 `explain` reads only the cluster's Temporal namespace (TIDEPOOL_TEMPORAL_* as the worker, or the flags):
 `peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
-`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler)."""
+`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler);
+`pod --kubeconfig` a consumer's pod on a virtual node, whose node and Events it reads from that cluster."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.config.config_exception import ConfigException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -65,6 +67,7 @@ from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.cluster import connect
 from workers.explain import (
     explain_advertisement,
+    explain_consumer_pod,
     explain_namespace,
     explain_peering,
     explain_pod,
@@ -164,7 +167,8 @@ def _timestamp(text: str) -> datetime:
 def _history_arguments_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the names `explain` and `simulate` are given, naming the argument and the rule (they
     end up in a visibility query and in workflow ids)."""
-    if args.kind in ("peering", "advertisement", "admission"):
+    consumer_pod = args.kind == "pod" and getattr(args, "kubeconfig", None)
+    if args.kind in ("peering", "advertisement", "admission") or consumer_pod:
         subject = {"peering": "FOREIGN", "advertisement": "PROVIDER"}.get(args.kind)
         names = [("--cluster-id", args.cluster_id)] + ([(subject, args.subject)] if subject else [])
         for what, value in names:
@@ -172,7 +176,8 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
                 return f"{what} is required" + (" (or set TIDEPOOL_CLUSTER_CLUSTER_ID)" if what == "--cluster-id" else "")
             if not _dns_label(value):
                 return f"{what} {value!r} is not a cluster id (a DNS-1123 label: lowercase letters, digits and '-')"
-        return None
+        if not consumer_pod:
+            return None
     namespace, _, pod = args.subject.partition("/")
     if not _dns_label(namespace) or (args.kind == "pod" and not re.fullmatch(_DNS_SUBDOMAIN, pod)):
         form = "NAMESPACE/POD" if args.kind == "pod" else "NAMESPACE"
@@ -216,6 +221,13 @@ def _since(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a duration (30m, 24h, 7d) nor an ISO 8601 time") from None
 
 
+def _kubeconfig(path: str) -> k8s.ApiClient:
+    try:
+        return client_from_kubeconfig_file(path)
+    except ConfigException as e:
+        raise LookupError(f"--kubeconfig {path}: {e}") from None
+
+
 async def _client(args: argparse.Namespace) -> Client:
     temporal = WorkerSettings.from_env().temporal
     overrides = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
@@ -223,6 +235,7 @@ async def _client(args: argparse.Namespace) -> Client:
 
 
 async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation:
+    consumer = _kubeconfig(args.kubeconfig) if getattr(args, "kubeconfig", None) else None  # before Temporal: its error first
     client = await _client(args)
     if args.command == "simulate" and args.kind == "admission":
         return await simulate_admission_history(client, home=args.cluster_id, maximum=args.maximum, since=args.since)
@@ -236,6 +249,8 @@ async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSim
     if args.kind == "namespace":
         return await explain_namespace(client, namespace=args.subject, at=args.at, workflow_id=args.workflow_id)
     namespace, pod = args.subject.split("/", 1)
+    if consumer is not None:
+        return await explain_consumer_pod(client, consumer, home=args.cluster_id, namespace=namespace, pod=pod, at=args.at)
     return await explain_pod(client, namespace=namespace, pod=pod, at=args.at, workflow_id=args.workflow_id)
 
 
@@ -267,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("subject", metavar="NAME",
                          help="the foreign cluster (peering), the provider (advertisement), NS (namespace), NS/NAME (pod)")
     explain.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
+    explain.add_argument("--kubeconfig", metavar="FILE",
+                         help="pod: a consumer's kubeconfig, for a pod on a virtual node (without it: a pool pod)")
     explain.add_argument("--at", type=_timestamp, metavar="TIME",
                          help="as of then (ISO 8601, UTC unless it says otherwise), within the namespace's retention")
     simulate = sub.add_parser("simulate", help="recorded decisions replayed under another policy")

@@ -2,14 +2,19 @@
 or ended, as far back as the namespace's retention) and hands their decisions to models/explain.py.
 
 It only reads Temporal: no cluster is touched, so it works after the objects are gone, and on either side
-with nothing but that side's Temporal namespace."""
+with nothing but that side's Temporal namespace. The one exception is `explain pod` on a consumer: the pod,
+its node and its Events are read from the consumer's API server (with the user's kubeconfig), beside the
+history of the Advertisement behind its virtual node."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
@@ -17,9 +22,20 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from models.explain import Fact, Story, advertisement_story, namespace_story, peering_story, pod_story
+from models.explain import (
+    Fact,
+    Story,
+    advertisement_story,
+    namespace_story,
+    offloaded_pod_story,
+    peering_story,
+    pod_story,
+)
 from models.names import (
+    LABEL_NODE_TYPE,
+    LABEL_PROVIDER,
     POOL_SCHEDULER_WORKFLOW_ID,
+    VIRTUAL_NODE_TYPE,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
@@ -91,6 +107,44 @@ async def explain_pod(client: Client, *, namespace: str, pod: str, at: datetime 
     history = await _facts(client, [workflow_id], until=at)
     story = pod_story(f"pod {namespace}/{pod}", namespace, pod, [workflow_id], history.facts)
     return await _finish(client, story, at, truncated=history.truncated)
+
+
+async def explain_consumer_pod(client: Client, api: k8s.ApiClient, *, home: str, namespace: str, pod: str,
+                               at: datetime | None = None) -> Story:  # fmt: skip
+    """A consumer's pod (read with `api`, the consumer's kubeconfig): its node and, on a virtual node, the
+    story of the provider's Advertisement from this cluster's history and the Events its copy met there."""
+    core = k8s.CoreV1Api(api)
+    try:
+        obj = api.sanitize_for_serialization(await asyncio.to_thread(core.read_namespaced_pod, pod, namespace))
+    except ApiException as e:
+        if e.status == 404:
+            raise LookupError(f"no pod {namespace}/{pod} in this cluster") from None
+        raise RuntimeError(f"reading pod {namespace}/{pod}: {e.status} {e.reason}") from None
+    node_name = (obj.get("spec") or {}).get("nodeName")
+    node: dict[str, Any] | None = None
+    if node_name:
+        try:
+            node = api.sanitize_for_serialization(await asyncio.to_thread(core.read_node, node_name))
+        except ApiException as e:
+            if e.status != 404:  # a node deleted since: told from the pod alone
+                raise RuntimeError(f"reading node {node_name}: {e.status} {e.reason}") from None
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    virtual = labels.get(LABEL_NODE_TYPE) == VIRTUAL_NODE_TYPE
+    listed = await asyncio.to_thread(core.list_namespaced_event, namespace, field_selector=f"involvedObject.name={pod}")
+    uid = obj["metadata"].get("uid")
+    events = [e for e in api.sanitize_for_serialization(listed.items) if (e.get("involvedObject") or {}).get("uid") == uid]
+    offer: Story | None = None
+    provider = labels.get(LABEL_PROVIDER)
+    if virtual and provider:
+        try:
+            offer = await explain_advertisement(client, home=home, provider=provider, at=at)
+        except LookupError:
+            offer = None  # another cluster's history, or past retention: the pod's own part is still told
+    story = offloaded_pod_story(f"pod {namespace}/{pod}", home, obj, node, events, offer, virtual=virtual,
+                                at=at)  # fmt: skip
+    if offer is None:
+        return await _finish(client, story, at, truncated=False)
+    return story.model_copy(update={"at": at, "retention_days": offer.retention_days, "truncated": offer.truncated})
 
 
 async def _finish(client: Client, story: Story, at: datetime | None, *, truncated: bool) -> Story:

@@ -111,8 +111,7 @@ class ConsumerActivities:
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
         decisions = decide(snapshot)
         metrics = Metrics.of_activity()
-        order = {c.name: (position, c.arrival[0]) for position, c in enumerate(
-            sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival), start=1)}  # fmt: skip
+        order = {c.name: (position, c.arrival[0]) for position, c in enumerate(snapshot.live, start=1)}
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})

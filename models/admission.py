@@ -50,6 +50,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any, Final, Literal, get_args
 
 from models.api import ClusterConfig
@@ -129,6 +130,11 @@ class AdmissionSnapshot:
     max_prices: Resources = field(default_factory=Resources)
     decision_timeout: timedelta | None = None  # manualDecisionTimeoutSeconds
     now: datetime = _NEVER  # the pass's time: when a wait for a manual decision starts, and whether it ended
+
+    @cached_property  # read by `decide`, the pass's records and `live_entries`; the snapshot never changes
+    def live(self) -> tuple[Candidate, ...]:
+        """The Advertisements that hold or may take a place (not being deleted), in arrival order."""
+        return tuple(sorted((c for c in self.candidates if not c.deleting), key=lambda c: c.arrival))
 
     @classmethod
     def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]],
@@ -305,7 +311,7 @@ def _prices(prices: Any) -> Resources:
 def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
     """The changes to make, in arrival order: only the Advertisements whose phase, reason or message
     differs from what they have (see the module docstring for the rules)."""
-    ordered = sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival)
+    ordered = snapshot.live
     accepted = sum(1 for c in ordered if c.phase == "Accepted")
     decisions: list[Decision] = []
     for c in ordered:
@@ -323,7 +329,7 @@ def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
 def live_entries(snapshot: AdmissionSnapshot, decisions: Iterable[Decision]) -> list[AdmissionEntry] | None:
     """Every live Advertisement in arrival order as the pass leaves it (`decisions` written): what `tidepool
     simulate admission` replays. None beyond MAX_ADMISSION_ENTRIES: one history event stays small."""
-    ordered = sorted((c for c in snapshot.candidates if not c.deleting), key=lambda c: c.arrival)
+    ordered = snapshot.live
     if len(ordered) > MAX_ADMISSION_ENTRIES:
         return None
     written = {d.name: d for d in decisions}

@@ -15,6 +15,7 @@ from kube.metrics import Metrics
 from kube.objects import (
     apply_core,
     delete_cluster_object,
+    finalizers_after,
     ignore_not_found,
     list_cluster_objects,
     patch_cluster_object,
@@ -344,12 +345,12 @@ class ConsumerActivities:
     def _set_finalizer(self, obj: dict[str, Any], *, present: bool, dropping: tuple[str, ...] = ()) -> None:
         """Adds or removes our finalizer, and drops the `dropping` annotations, in one compare-and-swap write."""
         meta = obj["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != ADVERTISEMENT_FINALIZER]
-        if present:
-            finalizers.append(ADVERTISEMENT_FINALIZER)
+        finalizers = finalizers_after(meta.get("finalizers"), ADVERTISEMENT_FINALIZER, present=present)
         dropped = {k: None for k in dropping if k in (meta.get("annotations") or {})}
-        if finalizers != (meta.get("finalizers") or []) or dropped:
-            patch: dict[str, Any] = {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}
+        if finalizers is not None or dropped:
+            patch: dict[str, Any] = {"resourceVersion": meta["resourceVersion"]}
+            if finalizers is not None:
+                patch["finalizers"] = finalizers
             if dropped:
                 patch["annotations"] = dropped
             patch_cluster_object(self._home, ADVERTISEMENTS, meta["name"], {"metadata": patch})

@@ -32,6 +32,7 @@ from kube.objects import (
     apply_cluster_object,
     apply_core,
     delete_cluster_object,
+    finalizers_after,
     ignore_not_found,
     patch_cluster_object,
     patch_cluster_object_status,
@@ -129,10 +130,10 @@ class PeeringActivities:
     def _ensure_finalizer(self, peering_request: dict[str, Any]) -> None:
         """Make the PeeringRequest's deletion wait for our withdrawal (`_release` lets it go)."""
         metadata = peering_request["metadata"]
-        finalizers = metadata.get("finalizers") or []
-        if PEERING_FINALIZER not in finalizers:
+        finalizers = finalizers_after(metadata.get("finalizers"), PEERING_FINALIZER, present=True)
+        if finalizers is not None:
             patch_cluster_object(self._home, PEERING_REQUESTS, metadata["name"], {"metadata": {
-                "finalizers": [*finalizers, PEERING_FINALIZER], "resourceVersion": metadata["resourceVersion"]}})
+                "finalizers": finalizers, "resourceVersion": metadata["resourceVersion"]}})
 
     @activity.defn
     def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
@@ -368,11 +369,8 @@ class PeeringActivities:
         if secret is None or secret.metadata is None:
             return
         meta = secret.metadata
-        finalizers = [f for f in meta.finalizers or [] if f != FOREIGN_CLEANUP_FINALIZER]
-        if held:
-            finalizers.append(FOREIGN_CLEANUP_FINALIZER)
-        if finalizers != (meta.finalizers or []):
-            # A JSON merge patch: a strategic one merges finalizer lists, and would never remove ours.
+        finalizers = finalizers_after(meta.finalizers, FOREIGN_CLEANUP_FINALIZER, present=held)
+        if finalizers is not None:
             core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": {
                 "finalizers": finalizers, "resourceVersion": meta.resource_version}},
                 _content_type="application/merge-patch+json")  # fmt: skip
@@ -384,11 +382,10 @@ class PeeringActivities:
         obj = read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
         if obj is None:
             return
-        finalizers = obj["metadata"].get("finalizers") or []
-        if PEERING_FINALIZER in finalizers:
+        finalizers = finalizers_after(obj["metadata"].get("finalizers"), PEERING_FINALIZER, present=False)
+        if finalizers is not None:
             patch_cluster_object(self._home, PEERING_REQUESTS, peering_request, {"metadata": {
-                "finalizers": [f for f in finalizers if f != PEERING_FINALIZER],
-                "resourceVersion": obj["metadata"]["resourceVersion"]}})
+                "finalizers": finalizers, "resourceVersion": obj["metadata"]["resourceVersion"]}})
 
     def _record(
         self,

@@ -70,6 +70,16 @@ def delete_cluster_object(api: k8s.ApiClient, plural: str, name: str) -> None:
     ignore_not_found(k8s.CustomObjectsApi(api).delete_cluster_custom_object, GROUP, VERSION, plural, name)
 
 
+def finalizers_after(current: list[str] | None, finalizer: str, *, present: bool) -> list[str] | None:
+    """The finalizer list with `finalizer` added (last) or removed, others kept in order; None when there is
+    nothing to write. Written with the object's resourceVersion, as a merge patch: a strategic one merges
+    lists and would never remove one."""
+    if present:
+        return None if finalizer in (current or []) else [*(current or []), finalizer]
+    kept = [f for f in current or [] if f != finalizer]
+    return None if kept == (current or []) else kept
+
+
 def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     """Deleting what is already gone is success: activities are retried."""
     try:

@@ -280,8 +280,8 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
-        prices=_prices(spec.get("prices")),
-        resources=_prices(_mapping(spec.get("resourceQuota")).get("hard")),
+        prices=_lenient_resources(spec.get("prices")),
+        resources=_lenient_resources(_mapping(spec.get("resourceQuota")).get("hard")),
         decision_deadline=_time(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
@@ -299,11 +299,11 @@ def offer_fingerprint(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(offer, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _prices(prices: Any) -> Resources:
-    """spec.prices (or resourceQuota.hard) as resources; empty when it is none (or not one: the Advertisement
-    is invalid then)."""
+def _lenient_resources(value: Any) -> Resources:
+    """spec.prices or spec.resourceQuota.hard as resources; empty when it is none (or not one: the
+    Advertisement is invalid then, and `validate_advertisement` says why)."""
     try:
-        return Resources(prices) if isinstance(prices, Mapping) else Resources()
+        return Resources(value) if isinstance(value, Mapping) else Resources()
     except QuantityError:
         return Resources()
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from models.names import LABEL_PROVIDER
+from models.names import LABEL_NODE_TYPE, LABEL_PROVIDER, VIRTUAL_NODE_TYPE
 from models.peering import sharing_percentage_problem
 from models.quantities import format_quantity
 from models.resources import Resources
@@ -366,17 +366,21 @@ def pod_story(subject: str, namespace: str, pod: str, workflows: list[str], fact
     return whole.model_copy(update={"entries": entries, "now": now})
 
 
-def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], node: Mapping[str, Any] | None,
-                        events: Iterable[Mapping[str, Any]], offer: Story | None, *, virtual: bool,
-                        at: datetime | None = None) -> Story:  # fmt: skip
+def virtual_node_provider(node: Mapping[str, Any] | None) -> str | None:
+    """The provider behind a virtual node ("" when its label is missing); None for any other node."""
+    labels = _mapping(_mapping(_mapping(node).get("metadata")).get("labels"))
+    return str(labels.get(LABEL_PROVIDER) or "") if labels.get(LABEL_NODE_TYPE) == VIRTUAL_NODE_TYPE else None
+
+
+def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
+                        offer: Story | None, *, provider: str | None, at: datetime | None = None) -> Story:  # fmt: skip
     """A consumer's pod: the node it was scheduled to and, on a virtual node, the provider behind it and the
     story of that provider's Advertisement (`offer`: its offer and how it was derived, its admission), then
     the pod's Events in time order, the provider copy's among them (the virtual kubelet reflects them,
     labelled with the provider): why a pod is Pending over there. Events are the API server's, kept about
-    an hour; the Advertisement's story is the history's."""
+    an hour; the Advertisement's story is the history's. `provider`: `virtual_node_provider` of its node."""
     meta, spec, status = (_mapping(pod.get(k)) for k in ("metadata", "spec", "status"))
     node_name = str(spec.get("nodeName") or "")
-    provider = str(_mapping(_mapping(node).get("metadata")).get("labels", {}).get(LABEL_PROVIDER, "")) if virtual else ""
     story = Story(subject=subject, cluster_id=cluster_id, workflows=offer.workflows if offer else [])
     created = _parse_time(meta.get("creationTimestamp"))
     if created is not None:
@@ -400,13 +404,13 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], n
                         and _mapping(c).get("status") == "False"), None)  # fmt: skip
     if not node_name:
         where = "not scheduled" + (f": {unscheduled.get('message')}" if unscheduled else "")
-    elif virtual:
+    elif provider is not None:
         where = f"on virtual node {node_name}: runs in provider {provider or '(unknown)'}"
     else:
         where = f"on node {node_name}, one of this cluster's own: not offloaded"
     reason = f" ({status['reason']})" if status.get("reason") else ""
     story.now = [f"phase {phase}{reason}", where]
-    if virtual and phase == "Pending":
+    if provider is not None and phase == "Pending":
         story.now.append("the provider's Events on its copy above say why it is not running there")
     if offer is not None and offer.now:
         story.now += [f"its Advertisement: {line}" for line in offer.now]

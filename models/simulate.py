@@ -222,7 +222,4 @@ def _phase(entry: AdmissionEntry) -> str:
 
 
 def _sum(offers: Iterable[Mapping[str, str]]) -> dict[str, str]:
-    total = Resources()
-    for offer in offers:
-        total = total + Resources(offer)
-    return total.to_kubernetes()
+    return Resources.total(Resources(offer) for offer in offers).to_kubernetes()

@@ -15,6 +15,7 @@ from models.explain import (
     offloaded_pod_story,
     peering_story,
     pod_story,
+    virtual_node_provider,
 )
 from models.resources import Resources
 
@@ -163,7 +164,7 @@ def _pod(node: str = "", phase: str = "Pending", unscheduled: str | None = None)
             "spec": {"nodeName": node} if node else {}, "status": {"phase": phase, "conditions": conditions}}  # fmt: skip
 
 
-VIRTUAL_NODE = {"metadata": {"name": "tidepool-a", "labels": {"tidepool.io/provider": "a"}}}
+VIRTUAL_NODE = {"metadata": {"name": "tidepool-a", "labels": {"tidepool.io/provider": "a", "tidepool.io/type": "virtual-node"}}}
 
 
 def _event(minute: int, reason: str, message: str, *, provider: str | None = None, count: int = 1) -> dict[str, Any]:
@@ -180,8 +181,9 @@ def test_a_pod_pending_in_its_provider_is_told_with_its_copys_events_and_the_off
              "message": "accepted", "position": 1}]})])  # fmt: skip
     events = [_event(2, "FailedScheduling", "0/1 nodes are available: insufficient cpu", provider="a", count=3),
               _event(9, "FailedScheduling", "later", provider="a")]  # fmt: skip
-    story = offloaded_pod_story("pod shop/web", "b", _pod("tidepool-a"), VIRTUAL_NODE, events, offer,
-                                virtual=True, at=T0 + timedelta(minutes=5))  # fmt: skip
+    assert virtual_node_provider(VIRTUAL_NODE) == "a"
+    story = offloaded_pod_story("pod shop/web", "b", _pod("tidepool-a"), events, offer,
+                                provider=virtual_node_provider(VIRTUAL_NODE), at=T0 + timedelta(minutes=5))  # fmt: skip
     assert [(e.at, e.what) for e in story.entries] == [
         (T0 - timedelta(minutes=5), "Advertisement from a: admission: Accepted (WithinMaximum)"),
         (T0, "pod created"),
@@ -194,9 +196,10 @@ def test_a_pod_pending_in_its_provider_is_told_with_its_copys_events_and_the_off
 
 
 def test_a_pod_not_offloaded_or_not_scheduled_says_so() -> None:
-    own = offloaded_pod_story("pod shop/web", "b", _pod("n1", phase="Running"), {"metadata": {"name": "n1"}}, [], None,
-                              virtual=False)  # fmt: skip
+    own_node = {"metadata": {"name": "n1", "labels": {"tidepool.io/provider": "a"}}}  # a label alone makes no virtual node
+    assert virtual_node_provider(own_node) is None and virtual_node_provider(None) is None
+    own = offloaded_pod_story("pod shop/web", "b", _pod("n1", phase="Running"), [], None, provider=None)
     assert own.now == ["phase Running", "on node n1, one of this cluster's own: not offloaded"]
-    waiting = offloaded_pod_story("pod shop/web", "b", _pod(unscheduled="0/2 nodes are available"), None, [], None,
-                                  virtual=False)  # fmt: skip
+    waiting = offloaded_pod_story("pod shop/web", "b", _pod(unscheduled="0/2 nodes are available"), [], None,
+                                  provider=None)
     assert waiting.now == ["phase Pending", "not scheduled: 0/2 nodes are available"]

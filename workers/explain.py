@@ -30,12 +30,10 @@ from models.explain import (
     offloaded_pod_story,
     peering_story,
     pod_story,
+    virtual_node_provider,
 )
 from models.names import (
-    LABEL_NODE_TYPE,
-    LABEL_PROVIDER,
     POOL_SCHEDULER_WORKFLOW_ID,
-    VIRTUAL_NODE_TYPE,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
@@ -128,20 +126,17 @@ async def explain_consumer_pod(client: Client, api: k8s.ApiClient, *, home: str,
         except ApiException as e:
             if e.status != 404:  # a node deleted since: told from the pod alone
                 raise RuntimeError(f"reading node {node_name}: {e.status} {e.reason}") from None
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-    virtual = labels.get(LABEL_NODE_TYPE) == VIRTUAL_NODE_TYPE
+    provider = virtual_node_provider(node)
     listed = await asyncio.to_thread(core.list_namespaced_event, namespace, field_selector=f"involvedObject.name={pod}")
     uid = obj["metadata"].get("uid")
     events = [e for e in api.sanitize_for_serialization(listed.items) if (e.get("involvedObject") or {}).get("uid") == uid]
     offer: Story | None = None
-    provider = labels.get(LABEL_PROVIDER)
-    if virtual and provider:
+    if provider:
         try:
             offer = await explain_advertisement(client, home=home, provider=provider, at=at)
         except LookupError:
             offer = None  # another cluster's history, or past retention: the pod's own part is still told
-    story = offloaded_pod_story(f"pod {namespace}/{pod}", home, obj, node, events, offer, virtual=virtual,
-                                at=at)  # fmt: skip
+    story = offloaded_pod_story(f"pod {namespace}/{pod}", home, obj, events, offer, provider=provider, at=at)
     if offer is None:
         return await _finish(client, story, at, truncated=False)
     return story.model_copy(update={"at": at, "retention_days": offer.retention_days, "truncated": offer.truncated})

@@ -10,7 +10,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from kube.clients import SecretClients
+from kube.copies import delete_copies, drop_keepalive
+from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
 from kube.objects import (
     apply_core,
@@ -41,6 +45,8 @@ from models.consumer import (
     AdmissionResult,
     AdvertisementObservation,
     AdvertisementStep,
+    CleanProviderInput,
+    CleanProviderResult,
     DeleteExpiredInput,
     DeleteVirtualKubeletInput,
     DeleteVirtualNodeInput,
@@ -57,6 +63,7 @@ from models.names import (
     ADVERTISEMENTS,
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
+    FORCE_UNPEER_ANNOTATION,
     GROUP,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -66,6 +73,7 @@ from models.names import (
     VERSION,
     VK_CLEAN_ANNOTATION,
     credentials_secret_name,
+    foreign_namespace,
     virtual_kubelet_name,
     virtual_node_name,
 )
@@ -94,6 +102,9 @@ class ConsumerActivities:
     def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings) -> None:
         self._home = home
         self._settings = settings
+        # Clients for the providers, from the credentials Secrets they wrote here (`clean_provider` only:
+        # everything else this worker does with a provider, its virtual kubelets do).
+        self._providers = SecretClients(home)
 
     def _config(self) -> ClusterConfig:
         return read_cluster_config(self._home)
@@ -176,6 +187,7 @@ class ConsumerActivities:
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
             virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
             offer=OfferDerivation.from_annotation((meta.get("annotations") or {}).get(OFFER_DERIVATION_ANNOTATION)),
+            forced=FORCE_UNPEER_ANNOTATION in (meta.get("annotations") or {}),
             **self._children(provider),
         )
 
@@ -275,6 +287,42 @@ class ConsumerActivities:
         self._set_finalizer(obj, present=False)
         if request.teardown not in ("Deleted", "NotReady"):
             delete_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
+
+    @activity.defn
+    def clean_provider(self, request: CleanProviderInput) -> CleanProviderResult:
+        """After `tidepool unpeer --force`: the copies of this cluster's pods in the provider, deleted with the
+        credentials it gave us, then our keepalive there once none is left (pods still terminating keep it:
+        should one hang, the provider's own check force-deletes it once the keepalive lapses). A failure the
+        workflow should try again after is raised; a provider refusing these credentials (expired, revoked)
+        is not tried again."""
+        consumer_id = self._settings.cluster.cluster_id
+        namespace = foreign_namespace(consumer_id)
+        try:
+            remote = self._providers.get(name=credentials_secret_name(request.provider_id), namespace=SYSTEM_NAMESPACE)
+        except ApplicationError as e:
+            if e.type == MISSING_CREDENTIALS:
+                return CleanProviderResult(cleaned=False, note="the credentials Secret it gave us is gone")
+            raise
+        try:
+            going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC))
+            if not going:
+                drop_keepalive(remote, namespace)
+        except k8s.ApiException as e:
+            if e.status == 404:  # the provider removed the namespace: nothing of ours is left there
+                return CleanProviderResult(cleaned=True, note=f"{namespace} is gone")
+            # The status only: the response would carry headers into the history.
+            raise ApplicationError(f"{request.provider_id} answered {e.status} {e.reason}", type="ProviderRefused",
+                                   non_retryable=e.status in (401, 403)) from None  # fmt: skip
+        if going:  # the provider's kubelets end them; our keepalive stays until they have, for its own check
+            return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted, {going} pods still "
+                                                          "terminating there")  # fmt: skip
+        return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted")
+
+    @activity.defn
+    def delete_provider_credentials(self, request: CleanProviderInput) -> None:
+        """The end of a forced unpeer: nothing needs the credentials the provider gave us any more."""
+        ignore_not_found(k8s.CoreV1Api(self._home).delete_namespaced_secret,
+                         credentials_secret_name(request.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
 
     @activity.defn
     def delete_expired(self, request: DeleteExpiredInput) -> bool:

@@ -27,6 +27,7 @@ from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.names import (
+    CONSUMER_KEEPALIVE_LEASE,
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_TOKEN_ANCHOR,
@@ -71,11 +72,17 @@ VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
+    # Its keepalive (kube/copies.py): create cannot be narrowed to a name; the namespace is its own.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch", "delete"]},
 ]  # fmt: skip
-# What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets.
+# What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets; and, once
+# the consumer's keepalive has lapsed, delete the consumer's copies there (kube/copies.py) and the keepalive.
 CREDENTIALS_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete"]},
-]
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods", "configmaps", "services"], "verbs": ["list", "delete", "deletecollection"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CONSUMER_KEEPALIVE_LEASE],
+     "verbs": ["get", "delete"]},
+]  # fmt: skip
 
 
 def _labels(foreign_cluster_id: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -25,6 +26,7 @@ from activities.credentials import (
 )
 from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
+from kube.copies import delete_copies, drop_keepalive, keepalive_grace, keepalive_lapsed_since
 from kube.errors import CREDENTIALS_EXPIRED
 from kube.identity import bearer_token_life, renew_provider_token
 from kube.metrics import Metrics
@@ -37,6 +39,7 @@ from kube.objects import (
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
+    record_event,
     with_condition,
 )
 from models.api import ClusterConfig
@@ -63,6 +66,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     advertisement_name,
     credentials_secret_name,
+    foreign_namespace,
     provider_identity_name,
     service_account_subject,
 )
@@ -166,6 +170,9 @@ class PeeringActivities:
         now = _now()
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
+        if request.periodic:  # whether or not the consumer answers: it may be gone for good
+            self._clean_after_silent_consumer(request.foreign_cluster_id, peering_request, now=now,
+                                              grace=keepalive_grace(outgoing.advertisement_time_to_live_seconds))
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = reading_foreign.result()
@@ -219,6 +226,32 @@ class PeeringActivities:
             remote_remapped_pod_cidr=decision.remote_remapped_pod_cidr,
             access_verified_until=verified,
         )
+
+    def _clean_after_silent_consumer(self, foreign_cluster_id: str, peering_request: dict[str, Any] | None, *,
+                                     now: datetime, grace: timedelta) -> None:  # fmt: skip
+        """A consumer whose virtual kubelet has not renewed its keepalive here for an Advertisement's time to
+        live is gone (its cluster deleted, or unpeered with --force while this one was out of its reach):
+        nobody else would ever delete its copies, which hold this cluster's capacity. Delete them, then the
+        keepalive, and say so. Its access stays: a consumer that comes back gets a virtual kubelet that
+        makes the copies again."""
+        namespace = foreign_namespace(foreign_cluster_id)
+        try:
+            silent_since = keepalive_lapsed_since(self._home, namespace, grace=grace, now=now)
+            if silent_since is None:
+                return
+            going = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
+            if not going:
+                drop_keepalive(self._home, namespace)
+        except ApiException as e:  # the push itself must not fail over it (a ClusterRole of an earlier release)
+            activity.logger.warning("could not clean after %s's lapsed keepalive: %s %s", foreign_cluster_id,
+                                    e.status, e.reason)  # fmt: skip
+            return
+        message = (f"{foreign_cluster_id}'s virtual kubelet has not renewed its keepalive since "
+                   f"{silent_since:%Y-%m-%d %H:%M:%S} UTC: its copies here were deleted"
+                   + (f" ({going} pods still terminating)" if going else ""))  # fmt: skip
+        activity.logger.warning(message)
+        if peering_request is not None:
+            record_event(self._home, peering_request, reason="ConsumerSilent", message=message, warning=True)
 
     def _apply_advertisement(self, foreign: k8s.ApiClient, derivation: OfferDerivation, spare_capacity: Resources,
                              outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip

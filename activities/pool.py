@@ -53,9 +53,11 @@ from models.pool.moves import (
 from models.pool.namespaces import (
     SYSTEM_NAMESPACES,
     Keep,
+    NamespaceDecision,
     Refuse,
     decide_namespace,
     held_slice,
+    live_entry,
     mandatory_annotation,
     placement_of,
     placement_status,
@@ -63,7 +65,16 @@ from models.pool.namespaces import (
 )
 from models.pool.placement import ClusterSnapshot, headroom
 from models.pool.pods import choose_cluster
-from models.pool.result import MoveInput, MoveProgress, PoolDecision, PoolPassResult
+from models.pool.result import (
+    MAX_POOL_CLUSTERS,
+    MAX_POOL_ENTRIES,
+    MoveInput,
+    MoveProgress,
+    PoolClusterRecord,
+    PoolDecision,
+    PoolNamespaceEntry,
+    PoolPassResult,
+)
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
 
@@ -112,22 +123,31 @@ class PoolActivities:
                 slices[ns.name] = slice_
             if draining_of(ns.annotations):
                 result.draining[ns.name] = draining_of(ns.annotations)
+        live: list[PoolNamespaceEntry] | None = []
         for ns in namespaces:
             if ns.name not in quotas:
                 continue
-            decision = self._place(ns, quotas[ns.name], clusters, held, slices, placements, pool, result)
-            if decision is not None:
-                result.decisions.append(decision)
+            decision = decide_namespace(name=ns.name, annotations=ns.annotations, hards=quotas[ns.name],
+                                        clusters=clusters, held=held, slices=slices, pool_policy=pool.policy)  # fmt: skip
+            recorded = self._place(ns, decision, held, slices, placements, result)
+            if recorded is not None:
+                result.decisions.append(recorded)
+            if live is not None:  # what `tidepool simulate pool` replays, while the pass is small enough to record
+                live.append(live_entry(ns.name, ns.annotations, quotas[ns.name], decision, placements[ns.name]))
+                live = live if len(live) <= MAX_POOL_ENTRIES else None
+        if live is not None and len(clusters) <= MAX_POOL_CLUSTERS:
+            result.policy, result.live = pool.policy, live
+            result.snapshot = [PoolClusterRecord(name=c.name, health=c.health, allocatable=c.allocatable.to_kubernetes(),
+                                                 headroom=c.headroom.to_kubernetes()) for c in clusters]  # fmt: skip
         unreachable = {c.name for c in clusters if c.drains}
         self._place_pods(placements, slices, unreachable, result)
         return result
 
-    def _place(self, ns: ServedMetadata, hards: list[dict[str, Any]], clusters: list[ClusterSnapshot],
-               held: dict[str, dict[str, int]], slices: dict[str, Resources], placements: dict[str, dict[str, int]],
-               pool: PoolConfig, result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
+    def _place(self, ns: ServedMetadata, decision: NamespaceDecision, held: dict[str, dict[str, int]],
+               slices: dict[str, Resources], placements: dict[str, dict[str, int]],
+               result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
+        """Writes what `decision` says on the namespace; returns its record, None when it kept all as it was."""
         name = ns.name
-        decision = decide_namespace(name=name, annotations=ns.annotations, hards=hards, clusters=clusters, held=held,
-                                    slices=slices, pool_policy=pool.policy)  # fmt: skip
         if isinstance(decision, Keep):
             return None
         if isinstance(decision, Refuse):

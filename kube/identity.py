@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
-from kube.objects import apply_core
+from kube.objects import apply_core, ignore_not_found
 from models.credentials import TokenLife, token_lifetime_seconds
 from models.names import (
     ADVERTISEMENTS,
@@ -88,6 +88,19 @@ def mint_provider_identity(
                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}})  # fmt: skip
     token = _request_token(consumer, name, lifetime_seconds)
     return token_kubeconfig(consumer.configuration, server=server, token=token, user=name, namespace=SYSTEM_NAMESPACE)
+
+
+def revoke_provider_identity(consumer: k8s.ApiClient, *, provider_id: str) -> None:
+    """The consumer's unpeer: the provider's identity goes, bindings first, so that it can write nothing here
+    any more (no Advertisement comes back) and every token minted for it stops working with its
+    ServiceAccount. A later `tidepool peer` mints it again."""
+    name = provider_identity_name(provider_id)
+    rbac, core = k8s.RbacAuthorizationV1Api(consumer), k8s.CoreV1Api(consumer)
+    ignore_not_found(rbac.delete_cluster_role_binding, name)
+    ignore_not_found(rbac.delete_namespaced_role_binding, name, SYSTEM_NAMESPACE)
+    ignore_not_found(rbac.delete_cluster_role, name)
+    ignore_not_found(rbac.delete_namespaced_role, name, SYSTEM_NAMESPACE)
+    ignore_not_found(core.delete_namespaced_service_account, name, SYSTEM_NAMESPACE)
 
 
 def renew_provider_token(identity: k8s.ApiClient, *, provider_id: str, lifetime_seconds: int) -> str:

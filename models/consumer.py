@@ -72,6 +72,7 @@ class AdvertisementObservation(_Model):
     virtual_node_ready: bool = False  # its Ready condition is True
     virtual_node_ready_timeout_seconds: int | None = None  # incoming.virtualNodeReadyTimeoutSeconds
     offer: OfferDerivation | None = None  # how the provider derived the offer (its annotation), for `tidepool explain`
+    forced: bool = False  # `tidepool unpeer --force` marked it: no wait on the provider during teardown
 
 
 class AdvertisementState(_Model):
@@ -93,6 +94,11 @@ class AdvertisementState(_Model):
     ready_wait_started: datetime | None = None
     node_was_ready: bool = False
     not_ready_refused: bool = False  # NotReady teardown: RefuseNotReady is done
+    # `tidepool unpeer --force` (issue 20): the local teardown waits on nothing in the provider; afterwards the
+    # workflow cleans the copies there while the last Advertisement could live, and says how that ended.
+    forced: bool = False
+    provider_cleanup_until: datetime | None = None
+    provider_cleanup_outcome: str | None = None
 
 
 class AdvertisementInput(_Model):
@@ -188,7 +194,7 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
         return "DeleteVirtualNode"
     if obs.virtual_kubelet_exists:
         waited = now - state.clean_wait_started if state.clean_wait_started else timedelta(0)
-        if not obs.provider_clean and waited < PROVIDER_CLEAN_TIMEOUT:
+        if not obs.provider_clean and waited < PROVIDER_CLEAN_TIMEOUT and not (state.forced or obs.forced):
             return "AwaitProviderClean"
         return "DeleteVirtualKubelet"
     return "ReleaseAdvertisement"
@@ -253,6 +259,12 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
         lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
     if state.last_error:
         lines += ["", f"**last failure** (retried at the next change or after a backoff): {state.last_error}"]
+    if state.forced:
+        outcome = state.provider_cleanup_outcome or (
+            "not cleaned yet: tried again until " + (f"{state.provider_cleanup_until:%Y-%m-%d %H:%M:%S} UTC"
+                                                     if state.provider_cleanup_until else "the teardown is done"))
+        lines += ["", f"**forced unpeer**: torn down here without waiting for `{provider_id}`; "
+                      f"its copies of our pods there: {outcome}"]  # fmt: skip
     if state.deleted:
         lines += ["", "| deleted | at |", "|---|---|"]
         lines += [f"| {what} | {when:%H:%M:%S.%f} |" for what, when in state.deleted.items()]
@@ -325,6 +337,15 @@ class DeleteVirtualKubeletInput(_Model):
 class ReleaseAdvertisementInput(_Model):
     advertisement: str
     teardown: TeardownCause
+
+
+class CleanProviderInput(_Model):
+    provider_id: str
+
+
+class CleanProviderResult(_Model):
+    cleaned: bool
+    note: str
 
 
 class DeleteExpiredInput(_Model):

@@ -38,7 +38,8 @@ DECISION_ANNOTATION: Final = "tidepool.io/decision"
 # The offer (models/admission.offer_fingerprint) of an Advertisement refused because its virtual node never
 # became Ready: admission keeps it refused while the offer is the same. Removing it (or accepting by hand) lifts it.
 REFUSED_OFFER_ANNOTATION: Final = "tidepool.io/refused-offer"
-# On a PeeringRequest being deleted (`tidepool unpeer --force`): withdraw at home at once, the foreign side after.
+# On a PeeringRequest being deleted (`tidepool unpeer --force` on the provider), or on an Advertisement (on the
+# consumer): finish the local half of the teardown at once, and clean the other side after.
 FORCE_UNPEER_ANNOTATION: Final = "tidepool.io/force-unpeer"
 # On a PeeringRequest's credentials Secret while a forced withdrawal still has the foreign side to clean: it
 # outlives the request (deleted with it) until the workflow is done with it.
@@ -66,6 +67,9 @@ OFFER_DERIVATION_ANNOTATION: Final = "tidepool.io/offer-derivation"
 # Finalizer the provider puts on a PeeringRequest so that its deletion waits for the withdrawal, which
 # needs the Secret the request names to clean the foreign cluster.
 PEERING_FINALIZER: Final = "tidepool.io/withdraw"
+# A consumer's virtual kubelet renews this Lease in its provider namespace (kube/copies.py): once it has lapsed
+# for an Advertisement's time to live, the provider deletes the consumer's copies there itself.
+CONSUMER_KEEPALIVE_LEASE: Final = "tidepool-consumer-keepalive"
 
 
 def worker_lease_name(cluster_id: str) -> str:

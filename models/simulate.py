@@ -8,19 +8,26 @@ touched, and what an earlier release did not record is counted, not guessed.
   maximum decided (validity, credentials, the lists, prices, a virtual node never Ready, a manual decision:
   models/admission.py, rules 1–6½) does not depend on the maximum and is taken as recorded; rule 8 is
   applied again: in arrival order, while fewer than the maximum are accepted, and an accepted one stays
-  accepted until it leaves (or its virtual node is found never Ready)."""
+  accepted until it leaves (or its virtual node is found never Ready).
+- `simulate_pool`: the recorded pool passes with another pool policy. Each pass records its super clusters
+  and every namespace with a quota (`PoolPassResult.snapshot` and `live`); the replay places them through
+  the scheduler's own `schedule`, keeping what users chose and refusals no policy changes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.explain import AdmissionEntry, Fact, in_unit
+from models.pool.health import HealthState
+from models.pool.namespaces import POLICIES, held_by_others
+from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
+from models.pool.result import PoolClusterRecord, PoolNamespaceEntry
 from models.resources import Resources
 from models.sharing import shared_resources
 
@@ -223,3 +230,136 @@ def _phase(entry: AdmissionEntry) -> str:
 
 def _sum(offers: Iterable[Mapping[str, str]]) -> dict[str, str]:
     return Resources.total(Resources(offer) for offer in offers).to_kubernetes()
+
+
+class SimulatedNamespace(BaseModel):
+    namespace: str
+    slices: int = 0
+    slice: dict[str, str] = Field(default_factory=dict)
+    then: str = Field(description="Its placement at the last pass that listed it, as recorded, or why it had none.")
+    would: str
+    differs: bool = Field(default=False, description="Its placement differed at some pass.")
+
+
+class PoolSimulation(BaseModel):
+    subject: str
+    policy: str
+    since: datetime | None = None
+    passes: int = 0
+    not_replayable: int = Field(default=0, description="Passes recorded without their inputs (earlier releases, or more than MAX_POOL_ENTRIES namespaces).")
+    namespaces: list[SimulatedNamespace] = Field(default_factory=list)
+    differing: int = 0
+    placed_then: int = 0
+    placed_would: int = 0
+    quota_then: dict[str, str] = Field(default_factory=dict, description="The quota of the placed namespaces at the last pass, summed.")
+    quota_would: dict[str, str] = Field(default_factory=dict)
+    clusters_then: int = Field(default=0, description="Super clusters holding slices at the last pass.")
+    clusters_would: int = 0
+
+    def render(self) -> str:
+        lines = [f"{self.subject}: the recorded passes under policy {self.policy}"
+                 + (f", since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else ""), ""]  # fmt: skip
+        header = ["namespace", "slices", "then", "would"]
+        rows = [[n.namespace, f"{n.slices} × {_resources(n.slice)}" if n.slices else "-", n.then, n.would]
+                for n in self.namespaces]  # fmt: skip
+        widths = [max(len(c) for c in column) for column in zip(header, *rows, strict=True)]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+        lines += ["", f"{self.passes} passes replayed, {self.differing} of {len(self.namespaces)} namespaces would "
+                      "have been placed otherwise"
+                      + (f"; {self.not_replayable} passes recorded without their inputs, not replayed" if self.not_replayable else "")]  # fmt: skip
+        if self.passes:
+            names = sorted({*self.quota_then, *self.quota_would})
+            lines.append(f"placed at the last pass: {self.placed_then} → {self.placed_would} namespaces"
+                         + ("; quota " + ", ".join(f"{n} {self.quota_then.get(n, '0')} → {self.quota_would.get(n, '0')}"
+                                                   for n in names) if names else "")
+                         + f"; super clusters in use {self.clusters_then} → {self.clusters_would}")  # fmt: skip
+        lines.append("as recorded: each pass's super clusters (health, allocatable, headroom), the namespaces' slices, "
+                     "the placements users chose, namespaces' own policies, and refusals no policy changes")  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+
+def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since: datetime | None = None) -> PoolSimulation:
+    """Every recorded pool pass (after `since`) replayed with `policy` as the pool's, through the scheduler's
+    own `schedule` (models/pool/placement.py) on each pass's recorded clusters and namespaces, beside what it
+    placed. As the scheduler: a placement that still fits where it is stays, a user's entries are kept, a
+    namespace that no longer fits keeps what it held, and nothing is placed while an unprobed cluster might
+    take it. Moves are instant in the replay (no draining). It starts from what was placed before its first pass."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}")
+    simulation = PoolSimulation(subject=subject, policy=policy, since=since)
+    rows: dict[str, SimulatedNamespace] = {}
+    placed: dict[str, dict[str, int]] = {}  # the replay's placements
+    sizes: dict[str, Resources] = {}  # the replay's slices, of the placed namespaces
+    last: list[PoolNamespaceEntry] = []
+    for fact in facts:
+        value: Mapping[str, Any] = fact.value if isinstance(fact.value, Mapping) else {}
+        if fact.kind != "pool" or (since is not None and fact.at < since):
+            continue
+        if value.get("live") is None or value.get("snapshot") is None:
+            simulation.not_replayable += 1
+            continue
+        entries = [PoolNamespaceEntry.model_validate(e) for e in value["live"]]
+        clusters = [ClusterSnapshot(c.name, cast(HealthState, c.health), Resources(c.allocatable), Resources(c.headroom),
+                                    Resources()) for c in map(PoolClusterRecord.model_validate, value["snapshot"])]  # fmt: skip
+        listed = {e.namespace for e in entries}
+        if not simulation.passes:  # what this pass found placed, not what it placed itself
+            decided = {d.get("namespace") for d in value.get("decisions") or []}
+            placed = {e.namespace: dict(e.placement) for e in entries if e.placement and e.namespace not in decided}
+            sizes = {e.namespace: Resources(e.slice) for e in entries if e.namespace in placed}
+        simulation.passes += 1
+        placed = {name: p for name, p in placed.items() if name in listed}  # gone: it holds nothing
+        staying = {c.name for c in clusters if not c.drains}
+        for e in entries:
+            row = rows.setdefault(e.namespace, SimulatedNamespace(namespace=e.namespace, then="", would=""))
+            row.slices, row.slice = e.slices, e.slice
+            row.then = _placed(e.placement, e.slices) if e.refused is None else f"refused ({e.refused})"
+            if e.refused is not None:  # the same under any policy
+                row.would = row.then
+                placed.pop(e.namespace, None)
+                continue
+            current, size = placed.get(e.namespace, {}), Resources(e.slice)
+            kept = (current and sum(current.values()) == e.slices and set(current) <= staying and sizes.get(e.namespace) == size
+                    and all(current.get(c, 0) >= n for c, n in e.mandatory.items()))  # fmt: skip
+            if not kept:
+                others = [ClusterSnapshot(c.name, c.health, c.allocatable, c.headroom,
+                                          held_by_others(c.name, e.namespace, placed, sizes)) for c in clusters]  # fmt: skip
+                own = cast(Policy, e.policy) if e.policy in POLICIES else policy
+                request = PlacementRequest(namespace=e.namespace, slice=size, count=e.slices, policy=own,
+                                           mandatory=e.mandatory, previous=current)  # fmt: skip
+                outcome = schedule(request, others)
+                if outcome.placement is not None:
+                    placed[e.namespace], sizes[e.namespace] = outcome.placement, size
+            would = placed.get(e.namespace, {})
+            row.would = _placed(would, e.slices)
+            if would != e.placement:
+                row.differs = True
+        last = entries
+    simulation.namespaces = sorted(rows.values(), key=lambda n: n.namespace)
+    simulation.differing = sum(n.differs for n in simulation.namespaces)
+
+    def complete(placement: Mapping[str, int], entry: PoolNamespaceEntry) -> bool:
+        return entry.refused is None and entry.slices > 0 and sum(placement.values()) == entry.slices
+
+    placed_then = [e for e in last if complete(e.placement, e)]
+    placed_would = [e for e in last if complete(placed.get(e.namespace, {}), e)]
+    simulation.placed_then, simulation.placed_would = len(placed_then), len(placed_would)
+    simulation.quota_then = _quota(placed_then)
+    simulation.quota_would = _quota(placed_would)
+    simulation.clusters_then = len({c for e in last for c, n in e.placement.items() if n})
+    simulation.clusters_would = len({c for e in last for c, n in placed.get(e.namespace, {}).items() if n})
+    return simulation
+
+
+def _placed(placement: Mapping[str, int], slices: int) -> str:
+    if not placement:
+        return "not placed"
+    text = ", ".join(f"{cluster} {count}" for cluster, count in sorted(placement.items()))
+    return text if sum(placement.values()) == slices else f"{text} (of {slices})"
+
+
+def _quota(entries: Iterable[PoolNamespaceEntry]) -> dict[str, str]:
+    return Resources.total(Resources({k: v * e.slices for k, v in Resources(e.slice).items()}) for e in entries).to_kubernetes()
+
+
+def _resources(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} {amount}" for name, amount in sorted(values.items()))

@@ -1,5 +1,6 @@
-"""`tidepool explain` and `tidepool simulate` refuse bad arguments with the argument and the rule, before
-reaching Temporal or a cluster (exit 2), and a kubeconfig that cannot be read before Temporal (exit 1)."""
+"""`tidepool explain`, `tidepool simulate` and `tidepool unpeer` refuse bad arguments with the argument and the
+rule, before reaching Temporal or a cluster (exit 2), and a kubeconfig that cannot be read before Temporal
+(exit 1)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def _tidepool(*args: str) -> subprocess.CompletedProcess[str]:
     (["simulate", "peering", "a", "--sharing-percentage", "50", "--cluster-id", "b", "--since", "yesterday"], "'yesterday' is neither a duration"),
     (["explain", "pod", "shop/web", "--kubeconfig", "cons.yaml"], "explain pod: --cluster-id is required"),
     (["explain", "pod", "shop", "--kubeconfig", "cons.yaml", "--cluster-id", "b"], "NAME must be NAMESPACE/POD"),
+    (["simulate", "pool", "--policy", "binpack"], "argument --policy: invalid choice: 'binpack'"),
+    (["simulate", "pool", "--policy", "pack", "--workflow-id", "a'b"], "--workflow-id \"a'b\" must not contain quotes"),
 ])  # fmt: skip
 def test_bad_arguments_name_the_argument_and_the_rule(args: list[str], said: str) -> None:
     done = _tidepool(*args)
@@ -35,3 +38,16 @@ def test_a_kubeconfig_that_cannot_be_read_is_said_before_temporal_is_called() ->
     done = _tidepool("explain", "pod", "shop/web", "--kubeconfig", "/nonexistent/cons.yaml", "--cluster-id", "b")
     assert done.returncode == 1
     assert done.stderr.startswith("tidepool explain: --kubeconfig /nonexistent/cons.yaml: Invalid kube-config file"), done.stderr
+
+
+UNPEER_SIDES = "unpeer: give either --provider and --consumer-id (on the provider) or --consumer and --provider-id (on the consumer)"
+
+
+@pytest.mark.parametrize("args", [
+    ["--consumer", "b.yaml"], ["--provider", "a.yaml", "--provider-id", "a"], [],
+    ["--provider", "a.yaml", "--consumer-id", "b", "--consumer", "b.yaml", "--provider-id", "a"],
+])  # fmt: skip
+def test_unpeer_is_told_which_side_it_runs_on(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "unpeer", *args, "--force"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert (done.returncode, UNPEER_SIDES in done.stderr) == (2, True), done.stderr

@@ -14,6 +14,7 @@ from models.consumer import (
     AdvertisementState,
     after_step,
     next_step,
+    render_details,
     wake_after,
 )
 
@@ -58,6 +59,23 @@ def test_teardown_goes_node_then_virtual_kubelet_then_advertisement() -> None:
     assert next_step(observed(**deleting), state, NOW + PROVIDER_CLEAN_TIMEOUT).step == "DeleteVirtualKubelet"
     assert next_step(observed(**deleting, virtual_kubelet_exists=False), state, NOW).step == "ReleaseAdvertisement"
     assert next_step(AdvertisementObservation(exists=False), state, NOW).step == "Done"
+
+
+def test_a_forced_teardown_waits_on_nothing_in_the_provider() -> None:
+    """`tidepool unpeer --force` on the consumer: the provider may be gone; the virtual kubelet goes right
+    after the node, whether the Advertisement still says so (obs) or the run latched it (state)."""
+    deleting = {"phase": "Deleting", "deleting": True}
+    waiting = AdvertisementState(teardown="Deleted", clean_wait_started=NOW)
+    assert next_step(observed(**deleting), waiting, NOW).step == "AwaitProviderClean"
+    assert next_step(observed(**deleting, forced=True), waiting, NOW).step == "DeleteVirtualKubelet"
+    forced = waiting.model_copy(update={"forced": True})
+    assert next_step(observed(**deleting), forced, NOW).step == "DeleteVirtualKubelet"
+    # The order stays: the node first, the Advertisement last.
+    assert next_step(observed(**deleting, forced=True, virtual_node_exists=True), waiting, NOW).step == "DeleteVirtualNode"
+    assert next_step(observed(**deleting, forced=True, virtual_kubelet_exists=False), waiting, NOW).step == "ReleaseAdvertisement"
+    details = render_details("prov", observed(**deleting), forced.model_copy(update={"provider_cleanup_until": NOW}),
+                             "DeleteVirtualKubelet")  # fmt: skip
+    assert "forced unpeer" in details and "not cleaned yet" in details, details
 
 
 def test_next_step_leaves_the_state_alone_and_returns_the_teardown_cause() -> None:

@@ -33,7 +33,15 @@ from activities.credentials import (
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
 from kube.objects import apply_cluster_object, apply_core, read_cluster_object
-from models.names import API_VERSION, LABEL_NODE_TYPE, SUPER_CLUSTERS, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
+from models.names import (
+    API_VERSION,
+    CONSUMER_KEEPALIVE_LEASE,
+    LABEL_NODE_TYPE,
+    SUPER_CLUSTERS,
+    SYSTEM_NAMESPACE,
+    VIRTUAL_NODE_TYPE,
+    credentials_secret_name,
+)
 from tests.kube import create_node, wait_for
 from workers.pool_health import HealthProber
 
@@ -155,6 +163,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("list", "clusterconfigs.tidepool.io"), ("patch", "advertisements.tidepool.io", "--subresource=status"),
         ("delete", "advertisements.tidepool.io"), ("watch", "nodes"), ("delete", "nodes"), ("list", "pods", "-A"),
         ("delete", "namespaces"), ("get", "secrets", "-n", SYSTEM_NAMESPACE), ("patch", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("delete", "secrets", "-n", SYSTEM_NAMESPACE),  # a provider's credentials, after a forced unpeer (policy: by name)
         ("patch", "deployments.apps", "-n", SYSTEM_NAMESPACE), ("delete", "deployments.apps", "-n", SYSTEM_NAMESPACE),
         ("create", f"serviceaccounts/{SERVICE_ACCOUNT}", "--subresource=token", "-n", foreign),
         ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),
@@ -204,6 +213,14 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert revoke_older_tokens(as_worker, namespace, current=3, calls=calls) == [1]
     assert can(WORKER, "create", "secrets", "-n", foreign) and can(WORKER, "delete", "secrets", "-n", foreign)
     assert not can(WORKER, "create", "secrets", "-n", "elsewhere") and not can(WORKER, "list", "secrets", "-A")
+    # Through the same binding, the copies of a consumer whose keepalive lapsed, and that keepalive alone.
+    after_a_silent_consumer = [("deletecollection", "pods"), ("deletecollection", "configmaps"),
+                               ("deletecollection", "secrets"), ("delete", "services"),
+                               ("get", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}"),
+                               ("delete", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}")]  # fmt: skip
+    assert [a for a in after_a_silent_consumer if not can(WORKER, *a, "-n", foreign)] == []
+    assert [a for a in after_a_silent_consumer if can(WORKER, *a, "-n", "elsewhere")] == []
+    assert not can(WORKER, "delete", "leases.coordination.k8s.io/other", "-n", foreign)
     with pytest.raises(ApiException) as refused:  # the same client is the worker, not the admin
         k8s.CoreV1Api(as_worker).list_namespaced_secret("kube-system")
     assert refused.value.status == 403
@@ -212,6 +229,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     # What the foreign virtual kubelet may do through it: its copies, their Events, logs and exec, there only.
     foreign_vk = f"system:serviceaccount:{foreign}:{SERVICE_ACCOUNT}"
     foreign_vk_may = [("create", "pods"), ("watch", "events"), ("create", "services"), ("get", "pods/log"),
+                      ("create", "leases.coordination.k8s.io"), ("patch", "leases.coordination.k8s.io"),
                       *[(verb, f"pods/{sub}") for sub in ("exec", "attach", "portforward") for verb in ("get", "create")]]
     assert [a for a in foreign_vk_may if not can(foreign_vk, *a, "-n", foreign)] == []
     assert [a for a in foreign_vk_may if can(foreign_vk, *a, "-n", "elsewhere")] == []
@@ -250,6 +268,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         # RBAC lets it patch the Secrets of tidepool-system; the policy keeps that to the peering kubeconfigs.
         "temporal credentials": lambda: worker.patch_namespaced_secret("temporal-credentials", SYSTEM_NAMESPACE,
                                                                        {"metadata": {"labels": {"x": "y"}}}),
+        # RBAC lets it delete them too; the policy keeps that to the peering kubeconfigs and a provider's credentials.
+        "temporal credentials deleted": lambda: worker.delete_namespaced_secret("temporal-credentials", SYSTEM_NAMESPACE),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:
@@ -257,6 +277,9 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         assert refused.value.status == 403 and "tidepool worker" in str(refused.value.body), what
     worker.patch_namespaced_secret("tidepool-peer-somewhere", SYSTEM_NAMESPACE,  # a renewed peering kubeconfig
                                    {"metadata": {"labels": {"renewed": "yes"}}})  # fmt: skip
+    admin.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate(
+        {"metadata": {"name": credentials_secret_name("somewhere")}}))  # fmt: skip
+    worker.delete_namespaced_secret(credentials_secret_name("somewhere"), SYSTEM_NAMESPACE)  # after a forced unpeer
     worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
     revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
     assert admin.read_namespace("victim").status.phase == "Active"

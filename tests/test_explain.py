@@ -3,7 +3,7 @@ offer the test shapes (a pod that counts, one of the consumer's own that does no
 in the ClusterConfig), and the stories each side tells from its own Temporal history, checked against
 the decisions the test caused; then again once the peering is withdrawn and its objects are gone, with
 `tidepool simulate peering` checked against hand-computed offers. The pool's story of a placed namespace,
-its pod and a namespace that fits nowhere. `tidepool simulate admission` on a consumer's recorded passes,
+its pod and a namespace that fits nowhere, and `tidepool simulate pool` of those passes under pack. `tidepool simulate admission` on a consumer's recorded passes,
 checked against the decisions worked out by hand at other maxima. A consumer's pod that its provider cannot
 schedule, explained by its copy's Events and the offer behind its virtual node."""
 
@@ -190,6 +190,22 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
 
     web = await _cli(localenv, "explain", "pod", "shop/web", "--workflow-id", workflow_id)
     assert [e["what"] for e in web["entries"]][-1] == f"pod web → {chosen}" and web["now"][-1] == f"pod web on {chosen}"
+
+    # `simulate pool`, hand-computed: s1 and s2 hold 4 slices each. Spread gave shop s1, s2, s1, s2, ... (the
+    # most room left, ties by name): 3 and 3. Pack fills s1 first (least room, ties by name), then s2: 4 and 2.
+    # huge fits under neither.
+    assert placement == {"s1": 3, "s2": 3}
+    pack = await _cli(localenv, "simulate", "pool", "--policy", "pack", "--workflow-id", workflow_id)
+    rows = {n["namespace"]: n for n in pack["namespaces"]}
+    assert (rows["shop"]["then"], rows["shop"]["would"]) == ("s1 3, s2 3", "s1 4, s2 2")
+    assert rows["huge"]["then"] == rows["huge"]["would"] == "not placed"
+    assert (pack["differing"], pack["placed_then"], pack["placed_would"], pack["not_replayable"]) == (1, 1, 1, 0)
+    assert pack["quota_then"] == pack["quota_would"] == {"cpu": "6", "memory": "12Gi"}
+    spread = await _cli(localenv, "simulate", "pool", "--policy", "spread", "--workflow-id", workflow_id)
+    assert spread["differing"] == 0 and spread["passes"] == pack["passes"] > 0
+    text = await _cli_text(localenv, "simulate", "pool", "--policy", "pack", "--workflow-id", workflow_id)
+    print(text)  # README's "What if" shows it
+    assert "1 of 2 namespaces would have been placed otherwise" in text
 
 
 @pytest.mark.timeout(300)

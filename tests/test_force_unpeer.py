@@ -1,7 +1,16 @@
-"""`tidepool unpeer --force` (issue 20, part 3) with the consumer's control plane stopped (kwokctl stops it,
-data kept): the provider finishes its half at once and leaves no finalizer, tries the consumer again while
-its last Advertisement could live there, and cleans it if it comes back in time; past that, it says that
-the consumer's own TTL and keepalive clean it, and the credentials Secret goes either way."""
+"""`tidepool unpeer --force` (issue 20, part 3) with the other side's control plane stopped (kwokctl stops
+it, data kept).
+
+On the provider, with the consumer stopped: the provider finishes its half at once and leaves no finalizer,
+tries the consumer again while its last Advertisement could live there, and cleans it if it comes back in
+time; past that, it says that the consumer's own TTL and keepalive clean it, and the credentials Secret goes
+either way.
+
+On the consumer, with the provider stopped: the consumer revokes the provider and tears down at once, in
+order (virtual node, virtual kubelet, Advertisement); it cleans the copies of its pods in the provider if
+the provider comes back while the last Advertisement could live; past that, the provider deletes them
+itself once the virtual kubelet's keepalive there has lapsed. Either way nothing is left of the peering's
+objects on the consumer, and no copy or keepalive on the provider."""
 
 from __future__ import annotations
 
@@ -18,22 +27,32 @@ from temporalio.client import Client, WorkflowHandle
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
+from kube.copies import copies_selector, keepalive_grace
 from kube.objects import ignore_not_found, read_cluster_object
+from models.consumer import AdvertisementState
 from models.names import (
     ADVERTISEMENTS,
+    CONSUMER_KEEPALIVE_LEASE,
     FOREIGN_CLEANUP_FINALIZER,
+    LABEL_PROVIDER,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
     advertisement_name,
+    advertisement_workflow_id,
     credentials_secret_name,
     foreign_namespace,
     peering_workflow_id,
+    provider_identity_name,
+    virtual_kubelet_name,
 )
 from models.peering import WithdrawResult
-from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
+from tests.offload import peered, ready_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
-from workers.peer import cancel_peering, request_peering, request_secret_name
+from workers.peer import cancel_peering, leave_provider, request_peering, request_secret_name
+from workflows.advertisement import AdvertisementWorkflow
 from workflows.peering import PeeringWorkflow
 
 pytestmark = [pytest.mark.env, pytest.mark.explain]
@@ -104,3 +123,73 @@ async def test_a_forced_unpeer_from_a_stopped_consumer_releases_at_once_and_clea
     if not comes_back:
         start_cluster(consumer, binaries=binaries, workdir=workdir)  # for make_cluster's deletion
     await replay_all_runs(temporal_client, peering.id)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("ttl", "comes_back"), [
+    pytest.param(90, True, id="back in time: the consumer cleans there"),
+    pytest.param(40, False, id="gone for good: the provider cleans once the keepalive lapsed"),
+])  # fmt: skip
+async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_down_at_once_and_the_copies_go_either_way(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str,
+    tmp_path: Path, ttl: int, comes_back: bool,
+) -> None:  # fmt: skip
+    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.0.0.0/16", log_dir=tmp_path) as peering:
+        provider_id, consumer_id = peering.provider_id, peering.consumer_id
+        home, there = peering.consumer.api_client(), peering.provider.api_client()
+        apply_cluster_config(there, outgoing={"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
+                                              "advertisementTimeToLiveSeconds": ttl})  # fmt: skip
+        core, apps = k8s.CoreV1Api(home), k8s.AppsV1Api(home)
+        namespace, selector = foreign_namespace(consumer_id), copies_selector(consumer_id)
+
+        def copies() -> list[Any]:
+            return list(k8s.CoreV1Api(peering.provider.api_client()).list_namespaced_pod(namespace, label_selector=selector).items)
+
+        def keepalive() -> Any:
+            return ignore_not_found(k8s.CoordinationV1Api(peering.provider.api_client()).read_namespaced_lease,
+                                    CONSUMER_KEEPALIVE_LEASE, namespace)  # fmt: skip
+
+        await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
+        create_namespace(home, "shop")
+        create_pod(home, "shop", "web", requests={"cpu": "1"}, node_selector={LABEL_PROVIDER: provider_id},
+                   tolerations=[{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}])  # fmt: skip
+        await eventually(copies, timeout=60, what="the pod's copy in the provider")
+        await eventually(keepalive, timeout=60, what="the virtual kubelet's keepalive in the provider")
+
+        stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
+        leave_provider(home, provider_id=provider_id, force=True)
+        handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
+            AdvertisementWorkflow.run, advertisement_workflow_id(consumer_id, provider_id))
+
+        # Here, at once (no two-minute wait on the provider): the provider may write nothing more, and the
+        # teardown is done in order.
+        await eventually(lambda: read_cluster_object(home, ADVERTISEMENTS, advertisement_name(provider_id)) is None,
+                         timeout=45, what="the Advertisement released")  # fmt: skip
+        assert ignore_not_found(apps.read_namespaced_deployment, virtual_kubelet_name(provider_id), SYSTEM_NAMESPACE) is None
+        assert ignore_not_found(core.read_node, peering.node) is None
+        assert ignore_not_found(core.read_namespaced_service_account, provider_identity_name(provider_id),
+                                SYSTEM_NAMESPACE) is None  # fmt: skip
+        details = await eventually(lambda: _details(handle), what="the workflow's details")
+        assert "forced unpeer" in details and "not cleaned yet" in details, details
+
+        if comes_back:
+            start_cluster(peering.provider, binaries=binaries, workdir=workdir)
+        state = await asyncio.wait_for(handle.result(), timeout=ttl + 120)
+        outcome = state.provider_cleanup_outcome or ""
+        assert outcome.startswith("cleaned") if comes_back else "the provider deletes them itself" in outcome, outcome
+        assert outcome in await _details(handle)
+        assert ignore_not_found(core.read_namespaced_secret, credentials_secret_name(provider_id), SYSTEM_NAMESPACE) is None
+        if not comes_back:
+            start_cluster(peering.provider, binaries=binaries, workdir=workdir)
+            # Its periodic push finds the keepalive lapsed (the push itself fails: its identity was revoked).
+            grace = keepalive_grace(ttl).total_seconds()
+            await eventually(lambda: not copies() and keepalive() is None, timeout=grace + 60,
+                             what="the provider's own cleaning")  # fmt: skip
+            events = k8s.CoreV1Api(there).list_namespaced_event("default", field_selector=f"involvedObject.name={consumer_id}")
+            assert any(e.reason == "ConsumerSilent" and "copies here were deleted" in (e.message or "") for e in events.items)
+        else:  # deleted: the provider's kwok ends the pods; the keepalive goes with the last of them, or by the
+            # provider's own check
+            await eventually(lambda: not copies() and keepalive() is None,
+                             timeout=keepalive_grace(ttl).total_seconds() + 30, what="the copies and keepalive gone")  # fmt: skip
+    await replay_all_runs(temporal_client, handle.id)

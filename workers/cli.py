@@ -4,13 +4,16 @@
                                                     pool placements and pool pods
   tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
                 [--token-lifetime SECONDS] [--consumer-server URL]
-  tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]
+  tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]    on the provider
+  tidepool unpeer --consumer KUBECONFIG --provider-id ID [--force]    on the consumer
   tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--kubeconfig FILE]
                  [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded pushes, recomputed at another percentage
   tidepool simulate admission --max N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded admission passes at another maximum
+  tidepool simulate pool --policy spread|pack [--since 24h|TIME] [--workflow-id ID] [-o json]
+                                                    the recorded pool passes under another policy
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
@@ -61,8 +64,9 @@ from models.names import (
     POOL_SCHEDULER_WORKFLOW_ID,
     VIRTUAL_NODE_TYPE,
 )
+from models.pool.namespaces import POLICIES
 from models.settings import WorkerSettings
-from models.simulate import AdmissionSimulation, Simulation
+from models.simulate import AdmissionSimulation, PoolSimulation, Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.cluster import connect
 from workers.explain import (
@@ -73,8 +77,9 @@ from workers.explain import (
     explain_pod,
     simulate_admission_history,
     simulate_peering_history,
+    simulate_pool_history,
 )
-from workers.peer import cancel_peering, request_peering
+from workers.peer import cancel_peering, leave_provider, request_peering
 
 # Where `make demo` (deploy/localenv) records the running clusters: the CLI reads the file, it does not
 # import the tooling that writes it (deploy depends on workers, never the other way).
@@ -178,12 +183,18 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
                 return f"{what} {value!r} is not a cluster id (a DNS-1123 label: lowercase letters, digits and '-')"
         if not consumer_pod:
             return None
+    if args.kind == "pool":
+        return _workflow_id_problem(args.workflow_id)
     namespace, _, pod = args.subject.partition("/")
     if not _dns_label(namespace) or (args.kind == "pod" and not re.fullmatch(_DNS_SUBDOMAIN, pod)):
         form = "NAMESPACE/POD" if args.kind == "pod" else "NAMESPACE"
         return f"NAME must be {form} (Kubernetes names: lowercase letters, digits, '-'), got {args.subject!r}"
-    if not re.fullmatch(r"[^'\"\\]+", args.workflow_id):
-        return f"--workflow-id {args.workflow_id!r} must not contain quotes or backslashes"
+    return _workflow_id_problem(args.workflow_id)
+
+
+def _workflow_id_problem(workflow_id: str) -> str | None:
+    if not re.fullmatch(r"[^'\"\\]+", workflow_id):
+        return f"--workflow-id {workflow_id!r} must not contain quotes or backslashes"
     return None
 
 
@@ -234,9 +245,11 @@ async def _client(args: argparse.Namespace) -> Client:
     return await connect(temporal.model_copy(update=overrides))
 
 
-async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation:
+async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
     consumer = _kubeconfig(args.kubeconfig) if getattr(args, "kubeconfig", None) else None  # before Temporal: its error first
     client = await _client(args)
+    if args.command == "simulate" and args.kind == "pool":
+        return await simulate_pool_history(client, policy=args.policy, since=args.since, workflow_id=args.workflow_id)
     if args.command == "simulate" and args.kind == "admission":
         return await simulate_admission_history(client, home=args.cluster_id, maximum=args.maximum, since=args.since)
     if args.command == "simulate":
@@ -272,11 +285,14 @@ def main(argv: list[str] | None = None) -> int:
                            "at half of it")  # fmt: skip
     peer.add_argument("--consumer-server", metavar="URL",
                       help="the consumer's API server as the provider reaches it (default: the one in --consumer)")
-    unpeer = sub.add_parser("unpeer", help="withdraw a peering (deletes the PeeringRequest)")
-    unpeer.add_argument("--provider", required=True)
-    unpeer.add_argument("--consumer-id", required=True)
+    unpeer = sub.add_parser("unpeer", help="end a peering, from either side: the provider withdraws (deletes the "
+                            "PeeringRequest), or the consumer leaves (revokes the provider, deletes its Advertisement)")
+    unpeer.add_argument("--provider", metavar="KUBECONFIG", help="on the provider: with --consumer-id")
+    unpeer.add_argument("--consumer-id")
+    unpeer.add_argument("--consumer", metavar="KUBECONFIG", help="on the consumer: with --provider-id")
+    unpeer.add_argument("--provider-id")
     unpeer.add_argument("--force", action="store_true",
-                        help="the consumer may be gone: release at once, clean there afterwards if it answers")
+                        help="the other side may be gone: finish this side at once, clean there afterwards if it answers")
     explain = sub.add_parser("explain", help="why a peering, an Advertisement or a pool placement is as it is")
     explain.add_argument("kind", choices=["peering", "advertisement", "namespace", "pod"])
     explain.add_argument("subject", metavar="NAME",
@@ -294,15 +310,25 @@ def main(argv: list[str] | None = None) -> int:
     simulate_admission = kinds.add_parser("admission", help="the recorded admission passes under AutoAcceptMax at another maximum")
     simulate_admission.add_argument("--max", type=_maximum, required=True, metavar="N", dest="maximum",
                                     help="maxAcceptableAdvertisements")  # fmt: skip
-    for command in (simulate_peering, simulate_admission):
+    simulate_pool = kinds.add_parser("pool", help="the recorded pool passes under another pool policy")
+    simulate_pool.add_argument("--policy", choices=sorted(POLICIES), required=True,
+                               help="the pool's policy (ClusterConfig spec.pool.policy); a namespace's own annotation stays")
+    simulate_pool.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
+    for command in (simulate_peering, simulate_admission, simulate_pool):
         command.add_argument("--since", type=_since, metavar="AGO|TIME", help="e.g. 24h, 30m, 7d, or an ISO 8601 time")
     for command in (explain, simulate_peering, simulate_admission):
         command.add_argument("--cluster-id", default=os.environ.get("TIDEPOOL_CLUSTER_CLUSTER_ID"),
                              help="this cluster's id (default: TIDEPOOL_CLUSTER_CLUSTER_ID)")
+    for command in (explain, simulate_peering, simulate_admission, simulate_pool):
         command.add_argument("--temporal-address", help="host:port (default: TIDEPOOL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
         command.add_argument("--namespace", help="Temporal namespace (default: TIDEPOOL_TEMPORAL_NAMESPACE or default)")
         command.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
+    if args.command == "unpeer":
+        on_provider, on_consumer = (args.provider, args.consumer_id), (args.consumer, args.provider_id)
+        if all(on_provider) == all(on_consumer) or (any(on_provider) and any(on_consumer)):
+            parser.error("unpeer: give either --provider and --consumer-id (on the provider) or --consumer and "
+                         "--provider-id (on the consumer)")  # fmt: skip
     if args.command in ("explain", "simulate"):
         problem = _history_arguments_problem(args)
         if problem:
@@ -328,10 +354,14 @@ def main(argv: list[str] | None = None) -> int:
                         token_lifetime_seconds=args.token_lifetime, consumer_server=args.consumer_server)  # fmt: skip
         print(f"identity for {args.provider_id} minted on the consumer; PeeringRequest {args.consumer_id} written "
               "on the provider")  # fmt: skip
-    else:
+    elif args.provider:
         cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id, force=args.force)
         print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws"
               + (" at home at once, and from the consumer when it answers" if args.force else ""))
+    else:
+        leave_provider(client_from_kubeconfig_file(args.consumer), provider_id=args.provider_id, force=args.force)
+        print(f"{args.provider_id}'s identity revoked and its Advertisement deleted; the consumer tears down"
+              + (" here at once, and cleans in the provider when it answers" if args.force else " in order"))
     return 0
 
 

@@ -289,7 +289,7 @@ def consumer_role(ctx: RoleContext) -> Role:
                     activities.observe_advertisement, activities.ensure_finalizer, activities.ensure_virtual_kubelet,
                     activities.mark_deleting, activities.delete_virtual_node, activities.delete_virtual_kubelet,
                     activities.release_advertisement, activities.delete_expired, activities.report_pod_cidr_timeout,
-                    activities.refuse_not_ready,
+                    activities.refuse_not_ready, activities.clean_provider, activities.delete_provider_credentials,
                     activities.run_step],  # run_step: kept for runs begun before consumer-step-activities
         lead=lead,
     )  # fmt: skip

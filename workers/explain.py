@@ -39,7 +39,15 @@ from models.names import (
     advertisement_workflow_id,
     peering_workflow_id,
 )
-from models.simulate import AdmissionSimulation, Simulation, simulate_admission, simulate_peering
+from models.pool.placement import Policy
+from models.simulate import (
+    AdmissionSimulation,
+    PoolSimulation,
+    Simulation,
+    simulate_admission,
+    simulate_peering,
+    simulate_pool,
+)
 
 # A history is read whole; these many runs of one workflow id at most, the newest (the admission workflow
 # continues as new often): what is older is left out, and the story says so.
@@ -56,7 +64,8 @@ _RESULTS = {
     "finish_move": "move",
 }
 _STEPS = {"ensure_finalizer", "ensure_virtual_kubelet", "mark_deleting", "refuse_not_ready", "delete_virtual_node",
-          "delete_virtual_kubelet", "release_advertisement", "delete_expired"}  # fmt: skip
+          "delete_virtual_kubelet", "release_advertisement", "delete_expired", "clean_provider",
+          "delete_provider_credentials"}  # fmt: skip
 
 
 async def explain_peering(client: Client, *, home: str, foreign: str, at: datetime | None = None) -> Story:
@@ -80,6 +89,13 @@ async def simulate_admission_history(client: Client, *, home: str, maximum: int,
     workflow_id = admission_workflow_id(home)
     history = await _facts(client, [workflow_id], until=None)
     return simulate_admission(f"admission on {home}", history.facts, maximum=maximum, since=since)
+
+
+async def simulate_pool_history(client: Client, *, policy: Policy, since: datetime | None = None,
+                                workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> PoolSimulation:  # fmt: skip
+    """`tidepool simulate pool`: the recorded passes of the pool's scheduler, under `policy`."""
+    history = await _facts(client, [workflow_id], until=None)
+    return simulate_pool(f"pool ({workflow_id})", history.facts, policy=policy, since=since)
 
 
 async def explain_advertisement(client: Client, *, home: str, provider: str, at: datetime | None = None) -> Story:

@@ -15,10 +15,17 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity
+from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity, revoke_provider_identity
 from kube.objects import apply_cluster_object, apply_core, delete_cluster_object, ignore_not_found, patch_cluster_object
 from models.api.common import rfc3339
-from models.names import API_VERSION, FORCE_UNPEER_ANNOTATION, PEERING_REQUESTS, SYSTEM_NAMESPACE
+from models.names import (
+    ADVERTISEMENTS,
+    API_VERSION,
+    FORCE_UNPEER_ANNOTATION,
+    PEERING_REQUESTS,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+)
 
 
 def request_secret_name(consumer_id: str) -> str:
@@ -74,3 +81,17 @@ def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str, force: bool = F
         ignore_not_found(patch_cluster_object, provider, PEERING_REQUESTS, consumer_id,
                          {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: rfc3339(datetime.now(UTC))}}})  # fmt: skip
     delete_cluster_object(provider, PEERING_REQUESTS, consumer_id)
+
+
+def leave_provider(consumer: k8s.ApiClient, *, provider_id: str, force: bool = False) -> None:
+    """The consumer's unpeer: the provider's identity here is revoked (it can push nothing more), then its
+    Advertisement deleted, which the consumer's workflow tears down in order: the virtual node, the
+    virtual kubelet once it has cleaned the provider namespace (a wait bounded at two minutes), the
+    Advertisement. `force`: the provider may be gone: the teardown waits on nothing there, and the
+    workflow cleans there afterwards if it answers (workflows/advertisement.py)."""
+    revoke_provider_identity(consumer, provider_id=provider_id)
+    name = advertisement_name(provider_id)
+    if force:
+        ignore_not_found(patch_cluster_object, consumer, ADVERTISEMENTS, name,
+                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: rfc3339(datetime.now(UTC))}}})  # fmt: skip
+    delete_cluster_object(consumer, ADVERTISEMENTS, name)

@@ -5,6 +5,8 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable). Like a
   kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat; the node's status is patched
   when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
+- renews a keepalive Lease in the provider namespace (kube/copies.py, every KEEPALIVE_RENEW_SECONDS):
+  should this cluster go away, the provider deletes the copies itself once it has lapsed;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
   followed, kube/ KubeconfigFileClient): a rotation needs no restart;
 - reflects, in the provider's namespace for this consumer: the pods bound to its node (and brings their
@@ -14,8 +16,8 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods;
 - serves the kubelet API (workers/kubelet_api.py) at the node's InternalIP and kubelet port: the consumer's
   `kubectl logs`, `exec`, `attach` and `port-forward` on its pods reach their copies;
-- on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider,
-  marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0. Credentials refused (401)
+- on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider (its
+  keepalive last), marks its Deployment `tidepool.io/provider-namespace: clean`, and exits 0. Credentials refused (401)
   mean clean only when the provider marked its Advertisement withdrawn (it deleted the namespace itself);
   otherwise the provider side is not known to be clean, and the consumer's teardown timeout decides.
 
@@ -47,6 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_kubeconfig_file
+from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies, drop_keepalive, renew_keepalive
 from kube.informer import Informer, Store
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, raw_json, read_cluster_object
@@ -56,7 +59,6 @@ from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
-    LABEL_OFFLOADED,
     LABEL_PROVIDER,
     MANAGED_BY,
     PROVIDER_WITHDRAWN_ANNOTATION,
@@ -76,7 +78,6 @@ from models.virtual_kubelet import (
     config_copy,
     copy_labels,
     node_status_report_due,
-    overdue_for_force_delete,
     pod_copy,
     referenced_objects,
     reflected_name,
@@ -234,6 +235,7 @@ class VirtualKubelet:
         self._node_missing = False  # set by the node's watch; the next pass registers it again
         self._reported_at = 0.0
         self._lease_renewed_at: float | None = None
+        self._keepalive_renewed_at: float | None = None  # the keepalive in the provider namespace (kube/copies.py)
         # No Temporal client here: the runtime only serves the Prometheus endpoint.
         self._runtime = metrics_runtime(config.metrics_port)
         self._metrics = Metrics(self._runtime.metric_meter if self._runtime else MetricMeter.noop)
@@ -263,7 +265,7 @@ class VirtualKubelet:
                                                           workers=config.service_workers)  # fmt: skip
         self.event_queue: WorkQueue[str] = WorkQueue("events", self._reconcile_event, workers=config.event_workers)
 
-        mine = self._offloaded_selector
+        mine = copies_selector(config.consumer_id)
         remote_ns = {"namespace": self.remote_namespace}
         self._informers: list[Informer[Any]] = [
             self._informer("vk-consumer-pods", self.pods, self.core.list_pod_for_all_namespaces, _consumer_pod,
@@ -302,10 +304,6 @@ class VirtualKubelet:
     @staticmethod
     def _informer(name: str, store: Store[Any, Obj], list_call: Any, transform: Any, **kwargs: Any) -> Informer[Obj]:
         return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=transform, **kwargs)
-
-    @property
-    def _offloaded_selector(self) -> str:
-        return f"{LABEL_OFFLOADED}=true,{LABEL_CONSUMER}={self.config.consumer_id}"
 
     def _node_listed(self, nodes: list[dict[str, Any]]) -> None:
         if not nodes:
@@ -359,6 +357,8 @@ class VirtualKubelet:
             return False  # not ours to run yet (or refused): nothing to register
         reachable, error = self._provider_reachable()
         self._ensure_node(advertisement, reachable=reachable, error=error)
+        if reachable:
+            self._renew_keepalive()
         pod_cidrs = ((advertisement["spec"].get("network") or {}).get("podCIDR"),
                      (advertisement.get("status") or {}).get("remoteRemappedPodCIDR"))  # fmt: skip
         remapped, self._pod_cidrs = pod_cidrs != self._pod_cidrs, pod_cidrs
@@ -475,6 +475,23 @@ class VirtualKubelet:
             leases.create_namespaced_lease("kube-node-lease",
                                            k8s.V1Lease.model_validate({"metadata": {"name": self.node}, "spec": spec}))
         self._lease_renewed_at = started
+
+    def _renew_keepalive(self) -> None:
+        if self._keepalive_renewed_at is not None and (
+            time.monotonic() - self._keepalive_renewed_at < KEEPALIVE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
+        ):
+            return
+        try:
+            renew_keepalive(self.provider, self.remote_namespace, holder=self.config.consumer_id)
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            # A provider of an earlier release grants no Lease: it cannot clean up after a consumer that is
+            # gone, and nothing else depends on it. Said once per process.
+            if self._keepalive_renewed_at is None:
+                log.warning("the provider refuses our keepalive Lease (%s): it will not clean our copies by itself "
+                            "if this cluster goes away", e.status)  # fmt: skip
+        self._keepalive_renewed_at = time.monotonic()
 
     # Changes, as the informers see them: each queues the keys it may affect -------------------------
     def _pod_changed(self, key: PodKey, old: Obj | None, new: Obj | None) -> None:
@@ -699,7 +716,6 @@ class VirtualKubelet:
         if ignore_not_found(self.core.read_node, self.node) is not None:
             log.info("teardown: waiting for node %s to be deleted", self.node)
             return False
-        selector = self._offloaded_selector
         try:
             self.remote.list_namespaced_pod(self.remote_namespace, limit=1)
         except ApiException as e:
@@ -713,23 +729,11 @@ class VirtualKubelet:
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        for deleter in (self.remote.delete_collection_namespaced_pod, self.remote.delete_collection_namespaced_config_map,
-                        self.remote.delete_collection_namespaced_secret):
-            deleter(self.remote_namespace, label_selector=selector)
-        for service in self.remote.list_namespaced_service(self.remote_namespace, label_selector=selector).items:
-            if service.metadata and service.metadata.name:  # Services have no deletecollection
-                ignore_not_found(self.remote.delete_namespaced_service, service.metadata.name, self.remote_namespace)
-        remaining = self.remote.list_namespaced_pod(self.remote_namespace, label_selector=selector).items
-        now = datetime.now(UTC)
-        for pod in remaining:
-            meta = pod.metadata
-            if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
-                log.warning("teardown: %s still terminating past its grace period; deleting it at once", meta.name)
-                ignore_not_found(self.remote.delete_namespaced_pod, meta.name, self.remote_namespace,
-                                 grace_period_seconds=0)  # fmt: skip
+        remaining = delete_copies(self.remote, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
         if remaining:
-            log.info("teardown: %d pods still going in the provider", len(remaining))
+            log.info("teardown: %d pods still going in the provider", remaining)
             return False
+        drop_keepalive(self.provider, self.remote_namespace)
         return self._report_clean()
 
     def _report_clean(self) -> bool:

@@ -15,7 +15,10 @@ re-reads the Advertisement when it fires (a push renewing timeToLive wakes nobod
 expires unaccepted is deleted (step DeleteExpired) and the workflow completes. Since issue 19 (patch
 `consumer-step-activities`): each acting step is its own activity (ensure_finalizer, ...,
 release_advertisement), and an activity failure the retry policy gives up on (a 403) is shown in the
-current details and waited out, never failing the run.
+current details and waited out, never failing the run. Since issue 20: an Advertisement marked by
+`tidepool unpeer --force` is torn down without waiting for the provider namespace to be reported clean;
+then the run cleans the copies there itself while the last Advertisement could live, and deletes the
+provider's credentials (Advertisements of earlier releases never carry the mark: no patch needed).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         AdvertisementObservation,
         AdvertisementState,
         AdvertisementStep,
+        CleanProviderInput,
         DeleteExpiredInput,
         DeleteVirtualKubeletInput,
         DeleteVirtualNodeInput,
@@ -84,6 +88,12 @@ CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
 FAILURE_BACKOFF_MAX = timedelta(minutes=5)
+# After a forced unpeer, the provider's copies are cleaned one quick attempt at a time, this often (doubling),
+# while the last Advertisement could live; past that, the provider cleans them once our keepalive has lapsed.
+PROVIDER_CLEANUP_RETRY_FIRST = timedelta(seconds=15)
+PROVIDER_CLEANUP_RETRY_MAX = timedelta(minutes=5)
+PROVIDER_CLEANUP_TIMEOUT = timedelta(seconds=30)
+PROVIDER_CLEANS_ITSELF = "the provider deletes them itself once this cluster's keepalive there has lapsed"
 # Refusals a person may overturn by hand (issue 20): the accept/refuse updates take them like a Pending one.
 AWAITING_A_PERSON = frozenset({("Refused", "DecisionTimedOut"), ("Refused", "VirtualNodeNotReady")})
 
@@ -116,6 +126,8 @@ class AdvertisementWorkflow:
             try:
                 if await self._pass():
                     self._disarm()
+                    if self._state.forced:
+                        await self._clean_provider()
                     return self._state
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
                 await self._wait_out(failure)
@@ -131,6 +143,9 @@ class AdvertisementWorkflow:
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
         self._state.teardown = decided.teardown
+        if obs.forced and not self._state.forced:  # only Advertisements of this release carry it: no patch needed
+            self._state.forced = True
+            self._state.provider_cleanup_until = obs.time_to_live or now
         if step == "AwaitProviderClean" and self._state.clean_wait_started is None and workflow.patched(CLEAN_WAIT_PATCH):
             self._state.clean_wait_started = now
         self._observation, self._step = obs, step
@@ -160,6 +175,42 @@ class AdvertisementWorkflow:
             await self._wait(obs, step)
         self._continue_as_new_if_suggested()
         return False
+
+    async def _clean_provider(self) -> None:
+        """`tidepool unpeer --force`, once everything here is gone: the copies of our pods in the provider,
+        tried again while the last Advertisement could live; then the credentials it gave us."""
+        provider = self._input.provider_id
+        request = CleanProviderInput(provider_id=provider)
+        until = self._state.provider_cleanup_until or workflow.now()
+        backoff = PROVIDER_CLEANUP_RETRY_FIRST
+        while self._state.provider_cleanup_outcome is None:
+            try:
+                result = await workflow.execute_activity_method(
+                    ConsumerActivities.clean_provider, request, start_to_close_timeout=PROVIDER_CLEANUP_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1), summary=f"clean in {provider} after a forced unpeer",
+                )  # fmt: skip
+                self._state.provider_cleanup_outcome = (f"cleaned ({result.note})" if result.cleaned
+                                                        else f"not cleaned: {result.note}; {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
+            except ActivityError as e:
+                failure, left = describe_failure(e), until - workflow.now()
+                if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
+                    self._state.provider_cleanup_outcome = f"not cleaned: {failure}; {PROVIDER_CLEANS_ITSELF}"
+                elif left <= timedelta(0):
+                    self._state.provider_cleanup_outcome = (
+                        f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
+                        f"{failure}): {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
+                else:
+                    self._state.last_error = failure
+                    self._publish_last()
+                    await workflow.sleep(min(backoff, left), summary=f"{provider} unreachable: retry")
+                    backoff = min(backoff * 2, PROVIDER_CLEANUP_RETRY_MAX)
+        self._state.last_error = None
+        self._publish_last()
+        await self._activity(ConsumerActivities.delete_provider_credentials, request, summary="delete the credentials")
+
+    def _publish_last(self) -> None:
+        if self._observation is not None and self._step is not None:
+            self._publish(self._observation, self._step)
 
     def _continue_as_new_if_suggested(self) -> None:
         # Updates wait for the loop's next pass, so never block on them: continue-as-new only

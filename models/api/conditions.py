@@ -76,6 +76,7 @@ EventReason = Literal[
     "Draining",  # a pool namespace's slices leave super clusters: its pods move before anything is removed
     "MovedPod",  # a pool pod is recreated on another super cluster of its namespace
     "MoveFinished",  # every moved pod of a pool namespace runs: the old clusters drop their copies
+    "ConsumerSilent",  # a consumer's virtual kubelet stopped renewing its keepalive: the provider deleted its copies
 ]
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.

@@ -41,6 +41,7 @@ from models.names import (
     SLICE_ANNOTATION,
 )
 from models.pool.placement import HEALTH_REJECTIONS, ClusterSnapshot, PlacementRequest, Policy, schedule
+from models.pool.result import PoolNamespaceEntry
 from models.pool.slicing import SliceError, has_slice_annotation, namespace_quota, namespace_slices, parse_slice
 from models.resources import Resources
 
@@ -168,6 +169,34 @@ class Place:
 NamespaceDecision = Keep | Refuse | Place
 
 
+def requested_slices(annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]]) -> tuple[Resources, int]:
+    """The slice a namespace asks for and how many of them its quota makes. Raises SliceError."""
+    annotation = annotations.get(SLICE_ANNOTATION)
+    # Only the default slice depends on the placed one; an annotated slice is checked first.
+    placed_default = placed_slice_of(annotations) if placement_of(annotations) and not has_slice_annotation(annotation) else None
+    return namespace_slices(annotation=annotation, quota=namespace_quota(hards), placed=placed_default)
+
+
+def live_entry(name: str, annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]],
+               decision: NamespaceDecision, placement: Mapping[str, int]) -> PoolNamespaceEntry:  # fmt: skip
+    """What `tidepool simulate pool` replays of one namespace in one pass: what it asked for, what a user
+    chose for it, its own policy, and its placement as the pass left it (`placement`). A refusal no
+    policy would change (InvalidSlice, InvalidPolicy, WaitingForCluster) is kept as its reason."""
+    entry = PoolNamespaceEntry(namespace=name, placement=dict(placement), policy=annotations.get(POLICY_ANNOTATION))
+    if isinstance(decision, Refuse) and decision.reason != "InsufficientCapacity":
+        entry.refused = decision.reason
+        return entry
+    if isinstance(decision, Place):
+        slice_, count, mandatory = decision.slice, decision.count, decision.mandatory
+    else:
+        slice_, count = requested_slices(annotations, hards)  # it parsed in decide_namespace
+        author = placement_author(current=placement_of(annotations),
+                                  scheduled=_counts(_json(annotations.get(SCHEDULED_ANNOTATION))))  # fmt: skip
+        mandatory = mandatory_of(annotations, author=author)
+    entry.slice, entry.slices, entry.mandatory = slice_.to_kubernetes(), count, dict(mandatory)
+    return entry
+
+
 def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]],
                      clusters: list[ClusterSnapshot], held: Mapping[str, Mapping[str, int]],
                      slices: Mapping[str, Resources], pool_policy: Policy) -> NamespaceDecision:  # fmt: skip
@@ -177,9 +206,7 @@ def decide_namespace(*, name: str, annotations: Mapping[str, str], hards: Iterab
     scheduled = _counts(_json(annotations.get(SCHEDULED_ANNOTATION)))
     annotation = annotations.get(SLICE_ANNOTATION)
     try:
-        # Only the default slice depends on the placed one; an annotated slice is checked first.
-        placed_default = placed_slice_of(annotations) if current and not has_slice_annotation(annotation) else None
-        slice_, count = namespace_slices(annotation=annotation, quota=namespace_quota(hards), placed=placed_default)
+        slice_, count = requested_slices(annotations, hards)
     except SliceError as e:
         return Refuse("InvalidSlice", str(e), {})
     try:

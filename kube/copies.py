@@ -1,0 +1,82 @@
+"""What a consumer's virtual kubelet makes in its provider namespace, and the one way it is cleaned.
+
+Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
+--force`, retrying while the provider was out of reach; and the provider, once the virtual kubelet's
+keepalive Lease there has lapsed (its consumer is gone: nobody else would ever delete the copies).
+
+The keepalive is a Lease the virtual kubelet renews in the provider namespace, as a kubelet renews its node's:
+the provider reads it, it never goes through a workflow.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from kube.objects import ignore_not_found
+from models.names import CONSUMER_KEEPALIVE_LEASE, LABEL_CONSUMER, LABEL_OFFLOADED
+from models.virtual_kubelet import overdue_for_force_delete
+
+# The virtual kubelet renews its keepalive this often (a write a consumer makes on its provider twice a
+# minute); the provider deletes the copies once it has gone unrenewed for the Advertisement's time to live,
+# and never sooner than KEEPALIVE_MISSED_RENEWALS renewals, so that a restarted virtual kubelet never loses them.
+KEEPALIVE_RENEW_SECONDS = 30
+KEEPALIVE_MISSED_RENEWALS = 4
+
+
+def keepalive_grace(time_to_live_seconds: int) -> timedelta:
+    return timedelta(seconds=max(time_to_live_seconds, KEEPALIVE_MISSED_RENEWALS * KEEPALIVE_RENEW_SECONDS))
+
+
+def copies_selector(consumer_id: str) -> str:
+    return f"{LABEL_OFFLOADED}=true,{LABEL_CONSUMER}={consumer_id}"
+
+
+def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now: datetime) -> int:
+    """Deletes every copy (pods, ConfigMaps, Secrets, Services) of `consumer_id` in `namespace`; a pod still
+    terminating past its grace period is deleted at once. Returns how many pods are still going: 0 is clean.
+    Objects without the copies' labels are never touched."""
+    selector = copies_selector(consumer_id)
+    for deleter in (core.delete_collection_namespaced_pod, core.delete_collection_namespaced_config_map,
+                    core.delete_collection_namespaced_secret):  # fmt: skip
+        deleter(namespace, label_selector=selector)
+    for service in core.list_namespaced_service(namespace, label_selector=selector).items:
+        if service.metadata and service.metadata.name:  # Services have no deletecollection
+            ignore_not_found(core.delete_namespaced_service, service.metadata.name, namespace)
+    remaining = core.list_namespaced_pod(namespace, label_selector=selector).items
+    for pod in remaining:
+        meta = pod.metadata
+        if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
+            ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
+    return len(remaining)
+
+
+def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:
+    """The virtual kubelet's heartbeat in its provider namespace (created on first renewal)."""
+    leases = k8s.CoordinationV1Api(api)
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": KEEPALIVE_RENEW_SECONDS,
+            "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}  # fmt: skip
+    try:
+        leases.patch_namespaced_lease(CONSUMER_KEEPALIVE_LEASE, namespace, {"spec": spec})
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        leases.create_namespaced_lease(namespace, k8s.V1Lease.model_validate(
+            {"metadata": {"name": CONSUMER_KEEPALIVE_LEASE}, "spec": spec}))  # fmt: skip
+
+
+def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:
+    """Once the copies are gone: nothing is left for the provider to clean."""
+    ignore_not_found(k8s.CoordinationV1Api(api).delete_namespaced_lease, CONSUMER_KEEPALIVE_LEASE, namespace)
+
+
+def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, grace: timedelta, now: datetime) -> datetime | None:
+    """When the keepalive was last renewed, if that is longer ago than `grace`; None while it is renewed, or
+    when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to judge by)."""
+    lease = ignore_not_found(k8s.CoordinationV1Api(api).read_namespaced_lease, CONSUMER_KEEPALIVE_LEASE, namespace)
+    renewed = lease.spec.renew_time if lease is not None and lease.spec is not None else None
+    if renewed is None or now - renewed < grace:
+        return None
+    return renewed

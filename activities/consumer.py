@@ -304,7 +304,7 @@ class ConsumerActivities:
                 return CleanProviderResult(cleaned=False, note="the credentials Secret it gave us is gone")
             raise
         try:
-            going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC))
+            going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC)).going
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:
@@ -313,9 +313,12 @@ class ConsumerActivities:
             # The status only: the response would carry headers into the history.
             raise ApplicationError(f"{request.provider_id} answered {e.status} {e.reason}", type="ProviderRefused",
                                    non_retryable=e.status in (401, 403)) from None  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - out of reach: the workflow tries again; the class says enough
+            raise ApplicationError(f"{request.provider_id} unreachable ({type(e).__name__})",
+                                   type="ProviderUnreachable") from None  # fmt: skip
         if going:  # the provider's kubelets end them; our keepalive stays until they have, for its own check
-            return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted, {going} pods still "
-                                                          "terminating there")  # fmt: skip
+            return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted, {going} "
+                                                          f"pod{'s' * (going != 1)} still terminating there")  # fmt: skip
         return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted")
 
     @activity.defn

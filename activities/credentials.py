@@ -72,14 +72,18 @@ VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch", "create", "patch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
-    # Its keepalive (kube/copies.py): create cannot be narrowed to a name; the namespace is its own.
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "patch", "delete"]},
+    # Its keepalive (kube/copies.py): create cannot be narrowed to a name (the namespace is its own); the rest is.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CONSUMER_KEEPALIVE_LEASE],
+     "verbs": ["get", "patch", "delete"]},
 ]  # fmt: skip
 # What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets; and, once
 # the consumer's keepalive has lapsed, delete the consumer's copies there (kube/copies.py) and the keepalive.
 CREDENTIALS_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["pods", "configmaps", "services"], "verbs": ["list", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete", "deletecollection"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["deletecollection"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "delete"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CONSUMER_KEEPALIVE_LEASE],
      "verbs": ["get", "delete"]},
 ]  # fmt: skip

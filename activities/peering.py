@@ -239,19 +239,19 @@ class PeeringActivities:
             silent_since = keepalive_lapsed_since(self._home, namespace, grace=grace, now=now)
             if silent_since is None:
                 return
-            going = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
-            if not going:
+            cleaning = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
+            if not cleaning.going:
                 drop_keepalive(self._home, namespace)
+            if not cleaning.deleted:  # nothing left but pods already terminating: said when they were deleted
+                return
+            message = (f"{foreign_cluster_id}'s virtual kubelet has not renewed its keepalive since "
+                       f"{silent_since:%Y-%m-%d %H:%M:%S} UTC: its copies here were deleted ({cleaning.deleted} pod{'s' * (cleaning.deleted != 1)})")
+            activity.logger.warning(message)
+            if peering_request is not None:
+                record_event(self._home, peering_request, reason="ConsumerSilent", message=message, warning=True)
         except ApiException as e:  # the push itself must not fail over it (a ClusterRole of an earlier release)
             activity.logger.warning("could not clean after %s's lapsed keepalive: %s %s", foreign_cluster_id,
                                     e.status, e.reason)  # fmt: skip
-            return
-        message = (f"{foreign_cluster_id}'s virtual kubelet has not renewed its keepalive since "
-                   f"{silent_since:%Y-%m-%d %H:%M:%S} UTC: its copies here were deleted"
-                   + (f" ({going} pods still terminating)" if going else ""))  # fmt: skip
-        activity.logger.warning(message)
-        if peering_request is not None:
-            record_event(self._home, peering_request, reason="ConsumerSilent", message=message, warning=True)
 
     def _apply_advertisement(self, foreign: k8s.ApiClient, derivation: OfferDerivation, spare_capacity: Resources,
                              outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip

@@ -10,6 +10,7 @@ the provider reads it, it never goes through a workflow.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from kubernetes import client as k8s
@@ -34,11 +35,18 @@ def copies_selector(consumer_id: str) -> str:
     return f"{LABEL_OFFLOADED}=true,{LABEL_CONSUMER}={consumer_id}"
 
 
-def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now: datetime) -> int:
+@dataclass(frozen=True)
+class Cleaning:
+    deleted: int  # pods this call asked to delete (not terminating before it)
+    going: int  # pods still terminating after it: 0 is clean
+
+
+def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now: datetime) -> Cleaning:
     """Deletes every copy (pods, ConfigMaps, Secrets, Services) of `consumer_id` in `namespace`; a pod still
-    terminating past its grace period is deleted at once. Returns how many pods are still going: 0 is clean.
-    Objects without the copies' labels are never touched."""
+    terminating past its grace period is deleted at once. Objects without the copies' labels are never touched."""
     selector = copies_selector(consumer_id)
+    before = core.list_namespaced_pod(namespace, label_selector=selector).items
+    deleted = sum(1 for pod in before if pod.metadata is not None and pod.metadata.deletion_timestamp is None)
     for deleter in (core.delete_collection_namespaced_pod, core.delete_collection_namespaced_config_map,
                     core.delete_collection_namespaced_secret):  # fmt: skip
         deleter(namespace, label_selector=selector)
@@ -50,7 +58,7 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
         meta = pod.metadata
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
             ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
-    return len(remaining)
+    return Cleaning(deleted=deleted, going=len(remaining))
 
 
 def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:
@@ -68,15 +76,25 @@ def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:
 
 
 def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:
-    """Once the copies are gone: nothing is left for the provider to clean."""
-    ignore_not_found(k8s.CoordinationV1Api(api).delete_namespaced_lease, CONSUMER_KEEPALIVE_LEASE, namespace)
+    """Once the copies are gone: nothing is left for the provider to clean. A provider of an earlier release
+    grants no Lease (403): there is none to drop."""
+    try:
+        k8s.CoordinationV1Api(api).delete_namespaced_lease(CONSUMER_KEEPALIVE_LEASE, namespace)
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
 
 
 def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, grace: timedelta, now: datetime) -> datetime | None:
     """When the keepalive was last renewed, if that is longer ago than `grace`; None while it is renewed, or
-    when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to judge by)."""
+    when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to judge by).
+    Timed by the API server's own clock (the time its managed fields record for each write), never the
+    renewTime the consumer wrote with its clock: a consumer whose clock runs behind must not look silent."""
     lease = ignore_not_found(k8s.CoordinationV1Api(api).read_namespaced_lease, CONSUMER_KEEPALIVE_LEASE, namespace)
-    renewed = lease.spec.renew_time if lease is not None and lease.spec is not None else None
+    if lease is None or lease.metadata is None:
+        return None
+    written = [entry.time for entry in lease.metadata.managed_fields or [] if entry.time is not None]
+    renewed = max(written, default=None)
     if renewed is None or now - renewed < grace:
         return None
     return renewed

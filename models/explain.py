@@ -447,7 +447,8 @@ _STEP_WHY = {
     "ReleaseAdvertisement": "teardown 3: the finalizer goes, and with it the Advertisement",
     "RefuseNotReady": "the virtual node was never Ready within virtualNodeReadyTimeoutSeconds",
     "DeleteExpired": "its timeToLive passed before anyone accepted it",
-    "CleanProvider": "after a forced unpeer: the copies of this cluster's pods in the provider deleted",
+    "CleanProvider": "after a forced unpeer: the provider reached, to delete the copies of this cluster's pods there "
+                     "(the lifecycle's end says how it went)",
     "DeleteProviderCredentials": "after a forced unpeer: the credentials the provider gave this cluster deleted",
 }
 

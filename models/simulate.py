@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.explain import AdmissionEntry, Fact, in_unit
 from models.pool.health import HealthState
-from models.pool.namespaces import POLICIES, held_by_others
+from models.pool.namespaces import POLICIES, held_by_others, namespace_policy
 from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
 from models.pool.result import PoolClusterRecord, PoolNamespaceEntry
 from models.resources import Resources
@@ -238,6 +238,8 @@ class SimulatedNamespace(BaseModel):
     slice: dict[str, str] = Field(default_factory=dict)
     then: str = Field(description="Its placement at the last pass that listed it, as recorded, or why it had none.")
     would: str
+    then_placement: dict[str, int] = Field(default_factory=dict, description="Slices per super cluster, as recorded.")
+    would_placement: dict[str, int] = Field(default_factory=dict)
     differs: bool = Field(default=False, description="Its placement differed at some pass.")
 
 
@@ -281,15 +283,18 @@ class PoolSimulation(BaseModel):
 def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since: datetime | None = None) -> PoolSimulation:
     """Every recorded pool pass (after `since`) replayed with `policy` as the pool's, through the scheduler's
     own `schedule` (models/pool/placement.py) on each pass's recorded clusters and namespaces, beside what it
-    placed. As the scheduler: a placement that still fits where it is stays, a user's entries are kept, a
-    namespace that no longer fits keeps what it held, and nothing is placed while an unprobed cluster might
-    take it. Moves are instant in the replay (no draining). It starts from what was placed before its first pass."""
+    placed. As the scheduler: a placement with the right count on clusters that do not drain stays, a user's
+    edit holds as written and its entries are kept, a cleared one is placed anew, a refused namespace and one
+    that no longer fits keep what they held, and nothing is placed while an unprobed cluster might take it.
+    Moves are instant in the replay (no draining). It starts from what was placed before its first pass."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(sorted(POLICIES))}, got {policy!r}")
     simulation = PoolSimulation(subject=subject, policy=policy, since=since)
     rows: dict[str, SimulatedNamespace] = {}
     placed: dict[str, dict[str, int]] = {}  # the replay's placements
     sizes: dict[str, Resources] = {}  # the replay's slices, of the placed namespaces
+    edits: set[str] = set()  # namespaces whose user edit stands in the replay (not placed by it since)
+    seen_edits: dict[str, dict[str, int]] = {}  # the edit each namespace's last record showed
     last: list[PoolNamespaceEntry] = []
     for fact in facts:
         value: Mapping[str, Any] = fact.value if isinstance(fact.value, Mapping) else {}
@@ -309,30 +314,44 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
         simulation.passes += 1
         placed = {name: p for name, p in placed.items() if name in listed}  # gone: it holds nothing
         staying = {c.name for c in clusters if not c.drains}
+        for e in entries:  # what users wrote since the last pass holds from the pass's start, as the scheduler reads it
+            if e.cleared:
+                placed.pop(e.namespace, None)
+            # An edit stands until the scheduler places the namespace; the record shows it for as long as it
+            # stood where it was recorded, which is longer where it did not fit.
+            new_edit = e.edit != seen_edits.get(e.namespace, {})
+            seen_edits[e.namespace] = e.edit
+            if e.edit and e.slice and (new_edit or e.namespace in edits):
+                placed[e.namespace], sizes[e.namespace] = dict(e.edit), Resources(e.slice)
+                edits.add(e.namespace)
+            elif not e.edit:
+                edits.discard(e.namespace)
         for e in entries:
             row = rows.setdefault(e.namespace, SimulatedNamespace(namespace=e.namespace, then="", would=""))
-            row.slices, row.slice = e.slices, e.slice
-            row.then = _placed(e.placement, e.slices) if e.refused is None else f"refused ({e.refused})"
-            if e.refused is not None:  # the same under any policy
-                row.would = row.then
-                placed.pop(e.namespace, None)
+            row.slices, row.slice, row.then_placement = e.slices, e.slice, dict(e.placement)
+            row.then = _placed(e.placement, e.slices, refused=e.refused)
+            if e.refused is not None:  # the same under any policy; it holds what it held (as the scheduler's do)
+                row.would_placement = dict(placed.get(e.namespace, {}))
+                row.would = _placed(row.would_placement, e.slices, refused=e.refused)
+                row.differs |= row.would_placement != e.placement
                 continue
             current, size = placed.get(e.namespace, {}), Resources(e.slice)
-            kept = (current and sum(current.values()) == e.slices and set(current) <= staying and sizes.get(e.namespace) == size
-                    and all(current.get(c, 0) >= n for c, n in e.mandatory.items()))  # fmt: skip
+            edited = e.namespace in edits
+            kept = (not edited and current and sum(current.values()) == e.slices and set(current) <= staying
+                    and sizes.get(e.namespace) == size)  # fmt: skip
             if not kept:
                 others = [ClusterSnapshot(c.name, c.health, c.allocatable, c.headroom,
                                           held_by_others(c.name, e.namespace, placed, sizes)) for c in clusters]  # fmt: skip
-                own = cast(Policy, e.policy) if e.policy in POLICIES else policy
+                own = namespace_policy(e.policy, pool=policy) or policy
                 request = PlacementRequest(namespace=e.namespace, slice=size, count=e.slices, policy=own,
-                                           mandatory=e.mandatory, previous=current)  # fmt: skip
+                                           mandatory=e.mandatory, previous={} if edited else current)  # fmt: skip
                 outcome = schedule(request, others)
                 if outcome.placement is not None:
                     placed[e.namespace], sizes[e.namespace] = outcome.placement, size
-            would = placed.get(e.namespace, {})
-            row.would = _placed(would, e.slices)
-            if would != e.placement:
-                row.differs = True
+                    edits.discard(e.namespace)
+            row.would_placement = dict(placed.get(e.namespace, {}))
+            row.would = _placed(row.would_placement, e.slices)
+            row.differs |= row.would_placement != e.placement
         last = entries
     simulation.namespaces = sorted(rows.values(), key=lambda n: n.namespace)
     simulation.differing = sum(n.differs for n in simulation.namespaces)
@@ -350,10 +369,12 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
     return simulation
 
 
-def _placed(placement: Mapping[str, int], slices: int) -> str:
+def _placed(placement: Mapping[str, int], slices: int, *, refused: str | None = None) -> str:
+    text = ", ".join(f"{cluster} {count}" for cluster, count in sorted(placement.items()))
+    if refused is not None:
+        return f"refused ({refused})" + (f", holds {text}" if text else "")
     if not placement:
         return "not placed"
-    text = ", ".join(f"{cluster} {count}" for cluster, count in sorted(placement.items()))
     return text if sum(placement.values()) == slices else f"{text} (of {slices})"
 
 

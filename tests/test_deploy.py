@@ -214,13 +214,14 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert can(WORKER, "create", "secrets", "-n", foreign) and can(WORKER, "delete", "secrets", "-n", foreign)
     assert not can(WORKER, "create", "secrets", "-n", "elsewhere") and not can(WORKER, "list", "secrets", "-A")
     # Through the same binding, the copies of a consumer whose keepalive lapsed, and that keepalive alone.
-    after_a_silent_consumer = [("deletecollection", "pods"), ("deletecollection", "configmaps"),
-                               ("deletecollection", "secrets"), ("delete", "services"),
+    after_a_silent_consumer = [("deletecollection", "pods"), ("delete", "pods"), ("deletecollection", "configmaps"),
+                               ("deletecollection", "secrets"), ("list", "services"), ("delete", "services"),
                                ("get", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}"),
                                ("delete", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}")]  # fmt: skip
     assert [a for a in after_a_silent_consumer if not can(WORKER, *a, "-n", foreign)] == []
     assert [a for a in after_a_silent_consumer if can(WORKER, *a, "-n", "elsewhere")] == []
     assert not can(WORKER, "delete", "leases.coordination.k8s.io/other", "-n", foreign)
+    assert not can(WORKER, "delete", "configmaps", "-n", foreign) and not can(WORKER, "create", "pods", "-n", foreign)
     with pytest.raises(ApiException) as refused:  # the same client is the worker, not the admin
         k8s.CoreV1Api(as_worker).list_namespaced_secret("kube-system")
     assert refused.value.status == 403
@@ -229,10 +230,12 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     # What the foreign virtual kubelet may do through it: its copies, their Events, logs and exec, there only.
     foreign_vk = f"system:serviceaccount:{foreign}:{SERVICE_ACCOUNT}"
     foreign_vk_may = [("create", "pods"), ("watch", "events"), ("create", "services"), ("get", "pods/log"),
-                      ("create", "leases.coordination.k8s.io"), ("patch", "leases.coordination.k8s.io"),
+                      ("create", "leases.coordination.k8s.io"),
+                      ("patch", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}"),
                       *[(verb, f"pods/{sub}") for sub in ("exec", "attach", "portforward") for verb in ("get", "create")]]
     assert [a for a in foreign_vk_may if not can(foreign_vk, *a, "-n", foreign)] == []
     assert [a for a in foreign_vk_may if can(foreign_vk, *a, "-n", "elsewhere")] == []
+    assert not can(foreign_vk, "patch", "leases.coordination.k8s.io/other", "-n", foreign)
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
     admin = k8s.CoreV1Api(cluster.api_client())
@@ -270,6 +273,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
                                                                        {"metadata": {"labels": {"x": "y"}}}),
         # RBAC lets it delete them too; the policy keeps that to the peering kubeconfigs and a provider's credentials.
         "temporal credentials deleted": lambda: worker.delete_namespaced_secret("temporal-credentials", SYSTEM_NAMESPACE),
+        "a peering kubeconfig deleted": lambda: worker.delete_namespaced_secret("tidepool-peer-somewhere", SYSTEM_NAMESPACE),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:

@@ -484,13 +484,17 @@ class VirtualKubelet:
         try:
             renew_keepalive(self.provider, self.remote_namespace, holder=self.config.consumer_id)
         except ApiException as e:
-            if e.status != 403:
-                raise
+            if e.status != 403:  # the next pass tries again; the node and the reflection must not wait on it
+                log.warning("keepalive not renewed: %s %s", e.status, e.reason)
+                return
             # A provider of an earlier release grants no Lease: it cannot clean up after a consumer that is
             # gone, and nothing else depends on it. Said once per process.
             if self._keepalive_renewed_at is None:
                 log.warning("the provider refuses our keepalive Lease (%s): it will not clean our copies by itself "
                             "if this cluster goes away", e.status)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - unreachable for a moment: the next pass tries again
+            log.warning("keepalive not renewed: %s", type(e).__name__)
+            return
         self._keepalive_renewed_at = time.monotonic()
 
     # Changes, as the informers see them: each queues the keys it may affect -------------------------
@@ -729,9 +733,9 @@ class VirtualKubelet:
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        remaining = delete_copies(self.remote, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
-        if remaining:
-            log.info("teardown: %d pods still going in the provider", remaining)
+        going = delete_copies(self.remote, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC)).going
+        if going:
+            log.info("teardown: %d pods still going in the provider", going)
             return False
         drop_keepalive(self.provider, self.remote_namespace)
         return self._report_clean()

@@ -204,6 +204,8 @@ class AdvertisementWorkflow:
                     self._publish_last()
                     await workflow.sleep(min(backoff, left), summary=f"{provider} unreachable: retry")
                     backoff = min(backoff * 2, PROVIDER_CLEANUP_RETRY_MAX)
+                    # A time to live of days means thousands of retries: the state carries the deadline over.
+                    self._continue_as_new_if_suggested()
         self._state.last_error = None
         self._publish_last()
         await self._activity(ConsumerActivities.delete_provider_credentials, request, summary="delete the credentials")

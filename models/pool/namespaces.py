@@ -180,18 +180,21 @@ def requested_slices(annotations: Mapping[str, str], hards: Iterable[Mapping[str
 def live_entry(name: str, annotations: Mapping[str, str], hards: Iterable[Mapping[str, Any]],
                decision: NamespaceDecision, placement: Mapping[str, int]) -> PoolNamespaceEntry:  # fmt: skip
     """What `tidepool simulate pool` replays of one namespace in one pass: what it asked for, what a user
-    chose for it, its own policy, and its placement as the pass left it (`placement`). A refusal no
-    policy would change (InvalidSlice, InvalidPolicy, WaitingForCluster) is kept as its reason."""
-    entry = PoolNamespaceEntry(namespace=name, placement=dict(placement), policy=annotations.get(POLICY_ANNOTATION))
+    chose for it (an edit, a clear), its own policy, and its placement as the pass left it (`placement`). A
+    refusal no policy would change (InvalidSlice, InvalidPolicy, WaitingForCluster) is kept as its reason,
+    with the slice its placement still holds."""
+    current, scheduled = placement_of(annotations), _counts(_json(annotations.get(SCHEDULED_ANNOTATION)))
+    author = placement_author(current=current, scheduled=scheduled)
+    entry = PoolNamespaceEntry(namespace=name, placement=dict(placement), policy=annotations.get(POLICY_ANNOTATION),
+                               edit=dict(current) if author == "User" else {}, cleared=not current and bool(scheduled))  # fmt: skip
     if isinstance(decision, Refuse) and decision.reason != "InsufficientCapacity":
-        entry.refused = decision.reason
+        held = held_slice(annotations)  # what its placement still holds
+        entry.refused, entry.slice = decision.reason, held.to_kubernetes() if held is not None else {}
         return entry
     if isinstance(decision, Place):
         slice_, count, mandatory = decision.slice, decision.count, decision.mandatory
     else:
         slice_, count = requested_slices(annotations, hards)  # it parsed in decide_namespace
-        author = placement_author(current=placement_of(annotations),
-                                  scheduled=_counts(_json(annotations.get(SCHEDULED_ANNOTATION))))  # fmt: skip
         mandatory = mandatory_of(annotations, author=author)
     entry.slice, entry.slices, entry.mandatory = slice_.to_kubernetes(), count, dict(mandatory)
     return entry

@@ -37,12 +37,14 @@ class PoolNamespaceEntry(BaseModel):
     """A namespace with a quota, as one pass left it (models.pool.namespaces.live_entry)."""
 
     namespace: str
-    slice: dict[str, str] = Field(default_factory=dict)
+    slice: dict[str, str] = Field(default_factory=dict, description="Asked for; a refused one's: the slice it holds.")
     slices: int = 0
     placement: dict[str, int] = Field(default_factory=dict, description="As it stands after the pass.")
     mandatory: dict[str, int] = Field(default_factory=dict, description="The user's entries, honoured under any policy.")
     policy: str | None = Field(default=None, description="Its own policy annotation; None: the pool's.")
     refused: str | None = Field(default=None, description="A refusal no policy changes (InvalidSlice, ...).")
+    edit: dict[str, int] = Field(default_factory=dict, description="The placement a user wrote since the scheduler's.")
+    cleared: bool = Field(default=False, description="A user cleared the placement the scheduler wrote.")
 
 
 class PoolPassResult(BaseModel):

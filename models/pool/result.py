@@ -18,7 +18,7 @@ class PoolDecision(BaseModel):
 
 
 # A pass records its inputs for `tidepool simulate pool` only up to these sizes (bytes in one history event:
-# about 150 per namespace, 150 per cluster); a larger pass records none, and the replay counts it as not
+# about 180 per namespace, 150 per cluster); a larger pass records none, and the replay counts it as not
 # replayable.
 MAX_POOL_ENTRIES = 500
 MAX_POOL_CLUSTERS = 100

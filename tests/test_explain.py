@@ -40,6 +40,7 @@ from models.names import (
     VERSION,
     advertisement_name,
 )
+from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
 from tests.offload import peered, ready_node
 from tests.pool import running_pool
@@ -206,6 +207,13 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
     text = await _cli_text(localenv, "simulate", "pool", "--policy", "pack", "--workflow-id", workflow_id)
     print(text)  # README's "What if" shows it
     assert "1 of 2 namespaces would have been placed otherwise" in text
+    # The passes' records hold names and quantities: none of the super clusters' credentials.
+    secrets = SecretValues()
+    for name, cluster in pool.supers.items():
+        secrets.add_kubeconfig(f"super cluster {name}", cluster.kubeconfig.read_text())
+    assert any("token" in label or "key" in label for label in secrets.values), "nothing read: the scan would prove nothing"
+    history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
+    assert scan_history(history.events, secrets) == []
 
 
 @pytest.mark.timeout(300)

@@ -15,6 +15,7 @@ objects on the consumer, and no copy or keepalive on the provider."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from models.names import (
     virtual_kubelet_name,
 )
 from models.peering import WithdrawResult
+from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
 from tests.offload import peered, ready_node
 from tests.replay import replay_all_runs
@@ -157,6 +159,12 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         await eventually(copies, timeout=60, what="the pod's copy in the provider")
         await eventually(keepalive, timeout=60, what="the virtual kubelet's keepalive in the provider")
 
+        # What the provider gave us, to look for in the history afterwards (clean_provider works with it).
+        secrets = SecretValues()
+        held = core.read_namespaced_secret(credentials_secret_name(provider_id), SYSTEM_NAMESPACE)
+        secrets.add_kubeconfig("the provider's credentials", base64.b64decode((held.data or {})["kubeconfig"]).decode())
+        assert any("token" in label for label in secrets.values), "no token read: the scan would prove nothing"
+
         stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
         leave_provider(home, provider_id=provider_id, force=True)
         handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
@@ -195,3 +203,4 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
             await eventually(lambda: not copies() and keepalive() is None,
                              timeout=keepalive_grace(ttl).total_seconds() + 30, what="the copies and keepalive gone")  # fmt: skip
     await replay_all_runs(temporal_client, handle.id)
+    assert scan_history((await handle.fetch_history()).events, secrets) == []

@@ -109,7 +109,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
                      what="the consumer pod gone")  # fmt: skip
     await eventually(lambda: _remote(peering, "configmaps") == [], what="the unused ConfigMap collected")
 
-    # The consumer revokes the provider (README: deny it, delete its Advertisement). Teardown: node, then
+    # The consumer refuses the provider by policy (deny it, delete its Advertisement). Teardown: node, then
     # virtual kubelet (once the provider is clean), then Advertisement. The provider puts a deleted one back
     # at once, refused this time: the accepted one, known by its uid, is what must go.
     api = peering.consumer.api_client()

@@ -11,11 +11,12 @@ the provider reads it, it never goes through a workflow.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from kube.lease import renew_lease
 from kube.objects import ignore_not_found
 from models.names import CONSUMER_KEEPALIVE_LEASE, LABEL_CONSUMER, LABEL_OFFLOADED
 from models.virtual_kubelet import overdue_for_force_delete
@@ -63,16 +64,7 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
 
 def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:
     """The virtual kubelet's heartbeat in its provider namespace (created on first renewal)."""
-    leases = k8s.CoordinationV1Api(api)
-    spec = {"holderIdentity": holder, "leaseDurationSeconds": KEEPALIVE_RENEW_SECONDS,
-            "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}  # fmt: skip
-    try:
-        leases.patch_namespaced_lease(CONSUMER_KEEPALIVE_LEASE, namespace, {"spec": spec})
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        leases.create_namespaced_lease(namespace, k8s.V1Lease.model_validate(
-            {"metadata": {"name": CONSUMER_KEEPALIVE_LEASE}, "spec": spec}))  # fmt: skip
+    renew_lease(api, namespace, CONSUMER_KEEPALIVE_LEASE, holder=holder, duration_seconds=KEEPALIVE_RENEW_SECONDS)
 
 
 def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:

@@ -41,6 +41,19 @@ def _micro_time(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def renew_lease(api: k8s.ApiClient, namespace: str, name: str, *, holder: str, duration_seconds: int) -> None:
+    """A heartbeat Lease (a virtual node's, a consumer's keepalive): renewTime now, created on first renewal.
+    One writer, no election: a plain patch, without the resourceVersion LeaderElection writes at."""
+    leases = k8s.CoordinationV1Api(api)
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds, "renewTime": _micro_time(datetime.now(UTC))}
+    try:
+        leases.patch_namespaced_lease(name, namespace, {"spec": spec})
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        leases.create_namespaced_lease(namespace, k8s.V1Lease.model_validate({"metadata": {"name": name}, "spec": spec}))
+
+
 class LeaderElection:
     def __init__(
         self,

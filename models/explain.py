@@ -88,7 +88,7 @@ class OfferDerivation(BaseModel):
                          f"{format_quantity(offered)}{note}")  # fmt: skip
         if self.consumer_own:
             lines.append("not counted as used: the consumer's own offloaded pods, "
-                         + _resources(self.consumer_own))  # fmt: skip
+                         + resources_text(self.consumer_own))  # fmt: skip
         return lines
 
 
@@ -209,7 +209,7 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
                 if repeats:
                     story.entries.append(Entry(at=repeated_at or fact.at, what=_repeated(repeats)))
                 repeats, last_offer = 0, offer
-                story.entries.append(Entry(at=fact.at, what="offered " + _resources(value.get("advertised") or {}),
+                story.entries.append(Entry(at=fact.at, what="offered " + resources_text(value.get("advertised") or {}),
                                            why=_push_why(value)))  # fmt: skip
             phase = value.get("foreign_phase")
             if phase != foreign_phase:
@@ -231,7 +231,7 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
         story.entries.append(Entry(at=repeated_at or story.entries[-1].at, what=_repeated(repeats)))
     story.entries.sort(key=lambda e: e.at)  # stable: a run of repeats is told when it ends, and dated then
     if last is not None:
-        story.now = ["offer: " + _resources(last.get("advertised") or {}),
+        story.now = ["offer: " + resources_text(last.get("advertised") or {}),
                      f"foreign decision: {foreign_phase or 'none yet'}",
                      f"last push {_time(_parse_time(last.get('timestamp')))}, "
                      f"expires there {_time(_parse_time(last.get('time_to_live')))} unless pushed again"]  # fmt: skip
@@ -244,7 +244,7 @@ def _repeated(pushes: int) -> str:
 
 def _push_why(push: Mapping[str, Any]) -> list[str]:
     if push.get("used") is None:  # an earlier release recorded only the result
-        return [f"{push.get('sharing_percentage')}% of the spare capacity of {_resources(push.get('allocatable') or {})}"]
+        return [f"{push.get('sharing_percentage')}% of the spare capacity of {resources_text(push.get('allocatable') or {})}"]
     derivation = OfferDerivation(allocatable=Resources(push["allocatable"]), used=Resources(push["used"]),
                                  consumer_own=Resources(push.get("consumer_own") or {}),
                                  sharing_percentage=push["sharing_percentage"],
@@ -291,7 +291,7 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
                 continue
             ended = None
             derivation = OfferDerivation.model_validate(value["offer"]) if value.get("offer") else None
-            resources = _resources(value.get("resources") or {})
+            resources = resources_text(value.get("resources") or {})
             if resources != offer:
                 offer = resources
                 story.entries.append(Entry(at=fact.at, what=f"offer seen: {resources}", why=(
@@ -425,7 +425,7 @@ def _placement_entry(at: datetime, decision: Mapping[str, Any], clusters: Mappin
     placement = decision.get("placement")
     why = [str(decision.get("reason", ""))]
     if decision.get("slices"):
-        why.append(f"{decision['slices']} slices of {_resources(decision.get('slice') or {})}")
+        why.append(f"{decision['slices']} slices of {resources_text(decision.get('slice') or {})}")
     if decision.get("mandatory"):
         why.append("the placement annotation asks for " + _counts(decision["mandatory"]))
     why += [f"{cluster}: {reason}" for cluster, reason in sorted((decision.get("diagnosis") or {}).items())]
@@ -457,7 +457,8 @@ def _step_why(step: str) -> list[str]:
     return [_STEP_WHY[step]] if step in _STEP_WHY else []
 
 
-def _resources(resources: Mapping[str, Any]) -> str:
+def resources_text(resources: Mapping[str, Any]) -> str:
+    """`cpu 2, memory 4Gi`: a resource list as the stories and simulations print it."""
     return ", ".join(f"{name} {value}" for name, value in sorted(Resources(resources).to_kubernetes().items())) or "nothing"
 
 

@@ -23,7 +23,7 @@ from typing import Any, cast
 from pydantic import BaseModel, Field
 
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
-from models.explain import AdmissionEntry, Fact, in_unit
+from models.explain import AdmissionEntry, Fact, in_unit, resources_text
 from models.pool.health import HealthState
 from models.pool.namespaces import POLICIES, held_by_others, namespace_policy
 from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
@@ -56,8 +56,7 @@ class Simulation(BaseModel):
         header = ["time", "then", *(f"{n} offered → would" for n in names)]
         rows = [[f"{p.at:%Y-%m-%d %H:%M:%S}", f"{p.sharing_percentage}%",
                  *(f"{p.offered.get(n, '0')} → {p.would_offer.get(n, '0')}" for n in names)] for p in self.pushes]  # fmt: skip
-        widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
-        lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+        lines += _table(header, rows)
         lines += ["", f"{len(self.pushes)} pushes replayed, {self.differing} would have offered otherwise"
                       + (f"; {self.not_replayable} recorded without their derivation, not replayed" if self.not_replayable else "")]  # fmt: skip
         if self.pushes:
@@ -93,6 +92,12 @@ def simulate_peering(subject: str, facts: Iterable[Fact], *, percent: int, since
         simulation.offered_mean = _mean(offered_total, count)
         simulation.would_offer_mean = _mean(would_total, count)
     return simulation
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart, as `kubectl get` prints them."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
 def _mean(totals: Mapping[str, Decimal], count: int) -> dict[str, str]:
@@ -136,8 +141,7 @@ class AdmissionSimulation(BaseModel):
         header = ["provider", "arrived", "left", "then", "would"]
         rows = [[a.provider, _at(a.arrived), _at(a.left), _outcome(a.then, a.then_accepted_at),
                  _outcome(a.would, a.would_accepted_at)] for a in self.advertisements]  # fmt: skip
-        widths = [max(len(c) for c in column) for column in zip(header, *rows, strict=True)]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+        lines += _table(header, rows)
         lines += ["", f"{self.passes} passes replayed, {self.differing} of {len(self.advertisements)} Advertisements "
                       "would have been decided otherwise"
                       + (f"; {self.not_replayable} passes recorded without their inputs, not replayed" if self.not_replayable else "")]  # fmt: skip
@@ -262,10 +266,9 @@ class PoolSimulation(BaseModel):
         lines = [f"{self.subject}: the recorded passes under policy {self.policy}"
                  + (f", since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else ""), ""]  # fmt: skip
         header = ["namespace", "slices", "then", "would"]
-        rows = [[n.namespace, f"{n.slices} × {_resources(n.slice)}" if n.slices else "-", n.then, n.would]
+        rows = [[n.namespace, f"{n.slices} × {resources_text(n.slice)}" if n.slices else "-", n.then, n.would]
                 for n in self.namespaces]  # fmt: skip
-        widths = [max(len(c) for c in column) for column in zip(header, *rows, strict=True)]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+        lines += _table(header, rows)
         lines += ["", f"{self.passes} passes replayed, {self.differing} of {len(self.namespaces)} namespaces would "
                       "have been placed otherwise"
                       + (f"; {self.not_replayable} passes recorded without their inputs, not replayed" if self.not_replayable else "")]  # fmt: skip
@@ -380,7 +383,3 @@ def _placed(placement: Mapping[str, int], slices: int, *, refused: str | None = 
 
 def _quota(entries: Iterable[PoolNamespaceEntry]) -> dict[str, str]:
     return Resources.total(Resources({k: v * e.slices for k, v in Resources(e.slice).items()}) for e in entries).to_kubernetes()
-
-
-def _resources(values: Mapping[str, str]) -> str:
-    return ", ".join(f"{name} {amount}" for name, amount in sorted(values.items()))

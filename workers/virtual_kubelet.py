@@ -51,6 +51,7 @@ from temporalio.common import MetricMeter
 from kube.clients import client_from_kubeconfig_file
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies, drop_keepalive, renew_keepalive
 from kube.informer import Informer, Store
+from kube.lease import renew_lease
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, raw_json, read_cluster_object
 from kube.workqueue import WorkQueue
@@ -464,16 +465,7 @@ class VirtualKubelet:
             started - self._lease_renewed_at < LEASE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
         ):
             return  # a pass woken early by a pod event: the Lease is fresh enough
-        leases = k8s.CoordinationV1Api(self.consumer)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        spec = {"holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now}
-        try:
-            leases.patch_namespaced_lease(self.node, "kube-node-lease", {"spec": spec})
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            leases.create_namespaced_lease("kube-node-lease",
-                                           k8s.V1Lease.model_validate({"metadata": {"name": self.node}, "spec": spec}))
+        renew_lease(self.consumer, "kube-node-lease", self.node, holder=self.node, duration_seconds=LEASE_SECONDS)
         self._lease_renewed_at = started
 
     def _renew_keepalive(self) -> None:

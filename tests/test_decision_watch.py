@@ -3,6 +3,8 @@ how it retries a foreign cluster it cannot reach."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -10,8 +12,10 @@ from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import SecretClients
+from kube.streams import StatusError, list_then_watch
 from models.api.common import SecretReference
 from models.names import SPARE_CAPACITY_ANNOTATION
+from models.peering import backoff_seconds
 from models.resources import Resources
 from workers.decision_watch import DecisionWatch
 
@@ -68,32 +72,62 @@ def test_a_change_whose_signal_did_not_get_through_is_told_again_at_the_next_eve
     assert len(changes) == 2
 
 
-def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credentials_looked_up_each_time(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    secrets = _Secrets()
-    watch = _watch(secrets, [])
-    waits: list[float] = []
-    monkeypatch.setattr(watch._stop, "wait", lambda seconds: waits.append(seconds))
-    for _ in range(5):
-        with pytest.raises(ApplicationError):
-            watch._call(limit=1)
-    assert waits == [5, 10, 20, 40]  # doubling up to backoff_max_seconds, after the first failure
-    assert secrets.lookups == 5
+class _Endpoint:
+    """A foreign API server as the stream sees it: one list, then watches that each tell one event and end
+    as the script says."""
 
-    class _Api:
-        def __init__(self, _: Any) -> None: ...
+    def __init__(self, watches: list[str]) -> None:
+        self.watches = watches  # per watch: "refused" (not taken), "gone" (410 after one event) or "ends"
+        self.lists = 0
 
-        def list_cluster_custom_object(self, **kwargs: Any) -> str:
-            return "response"
+    async def list(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        self.lists += 1
+        return {"metadata": {"resourceVersion": "1"}, "items": [_ad("12:30")]}
 
-    monkeypatch.setattr(k8s, "CustomObjectsApi", _Api)  # workers.decision_watch calls it as k8s.CustomObjectsApi
-    secrets.reachable = True
-    assert watch._call(limit=1) == "response"  # after one more wait
-    assert watch._call(watch=True) == "response"
-    waits.clear()
-    assert watch._call(limit=1) == "response"
-    assert waits == []  # back to the informer's own pace
+    async def watch(self, path: str, params: dict[str, str], on_open: Any) -> AsyncIterator[tuple[str, Any]]:
+        how = self.watches.pop(0) if self.watches else "hang"
+        if how == "refused":
+            raise StatusError(403, "Forbidden")
+        on_open()
+        yield "MODIFIED", _ad("12:40", phase="Accepted")
+        if how == "gone":
+            raise StatusError(410, "Gone")
+        if how == "hang":
+            await asyncio.Event().wait()
+
+
+async def test_an_unreachable_foreign_cluster_is_retried_with_backoff_and_its_credentials_looked_up_each_time() -> None:
+    lookups: list[str] = []
+    waits: list[int] = []
+    events: list[str] = []
+    syncs: list[int] = []
+    endpoint = _Endpoint(["gone", "refused", "ends"])
+
+    async def current() -> Any:
+        lookups.append("lookup")
+        if len(lookups) <= 5:
+            raise ApplicationError("Secret tidepool-system/tidepool-peer-b does not exist", type="MissingCredentials")
+        return endpoint
+
+    async def back_off(failures: int) -> None:
+        waits.append(backoff_seconds(failures, ceiling=40))
+
+    stream = asyncio.create_task(list_then_watch(
+        "decision-b", current, "/apis/x", {}, on_sync=lambda items: syncs.append(len(items)),
+        on_event=lambda kind, obj: events.append(kind), on_failure=back_off, lists=asyncio.Semaphore(1),
+    ))  # fmt: skip
+    while endpoint.watches or len(events) < 3:
+        await asyncio.sleep(0.01)
+    stream.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stream
+    # Five lists failed (doubling up to the ceiling); then a watch that expired (410) is listed again at once;
+    # a watch the server refused is a failure and waits; one that ends is opened again without a list.
+    assert waits == [5, 10, 20, 40, 40, 5]
+    assert endpoint.lists == 3 and syncs == [1, 1, 1]
+    assert events == ["MODIFIED"] * 3
+    # The credentials are looked up before every list and every watch.
+    assert len(lookups) == 5 + endpoint.lists + 4
 
 
 def test_every_push_seen_hands_its_spare_capacity_on_whichever_replica_pushed_it_and_nothing_wakes() -> None:

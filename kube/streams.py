@@ -1,0 +1,183 @@
+"""Many small list-then-watch streams on one event loop, in one thread of the process.
+
+kube/informer.py gives each watch a thread of its own, which is right for the few large informers of a
+process. The provider keeps one watch per foreign cluster, each on one object: with a thread each, 5,000
+peerings held 5,000 threads (over a gigabyte), and every woken one competed with the worker's own event
+loop for the interpreter. Here each stream is a task on one shared loop (`StreamLoop.shared()`) and its
+HTTP goes through aiohttp, with the address and credentials of the synchronous client the rest of tidepool
+uses for that cluster (`Endpoint.of`), so a rotated credential reaches both.
+
+A stream keeps the informer's contract: after every (re)list the handler gets the whole set of objects,
+then each change; a watch that expires (410 Gone) or breaks is answered by a fresh list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import ssl
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+import aiohttp
+from kubernetes import client as k8s
+
+from kube.informer import WATCH_TIMEOUT_SECONDS
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+CONNECT_TIMEOUT_SECONDS = 10
+# A list of one object answers in well under this; a watch is closed by the server after
+# WATCH_TIMEOUT_SECONDS, so a read silent for longer means a connection that hangs.
+LIST_READ_TIMEOUT_SECONDS = 30
+WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
+# aiohttp refuses a line (one watch event) above its read buffer: objects up to this size pass.
+MAX_OBJECT_BYTES = 4 * 1024 * 1024
+
+
+class StreamLoop:
+    """One daemon thread running one asyncio event loop, started on first use."""
+
+    _shared: StreamLoop | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def shared(cls) -> StreamLoop:
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = StreamLoop("kube-streams")
+            return cls._shared
+
+    def spawn(self, coroutine: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+
+class StatusError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+
+
+class Endpoint:
+    """One API server, as one synchronous client reaches it: its address, TLS and credentials."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+        configuration = api.configuration
+        self._host = configuration.host.rstrip("/")
+        self._ssl: ssl.SSLContext | bool = False
+        self._server_hostname = configuration.tls_server_name or None
+        if self._host.startswith("https"):
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+            if configuration.cert_file:
+                context.load_cert_chain(configuration.cert_file, configuration.key_file)
+            if not configuration.verify_ssl:
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            self._ssl = context
+        self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self) -> dict[str, str]:
+        # Read at each request, as the synchronous client does: a refresh hook may have renewed a token.
+        settings = self.api.configuration.auth_settings().values()
+        return {"Accept": "application/json",
+                **{s["key"]: s["value"] for s in settings if s["in"] == "header" and s["value"]}}  # fmt: skip
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:  # made on the loop that uses it
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=2), read_bufsize=MAX_OBJECT_BYTES,
+            )  # fmt: skip
+        return self._session
+
+    async def list(self, path: str, params: dict[str, str]) -> Obj:
+        timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=LIST_READ_TIMEOUT_SECONDS)
+        async with self._client().get(f"{self._host}{path}", params=params, headers=self._headers(),
+                                      timeout=timeout, server_hostname=self._server_hostname) as response:  # fmt: skip
+            if response.status != 200:
+                raise StatusError(response.status, response.reason or "")
+            page: Obj = json.loads(await response.read())
+            return page
+
+    async def watch(self, path: str, params: dict[str, str], on_open: Callable[[], None] = lambda: None,
+                    ) -> AsyncIterator[tuple[str, Obj]]:  # fmt: skip
+        """The events of one watch request, until the server ends it; an ERROR event raises StatusError.
+        `on_open` is called once the server has taken the watch."""
+        timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=WATCH_READ_TIMEOUT_SECONDS)
+        params = dict(params, watch="true", allowWatchBookmarks="true", timeoutSeconds=str(WATCH_TIMEOUT_SECONDS))
+        async with self._client().get(f"{self._host}{path}", params=params, headers=self._headers(),
+                                      timeout=timeout, server_hostname=self._server_hostname) as response:  # fmt: skip
+            if response.status != 200:
+                raise StatusError(response.status, response.reason or "")
+            on_open()
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":  # 410 Gone among them: the caller lists again
+                    raise StatusError(int(obj.get("code") or 500), str(obj.get("message") or "watch error"))
+                yield str(kind), obj
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+async def list_then_watch(
+    name: str,
+    endpoint: Callable[[], Awaitable[Endpoint]],
+    path: str,
+    params: dict[str, str],
+    *,
+    on_sync: Callable[[list[Obj]], None],
+    on_event: Callable[[str, Obj], None],
+    on_failure: Callable[[int], Awaitable[None]],
+    lists: asyncio.Semaphore,
+) -> None:
+    """Lists, then watches from the list's version, for ever (until cancelled). `endpoint` is asked again
+    before every list and watch, so rotated credentials are picked up. A list that fails, or a watch that
+    the server does not take, is a failure: before the next list `on_failure` gets the count of them in a
+    row and returns when to try again. `lists` bounds the lists at once."""
+    failures = 0
+
+    def opened() -> None:
+        nonlocal failures
+        failures = 0  # a list and a watch went through: the cluster is back
+
+    while True:
+        if failures:
+            await on_failure(failures)
+        try:
+            async with lists:
+                page = await (await endpoint()).list(path, params)
+            on_sync(page.get("items") or [])
+            version = str(page["metadata"]["resourceVersion"])
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a watcher must outlive any one failure
+            failures += 1
+            log.warning("stream %s: list failed: %s", name, e)
+            continue
+        failures += 1  # until the server takes a watch
+        try:
+            while True:
+                async for kind, obj in (await endpoint()).watch(path, dict(params, resourceVersion=version), opened):
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if kind != "BOOKMARK":
+                        on_event(kind, obj)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - expired (410) or broken: a fresh list is the truth
+            log.info("stream %s: watch ended (%s); listing again", name, e)

@@ -4,9 +4,12 @@ kubeconfig Secret's content (cached by the Secret's resourceVersion), or the in-
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
+import queue
 import threading
+from time import monotonic
 from typing import Any
 
 import yaml
@@ -112,16 +115,63 @@ def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
     return api
 
 
+# A foreign cluster's client serves a push every period and idles in between: its kept-alive TLS connection
+# held 143 KiB the whole time (700 MiB at 5,000 peerings), and a NAT or load balancer on the way may cut it
+# anyway. Connections of clients that nobody asked for this long are closed; the next push opens one.
+IDLE_CONNECTION_SECONDS = 60
+
+
+def close_idle_connections(api: k8s.ApiClient) -> None:
+    """Closes the client's kept-alive connections that no request is using; those in use are left alone,
+    and the pools stay open."""
+    manager = api.rest_client.pool_manager
+    for key in manager.pools.keys():
+        pool = manager.pools.get(key)
+        idle = getattr(pool, "pool", None)  # urllib3's queue of idle connections (None: the pool is closed)
+        if idle is None:
+            continue
+        taken = []
+        while True:
+            try:
+                taken.append(idle.get(block=False))
+            except queue.Empty:
+                break
+        for connection in taken:
+            if connection is not None:
+                connection.close()
+            with contextlib.suppress(queue.Full):  # a connection came back meanwhile: it keeps the slot
+                idle.put(None, block=False)
+
+
 class SecretClients:
     """API clients built from kubeconfig Secrets of one cluster, cached by the Secret's resourceVersion
-    so that a rotated credential is picked up and an unchanged one is not parsed again."""
+    so that a rotated credential is picked up and an unchanged one is not parsed again. The connections of
+    a client not asked for in IDLE_CONNECTION_SECONDS are closed."""
 
     def __init__(self, home: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(home)
         self._cache: dict[tuple[str, str], tuple[str | None, k8s.ApiClient]] = {}
+        self._used: dict[tuple[str, str], float] = {}  # monotonic time of the last get, while it may hold connections
+        self._next_sweep = 0.0
         self._lock = threading.Lock()
 
     def get(self, *, name: str, namespace: str, key: str = "kubeconfig") -> k8s.ApiClient:
+        api = self._get(name=name, namespace=namespace, key=key)
+        now = monotonic()
+        with self._lock:
+            self._used[(namespace, name)] = now
+            idle: list[k8s.ApiClient] = []
+            if now >= self._next_sweep:
+                self._next_sweep = now + IDLE_CONNECTION_SECONDS
+                for cached in [k for k, used in self._used.items() if now - used > IDLE_CONNECTION_SECONDS]:
+                    del self._used[cached]
+                    if cached in self._cache:
+                        idle.append(self._cache[cached][1])
+        for client in idle:
+            close_idle_connections(client)
+        return api
+
+    def _get(self, *, name: str, namespace: str, key: str) -> k8s.ApiClient:
         try:
             secret = self._core.read_namespaced_secret(name, namespace)
         except ApiException as e:

@@ -19,6 +19,7 @@ import json
 import logging
 import ssl
 import threading
+from asyncio import selector_events, sslproto
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -39,14 +40,37 @@ WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
 MAX_OBJECT_BYTES = 4 * 1024 * 1024
 
 
+# asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size): 5,000 idle
+# watches held 1.2 GB in it alone. A watch reads one small event at a time, and a TLS record holds at most
+# 16 KiB, so the streams' loop reads in records.
+TLS_READ_BUFFER_BYTES = 16 * 1024
+
+
+class _LeanTLS(sslproto.SSLProtocol):
+    max_size = TLS_READ_BUFFER_BYTES
+
+
+class _StreamsEventLoop(asyncio.SelectorEventLoop):
+    # selector_events.BaseSelectorEventLoop._make_ssl_transport (3.11 to 3.13), with the lean protocol.
+    def _make_ssl_transport(self, rawsock: Any, protocol: Any, sslcontext: Any, waiter: Any = None, *,
+                            server_side: bool = False, server_hostname: str | None = None, extra: Any = None,
+                            server: Any = None, **timeouts: Any) -> Any:  # fmt: skip
+        ssl_protocol = _LeanTLS(self, protocol, sslcontext, waiter, server_side, server_hostname, **timeouts)
+        selector_events._SelectorSocketTransport(self, rawsock, ssl_protocol, extra=extra, server=server)  # type: ignore[attr-defined]
+        return ssl_protocol._app_transport
+
+
 class StreamLoop:
-    """One daemon thread running one asyncio event loop, started on first use."""
+    """One daemon thread running one asyncio event loop, started on first use, and one HTTP session for
+    every stream on it (aiohttp keeps a connection per server and TLS settings, so none is shared between
+    two clusters or two sets of credentials)."""
 
     _shared: StreamLoop | None = None
     _shared_lock = threading.Lock()
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = _StreamsEventLoop()
+        self._session: aiohttp.ClientSession | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
@@ -60,6 +84,14 @@ class StreamLoop:
     def spawn(self, coroutine: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
+    def session(self) -> aiohttp.ClientSession:
+        """On the loop only."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), read_bufsize=MAX_OBJECT_BYTES
+            )
+        return self._session
+
 
 class StatusError(Exception):
     """The API server answered with an error status."""
@@ -72,12 +104,14 @@ class StatusError(Exception):
 class Endpoint:
     """One API server, as one synchronous client reaches it: its address, TLS and credentials."""
 
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, session: aiohttp.ClientSession) -> None:
         self.api = api
+        self._session = session
         configuration = api.configuration
         self._host = configuration.host.rstrip("/")
         self._ssl: ssl.SSLContext | bool = False
         self._server_hostname = configuration.tls_server_name or None
+        self._proxy = configuration.proxy or None  # a kubeconfig's proxy-url
         if self._host.startswith("https"):
             context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
             if configuration.cert_file:
@@ -85,7 +119,6 @@ class Endpoint:
             if not configuration.verify_ssl:
                 context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
             self._ssl = context
-        self._session: aiohttp.ClientSession | None = None
 
     def _headers(self) -> dict[str, str]:
         # Read at each request, as the synchronous client does: a refresh hook may have renewed a token.
@@ -93,17 +126,9 @@ class Endpoint:
         return {"Accept": "application/json",
                 **{s["key"]: s["value"] for s in settings if s["in"] == "header" and s["value"]}}  # fmt: skip
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:  # made on the loop that uses it
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=2), read_bufsize=MAX_OBJECT_BYTES,
-            )  # fmt: skip
-        return self._session
-
     async def list(self, path: str, params: dict[str, str]) -> Obj:
         timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=LIST_READ_TIMEOUT_SECONDS)
-        async with self._client().get(f"{self._host}{path}", params=params, headers=self._headers(),
-                                      timeout=timeout, server_hostname=self._server_hostname) as response:  # fmt: skip
+        async with self._get(path, params, timeout) as response:
             if response.status != 200:
                 raise StatusError(response.status, response.reason or "")
             page: Obj = json.loads(await response.read())
@@ -115,8 +140,7 @@ class Endpoint:
         `on_open` is called once the server has taken the watch."""
         timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=WATCH_READ_TIMEOUT_SECONDS)
         params = dict(params, watch="true", allowWatchBookmarks="true", timeoutSeconds=str(WATCH_TIMEOUT_SECONDS))
-        async with self._client().get(f"{self._host}{path}", params=params, headers=self._headers(),
-                                      timeout=timeout, server_hostname=self._server_hostname) as response:  # fmt: skip
+        async with self._get(path, params, timeout) as response:
             if response.status != 200:
                 raise StatusError(response.status, response.reason or "")
             on_open()
@@ -129,10 +153,9 @@ class Endpoint:
                     raise StatusError(int(obj.get("code") or 500), str(obj.get("message") or "watch error"))
                 yield str(kind), obj
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    def _get(self, path: str, params: dict[str, str], timeout: aiohttp.ClientTimeout) -> Any:
+        return self._session.get(f"{self._host}{path}", params=params, headers=self._headers(), timeout=timeout,
+                                 ssl=self._ssl, server_hostname=self._server_hostname, proxy=self._proxy)  # fmt: skip
 
 
 async def list_then_watch(

@@ -64,18 +64,14 @@ class DecisionWatch:
 
     def stop(self) -> None:
         if self._running is not None:
-            self._running.cancel()  # cancels the task on the streams' loop, which closes its connection
+            self._running.cancel()  # cancels the task on the streams' loop: its connection is closed
 
     async def _run(self) -> None:
-        try:
-            await list_then_watch(
-                f"decision-{self._foreign_cluster_id}", self._current_endpoint,
-                f"/apis/{GROUP}/{VERSION}/{ADVERTISEMENTS}", {"fieldSelector": f"metadata.name={self._advertisement}"},
-                on_sync=self._sync, on_event=self._event, on_failure=self._back_off, lists=_listing,
-            )  # fmt: skip
-        finally:
-            if self._endpoint is not None:
-                await self._endpoint.close()
+        await list_then_watch(
+            f"decision-{self._foreign_cluster_id}", self._current_endpoint,
+            f"/apis/{GROUP}/{VERSION}/{ADVERTISEMENTS}", {"fieldSelector": f"metadata.name={self._advertisement}"},
+            on_sync=self._sync, on_event=self._event, on_failure=self._back_off, lists=_listing,
+        )  # fmt: skip
 
     async def _current_endpoint(self) -> Endpoint:
         """The foreign cluster with the credentials of now: the Secret is read again (off the loop, as the
@@ -85,9 +81,7 @@ class DecisionWatch:
             None, lambda: self._secrets.get(name=ref.name, namespace=ref.namespace)
         )
         if self._endpoint is None or self._endpoint.api is not api:
-            if self._endpoint is not None:
-                await self._endpoint.close()
-            self._endpoint = Endpoint(api)
+            self._endpoint = Endpoint(api, StreamLoop.shared().session())
         return self._endpoint
 
     async def _back_off(self, failures: int) -> None:

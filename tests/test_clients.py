@@ -1,0 +1,90 @@
+"""The foreign clients' kept-alive connections: closed once their client idles, never under a request, and
+the client works on after."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client as k8s
+
+from kube import clients
+from kube.clients import close_idle_connections
+
+pytestmark = [pytest.mark.steady]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the API server
+    opened: set[int] = set()  # client ports whose connection the server still holds
+
+    def setup(self) -> None:
+        super().setup()
+        _Handler.opened.add(self.client_address[1])
+
+    def finish(self) -> None:
+        _Handler.opened.discard(self.client_address[1])
+        super().finish()
+
+    def do_GET(self) -> None:
+        body = b'{"kind": "NamespaceList", "items": [], "metadata": {}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None: ...
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def _eventually(check: object, timeout: float = 5) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_idle_connections_are_closed_and_the_client_opens_a_new_one_when_asked_again(server: str) -> None:
+    api = k8s.ApiClient(k8s.Configuration(host=server))
+    core = k8s.CoreV1Api(api)
+    core.list_namespace(_preload_content=False).read()
+    assert _eventually(lambda: len(_Handler.opened) == 1)  # kept alive after the answer
+    close_idle_connections(api)
+    assert _eventually(lambda: not _Handler.opened)  # the server saw it closed
+    core.list_namespace(_preload_content=False).read()  # the pool stays open: a new connection
+    assert _eventually(lambda: len(_Handler.opened) == 1)
+    close_idle_connections(api)
+    assert _eventually(lambda: not _Handler.opened)
+
+
+def test_a_client_nobody_asked_for_since_the_idle_time_loses_its_connections_at_the_next_sweep(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = k8s.ApiClient(k8s.Configuration(host=server))
+    secrets = clients.SecretClients(k8s.ApiClient())
+    secrets._cache = {("ns", "a"): ("1", api), ("ns", "b"): ("1", k8s.ApiClient(k8s.Configuration(host=server)))}
+    monkeypatch.setattr(secrets, "_get", lambda *, name, namespace, key: secrets._cache[(namespace, name)][1])
+    now = [1000.0]
+    monkeypatch.setattr(clients, "monotonic", lambda: now[0])
+    k8s.CoreV1Api(secrets.get(name="a", namespace="ns")).list_namespace(_preload_content=False).read()
+    assert _eventually(lambda: len(_Handler.opened) == 1)
+    now[0] += clients.IDLE_CONNECTION_SECONDS / 2
+    secrets.get(name="b", namespace="ns")  # another client asked for: a is not idle long enough yet
+    assert _eventually(lambda: len(_Handler.opened) == 1, timeout=0.5)
+    now[0] += clients.IDLE_CONNECTION_SECONDS
+    secrets.get(name="b", namespace="ns")
+    assert _eventually(lambda: not _Handler.opened)

@@ -1,5 +1,6 @@
-"""List-then-watch of one kind of object, as raw JSON dicts, in a background thread: the one way tidepool
-follows the API server (the capacity aggregate, the workers' watchers).
+"""List-then-watch of one kind of object, as raw JSON dicts, in a background thread: how tidepool follows
+an API server (the capacity aggregate, the workers' watchers). The provider's many one-object watches of
+foreign clusters are streams on one event loop instead (kube/streams.py), which keep the same contract.
 
 Level-triggered, like controller-runtime's informers: after every (re)list the handler gets the full
 set of objects (`on_sync`), then each change (`on_event`). A watch that expires (410 Gone) or breaks is

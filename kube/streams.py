@@ -5,7 +5,7 @@ process. The provider keeps one watch per foreign cluster, each on one object: w
 peerings held 5,000 threads (over a gigabyte), and every woken one competed with the worker's own event
 loop for the interpreter. Here each stream is a task on one shared loop (`StreamLoop.shared()`) and its
 HTTP goes through aiohttp, with the address and credentials of the synchronous client the rest of tidepool
-uses for that cluster (`Endpoint.of`), so a rotated credential reaches both.
+uses for that cluster (`Endpoint`), so a rotated credential reaches both.
 
 A stream keeps the informer's contract: after every (re)list the handler gets the whole set of objects,
 then each change; a watch that expires (410 Gone) or breaks is answered by a fresh list.

@@ -56,7 +56,7 @@ from typing import Any, Final, Literal, get_args
 from models.api import ClusterConfig
 from models.api.advertisement import AdvertisementPhase
 from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason, RefusedReason
-from models.explain import MAX_ADMISSION_ENTRIES, AdmissionEntry
+from models.explain import MAX_ADMISSION_ENTRIES, AdmissionEntry, as_mapping
 from models.names import (
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
@@ -154,10 +154,6 @@ class AdmissionSnapshot:
         )  # fmt: skip
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _time(value: Any) -> datetime | None:
     """An RFC 3339 time as the API server writes it; None for anything else, including a time without
     a zone, which cannot be compared with now."""
@@ -232,7 +228,7 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
     else:
         # One Advertisement per provider: its name is derived from the id, so a second object claiming
         # the same provider cannot exist, and two virtual kubelets never fight over one virtual node.
-        name = _mapping(adv.get("metadata")).get("name")
+        name = as_mapping(adv.get("metadata")).get("name")
         if name != advertisement_name(provider):
             problems.append(
                 f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}"
@@ -241,7 +237,7 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
     if quota is not None and not isinstance(quota, Mapping):
         problems.append(f"spec.resourceQuota must be an object, got {type(quota).__name__}")
     else:
-        problems += _check_resources(_mapping(quota).get("hard"))
+        problems += _check_resources(as_mapping(quota).get("hard"))
     problems += _check_prices(spec.get("prices"))
     ttl = spec.get("timeToLive")
     expires = _time(ttl)
@@ -256,17 +252,17 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
 
 def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
     """An Advertisement as the API server serves it, read without ever raising."""
-    adv = _mapping(adv)
-    meta, status, spec = _mapping(adv.get("metadata")), _mapping(adv.get("status")), _mapping(adv.get("spec"))
-    annotations = _mapping(meta.get("annotations"))
+    adv = as_mapping(adv)
+    meta, status, spec = as_mapping(adv.get("metadata")), as_mapping(adv.get("status")), as_mapping(adv.get("spec"))
+    annotations = as_mapping(meta.get("annotations"))
     name = str(meta.get("name") or "")
     verdict = annotations.get(DECISION_ANNOTATION)
     phase, reason = status.get("phase"), status.get("reason")
     conditions = status.get("conditions")
     accepted = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Accepted"), None) \
         if isinstance(conditions, list) else None  # fmt: skip
-    message = _mapping(accepted).get("message")
-    ref = _mapping(spec.get("kubeConfigRef"))
+    message = as_mapping(accepted).get("message")
+    ref = as_mapping(spec.get("kubeConfigRef"))
     namespace, secret = ref.get("namespace"), ref.get("name")
     return Candidate(
         name=name,
@@ -281,7 +277,7 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
         prices=_lenient_resources(spec.get("prices")),
-        resources=_lenient_resources(_mapping(spec.get("resourceQuota")).get("hard")),
+        resources=_lenient_resources(as_mapping(spec.get("resourceQuota")).get("hard")),
         decision_deadline=_time(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,

@@ -181,7 +181,7 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
     foreign_phase: str | None = None
     last: dict[str, Any] | None = None
     for fact in facts:
-        value = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind == "started" and fact.name == "PeeringWorkflow" and not value.get("state"):
             percentage = value.get("sharing_percentage")
             story.entries.append(Entry(at=fact.at, what="peering started", why=[
@@ -265,7 +265,7 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
     decided: str | None = None
     ended: datetime | None = None
     for fact in facts:
-        value = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind == "admission":
             policy, maximum = value.get("policy"), value.get("maximum")
             records = [r for r in value.get("records") or [] if r.get("advertisement") == advertisement]
@@ -323,7 +323,7 @@ def namespace_story(subject: str, namespace: str, workflows: list[str], facts: I
     told: str | None = None
     placed: dict[str, str] = {}
     for fact in facts:
-        value = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind == "pool":
             for decision in value.get("decisions") or []:
                 if decision.get("namespace") != namespace:
@@ -368,7 +368,7 @@ def pod_story(subject: str, namespace: str, pod: str, workflows: list[str], fact
 
 def virtual_node_provider(node: Mapping[str, Any] | None) -> str | None:
     """The provider behind a virtual node ("" when its label is missing); None for any other node."""
-    labels = _mapping(_mapping(_mapping(node).get("metadata")).get("labels"))
+    labels = as_mapping(as_mapping(as_mapping(node).get("metadata")).get("labels"))
     return str(labels.get(LABEL_PROVIDER) or "") if labels.get(LABEL_NODE_TYPE) == VIRTUAL_NODE_TYPE else None
 
 
@@ -379,7 +379,7 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], e
     the pod's Events in time order, the provider copy's among them (the virtual kubelet reflects them,
     labelled with the provider): why a pod is Pending over there. Events are the API server's, kept about
     an hour; the Advertisement's story is the history's. `provider`: `virtual_node_provider` of its node."""
-    meta, spec, status = (_mapping(pod.get(k)) for k in ("metadata", "spec", "status"))
+    meta, spec, status = (as_mapping(pod.get(k)) for k in ("metadata", "spec", "status"))
     node_name = str(spec.get("nodeName") or "")
     story = Story(subject=subject, cluster_id=cluster_id, workflows=offer.workflows if offer else [])
     created = _parse_time(meta.get("creationTimestamp"))
@@ -391,7 +391,7 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], e
         when = _parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
         if when is None or (at is not None and when > at):
             continue
-        reflected = _mapping(_mapping(event.get("metadata")).get("labels")).get(LABEL_PROVIDER)
+        reflected = as_mapping(as_mapping(event.get("metadata")).get("labels")).get(LABEL_PROVIDER)
         count = event.get("count") or 1
         why = [str(event.get("message") or "")]
         if count > 1:
@@ -400,8 +400,8 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], e
                                    + (f" (its copy in {reflected})" if reflected else ""), why=why))  # fmt: skip
     story.entries.sort(key=lambda e: e.at)
     phase = str(status.get("phase") or "Unknown")
-    unscheduled = next((c for c in status.get("conditions") or [] if _mapping(c).get("type") == "PodScheduled"
-                        and _mapping(c).get("status") == "False"), None)  # fmt: skip
+    unscheduled = next((c for c in status.get("conditions") or [] if as_mapping(c).get("type") == "PodScheduled"
+                        and as_mapping(c).get("status") == "False"), None)  # fmt: skip
     if not node_name:
         where = "not scheduled" + (f": {unscheduled.get('message')}" if unscheduled else "")
     elif provider is not None:
@@ -417,7 +417,9 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], e
     return story
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """A field of an API object or of a recorded result as a mapping, {} if it is missing or anything else:
+    what is read from an API server or a history may be of a release before, or malformed."""
     return value if isinstance(value, Mapping) else {}
 
 

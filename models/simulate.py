@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, cast
+from typing import cast
 
 from pydantic import BaseModel, Field
 
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
-from models.explain import AdmissionEntry, Fact, in_unit, resources_text
+from models.explain import AdmissionEntry, Fact, as_mapping, in_unit, resources_text
 from models.pool.health import HealthState
 from models.pool.namespaces import POLICIES, held_by_others, namespace_policy
 from models.pool.placement import ClusterSnapshot, PlacementRequest, Policy, schedule
@@ -73,7 +73,7 @@ def simulate_peering(subject: str, facts: Iterable[Fact], *, percent: int, since
     offered_total: dict[str, Decimal] = {}
     would_total: dict[str, Decimal] = {}
     for fact in facts:
-        value: Mapping[str, Any] = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind != "push" or "advertised" not in value or (since is not None and fact.at < since):
             continue
         if value.get("used") is None:
@@ -174,7 +174,7 @@ def simulate_admission(subject: str, facts: Iterable[Fact], *, maximum: int,
     accepted: set[str] = set()  # accepted in the replay
     last: list[AdmissionEntry] = []
     for fact in facts:
-        value: Mapping[str, Any] = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind != "admission" or (since is not None and fact.at < since):
             continue
         if value.get("live") is None:
@@ -300,7 +300,7 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
     seen_edits: dict[str, dict[str, int]] = {}  # the edit each namespace's last record showed
     last: list[PoolNamespaceEntry] = []
     for fact in facts:
-        value: Mapping[str, Any] = fact.value if isinstance(fact.value, Mapping) else {}
+        value = as_mapping(fact.value)
         if fact.kind != "pool" or (since is not None and fact.at < since):
             continue
         if value.get("live") is None or value.get("snapshot") is None:

@@ -32,7 +32,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.failures import describe_failure
+from workflows.failures import ONE_ATTEMPT, OTHER_SIDE_TIMEOUT, GaveUp, describe_failure, until_expired
 from workflows.search_attributes import ADVERTISEMENT_PHASE, HOME_CLUSTER, PROVIDER_CLUSTER
 
 with workflow.unsafe.imports_passed_through():
@@ -88,11 +88,8 @@ CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
 FAILURE_BACKOFF_MAX = timedelta(minutes=5)
-# After a forced unpeer, the provider's copies are cleaned one quick attempt at a time, this often (doubling),
-# while the last Advertisement could live; past that, the provider cleans them once our keepalive has lapsed.
-PROVIDER_CLEANUP_RETRY_FIRST = timedelta(seconds=15)
-PROVIDER_CLEANUP_RETRY_MAX = timedelta(minutes=5)
-PROVIDER_CLEANUP_TIMEOUT = timedelta(seconds=30)
+# After a forced unpeer, the provider's copies are cleaned as workflows.failures.until_expired tries the other
+# side; past the last Advertisement's life, the provider cleans them once our keepalive has lapsed.
 PROVIDER_CLEANS_ITSELF = "the provider deletes them itself once this cluster's keepalive there has lapsed"
 # Refusals a person may overturn by hand (issue 20): the accept/refuse updates take them like a Pending one.
 AWAITING_A_PERSON = frozenset({("Refused", "DecisionTimedOut"), ("Refused", "VirtualNodeNotReady")})
@@ -182,33 +179,32 @@ class AdvertisementWorkflow:
         provider = self._input.provider_id
         request = CleanProviderInput(provider_id=provider)
         until = self._state.provider_cleanup_until or workflow.now()
-        backoff = PROVIDER_CLEANUP_RETRY_FIRST
-        while self._state.provider_cleanup_outcome is None:
-            try:
-                result = await workflow.execute_activity_method(
-                    ConsumerActivities.clean_provider, request, start_to_close_timeout=PROVIDER_CLEANUP_TIMEOUT,
-                    retry_policy=RetryPolicy(maximum_attempts=1), summary=f"clean in {provider} after a forced unpeer",
-                )  # fmt: skip
-                self._state.provider_cleanup_outcome = (f"cleaned ({result.note})" if result.cleaned
-                                                        else f"not cleaned: {result.note}; {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
-            except ActivityError as e:
-                failure, left = describe_failure(e), until - workflow.now()
-                if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
-                    self._state.provider_cleanup_outcome = f"not cleaned: {failure}; {PROVIDER_CLEANS_ITSELF}"
-                elif left <= timedelta(0):
-                    self._state.provider_cleanup_outcome = (
-                        f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
-                        f"{failure}): {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
-                else:
-                    self._state.last_error = failure
-                    self._publish_last()
-                    await workflow.sleep(min(backoff, left), summary=f"{provider} unreachable: retry")
-                    backoff = min(backoff * 2, PROVIDER_CLEANUP_RETRY_MAX)
-                    # A time to live of days means thousands of retries: the state carries the deadline over.
-                    self._continue_as_new_if_suggested()
+        if self._state.provider_cleanup_outcome is None:
+            result = await until_expired(
+                lambda: workflow.execute_activity_method(
+                    ConsumerActivities.clean_provider, request, start_to_close_timeout=OTHER_SIDE_TIMEOUT,
+                    retry_policy=ONE_ATTEMPT, summary=f"clean in {provider} after a forced unpeer",
+                ),
+                until=until, retrying=self._retrying, summary=f"{provider} unreachable: retry",
+                # A time to live of days means thousands of retries: the state carries the deadline over.
+                between=self._continue_as_new_if_suggested,
+            )  # fmt: skip
+            if not isinstance(result, GaveUp):
+                outcome = (f"cleaned ({result.note})" if result.cleaned
+                           else f"not cleaned: {result.note}; {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
+            elif result.refused:
+                outcome = f"not cleaned: {result.failure}; {PROVIDER_CLEANS_ITSELF}"
+            else:
+                outcome = (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
+                           f"{result.failure}): {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
+            self._state.provider_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish_last()
         await self._activity(ConsumerActivities.delete_provider_credentials, request, summary="delete the credentials")
+
+    def _retrying(self, failure: str) -> None:
+        self._state.last_error = failure
+        self._publish_last()
 
     def _publish_last(self) -> None:
         if self._observation is not None and self._step is not None:

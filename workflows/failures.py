@@ -1,9 +1,27 @@
 """How a workflow names an activity failure it waits out, for the Web UI's current details: the error type a
-user can search for, then its message (the error vocabulary's messages name fields, never values)."""
+user can search for, then its message (the error vocabulary's messages name fields, never values). And how
+it tries the other cluster again after a forced unpeer, until what it left there expires."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+
+T = TypeVar("T")
+
+# After a forced unpeer, the other cluster is tried one quick attempt at a time (ONE_ATTEMPT, within
+# OTHER_SIDE_TIMEOUT), this often (doubling), while the last Advertisement could live there; past that, that
+# side's TTL and keepalive clean it.
+OTHER_SIDE_RETRY_FIRST = timedelta(seconds=15)
+OTHER_SIDE_RETRY_MAX = timedelta(minutes=5)
+OTHER_SIDE_TIMEOUT = timedelta(seconds=30)
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 
 
 def describe_failure(failure: ActivityError) -> str:
@@ -11,3 +29,33 @@ def describe_failure(failure: ActivityError) -> str:
     if isinstance(cause, ApplicationError) and cause.type:
         return f"{failure.activity_type}: {cause.type}: {cause.message}"
     return f"{failure.activity_type}: {type(cause).__name__}: {cause}"
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """The other side was not cleaned: it refused our credentials (no retry would help), or it stayed out of
+    reach until `until`. `failure` is the last one, as describe_failure tells it."""
+
+    failure: str
+    refused: bool
+
+
+async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime, retrying: Callable[[str], None],
+                        summary: str, between: Callable[[], None] = lambda: None) -> T | GaveUp:  # fmt: skip
+    """`attempt` (an activity of ONE_ATTEMPT) again after each failure, backing off, until it succeeds, is
+    refused, or `until` has passed. `retrying` is told each failure waited out (for the current details);
+    `between` runs after each wait (a loop of thousands of retries continues as new there)."""
+    backoff = OTHER_SIDE_RETRY_FIRST
+    while True:
+        try:
+            return await attempt()
+        except ActivityError as e:
+            failure, left = describe_failure(e), until - workflow.now()
+            if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
+                return GaveUp(failure, refused=True)
+            if left <= timedelta(0):
+                return GaveUp(failure, refused=False)
+            retrying(failure)
+            await workflow.sleep(min(backoff, left), summary=summary)
+            backoff = min(backoff * 2, OTHER_SIDE_RETRY_MAX)
+            between()

@@ -31,7 +31,7 @@ from temporalio.common import (
 )
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.failures import describe_failure
+from workflows.failures import ONE_ATTEMPT, OTHER_SIDE_TIMEOUT, GaveUp, describe_failure, until_expired
 from workflows.search_attributes import FOREIGN_CLUSTER, HOME_CLUSTER, PEERING_PHASE, SHARING_PERCENTAGE
 
 with workflow.unsafe.imports_passed_through():
@@ -74,11 +74,6 @@ WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_inte
 # A home-side withdrawal that failed for good is tried again, ever less often.
 HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
 HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
-# A forced withdrawal tries the foreign side again this often (doubling), one quick attempt at a time, until
-# the last Advertisement pushed there expires.
-FORCED_FOREIGN_RETRY_FIRST = timedelta(seconds=15)
-FORCED_FOREIGN_RETRY_MAX = timedelta(minutes=5)
-FORCED_FOREIGN_TIMEOUT = timedelta(seconds=30)
 
 PROVIDER = ProviderSettings()
 # Runs that started before the foreign watch (no FOLLOW_BY_WATCH marker) keep polling a pending decision,
@@ -289,42 +284,42 @@ class PeeringWorkflow:
         until = push.time_to_live if push is not None else workflow.now()
         self._state.foreign_cleanup_until = until
         self._publish()
-        cleaned, backoff = False, FORCED_FOREIGN_RETRY_FIRST
-        while self._state.foreign_cleanup_outcome is None:
-            try:
-                result = await workflow.execute_activity_method(
-                    PeeringActivities.clean_foreign,
-                    CleanForeignRequest(foreign_cluster_id=request.foreign_cluster_id,
-                                        kube_config_ref=request.kube_config_ref),
-                    start_to_close_timeout=FORCED_FOREIGN_TIMEOUT, retry_policy=RetryPolicy(maximum_attempts=1),
-                    summary=f"clean on {request.foreign_cluster_id} after a forced unpeer",
-                )  # fmt: skip
-                cleaned = result.cleaned
-                self._state.foreign_cleanup_outcome = (
-                    "cleaned (its Advertisement and credentials Secret deleted)" if cleaned
-                    else f"not cleaned: {result.note}; its TTL and keepalive clean it")  # fmt: skip
-            except ActivityError as e:
-                left = until - workflow.now()
-                failure = describe_failure(e)
-                if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
-                    self._state.foreign_cleanup_outcome = (f"not cleaned: it refuses our credentials ({failure}); its "
-                                                           "TTL and keepalive clean it")  # fmt: skip
-                elif left <= timedelta(0):
-                    self._state.foreign_cleanup_outcome = (
-                        f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
-                        f"{failure}): its TTL and keepalive clean it")  # fmt: skip
-                else:
-                    self._state.last_error = failure
-                    self._publish()
-                    await workflow.sleep(min(backoff, left), summary=f"{request.foreign_cluster_id} unreachable: retry")
-                    backoff = min(backoff * 2, FORCED_FOREIGN_RETRY_MAX)
+        outcome, cleaned = self._state.foreign_cleanup_outcome, False
+        if outcome is None:
+            outcome, cleaned = await self._clean_foreign(request, until)
+            self._state.foreign_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish()
         await workflow.execute_activity_method(
             PeeringActivities.release_credentials, request.kube_config_ref,
             start_to_close_timeout=WITHDRAW_TIMEOUT, retry_policy=WITHDRAW_RETRY, summary="release the credentials",
         )  # fmt: skip
-        return WithdrawResult(foreign_cleaned=cleaned, home_cleaned=True, note=self._state.foreign_cleanup_outcome)
+        return WithdrawResult(foreign_cleaned=cleaned, home_cleaned=True, note=outcome)
+
+    async def _clean_foreign(self, request: WithdrawRequest, until: datetime) -> tuple[str, bool]:
+        """The foreign half of a forced withdrawal, tried until `until`: what the details and the result say
+        of it, and whether it was cleaned."""
+        foreign = request.foreign_cluster_id
+        result = await until_expired(
+            lambda: workflow.execute_activity_method(
+                PeeringActivities.clean_foreign,
+                CleanForeignRequest(foreign_cluster_id=foreign, kube_config_ref=request.kube_config_ref),
+                start_to_close_timeout=OTHER_SIDE_TIMEOUT, retry_policy=ONE_ATTEMPT,
+                summary=f"clean on {foreign} after a forced unpeer",
+            ),
+            until=until, retrying=self._retrying, summary=f"{foreign} unreachable: retry",
+        )  # fmt: skip
+        if not isinstance(result, GaveUp):
+            return ("cleaned (its Advertisement and credentials Secret deleted)" if result.cleaned
+                    else f"not cleaned: {result.note}; its TTL and keepalive clean it"), result.cleaned  # fmt: skip
+        if result.refused:
+            return f"not cleaned: it refuses our credentials ({result.failure}); its TTL and keepalive clean it", False
+        return (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
+                f"{result.failure}): its TTL and keepalive clean it"), False  # fmt: skip
+
+    def _retrying(self, failure: str) -> None:
+        self._state.last_error = failure
+        self._publish()
 
     async def _withdraw_at_home(self, home_only: WithdrawRequest) -> WithdrawResult:
         backoff = HOME_WITHDRAW_BACKOFF_INITIAL

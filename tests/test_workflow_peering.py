@@ -1,12 +1,13 @@
 """PeeringWorkflow, the real class, against stubbed activities on a Temporal dev server of its own (no
 clusters, seconds each): the first push, the periodic re-push, a sharing percentage update and its
 refusal of a bad value, who owns the percentage (an override or the ClusterConfig, and the migration
-of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal and
+of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal (forced too: a foreign cluster that refuses, or stays out of reach) and
 continue-as-new. The end-to-end behaviour against real clusters is in tests/test_provider.py."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,8 @@ from temporalio.worker import Worker
 
 from models.api.common import SecretReference
 from models.peering import (
+    CleanForeignRequest,
+    CleanForeignResult,
     DecisionRequest,
     ForeignDecision,
     PeeringInput,
@@ -44,6 +47,7 @@ pytestmark = [pytest.mark.workflow, pytest.mark.provider]
 PERIOD = timedelta(minutes=10)
 CONFIGURED_PERCENT = 40  # the stub ClusterConfig's sharing percentage, until a test edits it
 T = TypeVar("T")
+FORCED: WithdrawReason = "Forced"  # `tidepool unpeer --force`
 FORBIDDEN = ApplicationError("Kubernetes API 403: forbidden", type="KubernetesForbidden", non_retryable=True)
 
 
@@ -58,6 +62,10 @@ class StubProvider:
         self.failure: ApplicationError | None = None
         self.withdraw: WithdrawReason | None = None
         self.foreign_phase: str | None = None
+        self.time_to_live = 3 * PERIOD  # of each pushed Advertisement
+        self.clean_failure: ApplicationError | None = None  # what a forced withdrawal's foreign cleaning meets
+        self.cleanings = 0
+        self.released: list[SecretReference] = []
         self.configured_percentage, self.config_generation = CONFIGURED_PERCENT, 1  # the ClusterConfig
 
     def edit_cluster_config(self, percentage: int) -> int:
@@ -81,7 +89,7 @@ class StubProvider:
             else request.sharing_percentage,
             configured_percentage=self.configured_percentage,
             config_generation=self.config_generation, period_seconds=int(PERIOD.total_seconds()), capacity_change_threshold_percent=10,
-            timestamp=now, time_to_live=now + 3 * PERIOD, foreign_phase=self.foreign_phase,
+            timestamp=now, time_to_live=now + self.time_to_live, foreign_phase=self.foreign_phase,
             access_verified_until=self.verified[-1],
         )  # fmt: skip
 
@@ -94,6 +102,17 @@ class StubProvider:
     async def withdraw_peering(self, request: WithdrawRequest) -> WithdrawResult:
         self.withdrawals.append(request)
         return WithdrawResult(foreign_cleaned=True, home_cleaned=True, note=request.reason)
+
+    @activity.defn(name="clean_foreign")
+    async def clean_foreign(self, request: CleanForeignRequest) -> CleanForeignResult:
+        self.cleanings += 1
+        if self.clean_failure is not None:
+            raise self.clean_failure
+        return CleanForeignResult(cleaned=True)
+
+    @activity.defn(name="release_credentials")
+    async def release_credentials(self, ref: SecretReference) -> None:
+        self.released.append(ref)
 
 
 @pytest.fixture
@@ -112,7 +131,8 @@ async def stub() -> StubProvider:
 async def peering(skipper: TimeSkipper, stub: StubProvider) -> AsyncIterator[PeeringStarter]:
     task_queue = f"peering-{uuid.uuid4().hex[:8]}"
     async with Worker(skipper.client, task_queue=task_queue, workflows=[PeeringWorkflow],
-                      activities=[stub.push_advertisement, stub.read_foreign_decision, stub.withdraw_peering]):  # fmt: skip
+                      activities=[stub.push_advertisement, stub.read_foreign_decision, stub.withdraw_peering,
+                                  stub.clean_foreign, stub.release_credentials]):  # fmt: skip
         yield PeeringStarter(skipper, task_queue)
 
 
@@ -283,6 +303,39 @@ async def test_a_withdraw_signal_withdraws_without_another_push(peering: Peering
     result = await handle.result()
     assert result.note == "Requested" and [w.reason for w in stub.withdrawals] == ["Requested"]
     assert len(stub.pushes) == 1
+
+
+async def test_a_forced_withdrawal_that_the_foreign_cluster_refuses_says_so_at_once_and_releases_the_credentials(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.clean_failure = FORBIDDEN
+    await handle.signal(PeeringWorkflow.withdraw, FORCED)
+    result = await asyncio.wait_for(handle.result(), 30)  # a retried refusal would wait out the 30-minute TTL
+    assert result == WithdrawResult(foreign_cleaned=False, home_cleaned=True, note=(
+        "not cleaned: it refuses our credentials (clean_foreign: KubernetesForbidden: Kubernetes API 403: "
+        "forbidden); its TTL and keepalive clean it"))  # fmt: skip
+    assert stub.cleanings == 1, "a refusal is not tried again"
+    assert [(w.reason, w.skip_foreign, w.hold_credentials) for w in stub.withdrawals] == [("Forced", True, True)]
+    assert [r.name for r in stub.released] == ["foreign-credentials"]
+
+
+async def test_a_forced_withdrawal_gives_up_on_an_unreachable_foreign_cluster_once_its_advertisement_expired(
+    peering: PeeringStarter, stub: StubProvider
+) -> None:
+    stub.time_to_live = timedelta(seconds=2)
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.clean_failure = ApplicationError("connection refused", type="ForeignUnreachable")
+    await handle.signal(PeeringWorkflow.withdraw, FORCED)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert not result.foreign_cleaned and result.home_cleaned
+    assert re.fullmatch(r"not reached before its Advertisement expired \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; last "
+                        r"failure: clean_foreign: ForeignUnreachable: connection refused\): its TTL and keepalive clean it",
+                        result.note), result.note  # fmt: skip
+    assert stub.cleanings >= 2, "tried again until the Advertisement's time to live, then given up"
+    assert [r.name for r in stub.released] == ["foreign-credentials"]
 
 
 async def test_a_cluster_config_edit_read_by_an_overdue_push_before_its_signal_is_used_and_stays(

@@ -192,7 +192,7 @@ class AdvertisementWorkflow:
             if not isinstance(result, GaveUp):
                 outcome = (f"cleaned ({result.note})" if result.cleaned
                            else f"not cleaned: {result.note}; {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
-            elif result.refused:
+            elif result.non_retryable:
                 outcome = f"not cleaned: {result.failure}; {PROVIDER_CLEANS_ITSELF}"
             else:
                 outcome = (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "

@@ -5,7 +5,6 @@ it tries the other cluster again after a forced unpeer, until what it left there
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -16,8 +15,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 T = TypeVar("T")
 
 # After a forced unpeer, the other cluster is tried one quick attempt at a time (ONE_ATTEMPT, within
-# OTHER_SIDE_TIMEOUT), this often (doubling), while the last Advertisement could live there; past that, that
-# side's TTL and keepalive clean it.
+# OTHER_SIDE_TIMEOUT), every OTHER_SIDE_RETRY_FIRST doubling to OTHER_SIDE_RETRY_MAX, while the last
+# Advertisement could live there; past that, that side's TTL and keepalive clean it.
 OTHER_SIDE_RETRY_FIRST = timedelta(seconds=15)
 OTHER_SIDE_RETRY_MAX = timedelta(minutes=5)
 OTHER_SIDE_TIMEOUT = timedelta(seconds=30)
@@ -31,20 +30,24 @@ def describe_failure(failure: ActivityError) -> str:
     return f"{failure.activity_type}: {type(cause).__name__}: {cause}"
 
 
-@dataclass(frozen=True)
 class GaveUp:
-    """The other side was not cleaned: it refused our credentials (no retry would help), or it stayed out of
-    reach until `until`. `failure` is the last one, as describe_failure tells it."""
+    """The other side was not cleaned: a failure no retry helps (non-retryable, as a 401 or 403 when it
+    refuses our credentials), or it stayed out of reach until the deadline. `failure` is the last one, as
+    describe_failure tells it."""
 
-    failure: str
-    refused: bool
+    # A plain class: the sandbox runs this module again for every new run, and a dataclass costs more to make.
+    __slots__ = ("failure", "non_retryable")
+
+    def __init__(self, failure: str, *, non_retryable: bool) -> None:
+        self.failure, self.non_retryable = failure, non_retryable
 
 
 async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime, retrying: Callable[[str], None],
                         summary: str, between: Callable[[], None] = lambda: None) -> T | GaveUp:  # fmt: skip
-    """`attempt` (an activity of ONE_ATTEMPT) again after each failure, backing off, until it succeeds, is
-    refused, or `until` has passed. `retrying` is told each failure waited out (for the current details);
-    `between` runs after each wait (a loop of thousands of retries continues as new there)."""
+    """`attempt` (an activity of ONE_ATTEMPT) at once, then again after each retryable failure, backing off,
+    until it succeeds, fails for good, or `until` has passed. `retrying` is told each failure waited out (for
+    the current details); `between` runs after each wait (a loop of thousands of retries continues as new
+    there)."""
     backoff = OTHER_SIDE_RETRY_FIRST
     while True:
         try:
@@ -52,9 +55,9 @@ async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime,
         except ActivityError as e:
             failure, left = describe_failure(e), until - workflow.now()
             if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
-                return GaveUp(failure, refused=True)
+                return GaveUp(failure, non_retryable=True)
             if left <= timedelta(0):
-                return GaveUp(failure, refused=False)
+                return GaveUp(failure, non_retryable=False)
             retrying(failure)
             await workflow.sleep(min(backoff, left), summary=summary)
             backoff = min(backoff * 2, OTHER_SIDE_RETRY_MAX)

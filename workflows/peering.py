@@ -312,7 +312,7 @@ class PeeringWorkflow:
         if not isinstance(result, GaveUp):
             return ("cleaned (its Advertisement and credentials Secret deleted)" if result.cleaned
                     else f"not cleaned: {result.note}; its TTL and keepalive clean it"), result.cleaned  # fmt: skip
-        if result.refused:
+        if result.non_retryable:
             return f"not cleaned: it refuses our credentials ({result.failure}); its TTL and keepalive clean it", False
         return (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
                 f"{result.failure}): its TTL and keepalive clean it"), False  # fmt: skip

@@ -1,8 +1,9 @@
 """PeeringWorkflow, the real class, against stubbed activities on a Temporal dev server of its own (no
 clusters, seconds each): the first push, the periodic re-push, a sharing percentage update and its
 refusal of a bad value, who owns the percentage (an override or the ClusterConfig, and the migration
-of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal (forced too: a foreign cluster that refuses, or stays out of reach) and
-continue-as-new. The end-to-end behaviour against real clusters is in tests/test_provider.py."""
+of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal (forced too: a
+foreign cluster that refuses, or stays out of reach) and continue-as-new. The end-to-end behaviour
+against real clusters is in tests/test_provider.py and tests/test_force_unpeer.py."""
 
 from __future__ import annotations
 

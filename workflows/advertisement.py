@@ -195,8 +195,7 @@ class AdvertisementWorkflow:
             elif result.non_retryable:
                 outcome = f"not cleaned: {result.failure}; {PROVIDER_CLEANS_ITSELF}"
             else:
-                outcome = (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
-                           f"{result.failure}): {PROVIDER_CLEANS_ITSELF}")  # fmt: skip
+                outcome = f"{result.not_reached()}: {PROVIDER_CLEANS_ITSELF}"
             self._state.provider_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish_last()

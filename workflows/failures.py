@@ -36,10 +36,15 @@ class GaveUp:
     describe_failure tells it."""
 
     # A plain class: the sandbox runs this module again for every new run, and a dataclass costs more to make.
-    __slots__ = ("failure", "non_retryable")
+    __slots__ = ("failure", "non_retryable", "until")
 
-    def __init__(self, failure: str, *, non_retryable: bool) -> None:
-        self.failure, self.non_retryable = failure, non_retryable
+    def __init__(self, failure: str, *, non_retryable: bool, until: datetime) -> None:
+        self.failure, self.non_retryable, self.until = failure, non_retryable, until
+
+    def not_reached(self) -> str:
+        """What the details say of a side that stayed out of reach (the caller adds who cleans it now)."""
+        return (f"not reached before its Advertisement expired ({self.until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
+                f"{self.failure})")  # fmt: skip
 
 
 async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime, retrying: Callable[[str], None],
@@ -55,9 +60,9 @@ async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime,
         except ActivityError as e:
             failure, left = describe_failure(e), until - workflow.now()
             if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
-                return GaveUp(failure, non_retryable=True)
+                return GaveUp(failure, non_retryable=True, until=until)
             if left <= timedelta(0):
-                return GaveUp(failure, non_retryable=False)
+                return GaveUp(failure, non_retryable=False, until=until)
             retrying(failure)
             await workflow.sleep(min(backoff, left), summary=summary)
             backoff = min(backoff * 2, OTHER_SIDE_RETRY_MAX)

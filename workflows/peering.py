@@ -314,8 +314,7 @@ class PeeringWorkflow:
                     else f"not cleaned: {result.note}; its TTL and keepalive clean it"), result.cleaned  # fmt: skip
         if result.non_retryable:
             return f"not cleaned: it refuses our credentials ({result.failure}); its TTL and keepalive clean it", False
-        return (f"not reached before its Advertisement expired ({until:%Y-%m-%d %H:%M:%S} UTC; last failure: "
-                f"{result.failure}): its TTL and keepalive clean it"), False  # fmt: skip
+        return f"{result.not_reached()}: its TTL and keepalive clean it", False
 
     def _retrying(self, failure: str) -> None:
         self._state.last_error = failure

@@ -135,9 +135,18 @@ def token_anchor_name(generation: int) -> str:
     return f"tidepool.token.{generation}"
 
 
+FOREIGN_NAMESPACE_PREFIX: Final = "tidepool-foreign-"
+
+
 def foreign_namespace(foreign_cluster_id: str) -> str:
     """The namespace in the provider where a foreign cluster's offloaded pods run."""
-    return f"tidepool-foreign-{foreign_cluster_id}"
+    return f"{FOREIGN_NAMESPACE_PREFIX}{foreign_cluster_id}"
+
+
+def foreign_cluster_of_namespace(namespace: str) -> str | None:
+    """The foreign cluster a provider namespace was made for (`foreign_namespace`'s inverse), or None."""
+    consumer = namespace.removeprefix(FOREIGN_NAMESPACE_PREFIX)
+    return consumer if consumer != namespace and consumer else None
 
 
 def virtual_node_name(provider_cluster_id: str) -> str:

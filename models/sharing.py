@@ -21,7 +21,7 @@ from typing import Any, Final, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
+from models.names import LABEL_NODE_TYPE, VIRTUAL_NODE_TYPE, foreign_cluster_of_namespace
 from models.quantities import _EXACT, parse_quantity
 from models.resources import Resources
 
@@ -192,17 +192,16 @@ def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()
 
 
 def offloaded_by(pod: Obj) -> str | None:
-    """The consumer that offloaded this pod here (the virtual kubelet labels it), or None.
+    """The consumer that offloaded this pod here, or None: the one whose foreign namespace it runs in.
 
     The offer to that consumer leaves its own pods out: counting them made the advertised size change
-    at every push in Liqo (PR 445) — a consumer's own pods would shrink the offer it then uses. An
-    offloaded pod without a consumer label belongs to nobody we can name, so it counts for everyone.
+    at every push in Liqo (PR 445) — a consumer's own pods would shrink the offer it then uses. Where a
+    pod lives says whose it is, never what it says of itself: labels are written by whoever writes the
+    pod, and a consumer labelling its copies `tidepool.io/consumer: b` would otherwise shrink what b's
+    offer subtracts. Only the provider's tidepool makes the namespace, and a consumer's identity writes
+    in its own namespace only.
     """
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(LABEL_OFFLOADED) != "true":
-        return None
-    consumer = labels.get(LABEL_CONSUMER)
-    return str(consumer) if consumer else None
+    return foreign_cluster_of_namespace(str((pod.get("metadata") or {}).get("namespace") or ""))
 
 
 def spare(*, allocatable: Resources, used: Resources) -> Resources:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.early_push import EarlyPushes, plan_early_pushes
-from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE
+from models.names import LABEL_CONSUMER, LABEL_NODE_TYPE, LABEL_OFFLOADED, VIRTUAL_NODE_TYPE, foreign_namespace
 from models.resources import Resources
 from models.sharing import (
     POD_SLOT,
@@ -38,7 +38,7 @@ def container(name: str = "c", restart: str | None = None, **requests: str) -> d
 def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None, overhead: dict[str, str] | None = None,
         node: str | None = "n1", phase: str = "Running", labels: dict[str, str] | None = None, uid: str = "u1",
         pod_level: dict[str, str] | None = None, status: dict[str, Any] | None = None,
-        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+        deleting: bool = False, namespace: str = "ns") -> dict[str, Any]:  # fmt: skip
     spec: dict[str, Any] = {"containers": list(containers)}
     if init:
         spec["initContainers"] = init
@@ -48,7 +48,7 @@ def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None, o
         spec["resources"] = {"requests": pod_level}
     if node:
         spec["nodeName"] = node
-    meta: dict[str, Any] = {"uid": uid, "name": uid, "namespace": "ns", "labels": labels or {}}
+    meta: dict[str, Any] = {"uid": uid, "name": uid, "namespace": namespace, "labels": labels or {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-22T12:00:00Z"
     return {"metadata": meta, "spec": spec, "status": {"phase": phase, **(status or {})}}
@@ -160,7 +160,7 @@ def test_a_node_without_allocatable_offers_its_capacity() -> None:
         ),
         pytest.param(pod(container(cpu="1"), node="virtual"), False, id="a pod on a virtual node runs elsewhere"),
         pytest.param(
-            pod(container(cpu="1"), labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: "b"}),
+            pod(container(cpu="1"), namespace=foreign_namespace("b")),
             True,
             id="a pod offloaded into this cluster holds its node like any other",
         ),
@@ -173,21 +173,29 @@ def test_which_pods_hold_capacity(p: dict[str, Any], counts: bool) -> None:
     assert counts_against_capacity(p, {"virtual"}) is counts
 
 
-def offloaded(consumer: str | None) -> dict[str, str]:
-    return {LABEL_OFFLOADED: "true", **({LABEL_CONSUMER: consumer} if consumer else {})}
+def offloaded(consumer: str | None) -> str:
+    """The namespace of a pod `consumer` offloaded here (None: an ordinary namespace of the provider)."""
+    return foreign_namespace(consumer) if consumer else "ns"
+
+
+def copy_labels_of(consumer: str) -> dict[str, str]:
+    return {LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer}
 
 
 @pytest.mark.parametrize(
-    ("labels", "consumer"),
+    ("namespace", "labels", "consumer"),
     [
-        pytest.param(offloaded("b"), "b", id="an offloaded pod belongs to the consumer its label names"),
-        pytest.param(offloaded(None), None, id="an offloaded pod without a consumer label belongs to nobody"),
-        pytest.param({LABEL_OFFLOADED: "false", LABEL_CONSUMER: "b"}, None, id="only the offloaded value true counts"),
-        pytest.param({}, None, id="an ordinary pod belongs to nobody"),
+        pytest.param(foreign_namespace("b"), copy_labels_of("b"), "b", id="a copy belongs to the consumer whose namespace it runs in"),
+        pytest.param(foreign_namespace("b"), {}, "b", id="a pod in a consumer's namespace is that consumer's, labelled or not"),
+        pytest.param(foreign_namespace("a"), copy_labels_of("b"), "a",
+                     id="a consumer's copy labelled with another consumer stays the labeller's"),
+        pytest.param("team", copy_labels_of("b"), None, id="a pod labelled as a copy outside any foreign namespace is nobody's"),
+        pytest.param("tidepool-foreign-", {}, None, id="the bare prefix names no consumer"),
+        pytest.param("ns", {}, None, id="an ordinary pod belongs to nobody"),
     ],
-)
-def test_which_consumer_a_pod_was_offloaded_by(labels: dict[str, str], consumer: str | None) -> None:
-    assert offloaded_by(pod(container(cpu="1"), labels=labels)) == consumer
+)  # fmt: skip
+def test_which_consumer_a_pod_was_offloaded_by(namespace: str, labels: dict[str, str], consumer: str | None) -> None:
+    assert offloaded_by(pod(container(cpu="1"), namespace=namespace, labels=labels)) == consumer
 
 
 # The formula ------------------------------------------------------------------------------------------------
@@ -253,8 +261,8 @@ def test_from_lists_sums_physical_nodes_and_the_pods_that_hold_them() -> None:
              node("virtual", VIRTUAL, cpu="100", memory="1Ti", pods="1000")]  # fmt: skip
     running = pod(container(cpu="1", memory="1Gi"), uid="a")
     pods = [running, pod(container(cpu="1"), uid="b", node="virtual"), pod(container(cpu="1"), uid="c", phase="Succeeded"),
-            pod(container(cpu="1"), uid="d", node=None), pod(container(cpu="1"), uid="e", labels=offloaded("b")),
-            pod(container(cpu="2"), uid="f", labels=offloaded(None))]  # fmt: skip
+            pod(container(cpu="1"), uid="d", node=None), pod(container(cpu="1"), uid="e", namespace=offloaded("b")),
+            pod(container(cpu="2"), uid="f", namespace=offloaded(None))]  # fmt: skip
     aggregate = CapacityAggregate.from_lists(nodes, pods)
     snapshot = aggregate.snapshot()
     assert snapshot.allocatable == Resources(cpu="6", memory="12Gi", pods="220")
@@ -269,8 +277,8 @@ def test_the_offer_to_each_consumer_leaves_out_only_its_own_offloaded_pods() -> 
     """The issue's figures: consumer b's offloaded pods hold 3 CPU / 6Gi of a 4 CPU / 8Gi node."""
     aggregate = CapacityAggregate.from_lists(
         [node("n1", cpu="4", memory="8Gi", pods="110")],
-        [pod(container(cpu="2", memory="4Gi"), uid="b1", labels=offloaded("b")),
-         pod(container(cpu="1", memory="2Gi"), uid="b2", labels=offloaded("b"))],
+        [pod(container(cpu="2", memory="4Gi"), uid="b1", namespace=offloaded("b")),
+         pod(container(cpu="1", memory="2Gi"), uid="b2", namespace=offloaded("b"))],
     )  # fmt: skip
     allocatable = aggregate.allocatable()
 
@@ -328,7 +336,7 @@ def test_the_aggregate_follows_watch_events(
     assert aggregate.allocatable().to_kubernetes() == Resources(allocatable).to_kubernetes()
 
 
-B_POD = pod(container(cpu="1"), uid="b1", labels=offloaded("b"))
+B_POD = pod(container(cpu="1"), uid="b1", namespace=offloaded("b"))
 
 
 @pytest.mark.parametrize(
@@ -336,17 +344,18 @@ B_POD = pod(container(cpu="1"), uid="b1", labels=offloaded("b"))
     [
         pytest.param([("pod", "ADDED", B_POD)], {}, {"cpu": "1", "pods": "1"},
                      id="an offloaded pod added counts for every consumer but its own"),
-        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="3"), uid="b1", labels=offloaded("b")))],
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="3"), uid="b1", namespace=offloaded("b")))],
                      {}, {"cpu": "3", "pods": "1"}, id="an offloaded pod resized replaces what it held for the others"),
-        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1"))],
-                     {"cpu": "1", "pods": "1"}, {"cpu": "1", "pods": "1"},
-                     id="a pod that loses its offloaded label counts for everyone"),
-        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1", labels=offloaded("c")))],
-                     {"cpu": "1", "pods": "1"}, {}, id="a pod relabelled to another consumer moves to that consumer"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1",
+                                                                       namespace=offloaded("b")))],
+                     {}, {"cpu": "1", "pods": "1"}, id="a copy that loses its labels is still its consumer's"),
+        pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1", namespace=offloaded("b"),
+                                                                       labels=copy_labels_of("c")))],
+                     {}, {"cpu": "1", "pods": "1"}, id="a copy relabelled with another consumer changes no offer"),
         pytest.param([("pod", "ADDED", B_POD), ("pod", "DELETED", B_POD), ("pod", "DELETED", B_POD)], {}, {},
                      id="an offloaded pod deleted twice is subtracted once from every sum"),
         pytest.param([("pod", "ADDED", B_POD), ("pod", "MODIFIED", pod(container(cpu="1"), uid="b1", phase="Succeeded",
-                                                                       labels=offloaded("b")))],
+                                                                       namespace=offloaded("b")))],
                      {}, {}, id="an offloaded pod that completes gives its resources back"),
         pytest.param([("pod", "ADDED", B_POD), ("node", "MODIFIED", node("n1", VIRTUAL, cpu="8"))], {}, {},
                      id="a node that becomes virtual takes the offloaded pods out too"),
@@ -355,12 +364,12 @@ B_POD = pod(container(cpu="1"), uid="b1", labels=offloaded("b"))
                      id="a node that becomes physical again brings its offloaded pods back"),
         pytest.param([("pod", "ADDED", B_POD), ("node", "DELETED", node("n1", cpu="8"))], {}, {},
                      id="a deleted node takes its offloaded pods out of every sum"),
-        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="b1", node="n2", labels=offloaded("b"))),
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="b1", node="n2", namespace=offloaded("b"))),
                       ("node", "ADDED", node("n2", cpu="2"))], {}, {"cpu": "1", "pods": "1"},
                      id="an offloaded pod listed before its node counts once the node is"),
-        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="x", labels=offloaded(None)))],
+        pytest.param([("pod", "ADDED", pod(container(cpu="1"), uid="x", namespace=offloaded(None)))],
                      {"cpu": "1", "pods": "1"}, {"cpu": "1", "pods": "1"},
-                     id="an offloaded pod without a consumer label counts for everyone"),
+                     id="a pod outside every foreign namespace counts for everyone"),
     ],
 )  # fmt: skip
 def test_the_per_consumer_sums_follow_watch_events(
@@ -375,8 +384,8 @@ def test_the_per_consumer_sums_follow_watch_events(
 
 def test_a_relist_replaces_the_per_consumer_sums() -> None:
     aggregate = CapacityAggregate.from_lists([node("n1", cpu="8"), node("n2", cpu="8")],
-                                             [B_POD, pod(container(cpu="2"), uid="c1", node="n2", labels=offloaded("c"))])  # fmt: skip
-    aggregate.reset_pods([pod(container(cpu="1"), uid="b1", labels=offloaded("b"))])
+                                             [B_POD, pod(container(cpu="2"), uid="c1", node="n2", namespace=offloaded("c"))])  # fmt: skip
+    aggregate.reset_pods([pod(container(cpu="1"), uid="b1", namespace=offloaded("b"))])
     assert aggregate.snapshot().offloaded == {"b": Resources(cpu="1", pods="1")}
     assert (aggregate.used_for("b"), aggregate.used_for("c")) == (Resources(), Resources(cpu="1", pods="1"))
     aggregate.reset_nodes([node("n2", cpu="8")])  # b's pod is on n1, which the relist no longer has
@@ -413,10 +422,12 @@ def make_node(name: str, virtual: bool, cpu: int, extra: str) -> dict[str, Any]:
 
 
 def make_pod(i: int, phase: str, where: str | None, consumer: str | bool | None, cpu: int, sidecar: bool) -> dict[str, Any]:
-    """`consumer`: False for an ordinary pod, else the consumer that offloaded it (None: unlabelled)."""
+    """`consumer`: False for an ordinary pod, else the consumer whose namespace it runs in (None: labelled as
+    b's copy, in an ordinary namespace)."""
     init = [container("s", "Always", cpu="100m")] if sidecar else [container("i", cpu="3", memory="1Mi")]
     return pod(container(cpu=f"{cpu}00m", memory=f"{cpu}Mi"), init=init, node=where, phase=phase, uid=f"p{i}",
-               labels=None if consumer is False else offloaded(str(consumer) if consumer else None))  # fmt: skip
+               namespace=offloaded(consumer if isinstance(consumer, str) else None),
+               labels=copy_labels_of("b") if consumer is None else None)  # fmt: skip
 
 
 def from_scratch(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> CapacitySnapshot:

@@ -55,9 +55,7 @@ from models.api.common import DNS_LABEL
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
-    LABEL_CONSUMER,
     LABEL_NODE_TYPE,
-    LABEL_OFFLOADED,
     PEERING_REQUESTS,
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
@@ -66,6 +64,7 @@ from models.names import (
 )
 from models.pool.namespaces import POLICIES
 from models.settings import WorkerSettings
+from models.sharing import offloaded_by
 from models.simulate import AdmissionSimulation, PoolSimulation, Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.cluster import connect
@@ -128,10 +127,11 @@ def status(clusters: dict[str, Path]) -> str:
                           str(pods_per_node[node_name])])  # fmt: skip
         for pod in pods:
             meta = pod.metadata or k8s.V1ObjectMeta()
-            labels, annotations = meta.labels or {}, meta.annotations or {}
+            annotations = meta.annotations or {}
             where, phase = f"{meta.namespace}/{meta.name}", (pod.status.phase if pod.status else None) or "Pending"
-            if labels.get(LABEL_OFFLOADED) == "true":  # a reflected pod: where a consumer's pod really runs
-                offloaded.append([labels.get(LABEL_CONSUMER, "?"),
+            consumer = offloaded_by({"metadata": {"namespace": meta.namespace}})
+            if consumer is not None:  # a reflected pod: where a consumer's pod really runs (whose: where it runs)
+                offloaded.append([consumer,
                                   f"{annotations.get(ORIGIN_NAMESPACE, '?')}/{annotations.get(ORIGIN_NAME, '?')}", name,
                                   where, phase])  # fmt: skip
             if POD_CLUSTER_ANNOTATION in annotations:

@@ -12,13 +12,19 @@ models/pool/sync.py and workers/syncer.py) share, so that both copy the same way
   state (an eviction, or the pool's own SuperClusterUnreachable/Recreating) and would outlive it.
 - Events about a copy become Events on the origin pod (`kubectl describe pod` there says why it is
   Pending over there), once per change of the source Event.
+- What the other cluster reports is bounded before the origin's API server and its readers see it: reasons
+  and messages are cut (MAX_REASON_CHARS, MAX_MESSAGE_CHARS), the origin shows conditions only of the types
+  a pod has (its readiness gates' included) and a container's status only for a container of its spec, each
+  once, with the fields a kubelet writes; Events come at most EVENTS_PER_MINUTE per pod (EventBudget), the
+  rest counted in one summarizing Event.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, Generic, NamedTuple, TypeVar
 
 # What of a copy's status the origin pod shows.
 COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
@@ -26,6 +32,23 @@ COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatu
 CLEARED_WHEN_ABSENT = ("reason", "message")
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_REMEMBERED_EVENTS = 10_000
+# A kubelet cuts its Events' messages at 1 KiB; reasons are short CamelCase words.
+MAX_REASON_CHARS = 128
+MAX_MESSAGE_CHARS = 1024
+MAX_OTHER_CHARS = 256  # times, phases, image names and ids: nothing a kubelet writes is longer
+# The condition types a kubelet and the control plane write on a pod; a pod's readiness gates add its own.
+POD_CONDITION_TYPES = frozenset({"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready",
+                                 "DisruptionTarget", "PodResizePending", "PodResizeInProgress"})  # fmt: skip
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
+CONTAINER_STATUS_FIELDS = ("name", "ready", "restartCount", "image", "imageID", "containerID", "started")
+CONTAINER_STATE_FIELDS = {"waiting": ("reason", "message"), "running": ("startedAt",),
+                          "terminated": ("exitCode", "signal", "reason", "message", "startedAt", "finishedAt",
+                                         "containerID")}  # fmt: skip
+# Events reflected per origin pod: a kubelet's own rate (its event recorder's burst, then a steady trickle).
+EVENTS_PER_MINUTE = 10
+EVENTS_BURST = 20
+# How often the Event that counts the dropped ones is written again while they keep coming.
+DROPPED_EVENTS_SUMMARY_SECONDS = 60
 
 
 def is_service_account_token(volume: dict[str, Any]) -> bool:
@@ -47,10 +70,75 @@ def strip_service_account_token(spec: dict[str, Any]) -> None:
     spec["automountServiceAccountToken"] = False
 
 
-def copied_status(copy_status: dict[str, Any]) -> dict[str, Any]:
-    """What of the copy's status the origin pod shows (None: cleared, as a patch says it)."""
-    shown = {k: copy_status[k] for k in COPIED_STATUS if k in copy_status}
-    return {**{k: None for k in CLEARED_WHEN_ABSENT}, **shown}
+class StatusShape(NamedTuple):
+    """What of the origin pod's spec bounds the status it shows: its containers' names and its readiness
+    gates' condition types."""
+
+    containers: tuple[str, ...] = ()
+    init_containers: tuple[str, ...] = ()
+    condition_types: frozenset[str] = POD_CONDITION_TYPES
+
+
+def status_shape(spec: Mapping[str, Any]) -> StatusShape:
+    def names(key: str) -> tuple[str, ...]:
+        return tuple(str(c.get("name")) for c in spec.get(key) or [] if isinstance(c, Mapping))
+
+    gates = {str(g.get("conditionType")) for g in spec.get("readinessGates") or [] if isinstance(g, Mapping)}
+    return StatusShape(names("containers"), names("initContainers"), POD_CONDITION_TYPES | gates)
+
+
+def clipped(key: str, value: Any) -> Any:
+    """A scalar the other cluster reported, cut to its field's bound; None for anything but a scalar."""
+    if isinstance(value, str):
+        limit = MAX_REASON_CHARS if key == "reason" else MAX_MESSAGE_CHARS if key == "message" else MAX_OTHER_CHARS
+        return value[:limit]
+    return value if isinstance(value, bool | int | float) else None
+
+
+def _fields(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(obj, Mapping):
+        return {}
+    return {k: v for k in keys if k in obj and (v := clipped(k, obj[k])) is not None}
+
+
+def _once_each(entries: Any, key: str, allowed: Any) -> list[Mapping[str, Any]]:
+    """The entries whose `key` is allowed, the first of each, in the order reported."""
+    seen: set[Any] = set()
+    kept = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, Mapping) and entry.get(key) in allowed and entry.get(key) not in seen:
+            seen.add(entry.get(key))
+            kept.append(entry)
+    return kept
+
+
+def _container_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    shown = _fields(status, CONTAINER_STATUS_FIELDS)
+    for key in ("state", "lastState"):
+        state = status.get(key)
+        if isinstance(state, Mapping):
+            shown[key] = {kind: _fields(state[kind], fields) for kind, fields in CONTAINER_STATE_FIELDS.items()
+                          if isinstance(state.get(kind), Mapping)}  # fmt: skip
+    return shown
+
+
+def copied_status(copy_status: dict[str, Any], *, shape: StatusShape) -> dict[str, Any]:
+    """What of the copy's status the origin pod shows (None: cleared, as a patch says it), bounded by the
+    origin's `shape`: conditions of a pod's types, container statuses of its containers, each once."""
+    shown: dict[str, Any] = {k: None for k in CLEARED_WHEN_ABSENT}
+    for key in ("phase", "startTime", "reason", "message"):
+        if key in copy_status:
+            shown[key] = clipped(key, copy_status[key])
+    if "conditions" in copy_status:
+        shown["conditions"] = [_fields(c, CONDITION_FIELDS)
+                               for c in _once_each(copy_status["conditions"], "type", shape.condition_types)]  # fmt: skip
+    for key, names in (("containerStatuses", shape.containers), ("initContainerStatuses", shape.init_containers)):
+        if key in copy_status:
+            shown[key] = [_container_status(c) for c in _once_each(copy_status[key], "name", names)]
+    for key in ("podIP", "podIPs"):  # the virtual kubelet checks them against the provider's PodCIDR
+        if key in copy_status:
+            shown[key] = copy_status[key]
+    return shown
 
 
 def status_patch(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,18 +182,37 @@ def event_for_origin(event: dict[str, Any], pod: dict[str, Any], *, labels: Mapp
                      "labels": dict(labels)},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
                            "uid": meta["uid"]},
-        "reason": event.get("reason"), "message": event.get("message"), "type": event.get("type") or "Normal",
-        "count": event.get("count") or 1,
-        "source": {"component": (event.get("source") or {}).get("component") or event.get("reportingComponent")
-                   or "tidepool"},
+        "reason": clipped("reason", event.get("reason")), "message": clipped("message", event.get("message")),
+        "type": "Warning" if event.get("type") == "Warning" else "Normal",
+        "count": min(count, 2**31 - 1) if isinstance(count := event.get("count"), int) and count > 0 else 1,
+        "source": {"component": clipped("component", (event.get("source") or {}).get("component")
+                                        or event.get("reportingComponent")) or "tidepool"},
     }  # fmt: skip
     if involved.get("fieldPath"):
-        reflected["involvedObject"]["fieldPath"] = involved["fieldPath"]
+        reflected["involvedObject"]["fieldPath"] = clipped("fieldPath", involved["fieldPath"])
     first = event.get("firstTimestamp") or event.get("eventTime")
     last = event.get("lastTimestamp") or first
     if first:
         reflected["firstTimestamp"], reflected["lastTimestamp"] = first, last
     return reflected
+
+
+def dropped_events_event(pod: dict[str, Any], *, dropped: int, source: str, labels: Mapping[str, str],
+                         now: str) -> dict[str, Any]:  # fmt: skip
+    """The one Event on an origin pod that counts the Events about its copy that EventBudget dropped: one
+    name per pod, written again (its count and message) as more are dropped."""
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{meta['uid']}.dropped", "namespace": meta["namespace"],
+                     "labels": dict(labels)},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": meta["namespace"], "name": meta["name"],
+                           "uid": meta["uid"]},
+        "reason": "ReflectedEventsDropped", "type": "Warning", "count": dropped,
+        "message": f"{dropped} Events from {source} about this pod were not shown: more than {EVENTS_PER_MINUTE} "
+                   f"a minute (bursts of {EVENTS_BURST})",
+        "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now,
+    }  # fmt: skip
 
 
 class ReflectedEvents:
@@ -130,3 +237,81 @@ class ReflectedEvents:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class EventBudget(Generic[K]):
+    """Events reflected per origin pod: a token bucket each (EVENTS_PER_MINUTE, at most EVENTS_BURST at once),
+    so that the other cluster cannot flood a pod's Events (nor the API server behind them). What exceeds it is
+    dropped and counted; `summary_due` says when the Event that counts them is written again. Bounded: the
+    least recently used pods are forgotten first, and the caller forgets a pod that is gone."""
+
+    def __init__(self, *, per_minute: int = EVENTS_PER_MINUTE, burst: int = EVENTS_BURST,
+                 capacity: int = MAX_REMEMBERED_EVENTS) -> None:  # fmt: skip
+        self._rate, self._burst, self._capacity = per_minute / 60, burst, capacity
+        self._buckets: OrderedDict[K, list[float]] = OrderedDict()  # key -> [tokens, at, dropped, summarized at]
+
+    def take(self, key: K, *, now: float) -> bool:
+        """Whether one more Event about `key` may be written now; when not, it counts as dropped."""
+        bucket = self._bucket(key, now)
+        bucket[0] = min(self._burst, bucket[0] + (now - bucket[1]) * self._rate)
+        bucket[1] = now
+        if bucket[0] >= 1:
+            bucket[0] -= 1
+            return True
+        bucket[2] += 1
+        return False
+
+    def dropped(self, key: K) -> int:
+        return int(self._buckets[key][2]) if key in self._buckets else 0
+
+    def summary_due(self, key: K, *, now: float) -> bool:
+        """Whether the count of `key`'s dropped Events should be written now (and it is taken as written):
+        at the first drop, then at most every DROPPED_EVENTS_SUMMARY_SECONDS."""
+        bucket = self._buckets.get(key)
+        if bucket is None or not bucket[2] or now - bucket[3] < DROPPED_EVENTS_SUMMARY_SECONDS:
+            return False
+        bucket[3] = now
+        return True
+
+    def forget(self, key: K) -> None:
+        self._buckets.pop(key, None)
+
+    def _bucket(self, key: K, now: float) -> list[float]:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = [float(self._burst), now, 0, -math.inf]
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > self._capacity:
+            self._buckets.popitem(last=False)
+        return bucket
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class Throttle(Generic[K]):
+    """Says something about a key at most every `seconds`, or at once when what it says changes (a new
+    address reported): one Warning, not one per status change. Bounded like EventBudget."""
+
+    def __init__(self, seconds: float, *, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
+        self._seconds, self._capacity = seconds, capacity
+        self._said: OrderedDict[K, tuple[Hashable, float]] = OrderedDict()
+
+    def due(self, key: K, what: Hashable, *, now: float) -> bool:
+        said = self._said.get(key)
+        if said is not None and said[0] == what and now - said[1] < self._seconds:
+            return False
+        self._said[key] = (what, now)
+        self._said.move_to_end(key)
+        while len(self._said) > self._capacity:
+            self._said.popitem(last=False)
+        return True
+
+    def forget(self, key: K) -> None:
+        self._said.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._said)

@@ -10,7 +10,7 @@ import ipaddress
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from models.names import (
     LABEL_CONSUMER,
@@ -26,7 +26,7 @@ from models.names import (
     virtual_node_name,
 )
 from models.network import NO_REMAPPING
-from models.pods import copied_status, is_service_account_token, strip_service_account_token
+from models.pods import StatusShape, copied_status, is_service_account_token, strip_service_account_token
 from models.settings import VirtualKubeletSettings
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
@@ -215,33 +215,75 @@ def when_copy_lost(restart_policy: str | None) -> CopyLost:
     return "fail" if restart_policy == "Never" else "recreate"
 
 
-def remap_ip(ip: str, *, provider_pod_cidr: str | None, remapped_pod_cidr: str | None) -> str:
-    """A provider pod's IP as the consumer reaches it: through the network module's PodCIDR remapping
-    (the same host part in the remapped block). Addresses outside the provider's PodCIDR (host network)
-    and a provider that needs no remapping keep theirs."""
-    if not provider_pod_cidr or not remapped_pod_cidr or remapped_pod_cidr == NO_REMAPPING:
-        return ip
+# At most this many addresses of a copy are looked at (a pod has one per family): a status listing more is
+# no pod's, and the Warning that names the foreign ones stays short.
+MAX_REPORTED_IPS = 4
+# A provider that keeps reporting foreign addresses is warned about once per pod in this time, or again at
+# once when the addresses change.
+FOREIGN_IP_WARNING_SECONDS = 600
+
+
+def _inside(ip: str, cidr: str | None) -> bool:
     try:
-        address, advertised = ipaddress.ip_address(ip), ipaddress.ip_network(provider_pod_cidr, strict=False)
+        return cidr is not None and ipaddress.ip_address(ip) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+
+
+def remap_ip(ip: str, *, provider_pod_cidr: str | None, remapped_pod_cidr: str | None) -> str | None:
+    """A provider pod's IP as the consumer reaches it, or None when it is not shown. Only an address inside
+    the PodCIDR the provider advertised is a pod's: it is shown through the network module's remapping
+    (the same host part in the remapped block), or as it is when the network says no remapping is needed
+    (NO_REMAPPING). Anything else (another address of the consumer's own, such as its API server's Service,
+    which a consumer Service's EndpointSlice would then send traffic to; a provider node's address, which is
+    what a host-network pod reports and which the network module does not route; or no address at all) is
+    not shown, nor is any address while the remapping is not known yet."""
+    if not _inside(ip, provider_pod_cidr) or not remapped_pod_cidr:
+        return None
+    address = ipaddress.ip_address(ip)
+    if remapped_pod_cidr == NO_REMAPPING:
+        return str(address)
+    try:
+        advertised = ipaddress.ip_network(provider_pod_cidr or "", strict=False)
         remapped = ipaddress.ip_network(remapped_pod_cidr, strict=False)
     except ValueError:
-        return ip
-    if address not in advertised or advertised.prefixlen != remapped.prefixlen:
-        return ip
+        return None
+    if (advertised.version, advertised.prefixlen) != (remapped.version, remapped.prefixlen):
+        return None
     return str(remapped.network_address + (int(address) - int(advertised.network_address)))
 
 
-def status_for_consumer(copy_status: dict[str, Any], *, provider_pod_cidr: str | None,
-                        remapped_pod_cidr: str | None) -> dict[str, Any]:  # fmt: skip
-    """What of the copy's status the consumer's pod shows, its IPs remapped: the consumer's EndpointSlice
-    controller then lists the pod among the local ones, with its readiness."""
-    status = copied_status(copy_status)
-    remap = {"provider_pod_cidr": provider_pod_cidr, "remapped_pod_cidr": remapped_pod_cidr}
-    if status.get("podIP"):
-        status["podIP"] = remap_ip(status["podIP"], **remap)
-    if status.get("podIPs"):
-        status["podIPs"] = [{**entry, "ip": remap_ip(entry["ip"], **remap)} for entry in status["podIPs"]]
-    return status
+class ConsumerStatus(NamedTuple):
+    status: dict[str, Any]
+    # What the provider reported outside its advertised PodCIDR (or not an address): not shown, and warned of.
+    foreign_ips: tuple[str, ...] = ()
+
+
+def status_for_consumer(copy_status: dict[str, Any], *, shape: StatusShape, provider_pod_cidr: str | None,
+                        remapped_pod_cidr: str | None) -> ConsumerStatus:  # fmt: skip
+    """What of the copy's status the consumer's pod shows (models/pods.py: copied_status, bounded by the
+    pod's `shape`), its IPs remapped: the consumer's EndpointSlice controller then lists the pod among the
+    local ones, with its readiness. Of the addresses reported, only one inside the advertised PodCIDR is
+    shown (`remap_ip`; one CIDR, so one family); the others are the foreign ones."""
+    status = copied_status(copy_status, shape=shape)
+    entries = copy_status.get("podIPs")
+    reported = [copy_status.get("podIP"), *((e.get("ip") if isinstance(e, dict) else e)
+                                           for e in (entries if isinstance(entries, list) else []))]  # fmt: skip
+    addresses = list(dict.fromkeys(str(ip)[:64] for ip in reported if ip))[:MAX_REPORTED_IPS]
+    if not addresses:
+        return ConsumerStatus({k: v for k, v in status.items() if k not in ("podIP", "podIPs")})
+    foreign = tuple(ip for ip in addresses if not _inside(ip, provider_pod_cidr))
+    shown = [shown for ip in addresses
+             if (shown := remap_ip(ip, provider_pod_cidr=provider_pod_cidr, remapped_pod_cidr=remapped_pod_cidr))][:1]  # fmt: skip
+    status["podIP"] = shown[0] if shown else None
+    status["podIPs"] = [{"ip": ip} for ip in shown] or None
+    return ConsumerStatus(status, foreign)
+
+
+def foreign_ip_message(foreign_ips: tuple[str, ...], *, provider_id: str, provider_pod_cidr: str | None) -> str:
+    """The Warning on a consumer pod whose copy reported addresses that are not its provider's pods'."""
+    return (f"provider {provider_id} reported {', '.join(foreign_ips)} as this pod's IP, outside the PodCIDR it "
+            f"advertised ({provider_pod_cidr or 'none'}): not shown, so no Service sends traffic there")
 
 
 def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:

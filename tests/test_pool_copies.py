@@ -10,7 +10,19 @@ from typing import Any
 import pytest
 
 from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
-from models.pods import ReflectedEvents, copied_status, event_for_origin, strip_service_account_token
+from models.pods import (
+    MAX_MESSAGE_CHARS,
+    MAX_REASON_CHARS,
+    EventBudget,
+    ReflectedEvents,
+    StatusShape,
+    Throttle,
+    copied_status,
+    dropped_events_event,
+    event_for_origin,
+    status_shape,
+    strip_service_account_token,
+)
 from models.pool.sync import (
     API_VERSIONS,
     SYNCED_KINDS,
@@ -74,7 +86,7 @@ def test_the_origin_shows_the_copys_running_state_and_never_the_other_clusters_m
     status = {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}], "hostIP": "192.168.1.1",
               "hostIPs": [{"ip": "192.168.1.1"}], "qosClass": "BestEffort", "reason": "Evicted",
               "initContainerStatuses": [], "startTime": "2026-01-01T00:00:00Z"}  # fmt: skip
-    assert copied_status(status) == {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
+    assert copied_status(status, shape=StatusShape()) == {"phase": "Running", "podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.7"}],
                                      "reason": "Evicted", "initContainerStatuses": [],
                                      "startTime": "2026-01-01T00:00:00Z", "message": None}  # fmt: skip
 
@@ -253,4 +265,91 @@ def test_only_the_syncers_own_copies_are_deleted_when_stale(kind: str, annotatio
 
 
 def test_a_reason_the_copy_no_longer_has_is_cleared_on_the_origin() -> None:
-    assert copied_status({"phase": "Running"}) == {"phase": "Running", "reason": None, "message": None}
+    assert copied_status({"phase": "Running"}, shape=StatusShape()) == {"phase": "Running", "reason": None, "message": None}
+
+
+# What the other cluster reports is bounded (models/pods.py), as vectors.
+
+SHAPE = status_shape({"containers": [{"name": "web"}], "initContainers": [{"name": "init"}],
+                      "readinessGates": [{"conditionType": "example.com/ready"}]})  # fmt: skip
+
+
+@pytest.mark.parametrize(("reported", "shown"), [
+    pytest.param({"message": "x" * 100_000, "reason": "R" * 10_000}, {"message": "x" * MAX_MESSAGE_CHARS,
+                 "reason": "R" * MAX_REASON_CHARS}, id="a reason and a message are cut to their bounds"),
+    pytest.param({"message": {"nested": "x"}}, {"message": None}, id="a message that is no string is cleared"),
+    pytest.param({"conditions": [{"type": "Ready", "status": "True", "message": "m" * 5000, "extra": "e"},
+                                 {"type": "Ready", "status": "False"},
+                                 {"type": "example.com/ready", "status": "True"},
+                                 *({"type": f"made-up-{i}", "status": "True"} for i in range(1000))]},
+                 {"conditions": [{"type": "Ready", "status": "True", "message": "m" * MAX_MESSAGE_CHARS},
+                                 {"type": "example.com/ready", "status": "True"}]},
+                 id="conditions of a pod's types and its readiness gates, each once, with a pod condition's fields"),
+    pytest.param({"containerStatuses": [{"name": "web", "ready": True, "restartCount": 2, "volumeMounts": [{}] * 99,
+                                         "state": {"waiting": {"reason": "BackOff", "message": "w" * 5000, "x": 1}}},
+                                        {"name": "web", "ready": False}, {"name": "sidecar", "ready": True}]},
+                 {"containerStatuses": [{"name": "web", "ready": True, "restartCount": 2, "state": {
+                     "waiting": {"reason": "BackOff", "message": "w" * MAX_MESSAGE_CHARS}}}]},
+                 id="container statuses only of the spec's containers, each once, with a kubelet's fields"),
+    pytest.param({"initContainerStatuses": [{"name": "web"}, {"name": "init", "state": {"terminated": {
+                  "exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-01T00:00:00Z"}}}]},
+                 {"initContainerStatuses": [{"name": "init", "state": {"terminated": {
+                     "exitCode": 0, "reason": "Completed", "finishedAt": "2026-01-01T00:00:00Z"}}}]},
+                 id="init container statuses only of the spec's init containers"),
+    pytest.param({"containerStatuses": "not a list"}, {"containerStatuses": []}, id="what is no list shows nothing"),
+])  # fmt: skip
+def test_what_the_other_cluster_reports_is_shown_within_bounds(reported: dict[str, Any], shown: dict[str, Any]) -> None:
+    status = copied_status(reported, shape=SHAPE)
+    assert {k: status[k] for k in shown} == shown
+
+
+def test_an_events_reason_and_message_are_cut_and_its_type_is_one_of_two() -> None:
+    event = {"metadata": {"uid": "e"}, "involvedObject": {"fieldPath": "f" * 5000}, "reason": "R" * 1000,
+             "message": "m" * 100_000, "type": "Critical", "count": 10**12}  # fmt: skip
+    reflected = event_for_origin(event, {"metadata": {"name": "web", "namespace": "shop", "uid": "u"}}, labels={})
+    assert (len(reflected["reason"]), len(reflected["message"])) == (MAX_REASON_CHARS, MAX_MESSAGE_CHARS)
+    assert reflected["type"] == "Normal" and reflected["count"] == 2**31 - 1
+    assert len(reflected["involvedObject"]["fieldPath"]) <= 256
+
+
+@pytest.mark.parametrize(("arrivals", "written", "dropped"), [
+    pytest.param([0.0] * 20, 20, 0, id="a burst of 20 is written whole"),
+    pytest.param([0.0] * 100, 20, 80, id="a flood at once: the burst, the rest dropped and counted"),
+    pytest.param([i * 6.0 for i in range(100)], 100, 0, id="ten a minute for ten minutes: all written"),
+    pytest.param([0.0] * 25 + [60.0] * 25, 30, 20, id="a minute later, ten more are allowed"),
+])  # fmt: skip
+def test_events_about_one_pod_are_reflected_at_most_ten_a_minute_after_a_burst_of_twenty(
+    arrivals: list[float], written: int, dropped: int
+) -> None:
+    budget: EventBudget[str] = EventBudget()
+    assert sum(budget.take("pod", now=t) for t in arrivals) == written
+    assert budget.dropped("pod") == dropped
+
+
+def test_the_dropped_events_are_summarized_at_the_first_drop_then_at_most_once_a_minute() -> None:
+    budget: EventBudget[str] = EventBudget(burst=1)
+    assert budget.take("pod", now=0) and not budget.summary_due("pod", now=0)  # nothing dropped yet
+    assert not budget.take("pod", now=1) and budget.summary_due("pod", now=1)
+    assert not budget.take("pod", now=2) and not budget.summary_due("pod", now=2)
+    assert budget.summary_due("pod", now=61) and budget.dropped("pod") == 2
+    body = dropped_events_event({"metadata": {"name": "web", "namespace": "shop", "uid": "u"}}, dropped=2,
+                                source="provider a", labels={}, now="2026-01-01T00:00:00Z")  # fmt: skip
+    assert body["metadata"]["name"] == "web.u.dropped" and body["count"] == 2 and "provider a" in body["message"]
+
+
+def test_the_budgets_of_other_pods_are_their_own_and_memory_is_bounded() -> None:
+    budget: EventBudget[str] = EventBudget(burst=1, capacity=2)
+    assert budget.take("a", now=0) and not budget.take("a", now=0) and budget.take("b", now=0)
+    budget.take("c", now=0)
+    assert len(budget) == 2 and budget.dropped("a") == 0  # forgotten, the least recently used first
+    budget.forget("b")
+    assert len(budget) == 1
+
+
+def test_a_warning_is_said_once_per_period_or_again_when_what_it_says_changes() -> None:
+    throttle: Throttle[str] = Throttle(600, capacity=1)
+    assert throttle.due("pod", ("10.96.0.1",), now=0)
+    assert not throttle.due("pod", ("10.96.0.1",), now=100)
+    assert throttle.due("pod", ("10.96.0.2",), now=101)
+    assert throttle.due("pod", ("10.96.0.2",), now=701)
+    assert throttle.due("other", (), now=701) and len(throttle) == 1

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from models.pods import StatusShape
 from models.settings import VirtualKubeletSettings
 from models.virtual_kubelet import (
     ORIGIN_VERSION,
     config_copy,
+    foreign_ip_message,
     overdue_for_force_delete,
     referenced_objects,
     reflected_name,
@@ -116,19 +118,64 @@ def test_teardown_force_deletes_a_copy_only_once_its_grace_period_is_well_past(
     assert overdue_for_force_delete(deadline, now=NOW) is overdue
 
 
+CONSUMER_API_SERVICE_IP = "10.96.0.1"  # the consumer's own kubernetes Service: what a hostile provider points at
+
+
 @pytest.mark.parametrize(("ip", "provider", "remapped", "shown"), [
     pytest.param("10.0.3.7", "10.0.0.0/16", "100.64.0.0/16", "100.64.3.7", id="the host part kept in the remapped block"),
-    pytest.param("10.0.3.7", "10.0.0.0/16", "None", "10.0.3.7", id="no remapping needed"),
-    pytest.param("192.168.1.5", "10.0.0.0/16", "100.64.0.0/16", "192.168.1.5", id="outside the PodCIDR: host network"),
-    pytest.param("10.0.3.7", "10.0.0.0/16", None, "10.0.3.7", id="remapping not known yet"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", "None", "10.0.3.7", id="no remapping needed: kept as it is"),
+    pytest.param(CONSUMER_API_SERVICE_IP, "10.0.0.0/16", "None", None,
+                 id="outside the advertised PodCIDR, no remapping: not shown"),
+    pytest.param(CONSUMER_API_SERVICE_IP, "10.0.0.0/16", "100.64.0.0/16", None,
+                 id="outside the advertised PodCIDR, remapped: not shown"),
+    pytest.param("100.64.3.7", "10.0.0.0/16", "100.64.0.0/16", None,
+                 id="an address already in the remapped block is not the provider's: not shown"),
+    pytest.param("192.168.1.5", "10.0.0.0/16", "100.64.0.0/16", None, id="a provider node's address (host network): not shown"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", None, None, id="remapping not known yet: not shown yet"),
+    pytest.param("10.0.3.7", None, "None", None, id="no advertised PodCIDR: nothing is a pod's"),
+    pytest.param("not-an-ip", "10.0.0.0/16", "None", None, id="not an address: not shown"),
+    pytest.param("fd00::7", "10.0.0.0/16", "None", None, id="another family than the advertised PodCIDR: not shown"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", "100.64.0.0/24", None, id="a remapped block of another size: not shown"),
+    pytest.param("10.0.3.7", "10.0.0.0/16", "garbage", None, id="a remapped block that is no CIDR: not shown"),
 ])  # fmt: skip
-def test_a_copys_ip_is_shown_through_the_podcidr_remapping(ip: str, provider: str, remapped: str | None,
-                                                             shown: str) -> None:  # fmt: skip
+def test_only_an_address_inside_the_advertised_podcidr_is_shown_through_the_remapping(
+    ip: str, provider: str | None, remapped: str | None, shown: str | None
+) -> None:
     assert remap_ip(ip, provider_pod_cidr=provider, remapped_pod_cidr=remapped) == shown
-    status = status_for_consumer({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.9.9.9"},
-                                 provider_pod_cidr=provider, remapped_pod_cidr=remapped)  # fmt: skip
-    assert (status["podIP"], status["podIPs"]) == (shown, [{"ip": shown}])
+
+
+@pytest.mark.parametrize(("reported", "remapped", "shown", "foreign"), [
+    pytest.param({"podIP": "10.0.3.7", "podIPs": [{"ip": "10.0.3.7"}]}, "100.64.0.0/16", "100.64.3.7", (),
+                 id="a pod's address, remapped"),
+    pytest.param({"podIP": CONSUMER_API_SERVICE_IP, "podIPs": [{"ip": CONSUMER_API_SERVICE_IP}]}, "None", None,
+                 (CONSUMER_API_SERVICE_IP,), id="a consumer address reported: dropped and named"),
+    pytest.param({"podIP": "10.0.3.7", "podIPs": [{"ip": "10.0.3.7"}, {"ip": "192.168.1.5"}]}, "None", "10.0.3.7",
+                 ("192.168.1.5",), id="a foreign second address: the pod's shown, the other named"),
+    pytest.param({"podIP": "bogus", "podIPs": ["x"]}, "None", None, ("bogus", "x"),
+                 id="what is no address is dropped and named"),
+    pytest.param({"podIP": "10.0.3.7"}, None, None, (), id="the remapping not known yet: nothing shown, nothing foreign"),
+    pytest.param({"podIPs": [{"ip": f"192.168.0.{i}"} for i in range(50)]}, "None", None,
+                 tuple(f"192.168.0.{i}" for i in range(4)), id="a flood of addresses: a few looked at"),
+])  # fmt: skip
+def test_the_consumer_pod_shows_only_its_providers_pod_address_and_the_rest_is_warned_of(
+    reported: dict[str, Any], remapped: str | None, shown: str | None, foreign: tuple[str, ...]
+) -> None:
+    status, found = status_for_consumer({"phase": "Running", "hostIP": "10.9.9.9", **reported}, shape=StatusShape(),
+                                        provider_pod_cidr="10.0.0.0/16", remapped_pod_cidr=remapped)  # fmt: skip
+    assert (status["podIP"], status["podIPs"]) == (shown, [{"ip": shown}] if shown else None)
+    assert found == foreign
     assert "hostIP" not in status  # a node of the provider's
+
+
+def test_a_copy_that_reports_no_address_changes_none_on_the_consumer_pod() -> None:
+    status, found = status_for_consumer({"phase": "Pending"}, shape=StatusShape(), provider_pod_cidr="10.0.0.0/16",
+                                        remapped_pod_cidr="None")  # fmt: skip
+    assert "podIP" not in status and "podIPs" not in status and found == ()
+
+
+def test_the_foreign_address_warning_names_the_addresses_and_the_advertised_podcidr() -> None:
+    message = foreign_ip_message((CONSUMER_API_SERVICE_IP,), provider_id="a", provider_pod_cidr="10.0.0.0/16")
+    assert CONSUMER_API_SERVICE_IP in message and "10.0.0.0/16" in message and "provider a" in message
 
 
 def test_a_services_copy_selects_this_consumers_copies_of_its_namespace_and_takes_its_own_address() -> None:

@@ -39,7 +39,15 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     super_cluster_namespace,
 )
-from models.pods import MAX_REMEMBERED_EVENTS, ReflectedEvents, copied_status, event_for_origin, says, status_patch
+from models.pods import (
+    MAX_REMEMBERED_EVENTS,
+    ReflectedEvents,
+    copied_status,
+    event_for_origin,
+    says,
+    status_patch,
+    status_shape,
+)
 from models.pool.moves import (
     draining_of,
     scheduled_of,
@@ -324,7 +332,7 @@ class Syncer:
                     if e.status != 409:
                         raise
             else:
-                status = copied_status(copy.get("status") or {})
+                status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
                 if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
                     self._push_status(pod, tenant_ns, status)
         for name in set(super_pods) - mine:

@@ -53,7 +53,7 @@ from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies,
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
-from kube.objects import ignore_not_found, raw_json, read_cluster_object
+from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event
 from kube.workqueue import WorkQueue
 from models.api.conditions import NodeReadyReason
 from models.names import (
@@ -68,8 +68,19 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from models.pods import COPIED_STATUS, ReflectedEvents, event_for_origin, status_patch
+from models.pods import (
+    COPIED_STATUS,
+    EventBudget,
+    ReflectedEvents,
+    Throttle,
+    clipped,
+    dropped_events_event,
+    event_for_origin,
+    status_patch,
+    status_shape,
+)
 from models.virtual_kubelet import (
+    FOREIGN_IP_WARNING_SECONDS,
     ORIGIN_NAME,
     ORIGIN_NAMESPACE,
     ORIGIN_UID,
@@ -78,6 +89,7 @@ from models.virtual_kubelet import (
     SOURCE_DIGEST,
     config_copy,
     copy_labels,
+    foreign_ip_message,
     node_status_report_due,
     pod_copy,
     referenced_objects,
@@ -170,7 +182,7 @@ def _consumer_pod(pod: Obj) -> Obj:
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",
                                                "deletionTimestamp") if k in meta},
             "spec": _compact(spec), "status": _compact(_copied(pod.get("status"))),
-            "restartPolicy": spec.get("restartPolicy"),
+            "restartPolicy": spec.get("restartPolicy"), "shape": status_shape(spec),
             "uses": sorted([*(("ConfigMap", n) for n in config_maps), *(("Secret", n) for n in secrets)])}  # fmt: skip
 
 
@@ -206,8 +218,9 @@ def _service(obj: Obj) -> Obj:
 
 
 def _event(obj: Obj) -> Obj:
-    return {k: obj[k] for k in ("metadata", "involvedObject", "reason", "message", "type", "count", "source",
+    kept: Obj = {k: obj[k] for k in ("metadata", "involvedObject", "reason", "message", "type", "count", "source",
                                 "reportingComponent", "firstTimestamp", "lastTimestamp", "eventTime") if k in obj}  # fmt: skip
+    return {**kept, **{k: clipped(k, kept[k]) for k in ("reason", "message") if k in kept}}  # the provider's sizes
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -251,6 +264,10 @@ class VirtualKubelet:
         self._refs: dict[ConfigKey, set[PodKey]] = {}  # which pods use each ConfigMap and Secret
         self._pods_in: Counter[str] = Counter()  # pods per consumer namespace: its Services are reflected
         self._events_reflected = ReflectedEvents()
+        # What the provider reports is bounded per consumer pod (forgotten when the pod goes): Events reflected
+        # (models/pods.py: EventBudget), and Warnings about addresses outside its PodCIDR.
+        self._event_budget: EventBudget[PodKey] = EventBudget()
+        self._foreign_ip_warnings: Throttle[PodKey] = Throttle(FOREIGN_IP_WARNING_SECONDS)
         self.pods: Store[PodKey, Obj] = Store(_key, self._pod_changed)
         self.copies: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_changed)
         self.config_maps: Store[PodKey, Obj] = Store(_key, self._config_map_changed)
@@ -546,6 +563,8 @@ class VirtualKubelet:
             return  # queued again, all of them, when reflection resumes
         pod, copy = self.pods.get(key), self.copies.get(reflected_name(*key))
         if pod is None:  # the consumer pod is gone: so goes its copy
+            self._event_budget.forget(key)
+            self._foreign_ip_warnings.forget(key)
             if copy is not None:
                 self._delete_remote(self.remote.delete_namespaced_pod, copy)
             return
@@ -568,7 +587,12 @@ class VirtualKubelet:
             self.remote.patch_namespaced_pod(copy["metadata"]["name"], self.remote_namespace, {"metadata": {
                 "labels": {**{k: None for k in have if k not in labels}, **labels}}})  # fmt: skip
         provider_cidr, remapped_cidr = self._pod_cidrs
-        wanted = status_for_consumer(_status(copy), provider_pod_cidr=provider_cidr, remapped_pod_cidr=remapped_cidr)
+        wanted, foreign = status_for_consumer(_status(copy), shape=pod["shape"], provider_pod_cidr=provider_cidr,
+                                              remapped_pod_cidr=remapped_cidr)  # fmt: skip
+        if foreign and self._foreign_ip_warnings.due(key, foreign, now=time.monotonic()):
+            record_event(self.consumer, {"apiVersion": "v1", "kind": "Pod", "metadata": meta},
+                         reason="ProviderReportedForeignIP", warning=True, message=foreign_ip_message(
+                             foreign, provider_id=self.config.provider_id, provider_pod_cidr=provider_cidr))  # fmt: skip
         shown = _status(pod)
         current = {k: shown.get(k) for k in wanted}
         if wanted and current != wanted:
@@ -670,17 +694,27 @@ class VirtualKubelet:
             return
         origin = _origin(self.copies.get((event.get("involvedObject") or {}).get("name") or ""))
         pod = self.pods.get(origin) if origin else None
-        if pod is None:
+        if origin is None or pod is None:
             return  # not a copy of ours, or its pod is gone
-        body = event_for_origin(event, pod, labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self.config.provider_id})
+        labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self.config.provider_id}
+        now = time.monotonic()
+        if self._event_budget.take(origin, now=now):
+            self._write_event(event_for_origin(event, pod, labels=labels))
+        elif self._event_budget.summary_due(origin, now=now):
+            self._write_event(dropped_events_event(pod, dropped=self._event_budget.dropped(origin), labels=labels,
+                                                   source=f"provider {self.config.provider_id}", now=_now()))  # fmt: skip
+        self._events_reflected.remember(event)  # a dropped one too: the budget is spent, not deferred
+
+    def _write_event(self, body: Obj) -> None:
+        """Written again (a restarted virtual kubelet, a source Event that happened again), it updates."""
+        namespace = body["metadata"]["namespace"]
         try:
-            self.core.create_namespaced_event(pod["metadata"]["namespace"], k8s.CoreV1Event.model_validate(body))
+            self.core.create_namespaced_event(namespace, k8s.CoreV1Event.model_validate(body))
         except ApiException as e:
             if e.status != 409:
                 raise
-            self.core.patch_namespaced_event(body["metadata"]["name"], pod["metadata"]["namespace"],
+            self.core.patch_namespaced_event(body["metadata"]["name"], namespace,
                                              {k: body[k] for k in ("count", "message", "lastTimestamp") if k in body})  # fmt: skip
-        self._events_reflected.remember(event)
 
     # Writes in the provider that never touch what is not ours -----------------------------------------
     def _write_remote(self, create: Any, replace: Any, read: Any, body: Obj, *, exists: bool) -> None:

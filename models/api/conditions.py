@@ -77,6 +77,8 @@ EventReason = Literal[
     "MovedPod",  # a pool pod is recreated on another super cluster of its namespace
     "MoveFinished",  # every moved pod of a pool namespace runs: the old clusters drop their copies
     "ConsumerSilent",  # a consumer's virtual kubelet stopped renewing its keepalive: the provider deleted its copies
+    "ProviderReportedForeignIP",  # a copy's status named an address outside its provider's PodCIDR: not shown
+    "ReflectedEventsDropped",  # more Events about a copy than a pod's budget: the rest counted, not shown
 ]
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.

@@ -24,7 +24,7 @@ from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
-from models.virtual_kubelet import reflected_name
+from models.virtual_kubelet import ORIGIN_UID, reflected_name
 from tests.kube import create_namespace, create_node, create_pod, wait_for
 from workers.kubelet_api import KubeletApi
 
@@ -84,6 +84,9 @@ def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[
                         "lastTransitionTime": now}],
     }})  # fmt: skip
     create_pod(consumer_api, NAMESPACE, POD, node_name=NODE)
+    # What the virtual kubelet writes on a copy it makes: whose copy it is (the kubelet API checks it).
+    provider_core.patch_namespaced_pod(reflected_name(NAMESPACE, POD), remote_namespace, {"metadata": {"annotations": {
+        ORIGIN_UID: core.read_namespaced_pod(POD, NAMESPACE).metadata.uid}}})  # fmt: skip
     # What the virtual kubelet reports for a running copy (kubectl port-forward asks for a running pod).
     core.patch_namespaced_pod_status(POD, NAMESPACE, {"status": {"phase": "Running"}})
     try:

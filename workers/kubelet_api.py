@@ -48,7 +48,7 @@ from kubernetes.stream import portforward as provider_portforward
 from kubernetes.stream import stream as provider_stream
 
 from kube import spdy
-from models.virtual_kubelet import reflected_name
+from models.virtual_kubelet import ORIGIN_UID, reflected_name
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,11 @@ class KubeletApi:
         return bool(result.status and result.status.allowed)
 
     def copy_of(self, namespace: str, pod: str, uid: str | None) -> str | None:
-        """The name of the provider copy of a consumer pod bound to this node; None for any other pod."""
+        """The name of the provider copy of a consumer pod bound to this node; None for any other pod, and
+        for a copy that is not this pod's. A name is not a pod: the provider may have put another pod under
+        the copy's name (a pod it made, another consumer pod's copy, one of an earlier pod of the same name),
+        and two consumer pods may share one reflected name (`a-b`/`c` and `a`/`b-c`), so the copy is read
+        and must carry this pod's uid (ORIGIN_UID, which the virtual kubelet writes at creation)."""
         try:
             bound = k8s.CoreV1Api(self._consumer).read_namespaced_pod(pod, namespace,
                                                                       _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
@@ -143,11 +147,24 @@ class KubeletApi:
             if e.status == 404:
                 return None
             raise
-        if bound.spec is None or bound.spec.node_name != self.node_name:
+        if bound.spec is None or bound.spec.node_name != self.node_name or bound.metadata is None:
             return None
-        if uid is not None and (bound.metadata is None or bound.metadata.uid != uid):
+        if uid is not None and bound.metadata.uid != uid:
             return None
-        return reflected_name(namespace, pod)
+        name = reflected_name(namespace, pod)
+        try:
+            copy = k8s.CoreV1Api(self.provider()).read_namespaced_pod(name, self.remote_namespace,
+                                                                      _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        origin = ((copy.metadata.annotations if copy.metadata else None) or {}).get(ORIGIN_UID)
+        if origin != bound.metadata.uid:
+            log.warning("kubelet API: the provider's pod %s/%s is not the copy of %s/%s (origin uid %s): refused",
+                        self.remote_namespace, name, namespace, pod, origin)  # fmt: skip
+            return None
+        return name
 
 
 def _identity(peer_cert: dict[str, Any]) -> tuple[str, list[str]]:
@@ -343,10 +360,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._status(403, "Forbidden", f"forbidden: nodes/proxy {verb} on node {api.node_name}")
             copy = api.copy_of(route.namespace, route.pod, route.uid)
         except ApiException as e:
-            log.warning("kubelet API: consumer call failed: %s", e.status)
-            return self._status(503, "ServiceUnavailable", "the consumer's API server did not answer")
+            log.warning("kubelet API: consumer or provider call failed: %s", e.status)
+            return self._status(503, "ServiceUnavailable", "the consumer's or the provider's API server did not answer")
         if copy is None:
-            return self._status(404, "NotFound", f"pod {route.namespace}/{route.pod} is not on node {api.node_name}")
+            return self._status(404, "NotFound", f"pod {route.namespace}/{route.pod} is not on node {api.node_name}, "
+                                                 "or its copy in the provider is not this pod's")  # fmt: skip
         query = parse_qs(url.query)
         self.connection.settimeout(None)
         if route.kind == "containerLogs":

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
+from models.names import LABEL_POD_SECURITY_ENFORCE, LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
 from models.pods import (
     MAX_MESSAGE_CHARS,
     MAX_REASON_CHARS,
@@ -23,6 +23,7 @@ from models.pods import (
     status_shape,
     strip_service_account_token,
 )
+from models.pool.moves import refused_status
 from models.pool.sync import (
     API_VERSIONS,
     SYNCED_KINDS,
@@ -35,6 +36,7 @@ from models.pool.sync import (
     selectorless_services,
     stale_mirrors,
     status_cluster,
+    super_namespace_labels,
     unchanged,
 )
 from models.virtual_kubelet import safe_pod_spec
@@ -353,3 +355,28 @@ def test_a_warning_is_said_once_per_period_or_again_when_what_it_says_changes() 
     assert throttle.due("pod", ("10.96.0.2",), now=101)
     assert throttle.due("pod", ("10.96.0.2",), now=701)
     assert throttle.due("other", (), now=701) and len(throttle) == 1
+
+
+# Tenants share a super cluster: its rules for their pods (models/pool/sync.py).
+
+
+def test_a_tenant_namespace_in_a_super_cluster_enforces_pod_security_baseline() -> None:
+    labels = super_namespace_labels("shop")
+    assert labels[LABEL_POD_SECURITY_ENFORCE] == "baseline"
+    assert labels[LABEL_TENANT_NAMESPACE] == "shop"
+
+
+def test_a_tenant_pod_takes_no_priority_of_its_own_to_a_super_cluster() -> None:
+    tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": {
+        **copy.deepcopy(SPEC), "priorityClassName": "system-cluster-critical", "priority": 2000000000,
+        "preemptionPolicy": "PreemptLowerPriority"}}  # fmt: skip
+    spec = pod_for_super(tenant_pod, target_namespace="t-shop", tenant_namespace="shop")["spec"]
+    assert not {"priorityClassName", "priority", "preemptionPolicy"} & set(spec)
+
+
+def test_a_pod_its_super_cluster_refuses_is_pending_and_says_why() -> None:
+    why = 'pods "web" is forbidden: violates PodSecurity "baseline:latest": privileged'
+    status = refused_status(cluster="s1", why=why + " " + "x" * 5000, now="2026-01-01T00:00:00Z")
+    assert (status["phase"], status["reason"]) == ("Pending", "SuperClusterRefused")
+    assert status["message"].startswith(f"super cluster s1 refuses it: {why}") and len(status["message"]) == 1024
+    assert status["conditions"][0]["type"] == "PodScheduled" and status["conditions"][0]["status"] == "False"

@@ -19,6 +19,7 @@ import logging
 import sys
 import threading
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,8 +28,9 @@ from kubernetes.client.exceptions import ApiException
 from kube.clients import client_from_kubeconfig_file
 from kube.informer import Informer
 from kube.metadata import served_metadata
-from kube.objects import APPLY, ignore_not_found
+from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
+from models.api.common import rfc3339
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
     LABEL_MANAGED_BY,
@@ -50,6 +52,7 @@ from models.pods import (
 )
 from models.pool.moves import (
     draining_of,
+    refused_status,
     scheduled_of,
 )
 from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
@@ -68,6 +71,7 @@ from models.pool.sync import (
     selectorless_services,
     stale_mirrors,
     status_cluster,
+    super_namespace_labels,
     unchanged,
 )
 
@@ -195,9 +199,8 @@ class Syncer:
                 ignore_not_found(self.down.delete_namespace, copy.name)
 
     def _sync_namespace(self, tenant_ns: str, target: str) -> None:
-        labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_ns}
         self.down.patch_namespace(target, {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": target, "labels": labels}},
+                                           "metadata": {"name": target, "labels": super_namespace_labels(tenant_ns)}},
                                   field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip
         self._targets[target] = tenant_ns
         self._sync_copies(tenant_ns, target)
@@ -329,7 +332,9 @@ class Syncer:
                     self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                         pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
                 except ApiException as e:
-                    if e.status != 409:
+                    if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
+                        self._refused(pod, tenant_ns, _message_of(e))
+                    elif e.status != 409:
                         raise
             else:
                 status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
@@ -337,6 +342,16 @@ class Syncer:
                     self._push_status(pod, tenant_ns, status)
         for name in set(super_pods) - mine:
             ignore_not_found(self.down.delete_namespaced_pod, name, target)
+
+    def _refused(self, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
+        """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
+        at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
+        status = refused_status(cluster=self.cluster, why=why, now=_now())
+        if says(pod.get("status"), status):
+            return
+        self.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
+        record_event(self.up.api_client, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
+                     reason="SuperClusterRefused", message=status["message"], warning=True)  # fmt: skip
 
     def _push_status(self, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
         """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
@@ -348,6 +363,18 @@ class Syncer:
         except ApiException as e:
             if e.status != 409:
                 raise
+
+
+def _message_of(e: ApiException) -> str:
+    """The API server's own words (a Status body's message), never the exception's text (its headers)."""
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)
+    except (ValueError, AttributeError):
+        return str(e.reason)
+
+
+def _now() -> str:
+    return rfc3339(datetime.now(UTC))
 
 
 class _KindApis:

@@ -49,7 +49,7 @@ SuperClusterReadyReason = Literal["ProbeSucceeded", "ProbeFailing", "Unreachable
 # while it is recreated elsewhere, and status.reason (the STATUS column of `kubectl get pods`).
 PoolPodReason = Literal["SuperClusterReady", "SuperClusterUnreachable", "Recreating"]
 # A tenant pod's PodScheduled, False when it fits in none of its namespace's super clusters.
-PodScheduledReason = Literal["Unschedulable"]
+PodScheduledReason = Literal["Unschedulable", "SuperClusterRefused"]
 POD_SUPER_CLUSTER_CONDITION: Final = "pool.tidepool.io/SuperClusterReady"
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",

@@ -137,6 +137,15 @@ def ready_again_status(*, cluster: str, now: str) -> dict[str, Any]:
     return {"conditions": [_condition_dict(value, now)]}
 
 
+def refused_status(*, cluster: str, why: str, now: str) -> dict[str, Any]:
+    """A pod its super cluster's API server refuses (its Pod Security level, models/pool/sync.py): Pending,
+    and why, as the super cluster said it (`kubectl get pod` shows the reason, `describe` the message)."""
+    message = f"super cluster {cluster} refuses it: {why}"[:1024]
+    value = condition("PodScheduled", False, "SuperClusterRefused", message)
+    return {"phase": "Pending", "reason": "SuperClusterRefused", "message": message,
+            "conditions": [_condition_dict(value, now)]}  # fmt: skip
+
+
 def unschedulable_status(*, why: str, now: str) -> dict[str, Any]:
     """A pod that never ran and fits in none of its namespace's clusters: Pending, as the scheduler says."""
     value = condition("PodScheduled", False, "Unschedulable", f"fits in no super cluster of its namespace: {why}")

@@ -13,7 +13,13 @@ the super cluster's own controllers, from the pods that run there.
 Up, from one cluster per namespace (status_cluster): a LoadBalancer Service's ingress addresses and a
 PVC's binding (through a mirrored PersistentVolume that the tenant's own PV controller binds, so that it
 agrees with what the tenant sees). Events about the pods' copies become Events on the tenant pods, once
-per change of the source Event (models/pods.py: event_for_origin, ReflectedEvents)."""
+per change of the source Event (models/pods.py: event_for_origin, ReflectedEvents).
+
+Tenants share a super cluster as consumers share a provider, and get the same rules: a tenant's namespace
+there enforces Pod Security (SUPER_CLUSTER_POD_SECURITY: no privileged container, host namespace or host
+path can reach the super cluster's nodes, nor so other tenants), and a tenant pod carries no priority of its
+own (TENANT_PRIORITY_FIELDS): priority classes are the super cluster's, shared by every tenant, and a tenant
+that could name one could preempt the others' pods."""
 
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ from typing import Any
 
 from models.names import (
     LABEL_MANAGED_BY,
+    LABEL_POD_SECURITY_ENFORCE,
+    LABEL_POD_SECURITY_ENFORCE_VERSION,
     LABEL_SUPER_CLUSTER,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
@@ -32,6 +40,15 @@ from models.names import (
 )
 from models.pods import strip_service_account_token
 
+# The Pod Security level every tenant namespace of a super cluster enforces: baseline, Kubernetes' "no known
+# privilege escalation", the provider's default for consumers' pods too. A pool whose tenants need more (or
+# less) is a change of this constant, for every tenant alike: one tenant's exception would be every tenant's
+# exposure.
+SUPER_CLUSTER_POD_SECURITY = "baseline"
+# What a tenant pod may not say in a super cluster: its priority (a class name, or the number and policy the
+# tenant's admission resolved it to). Its copy gets the super cluster's default priority, the same for every
+# tenant, so no tenant preempts another's pods.
+TENANT_PRIORITY_FIELDS = ("priorityClassName", "priority", "preemptionPolicy")
 # Objects a super cluster makes for itself and that must not be copied over its own.
 SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
 # Kind -> apiVersion of every kind copied down, in the order a pass copies them (Services first: the
@@ -224,10 +241,17 @@ def stale_mirrors(mirrors: list[dict[str, Any]], claims: list[dict[str, Any]]) -
                   if ((m.get("spec") or {}).get("claimRef") or {}).get("uid") not in live)  # fmt: skip
 
 
+def super_namespace_labels(tenant_namespace: str) -> dict[str, str]:
+    """The labels of a tenant namespace's copy: whose it is, and the Pod Security its pods must meet."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace,
+            LABEL_POD_SECURITY_ENFORCE: SUPER_CLUSTER_POD_SECURITY, LABEL_POD_SECURITY_ENFORCE_VERSION: "latest"}  # fmt: skip
+
+
 def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
-    spec.pop("nodeName", None)
+    for key in ("nodeName", *TENANT_PRIORITY_FIELDS):
+        spec.pop(key, None)
     strip_service_account_token(spec)
     return {
         "apiVersion": "v1", "kind": "Pod",

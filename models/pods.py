@@ -96,9 +96,10 @@ def clipped(key: str, value: Any) -> Any:
 
 
 def _fields(obj: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`keys` of `obj`, clipped; a null stays (the API server writes `lastProbeTime: null`: the same shown)."""
     if not isinstance(obj, Mapping):
         return {}
-    return {k: v for k in keys if k in obj and (v := clipped(k, obj[k])) is not None}
+    return {k: v for k in keys if k in obj and ((v := clipped(k, obj[k])) is not None or obj[k] is None)}
 
 
 def _once_each(entries: Any, key: str, allowed: Any) -> list[Mapping[str, Any]]:

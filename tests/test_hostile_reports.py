@@ -14,6 +14,7 @@ provider and consumer attacks (its setup is most of their cost)."""
 from __future__ import annotations
 
 import base64
+import ipaddress
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -96,16 +97,18 @@ def _events(peering: Peering, pod: str, reason: str) -> list[k8s.CoreV1Event]:
 
 
 async def test_a_provider_cannot_point_a_consumer_pod_at_an_address_outside_its_podcidr(peering: Peering) -> None:
-    """The provider writes the consumer's own API server Service address as its copy's IP: a consumer Service
-    selecting the pod would send its traffic there."""
+    """The provider writes the consumer's own API server's address (where its `kubernetes` Service leads) as its
+    copy's IP: a consumer Service selecting the pod would send its traffic there."""
     pod, copy = await _offloaded_pod(peering, "ip")
-    target = k8s.CoreV1Api(peering.consumer.api_client()).read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    api_server: Any = k8s.DiscoveryV1Api(peering.consumer.api_client()).read_namespaced_endpoint_slice("kubernetes", "default")
+    target = api_server.endpoints[0].addresses[0]
+    assert ipaddress.ip_address(target) not in ipaddress.ip_network(PROVIDER_POD_CIDR)
     remote = k8s.CoreV1Api(peering.provider.api_client())
     remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote_namespace, {"status": {
         "podIP": target, "podIPs": [{"$patch": "replace"}, {"ip": target}]}})  # fmt: skip
     assert remote.read_namespaced_pod(copy.metadata.name, peering.remote_namespace).status.pod_ip == target  # the attack
     warnings = await eventually(lambda: _events(peering, "ip", "ProviderReportedForeignIP"), timeout=30,
-                                what="a Warning naming the foreign address")  # fmt: skip
+                                what=f"a Warning naming the foreign address {target}")  # fmt: skip
     assert warnings[0].type == "Warning" and target in warnings[0].message and PROVIDER_POD_CIDR in warnings[0].message
     shown = k8s.CoreV1Api(peering.consumer.api_client()).read_namespaced_pod("ip", NAMESPACE).status
     assert shown.pod_ip != target and target not in [entry.ip for entry in shown.pod_ips or []]
@@ -176,7 +179,8 @@ async def test_exec_and_logs_never_reach_a_pod_the_provider_put_under_a_copys_na
     labels, which it therefore never adopts nor deletes, carrying another consumer pod's uid."""
     other, _ = await _offloaded_pod(peering, "other")
     _, copy = await _offloaded_pod(peering, "victim")
-    assert _kubectl(peering, "exec", "victim", "--", "true").returncode == 0  # the way in works before the swap
+    for args in (("exec", "victim", "--", "true"), ("logs", "victim")):  # the ways in work before the swap
+        assert _kubectl(peering, *args).returncode == 0, args
     remote = k8s.CoreV1Api(peering.provider.api_client())
     impostor = k8s.V1Pod.model_validate({
         "metadata": {"name": copy.metadata.name, "annotations": {ORIGIN_UID: other.metadata.uid}},
@@ -196,9 +200,10 @@ async def test_exec_and_logs_never_reach_a_pod_the_provider_put_under_a_copys_na
     await eventually(swap, timeout=30, interval=1, what="the impostor under the copy's name")
     await eventually(lambda: remote.read_namespaced_pod(copy.metadata.name, peering.remote_namespace).status.phase
                      == "Running", timeout=30, what="the impostor running under the copy's name")  # fmt: skip
-    for args in (("exec", "victim", "--", "true"), ("logs", "victim")):
-        result = _kubectl(peering, *args)
-        assert result.returncode != 0 and "not this pod's" in result.stderr, (args, result.stdout, result.stderr)
+    executed = _kubectl(peering, "exec", "victim", "--", "true")
+    assert executed.returncode != 0 and "not this pod's" in executed.stderr, executed.stderr
+    logs = _kubectl(peering, "logs", "victim")  # the API server says NotFound in its own words
+    assert logs.returncode != 0 and "NotFound" in logs.stderr, logs.stderr
     assert _kubectl(peering, "exec", "other", "--", "true").returncode == 0  # the real copy's pod still answers
 
 

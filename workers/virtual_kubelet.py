@@ -590,6 +590,8 @@ class VirtualKubelet:
         wanted, foreign = status_for_consumer(_status(copy), shape=pod["shape"], provider_pod_cidr=provider_cidr,
                                               remapped_pod_cidr=remapped_cidr)  # fmt: skip
         if foreign and self._foreign_ip_warnings.due(key, foreign, now=time.monotonic()):
+            log.warning("pod %s/%s: provider %s reported %s, outside its PodCIDR %s: not shown", *key,
+                        self.config.provider_id, ", ".join(foreign), provider_cidr)  # fmt: skip
             record_event(self.consumer, {"apiVersion": "v1", "kind": "Pod", "metadata": meta},
                          reason="ProviderReportedForeignIP", warning=True, message=foreign_ip_message(
                              foreign, provider_id=self.config.provider_id, provider_pod_cidr=provider_cidr))  # fmt: skip

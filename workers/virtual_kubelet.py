@@ -13,7 +13,9 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   status back, their IPs through the PodCIDR remapping, so that the consumer's EndpointSlices list them
   beside local pods); the ConfigMaps and Secrets those pods use, edits and deletions included; the
   Services of the namespaces those pods are in (the provider's own controllers give each copy the pods'
-  copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods;
+  copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods, within
+  a budget per pod (models/pods.py: EventBudget); what the provider reports is bounded, and a pod IP outside
+  its advertised PodCIDR is never shown (models/virtual_kubelet.py: status_for_consumer);
 - serves the kubelet API (workers/kubelet_api.py) at the node's InternalIP and kubelet port: the consumer's
   `kubectl logs`, `exec`, `attach` and `port-forward` on its pods reach their copies;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider (its
@@ -219,7 +221,7 @@ def _service(obj: Obj) -> Obj:
 
 def _event(obj: Obj) -> Obj:
     kept: Obj = {k: obj[k] for k in ("metadata", "involvedObject", "reason", "message", "type", "count", "source",
-                                "reportingComponent", "firstTimestamp", "lastTimestamp", "eventTime") if k in obj}  # fmt: skip
+                                     "reportingComponent", "firstTimestamp", "lastTimestamp", "eventTime") if k in obj}  # fmt: skip
     return {**kept, **{k: clipped(k, kept[k]) for k in ("reason", "message") if k in kept}}  # the provider's sizes
 
 

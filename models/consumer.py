@@ -99,6 +99,11 @@ class AdvertisementState(_Model):
     forced: bool = False
     provider_cleanup_until: datetime | None = None
     provider_cleanup_outcome: str | None = None
+    # An acting step due again right after it ran made no progress (issue 34): the step last run, how many
+    # times in a row it was due again, and until when the run waits before running it again.
+    last_acted: Step | None = None
+    stalls: int = 0
+    stalled_until: datetime | None = None
 
 
 class AdvertisementInput(_Model):
@@ -257,6 +262,10 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
     if obs.resources:
         lines += ["", "| resource | advertised |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
+    if state.stalled_until is not None:
+        lines += ["", f"**no progress**: {step} ran and is due again ({state.stalls}× in a row): waiting for "
+                      f"{_NO_PROGRESS.get(step, 'what it did to show')}; it runs again at the next change or at "
+                      f"{state.stalled_until:%Y-%m-%d %H:%M:%S} UTC"]  # fmt: skip
     if state.last_error:
         lines += ["", f"**last failure** (retried at the next change or after a backoff): {state.last_error}"]
     if state.forced:
@@ -269,6 +278,19 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
         lines += ["", "| deleted | at |", "|---|---|"]
         lines += [f"| {what} | {when:%H:%M:%S.%f} |" for what, when in state.deleted.items()]
     return "\n".join(lines)
+
+
+# What an acting step that shows no effect waits for (someone else's finalizer, usually).
+_NO_PROGRESS: dict[str, str] = {
+    "EnsureVirtualKubelet": "the virtual kubelet Deployment to exist (one being deleted, held by a finalizer, "
+                            "counts as absent and cannot be applied again until it is gone)",
+    "DeleteVirtualNode": "the virtual node to go (a finalizer may hold it)",
+    "DeleteVirtualKubelet": "the virtual kubelet Deployment to go",
+    "EnsureFinalizer": "the Advertisement to show its finalizer",
+    "MarkDeleting": "the Advertisement to show phase Deleting",
+    "ReleaseAdvertisement": "the Advertisement to be released",
+    "RefuseNotReady": "the Advertisement to show its refusal",
+}
 
 
 def _waiting_for(step: Step, state: AdvertisementState) -> str:

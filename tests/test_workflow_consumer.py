@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
 
@@ -37,7 +39,7 @@ from models.consumer import (
     ReleaseAdvertisementInput,
 )
 from workflows.admission import AdmissionWorkflow
-from workflows.advertisement import AdvertisementWorkflow
+from workflows.advertisement import NO_PROGRESS_BACKOFF_MAX, AdvertisementWorkflow
 
 pytestmark = pytest.mark.workflow
 PROVIDER = "provider-x"
@@ -342,3 +344,70 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     assert passes == [HOME, HOME]
     assert last is not None and last.accepted == [ADVERTISEMENT]
     assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME
+
+
+async def status_of(handle: WorkflowHandle[Any, Any]) -> AdvertisementState:
+    """The status query's answer, once the current run answers (one just continued as new may not yet)."""
+    for _ in range(REACH_ATTEMPTS):
+        try:
+            return await handle.query(AdvertisementWorkflow.status)
+        except RPCError:
+            await asyncio.sleep(REACH_INTERVAL)
+    raise AssertionError(f"{handle.id} never answered its status query")
+
+
+async def timer_seconds(client: Client, handle: WorkflowHandle[Any, Any]) -> list[float]:
+    """The durations of the timers started, in order, across the runs (as `activity_names`)."""
+    seconds: list[float] = []
+    run_id: str | None = handle.first_execution_run_id
+    while run_id:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        run_id = None
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+                seconds.append(event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds())
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return seconds
+
+
+async def test_a_virtual_kubelet_held_terminating_is_applied_again_with_a_backoff_and_the_run_continues_as_new(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Someone else's finalizer holds the virtual kubelet's Deployment terminating: it is absent for the
+    workflow however often it applies it. Issue 34: the step ran again at once, for ever, with no timer and
+    no continue-as-new (thousands of activities a minute); now each time it is due again without progress
+    the run waits 1 s, doubling to 5 min (or the next change), says why, and continues as new."""
+    cluster = ConsumerCluster(phase="Accepted", time_to_live=None)
+    cluster.change(has_finalizer=True, remote_remapped_pod_cidr="10.200.0.0/16")
+    applied: list[EnsureVirtualKubeletInput] = []
+
+    @activity.defn(name="ensure_virtual_kubelet")
+    async def held_terminating(request: EnsureVirtualKubeletInput) -> None:
+        applied.append(request)  # an apply to a Deployment being deleted changes nothing
+
+    worker = worker_for([held_terminating] + [a for a in cluster.activities() if a != cluster.ensure_virtual_kubelet])
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting after the first apply made no progress", lambda: len(applied) == 1)
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        details = metadata.current_details
+        assert "no progress" in details and "held by a finalizer" in details, details
+        while len(applied) < 12:  # the first timers may fire on the real clock too
+            applies = len(applied)
+            assert await skipper.fast_forward(handle, NO_PROGRESS_BACKOFF_MAX)
+            await reach(skipper, handle, "applied again, waiting again", lambda: len(applied) > applies)
+        timers = await timer_seconds(skipper.client, handle)
+        assert timers == [min(300, 2**n) for n in range(len(applied))], "one apply per backoff, never a burst"
+        latest = skipper.client.get_workflow_handle(handle.id)
+        await reach(skipper, latest, "the current run waiting", lambda: True)  # its first task done: it answers
+        assert (await latest.describe()).run_id != handle.first_execution_run_id, "it continued as new"
+        state = await status_of(latest)
+        assert (state.last_acted, state.stalls) == ("EnsureVirtualKubelet", len(applied))  # kept across runs
+
+        cluster.virtual_kubelet = cluster.virtual_node = True  # the finalizer went: the next apply makes it
+        await latest.signal(AdvertisementWorkflow.changed)
+        await reach(skipper, latest, "steady", lambda: True)
+        state = await status_of(latest)
+        assert (state.last_acted, state.stalls, state.stalled_until, cluster.virtual_kubelet) == (None, 0, None, True)
+        await latest.terminate("test over")

@@ -88,6 +88,12 @@ CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
 FAILURE_BACKOFF_MAX = timedelta(minutes=5)
+# An acting step decided again right after it ran made no progress (a virtual kubelet Deployment held
+# terminating by someone else's finalizer stays absent however often it is applied): act again only at the
+# next change or after this backoff, doubling from the first, so that the loop neither spins nor grows the
+# history faster than continue-as-new trims it.
+NO_PROGRESS_BACKOFF_FIRST = timedelta(seconds=1)
+NO_PROGRESS_BACKOFF_MAX = timedelta(minutes=5)
 # After a forced unpeer, the provider's copies are cleaned as workflows.failures.until_expired tries the other
 # side; past the last Advertisement's life, the provider cleans them once our keepalive has lapsed.
 PROVIDER_CLEANS_ITSELF = "the provider deletes them itself once this cluster's keepalive there has lapsed"
@@ -139,6 +145,8 @@ class AdvertisementWorkflow:
             self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
+        if step != self._state.last_acted:  # progress: what the last step did shows
+            self._state.last_acted, self._state.stalls = None, 0
         self._state.teardown = decided.teardown
         if obs.forced and not self._state.forced:  # only Advertisements of this release carry it: no patch needed
             self._state.forced = True
@@ -155,8 +163,14 @@ class AdvertisementWorkflow:
         if step == "Done":
             return True
         if step in ACTING_STEPS:
+            if self._state.last_acted == step and self._state.stalled_until is None:
+                await self._wait_for_progress(obs, step)  # then the next pass looks again, and acts
+                return False
+            self._state.stalled_until = None
             done = await self._act(step)
             self._state = after_step(self._state, step, done=done, now=workflow.now())
+            if step != "DeleteExpired":  # which waits on its own
+                self._state.last_acted = step  # forgotten by the next pass that decides another step
             self._succeeded()
             if step == "DeleteExpired":
                 if done:  # gone: a push that brings it back is a new arrival, for a new run
@@ -166,12 +180,27 @@ class AdvertisementWorkflow:
                 await workflow.sleep(EXPIRY_CLOCK_SKEW_RECHECK, summary="expired here, not yet for the worker")
             return False
         self._succeeded()
+        self._state.last_acted, self._state.stalls, self._state.stalled_until = None, 0, None
         if self._steady:
             await self._wait_for_change_or_deadline(obs, step)
         else:
             await self._wait(obs, step)
         self._continue_as_new_if_suggested()
         return False
+
+    async def _wait_for_progress(self, obs: AdvertisementObservation, step: Step) -> None:
+        """`step` ran and is due again: nothing it did shows. Say so, wait for a change or the backoff
+        (NO_PROGRESS_BACKOFF_FIRST doubling to NO_PROGRESS_BACKOFF_MAX), then let the next pass act again."""
+        self._state.stalls += 1
+        backoff = min(NO_PROGRESS_BACKOFF_MAX, NO_PROGRESS_BACKOFF_FIRST * 2 ** min(self._state.stalls - 1, 16))
+        self._state.stalled_until = workflow.now() + backoff
+        self._publish(obs, step)
+        try:
+            await workflow.wait_condition(lambda: self._changed, timeout=backoff,
+                                          timeout_summary=f"{step} made no progress: again in {backoff}")  # fmt: skip
+        except TimeoutError:
+            pass
+        self._continue_as_new_if_suggested()  # a stall that lasts days must not grow the history without end
 
     async def _clean_provider(self) -> None:
         """`tidepool unpeer --force`, once everything here is gone: the copies of our pods in the provider,

@@ -72,6 +72,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     VERSION,
     VK_CLEAN_ANNOTATION,
+    advertisement_name,
     credentials_secret_name,
     foreign_namespace,
     virtual_kubelet_name,
@@ -322,10 +323,24 @@ class ConsumerActivities:
         return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted")
 
     @activity.defn
-    def delete_provider_credentials(self, request: CleanProviderInput) -> None:
-        """The end of a forced unpeer: nothing needs the credentials the provider gave us any more."""
-        ignore_not_found(k8s.CoreV1Api(self._home).delete_namespaced_secret,
-                         credentials_secret_name(request.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
+    def delete_provider_credentials(self, request: CleanProviderInput) -> bool:
+        """The end of a forced unpeer: nothing needs the credentials the provider gave us any more, unless it
+        pushed a new Advertisement meanwhile (peered again): then they are the new peering's, kept, and the
+        answer is True. The deletion is conditional on the uid and resourceVersion read: a push that writes
+        them in between fails it, and the retry looks again."""
+        core = k8s.CoreV1Api(self._home)
+        name = credentials_secret_name(request.provider_id)
+        held = ignore_not_found(core.read_namespaced_secret, name, SYSTEM_NAMESPACE)
+        advertisement = read_cluster_object(self._home, ADVERTISEMENTS, advertisement_name(request.provider_id))
+        if advertisement is not None and not advertisement["metadata"].get("deletionTimestamp") \
+                and FORCE_UNPEER_ANNOTATION not in (advertisement["metadata"].get("annotations") or {}):  # fmt: skip
+            return True
+        if held is None or held.metadata is None:
+            return False
+        preconditions = k8s.V1Preconditions(uid=held.metadata.uid, resource_version=held.metadata.resource_version)
+        ignore_not_found(core.delete_namespaced_secret, name, SYSTEM_NAMESPACE,
+                         body=k8s.V1DeleteOptions(preconditions=preconditions))  # fmt: skip
+        return False
 
     @activity.defn
     def delete_expired(self, request: DeleteExpiredInput) -> bool:

@@ -129,8 +129,10 @@ class AdvertisementWorkflow:
             try:
                 if await self._pass():
                     self._disarm()
-                    if self._state.forced:
-                        await self._clean_provider()
+                    if self._state.forced and await self._clean_provider():
+                        # Peered again meanwhile: the provider pushed a new Advertisement, which this run's
+                        # watcher signals went to; a fresh run follows it (a start would find this one).
+                        workflow.continue_as_new(self._input.model_copy(update={"state": None}))
                     return self._state
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
                 await self._wait_out(failure)
@@ -202,9 +204,10 @@ class AdvertisementWorkflow:
             pass
         self._continue_as_new_if_suggested()  # a stall that lasts days must not grow the history without end
 
-    async def _clean_provider(self) -> None:
+    async def _clean_provider(self) -> bool:
         """`tidepool unpeer --force`, once everything here is gone: the copies of our pods in the provider,
-        tried again while the last Advertisement could live; then the credentials it gave us."""
+        tried again while the last Advertisement could live; then the credentials it gave us. True when they
+        were kept for a new Advertisement of the same provider (peered again)."""
         provider = self._input.provider_id
         request = CleanProviderInput(provider_id=provider)
         until = self._state.provider_cleanup_until or workflow.now()
@@ -228,7 +231,9 @@ class AdvertisementWorkflow:
             self._state.provider_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish_last()
-        await self._activity(ConsumerActivities.delete_provider_credentials, request, summary="delete the credentials")
+        kept = await self._activity(ConsumerActivities.delete_provider_credentials, request,
+                                    summary="delete the credentials")  # fmt: skip
+        return bool(kept)
 
     def _retrying(self, failure: str) -> None:
         self._state.last_error = failure

@@ -56,6 +56,7 @@ from models.consumer import (
     MarkDeletingInput,
     RefuseNotReadyInput,
     ReleaseAdvertisementInput,
+    UnreachableTeardowns,
 )
 from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
 from models.names import (
@@ -112,12 +113,15 @@ class ConsumerActivities:
 
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn
-    def admit_advertisements(self, cluster_id: str, now: datetime | None = None) -> AdmissionResult:
+    def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
+                             unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
         """`now`: the workflow's time (since patch admission-decision-deadline), or this clock's if later (a
-        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts."""
+        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts.
+        `unreachable`: the providers torn down as unreachable lately, which the workflow keeps (rule 6¾)."""
         config = self._config()
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
-        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements,
+        backoffs = {provider: (r.count, r.until) for provider, r in (unreachable or {}).items()}
+        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
                                                      now=max(now, _now()) if now is not None else _now())  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,

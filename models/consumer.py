@@ -189,6 +189,10 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
                    teardown: TeardownCause) -> Step:  # fmt: skip
     if teardown == "NotReady" and obs.exists:
         return _not_ready_step(obs, state, now)
+    if "advertisement" in state.deleted and not obs.virtual_kubelet_exists and not obs.virtual_node_exists:
+        # Released: one there now is the provider's next push, a new arrival for a new run (or the teardown
+        # would take it down too, as if it were this one).
+        return "Done"
     if not obs.exists:
         return "Done" if not obs.virtual_kubelet_exists and not obs.virtual_node_exists else (
             "DeleteVirtualNode" if obs.virtual_node_exists else "DeleteVirtualKubelet"
@@ -393,9 +397,43 @@ class ManualDecision(_Model):
     reason: str = Field(min_length=1, max_length=256)
 
 
+# A provider torn down as unreachable is not accepted again for UNREACHABLE_BACKOFF_FIRST, doubled for each
+# such teardown in a row up to UNREACHABLE_BACKOFF_MAX; one more than UNREACHABLE_MEMORY after the last
+# starts the count again (a provider that stays up that long was not flapping).
+UNREACHABLE_BACKOFF_FIRST = timedelta(minutes=1)
+UNREACHABLE_BACKOFF_MAX = timedelta(hours=1)
+UNREACHABLE_MEMORY = timedelta(hours=2)
+
+
+class UnreachableTeardowns(_Model):
+    """A provider's teardowns as unreachable in a row, as the admission workflow keeps them."""
+
+    count: int = Field(ge=1)
+    last: datetime
+
+    @property
+    def until(self) -> datetime:
+        """Not accepted again before this."""
+        backoff: timedelta = min(UNREACHABLE_BACKOFF_MAX, UNREACHABLE_BACKOFF_FIRST * 2 ** min(self.count - 1, 16))
+        return self.last + backoff
+
+
+def record_unreachable(records: dict[str, UnreachableTeardowns], provider: str,
+                       now: datetime) -> dict[str, UnreachableTeardowns]:  # fmt: skip
+    """The records once `provider` was torn down as unreachable at `now`; records older than UNREACHABLE_MEMORY
+    are forgotten (so the map holds only providers flapping lately)."""
+    kept = {p: r for p, r in records.items() if now - r.last <= UNREACHABLE_MEMORY}
+    previous = kept.get(provider)
+    kept[provider] = UnreachableTeardowns(count=previous.count + 1 if previous else 1, last=now)
+    return kept
+
+
 class AdmissionInput(_Model):
     cluster_id: str
     reconciles: int = 0
+    # Carried over continue-as-new: providers backing off after teardowns as unreachable (models/admission.py
+    # rule 6¾), by provider id.
+    unreachable: dict[str, UnreachableTeardowns] = Field(default_factory=dict)
 
 
 class AdmissionResult(_Model):

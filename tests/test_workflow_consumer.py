@@ -16,7 +16,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
@@ -37,7 +37,9 @@ from models.consumer import (
     ManualDecision,
     MarkDeletingInput,
     ReleaseAdvertisementInput,
+    UnreachableTeardowns,
 )
+from models.names import admission_workflow_id, advertisement_workflow_id
 from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import NO_PROGRESS_BACKOFF_MAX, AdvertisementWorkflow
 
@@ -396,7 +398,7 @@ async def test_a_virtual_kubelet_held_terminating_is_applied_again_with_a_backof
         while len(applied) < 12:  # the first timers may fire on the real clock too
             applies = len(applied)
             assert await skipper.fast_forward(handle, NO_PROGRESS_BACKOFF_MAX)
-            await reach(skipper, handle, "applied again, waiting again", lambda: len(applied) > applies)
+            await reach(skipper, handle, "applied again, waiting again", lambda n=applies: len(applied) > n)  # type: ignore[misc]
         timers = await timer_seconds(skipper.client, handle)
         assert timers == [min(300, 2**n) for n in range(len(applied))], "one apply per backoff, never a burst"
         latest = skipper.client.get_workflow_handle(handle.id)
@@ -414,3 +416,108 @@ async def test_a_virtual_kubelet_held_terminating_is_applied_again_with_a_backof
             await asyncio.sleep(REACH_INTERVAL)
         assert (state.last_acted, state.stalls, state.stalled_until, cluster.virtual_kubelet) == (None, 0, None, True)
         await latest.terminate("test over")
+
+
+class UnreachableProvider(ConsumerCluster):
+    """A provider that reaches this cluster while this cluster's virtual kubelet never reaches it: its virtual
+    node says ProviderUnreachable as soon as it registers, and the provider re-pushes its Advertisement as soon as
+    it is deleted. The stubs do what the watchers would (signal-with-start), and admission's stub applies the
+    rule the real pass applies (accept, unless the provider is backing off)."""
+
+    def __init__(self, client: Client, home: str) -> None:
+        super().__init__(phase="Accepted", time_to_live=None)
+        self.change(has_finalizer=True, remote_remapped_pod_cidr="10.200.0.0/16")
+        self.client, self.home, self.task_queue = client, home, ""
+        self.created = 0  # virtual kubelets created
+        self.backoffs: list[dict[str, UnreachableTeardowns]] = []  # what each admission pass was handed
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [*super().activities(), self.admit_advertisements]
+
+    @activity.defn
+    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        seen = await super().observe_advertisement(name)
+        if seen.virtual_node_exists:
+            return seen.model_copy(update={"provider_unreachable_since": datetime(2000, 1, 1, tzinfo=UTC)})
+        return seen
+
+    @activity.defn
+    async def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
+        self.created += 1
+        self.virtual_kubelet = self.virtual_node = True
+
+    @activity.defn
+    async def release_advertisement(self, request: ReleaseAdvertisementInput) -> None:
+        # Deleted; the provider's decision watch sees it and pushes again at once: a new arrival for admission.
+        self.advertisement = AdvertisementObservation(exists=True, resources={"cpu": "4"},
+                                                      remote_remapped_pod_cidr="10.200.0.0/16")  # fmt: skip
+        self.provider_clean = False
+        await self.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=self.home), id=admission_workflow_id(self.home),
+            task_queue=self.task_queue, start_signal="reconcile", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
+        self.backoffs.append(dict(unreachable or {}))
+        if self.advertisement is None or self.advertisement.phase == "Accepted":
+            return AdmissionResult(policy="AutoAcceptMax")
+        backoff = (unreachable or {}).get(PROVIDER)
+        if backoff is not None and now is not None and backoff.until > now:
+            self.change(phase="Refused", reason="UnreachableBackoff")
+            return AdmissionResult(refused={ADVERTISEMENT: "UnreachableBackoff"}, policy="AutoAcceptMax")
+        self.change(phase="Accepted", reason="WithinMaximum")
+        await self.client.start_workflow(
+            AdvertisementWorkflow.run, AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT,
+                                                          home_cluster_id=self.home),
+            id=advertisement_workflow_id(self.home, PROVIDER), task_queue=self.task_queue, start_signal="changed",
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+        return AdmissionResult(accepted=[ADVERTISEMENT], total_accepted=1, policy="AutoAcceptMax")
+
+
+async def test_a_provider_torn_down_as_unreachable_again_and_again_is_accepted_again_only_after_a_doubling_backoff(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Issue 34: this cluster's pods cannot reach the provider, the provider reaches it. ProviderUnreachable
+    teardown → Advertisement deleted → re-pushed at once → accepted → a new virtual kubelet → unreachable
+    again, for ever, at full speed. Now each such teardown tells admission, which refuses the re-push
+    (UnreachableBackoff) for 1 min, then 2, 4, ... (up to 1 h), across the Advertisement's deletions."""
+    home = f"consumer-{uuid.uuid4().hex[:8]}"
+    cluster = UnreachableProvider(skipper.client, home)
+    worker = worker_for(cluster.activities())
+    cluster.task_queue = worker.task_queue
+    async with worker:
+        await skipper.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=home), id=admission_workflow_id(home),
+            task_queue=worker.task_queue,
+        )  # fmt: skip
+        admission = skipper.client.get_workflow_handle(admission_workflow_id(home))
+        await skipper.client.start_workflow(
+            AdvertisementWorkflow.run,
+            AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT, home_cluster_id=home),
+            id=advertisement_workflow_id(home, PROVIDER), task_queue=worker.task_queue,
+        )  # fmt: skip
+
+        def refused_after(teardowns: int) -> bool:
+            record = cluster.backoffs[-1].get(PROVIDER) if cluster.backoffs else None
+            return (cluster.advertisement is not None and cluster.advertisement.reason == "UnreachableBackoff"
+                    and record is not None and record.count == teardowns)  # fmt: skip
+
+        for teardowns, backoff in enumerate([timedelta(minutes=1), timedelta(minutes=2), timedelta(minutes=4)], 1):
+            for _ in range(REACH_ATTEMPTS):
+                if refused_after(teardowns):
+                    break
+                await asyncio.sleep(REACH_INTERVAL)
+            assert refused_after(teardowns), (f"teardown {teardowns}: the re-push was not refused (created "
+                                              f"{cluster.created}×, {cluster.advertisement}, {cluster.backoffs[-1:]})")
+            await asyncio.sleep(0.5)  # a loop would build again at once: give it the time to show
+            assert cluster.created == teardowns, "one virtual kubelet per back-off, never a burst"
+            record = cluster.backoffs[-1][PROVIDER]
+            assert (record.count, record.until - record.last) == (teardowns, backoff)
+            await reach(skipper, admission, "admission waiting for the back-off", lambda: True)
+            metadata = await admission.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+            assert f"| {PROVIDER} | {teardowns} |" in metadata.current_details, metadata.current_details
+            assert await skipper.fast_forward(admission, backoff)  # the back-off ends: accepted again, torn down again
+        await admission.terminate("test over")

@@ -35,7 +35,6 @@ from models.names import (
     advertisement_name,
 )
 
-
 # How long `tidepool peer` waits for a PeeringRequest of the same name still being withdrawn, and how often it looks.
 PREVIOUS_REQUEST_WAIT_SECONDS = 60
 PREVIOUS_REQUEST_POLL_SECONDS = 0.5

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from workflows.failures import ONE_ATTEMPT, OTHER_SIDE_TIMEOUT, GaveUp, describe_failure, until_expired
 from workflows.search_attributes import ADVERTISEMENT_PHASE, HOME_CLUSTER, PROVIDER_CLUSTER
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         render_details,
         wake_after,
     )
+    from models.names import admission_workflow_id
 
 
 # Reads and writes on the consumer's own API server: quick, retried without end (the API server will be
@@ -129,9 +130,11 @@ class AdvertisementWorkflow:
             try:
                 if await self._pass():
                     self._disarm()
-                    if self._state.forced and await self._clean_provider():
-                        # Peered again meanwhile: the provider pushed a new Advertisement, which this run's
-                        # watcher signals went to; a fresh run follows it (a start would find this one).
+                    # A new Advertisement of the provider (its next push, or peered again) signalled to this run
+                    # as it ended: a fresh run follows it, where the watcher's start found this one and was lost.
+                    # (Runs begun before consumer-step-activities completed regardless, and replay so.)
+                    if (self._state.forced and await self._clean_provider()) or (
+                            self._step_activities and await self._arrived_meanwhile()):  # fmt: skip
                         workflow.continue_as_new(self._input.model_copy(update={"state": None}))
                     return self._state
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
@@ -147,6 +150,8 @@ class AdvertisementWorkflow:
             self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
+        if decided.teardown == "ProviderUnreachable" and self._state.teardown is None:
+            await self._tell_admission_unreachable()
         if step != self._state.last_acted:  # progress: what the last step did shows
             self._state.last_acted, self._state.stalls = None, 0
         self._state.teardown = decided.teardown
@@ -189,6 +194,29 @@ class AdvertisementWorkflow:
             await self._wait(obs, step)
         self._continue_as_new_if_suggested()
         return False
+
+    async def _arrived_meanwhile(self) -> bool:
+        """Whether, of the changes signalled since the last look, one is a new Advertisement (looked at again
+        until no signal comes in between)."""
+        while self._changed:
+            self._changed = False
+            obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
+                                       summary="observe: a new arrival?")  # fmt: skip
+            if obs.exists and not obs.deleting:
+                return True
+        return False
+
+    async def _tell_admission_unreachable(self) -> None:
+        """Before the teardown deletes the Advertisement (the provider re-pushes at once): admission backs off
+        from this provider (workflows/admission.py), since the virtual kubelet it would build could not reach
+        it either. Runs begun before the worker passed the home cluster cannot name the admission workflow."""
+        if not self._input.home_cluster_id:
+            return
+        admission = workflow.get_external_workflow_handle(admission_workflow_id(self._input.home_cluster_id))
+        try:
+            await admission.signal("provider_unreachable", self._input.provider_id)
+        except FailureError as e:  # no admission workflow running: nothing accepts it again either
+            workflow.logger.warning("admission not told of %s's unreachable teardown: %s", self._input.provider_id, e)
 
     async def _wait_for_progress(self, obs: AdvertisementObservation, step: Step) -> None:
         """`step` ran and is due again: nothing it did shows. Say so, wait for a change or the backoff

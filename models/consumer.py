@@ -104,6 +104,8 @@ class AdvertisementState(_Model):
     last_acted: Step | None = None
     stalls: int = 0
     stalled_until: datetime | None = None
+    # A ProviderUnreachable teardown told admission, which backs off from the provider (issue 34).
+    admission_told: bool = False
 
 
 class AdvertisementInput(_Model):
@@ -266,6 +268,10 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
     if obs.resources:
         lines += ["", "| resource | advertised |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
+    if state.admission_told:
+        lines += ["", f"**unreachable**: torn down because this cluster could not reach `{provider_id}`; admission "
+                      "backs off before it accepts its next Advertisement (1 min, doubling to 1 h for each such "
+                      "teardown in a row: see the admission workflow)"]  # fmt: skip
     if state.stalled_until is not None:
         lines += ["", f"**no progress**: {step} ran and is due again ({state.stalls}× in a row): waiting for "
                       f"{_NO_PROGRESS.get(step, 'what it did to show')}; it runs again at the next change or at "

@@ -150,8 +150,6 @@ class AdvertisementWorkflow:
             self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
-        if decided.teardown == "ProviderUnreachable" and self._state.teardown is None:
-            await self._tell_admission_unreachable()
         if step != self._state.last_acted:  # progress: what the last step did shows
             self._state.last_acted, self._state.stalls = None, 0
         self._state.teardown = decided.teardown
@@ -174,6 +172,8 @@ class AdvertisementWorkflow:
                 await self._wait_for_progress(obs, step)  # then the next pass looks again, and acts
                 return False
             self._state.stalled_until = None
+            if step == "ReleaseAdvertisement" and self._state.teardown == "ProviderUnreachable":
+                await self._tell_admission_unreachable()
             done = await self._act(step)
             self._state = after_step(self._state, step, done=done, now=workflow.now())
             if step != "DeleteExpired":  # which waits on its own
@@ -207,16 +207,17 @@ class AdvertisementWorkflow:
         return False
 
     async def _tell_admission_unreachable(self) -> None:
-        """Before the teardown deletes the Advertisement (the provider re-pushes at once): admission backs off
+        """Just before the teardown releases the Advertisement (the provider re-pushes at once): admission backs off
         from this provider (workflows/admission.py), since the virtual kubelet it would build could not reach
         it either. Runs begun before the worker passed the home cluster cannot name the admission workflow."""
-        if not self._input.home_cluster_id:
+        if not self._input.home_cluster_id or self._state.admission_told:
             return
         admission = workflow.get_external_workflow_handle(admission_workflow_id(self._input.home_cluster_id))
         try:
             await admission.signal("provider_unreachable", self._input.provider_id)
         except FailureError as e:  # no admission workflow running: nothing accepts it again either
             workflow.logger.warning("admission not told of %s's unreachable teardown: %s", self._input.provider_id, e)
+        self._state.admission_told = True  # once: a release retried after a failure is the same teardown
 
     async def _wait_for_progress(self, obs: AdvertisementObservation, step: Step) -> None:
         """`step` ran and is due again: nothing it did shows. Say so, wait for a change or the backoff

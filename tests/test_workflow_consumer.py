@@ -326,7 +326,8 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     passes: list[str] = []
 
     @activity.defn(name="admit_advertisements")
-    async def admit_advertisements(cluster_id: str, now: datetime | None = None) -> AdmissionResult:
+    async def admit_advertisements(cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
         passes.append(cluster_id)
         return AdmissionResult(accepted=[ADVERTISEMENT] if len(passes) == 2 else [], total_accepted=len(passes) - 1,
                                maximum=3, policy="AutoAcceptMax")  # fmt: skip

@@ -61,9 +61,9 @@ class AdmissionWorkflow:
         deadlines = workflow.patched(DECISION_DEADLINE_PATCH)
         while True:
             self._pending = False
-            args: list[object] = [input.cluster_id, workflow.now()] if deadlines else [input.cluster_id]
-            if deadlines and self._input.unreachable:
-                args.append(self._input.unreachable)
+            # The activity's every parameter, always: with fewer arguments than parameters the SDK decodes none
+            # by its type (the time would arrive as text).
+            args: list[object] = [input.cluster_id, workflow.now(), self._input.unreachable] if deadlines else [input.cluster_id]
             try:
                 self._last = await workflow.execute_activity_method(
                     ConsumerActivities.admit_advertisements, args=args,

@@ -56,6 +56,7 @@ from models.consumer import (
     MarkDeletingInput,
     RefuseNotReadyInput,
     ReleaseAdvertisementInput,
+    UnreachableTeardowns,
 )
 from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
 from models.names import (
@@ -72,6 +73,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     VERSION,
     VK_CLEAN_ANNOTATION,
+    advertisement_name,
     credentials_secret_name,
     foreign_namespace,
     virtual_kubelet_name,
@@ -111,12 +113,15 @@ class ConsumerActivities:
 
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn
-    def admit_advertisements(self, cluster_id: str, now: datetime | None = None) -> AdmissionResult:
+    def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
+                             unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
         """`now`: the workflow's time (since patch admission-decision-deadline), or this clock's if later (a
-        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts."""
+        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts.
+        `unreachable`: the providers torn down as unreachable lately, which the workflow keeps (rule 6¾)."""
         config = self._config()
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
-        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements,
+        backoffs = {provider: (r.count, r.until) for provider, r in (unreachable or {}).items()}
+        snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
                                                      now=max(now, _now()) if now is not None else _now())  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
@@ -322,10 +327,24 @@ class ConsumerActivities:
         return CleanProviderResult(cleaned=True, note=f"the copies in {namespace} deleted")
 
     @activity.defn
-    def delete_provider_credentials(self, request: CleanProviderInput) -> None:
-        """The end of a forced unpeer: nothing needs the credentials the provider gave us any more."""
-        ignore_not_found(k8s.CoreV1Api(self._home).delete_namespaced_secret,
-                         credentials_secret_name(request.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
+    def delete_provider_credentials(self, request: CleanProviderInput) -> bool:
+        """The end of a forced unpeer: nothing needs the credentials the provider gave us any more, unless it
+        pushed a new Advertisement meanwhile (peered again): then they are the new peering's, kept, and the
+        answer is True. The deletion is conditional on the uid and resourceVersion read: a push that writes
+        them in between fails it, and the retry looks again."""
+        core = k8s.CoreV1Api(self._home)
+        name = credentials_secret_name(request.provider_id)
+        held = ignore_not_found(core.read_namespaced_secret, name, SYSTEM_NAMESPACE)
+        advertisement = read_cluster_object(self._home, ADVERTISEMENTS, advertisement_name(request.provider_id))
+        if advertisement is not None and not advertisement["metadata"].get("deletionTimestamp") \
+                and FORCE_UNPEER_ANNOTATION not in (advertisement["metadata"].get("annotations") or {}):  # fmt: skip
+            return True
+        if held is None or held.metadata is None:
+            return False
+        preconditions = k8s.V1Preconditions(uid=held.metadata.uid, resource_version=held.metadata.resource_version)
+        ignore_not_found(core.delete_namespaced_secret, name, SYSTEM_NAMESPACE,
+                         body=k8s.V1DeleteOptions(preconditions=preconditions))  # fmt: skip
+        return False
 
     @activity.defn
     def delete_expired(self, request: DeleteExpiredInput) -> bool:

@@ -36,6 +36,7 @@ from kube.objects import (
     delete_cluster_object,
     finalizers_after,
     ignore_not_found,
+    list_cluster_objects,
     patch_cluster_object,
     patch_cluster_object_status,
     read_cluster_object,
@@ -393,20 +394,54 @@ class PeeringActivities:
 
     @activity.defn
     def release_credentials(self, ref: SecretReference) -> None:
-        """A forced withdrawal is done with the foreign side: the credentials Secret may go (with its request)."""
-        self._hold_credentials(ref, held=False)
-
-    def _hold_credentials(self, ref: SecretReference, *, held: bool) -> None:
+        """A forced withdrawal is done with the foreign side: the credentials Secret goes, unless a live
+        PeeringRequest names it now (peered again meanwhile: it holds the new request's kubeconfig). The
+        deletion is conditional on the uid and resourceVersion just read: written in between, it is looked at
+        again (the retry)."""
         core = k8s.CoreV1Api(self._home)
         secret = ignore_not_found(core.read_namespaced_secret, ref.name, ref.namespace)
         if secret is None or secret.metadata is None:
             return
         meta = secret.metadata
-        finalizers = finalizers_after(meta.finalizers, FOREIGN_CLEANUP_FINALIZER, present=held)
+        finalizers = finalizers_after(meta.finalizers, FOREIGN_CLEANUP_FINALIZER, present=False)
         if finalizers is not None:
-            core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": {
+            patched = core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": {
                 "finalizers": finalizers, "resourceVersion": meta.resource_version}},
                 _content_type="application/merge-patch+json")  # fmt: skip
+            meta = patched.metadata or meta
+        if self._requested_with(ref):
+            activity.logger.info("kept %s/%s: a live PeeringRequest names it", ref.namespace, ref.name)
+            return
+        preconditions = k8s.V1Preconditions(uid=meta.uid, resource_version=meta.resource_version)
+        ignore_not_found(core.delete_namespaced_secret, ref.name, ref.namespace,
+                         body=k8s.V1DeleteOptions(preconditions=preconditions))  # fmt: skip
+
+    def _requested_with(self, ref: SecretReference) -> bool:
+        """Whether a PeeringRequest not being deleted names this Secret."""
+        wanted = {"name": ref.name, "namespace": ref.namespace}
+        return any(not obj["metadata"].get("deletionTimestamp") and (obj.get("spec") or {}).get("kubeConfigRef") == wanted
+                   for obj in list_cluster_objects(self._home, PEERING_REQUESTS))  # fmt: skip
+
+    def _hold_credentials(self, ref: SecretReference, *, held: bool) -> None:
+        """Our finalizer on the credentials Secret, and no PeeringRequest owning it: the garbage collector would
+        otherwise delete it with its released request, and a request made again meanwhile (which writes it
+        under the same name) would lose it to that deletion. release_credentials deletes it, if nobody
+        asked again."""
+        core = k8s.CoreV1Api(self._home)
+        secret = ignore_not_found(core.read_namespaced_secret, ref.name, ref.namespace)
+        if secret is None or secret.metadata is None:
+            return
+        meta = secret.metadata
+        patch: dict[str, Any] = {"resourceVersion": meta.resource_version}
+        finalizers = finalizers_after(meta.finalizers, FOREIGN_CLEANUP_FINALIZER, present=held)
+        if finalizers is not None:
+            patch["finalizers"] = finalizers
+        owners = meta.owner_references or []
+        if held and any(o.kind == "PeeringRequest" for o in owners):
+            patch["ownerReferences"] = [self._home.sanitize_for_serialization(o) for o in owners if o.kind != "PeeringRequest"]
+        if len(patch) > 1:
+            core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": patch},
+                                         _content_type="application/merge-patch+json")  # fmt: skip
 
     def _release(self, peering_request: str | None) -> None:
         """Let the PeeringRequest's deletion finish (and its Secret go): the withdrawal is done."""

@@ -22,6 +22,10 @@ Rules, in the order they apply to every Advertisement that is not Accepted and n
    Refused/ManuallyRefused, under either policy: a person's explicit word wins over the automatic
    policy, though not over the rules above: the lists and the caps are the same person's word, and a
    manual acceptance is not bound by maxAcceptableAdvertisements (it may take the accepted count above it);
+6¾ (applied after 6). its provider was torn down as unreachable (ProviderUnreachable) again and again → Refused/
+   UnreachableBackoff until its back-off ends (1 min doubling to 1 h per teardown in a row, kept by the
+   admission workflow, since the Advertisement itself is deleted at each teardown): a consumer whose virtual
+   kubelet cannot reach a provider that still reaches it does not re-accept its re-push at once, for ever;
 6½. refused because its virtual node never became Ready (the Advertisement workflow refuses it, with
    names.REFUSED_OFFER_ANNOTATION) and offering the same as then → stays Refused/VirtualNodeNotReady; a
    changed offer is decided afresh, and a manual acceptance clears the annotation;
@@ -130,6 +134,9 @@ class AdmissionSnapshot:
     max_prices: Resources = field(default_factory=Resources)
     decision_timeout: timedelta | None = None  # manualDecisionTimeoutSeconds
     now: datetime = _NEVER  # the pass's time: when a wait for a manual decision starts, and whether it ended
+    # Providers torn down as unreachable again and again, backing off (rule 6¾): provider -> (teardowns in a
+    # row, not accepted again before). The admission workflow keeps them: their Advertisements are deleted.
+    backoffs: Mapping[str, tuple[int, datetime]] = field(default_factory=dict)
 
     @cached_property  # read by `decide`, the pass's records and `live_entries`; the snapshot never changes
     def live(self) -> tuple[Candidate, ...]:
@@ -137,8 +144,8 @@ class AdmissionSnapshot:
         return tuple(sorted((c for c in self.candidates if not c.deleting), key=lambda c: c.arrival))
 
     @classmethod
-    def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]],
-                        now: datetime) -> AdmissionSnapshot:  # fmt: skip
+    def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]], now: datetime,
+                        backoffs: Mapping[str, tuple[int, datetime]] | None = None) -> AdmissionSnapshot:  # fmt: skip
         """From the ClusterConfig and the Advertisements as the API server lists them (JSON dicts)."""
         incoming = config.spec.incoming
         return cls(
@@ -151,6 +158,7 @@ class AdmissionSnapshot:
             decision_timeout=timedelta(seconds=incoming.manual_decision_timeout_seconds)
             if incoming.manual_decision_timeout_seconds is not None else None,
             now=now,
+            backoffs={p: b for p, b in (backoffs or {}).items() if b[1] > now},
         )  # fmt: skip
 
 
@@ -394,6 +402,13 @@ def _decision(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple
         return "Accepted", "ManuallyAccepted", f"accepted by hand: {c.manual_reason or 'no reason given'}"
     if c.manual == "refuse":
         return "Refused", "ManuallyRefused", f"refused by hand: {c.manual_reason or 'no reason given'}"
+    backoff = snapshot.backoffs.get(c.provider)
+    if backoff is not None:
+        teardowns, until = backoff
+        return ("Refused", "UnreachableBackoff",
+                f"{who} was torn down {teardowns} time{'s' * (teardowns != 1)} in a row because this cluster's virtual "
+                f"kubelet could not reach it: not accepted again before {until:%Y-%m-%dT%H:%M:%SZ} (backing off, "
+                "doubling up to an hour)")  # fmt: skip
     if snapshot.policy == "Manual":
         return ("Pending", "AwaitingManualDecision",
                 f"acceptPolicy is Manual: waiting for someone to accept or refuse the offer of {who}")  # fmt: skip

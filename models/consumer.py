@@ -99,6 +99,13 @@ class AdvertisementState(_Model):
     forced: bool = False
     provider_cleanup_until: datetime | None = None
     provider_cleanup_outcome: str | None = None
+    # An acting step due again right after it ran made no progress (issue 34): the step last run, how many
+    # times in a row it was due again, and until when the run waits before running it again.
+    last_acted: Step | None = None
+    stalls: int = 0
+    stalled_until: datetime | None = None
+    # A ProviderUnreachable teardown told admission, which backs off from the provider (issue 34).
+    admission_told: bool = False
 
 
 class AdvertisementInput(_Model):
@@ -184,6 +191,10 @@ def _teardown_step(obs: AdvertisementObservation, state: AdvertisementState, now
                    teardown: TeardownCause) -> Step:  # fmt: skip
     if teardown == "NotReady" and obs.exists:
         return _not_ready_step(obs, state, now)
+    if "advertisement" in state.deleted and not obs.virtual_kubelet_exists and not obs.virtual_node_exists:
+        # Released: one there now is the provider's next push, a new arrival for a new run (or the teardown
+        # would take it down too, as if it were this one).
+        return "Done"
     if not obs.exists:
         return "Done" if not obs.virtual_kubelet_exists and not obs.virtual_node_exists else (
             "DeleteVirtualNode" if obs.virtual_node_exists else "DeleteVirtualKubelet"
@@ -257,6 +268,14 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
     if obs.resources:
         lines += ["", "| resource | advertised |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in sorted(obs.resources.items())]
+    if state.admission_told:
+        lines += ["", f"**unreachable**: torn down because this cluster could not reach `{provider_id}`; admission "
+                      "backs off before it accepts its next Advertisement (1 min, doubling to 1 h for each such "
+                      "teardown in a row: see the admission workflow)"]  # fmt: skip
+    if state.stalled_until is not None:
+        lines += ["", f"**no progress**: {step} ran and is due again ({state.stalls}× in a row): waiting for "
+                      f"{_NO_PROGRESS.get(step, 'what it did to show')}; it runs again at the next change or at "
+                      f"{state.stalled_until:%Y-%m-%d %H:%M:%S} UTC"]  # fmt: skip
     if state.last_error:
         lines += ["", f"**last failure** (retried at the next change or after a backoff): {state.last_error}"]
     if state.forced:
@@ -269,6 +288,19 @@ def render_details(provider_id: str, obs: AdvertisementObservation, state: Adver
         lines += ["", "| deleted | at |", "|---|---|"]
         lines += [f"| {what} | {when:%H:%M:%S.%f} |" for what, when in state.deleted.items()]
     return "\n".join(lines)
+
+
+# What an acting step that shows no effect waits for (someone else's finalizer, usually).
+_NO_PROGRESS: dict[str, str] = {
+    "EnsureVirtualKubelet": "the virtual kubelet Deployment to exist (one being deleted, held by a finalizer, "
+                            "counts as absent and cannot be applied again until it is gone)",
+    "DeleteVirtualNode": "the virtual node to go (a finalizer may hold it)",
+    "DeleteVirtualKubelet": "the virtual kubelet Deployment to go",
+    "EnsureFinalizer": "the Advertisement to show its finalizer",
+    "MarkDeleting": "the Advertisement to show phase Deleting",
+    "ReleaseAdvertisement": "the Advertisement to be released",
+    "RefuseNotReady": "the Advertisement to show its refusal",
+}
 
 
 def _waiting_for(step: Step, state: AdvertisementState) -> str:
@@ -371,9 +403,43 @@ class ManualDecision(_Model):
     reason: str = Field(min_length=1, max_length=256)
 
 
+# A provider torn down as unreachable is not accepted again for UNREACHABLE_BACKOFF_FIRST, doubled for each
+# such teardown in a row up to UNREACHABLE_BACKOFF_MAX; one more than UNREACHABLE_MEMORY after the last
+# starts the count again (a provider that stays up that long was not flapping).
+UNREACHABLE_BACKOFF_FIRST = timedelta(minutes=1)
+UNREACHABLE_BACKOFF_MAX = timedelta(hours=1)
+UNREACHABLE_MEMORY = timedelta(hours=2)
+
+
+class UnreachableTeardowns(_Model):
+    """A provider's teardowns as unreachable in a row, as the admission workflow keeps them."""
+
+    count: int = Field(ge=1)
+    last: datetime
+
+    @property
+    def until(self) -> datetime:
+        """Not accepted again before this."""
+        backoff: timedelta = min(UNREACHABLE_BACKOFF_MAX, UNREACHABLE_BACKOFF_FIRST * 2 ** min(self.count - 1, 16))
+        return self.last + backoff
+
+
+def record_unreachable(records: dict[str, UnreachableTeardowns], provider: str,
+                       now: datetime) -> dict[str, UnreachableTeardowns]:  # fmt: skip
+    """The records once `provider` was torn down as unreachable at `now`; records older than UNREACHABLE_MEMORY
+    are forgotten (so the map holds only providers flapping lately)."""
+    kept = {p: r for p, r in records.items() if now - r.last <= UNREACHABLE_MEMORY}
+    previous = kept.get(provider)
+    kept[provider] = UnreachableTeardowns(count=previous.count + 1 if previous else 1, last=now)
+    return kept
+
+
 class AdmissionInput(_Model):
     cluster_id: str
     reconciles: int = 0
+    # Carried over continue-as-new: providers backing off after teardowns as unreachable (models/admission.py
+    # rule 6¾), by provider id.
+    unreachable: dict[str, UnreachableTeardowns] = Field(default_factory=dict)
 
 
 class AdmissionResult(_Model):

@@ -128,6 +128,9 @@ class PeeringState(_Model):
     # foreign side again (its last Advertisement's expiry), and how that ended (None while it tries).
     foreign_cleanup_until: datetime | None = None
     foreign_cleanup_outcome: str | None = None
+    # The uid of a PeeringRequest made again while this peering withdrew (issue 34): the run continues as a
+    # new peering for it once the withdrawal is done, instead of completing.
+    requested_again: str | None = None
 
 
 class PeeringInput(_Model):
@@ -152,6 +155,11 @@ class PeeringInput(_Model):
     home_cluster_id: str | None = Field(
         default=None, pattern=CLUSTER_ID_PATTERN, max_length=63,
         description="The provider's own cluster id, shown as the HomeCluster search attribute; the worker sets it.",
+    )  # fmt: skip
+    peering_request_uid: str | None = Field(
+        default=None, max_length=64,
+        description="The uid of the PeeringRequest this peering serves; the worker sets it. A request made again "
+        "under the same name (a new uid) while this one withdraws continues it as a new peering.",
     )  # fmt: skip
 
 
@@ -316,6 +324,9 @@ def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
             "not cleaned yet (its Advertisement and credentials Secret): tried again until "
             f"{state.foreign_cleanup_until:%Y-%m-%d %H:%M:%S} UTC, when the Advertisement expires; after that its "
             "own TTL and keepalive clean it")))  # fmt: skip
+    if state.requested_again is not None:
+        lines.append(f"- peered again (PeeringRequest uid {state.requested_again}): a new peering begins once this "
+                     "withdrawal is done")  # fmt: skip
     if push is not None:
         lines += ["", "| resource | allocatable | advertised |", "|---|---|---|"]
         for name in sorted(set(push.allocatable) | set(push.advertised)):

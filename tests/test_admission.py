@@ -23,6 +23,7 @@ from models.admission import (
 )
 from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
+from models.consumer import UNREACHABLE_MEMORY, UnreachableTeardowns, record_unreachable
 from models.names import (
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
@@ -332,6 +333,50 @@ def test_a_refusal_for_a_virtual_node_never_ready_holds_until_the_offer_changes(
         k: v for k, v in refused["metadata"]["annotations"].items() if k != REFUSED_OFFER_ANNOTATION}}}
     assert outcome([lifted])["x"][0] == "Accepted"  # the annotation removed, as a manual acceptance does
     assert outcome([refused], deniedClusters=["x"])["x"] == ("Refused", "Denied")  # the lists still come first
+
+
+@pytest.mark.parametrize(("until", "expected"), [
+    pytest.param(NOW + timedelta(minutes=2), ("Refused", "UnreachableBackoff"), id="backing off: refused"),
+    pytest.param(NOW, ("Accepted", "WithinMaximum"), id="the back-off over: accepted"),
+])  # fmt: skip
+def test_a_provider_torn_down_as_unreachable_is_refused_until_its_backoff_ends(
+    until: datetime, expected: tuple[str, str]
+) -> None:
+    """Issue 34: its re-pushed Advertisement is a new arrival, so the back-off lives in the admission workflow."""
+    config = ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}})
+    backed_off = AdmissionSnapshot.from_kubernetes(config=config, advertisements=[adv("x"), adv("y", order=1)],
+                                                   now=NOW, backoffs={"x": (3, until)})  # fmt: skip
+    decisions = {d.provider: d for d in decide(backed_off)}
+    assert (decisions["x"].phase, decisions["x"].reason) == expected
+    assert decisions["y"].reason == "WithinMaximum"  # only that provider
+    if expected[1] == "UnreachableBackoff":
+        assert decisions["x"].message == ("cluster 'x' was torn down 3 times in a row because this cluster's virtual "
+                                          "kubelet could not reach it: not accepted again before 2026-11-22T12:02:00Z "
+                                          "(backing off, doubling up to an hour)")  # fmt: skip
+        manual = AdmissionSnapshot.from_kubernetes(config=config, advertisements=[adv("x", decision="accept")],
+                                                   now=NOW, backoffs={"x": (3, until)})  # fmt: skip
+        assert decide(manual)[0].reason == "ManuallyAccepted"  # a person's word wins
+
+
+@pytest.mark.parametrize(("teardowns", "backoff"), [
+    pytest.param(1, timedelta(minutes=1), id="first: a minute"),
+    pytest.param(3, timedelta(minutes=4), id="third in a row: four minutes"),
+    pytest.param(8, timedelta(hours=1), id="eighth: an hour at most"),
+    pytest.param(1000, timedelta(hours=1), id="thousandth: still an hour"),
+])  # fmt: skip
+def test_the_unreachable_backoff_doubles_from_a_minute_to_an_hour(teardowns: int, backoff: timedelta) -> None:
+    record = UnreachableTeardowns(count=teardowns, last=NOW)
+    assert record.until - NOW == backoff
+
+
+def test_teardowns_as_unreachable_count_in_a_row_and_old_ones_are_forgotten() -> None:
+    records = record_unreachable({}, "x", NOW)
+    records = record_unreachable(records, "x", NOW + timedelta(minutes=5))
+    assert records["x"].count == 2
+    later = NOW + timedelta(minutes=5) + UNREACHABLE_MEMORY + timedelta(seconds=1)
+    records = record_unreachable(records, "y", later)
+    assert set(records) == {"y"}, "x was not torn down for longer than the memory: forgotten"
+    assert record_unreachable(records, "x", later)["x"].count == 1
 
 
 # Validation ------------------------------------------------------------------------------------------------

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
 
@@ -35,9 +37,11 @@ from models.consumer import (
     ManualDecision,
     MarkDeletingInput,
     ReleaseAdvertisementInput,
+    UnreachableTeardowns,
 )
+from models.names import admission_workflow_id, advertisement_workflow_id
 from workflows.admission import AdmissionWorkflow
-from workflows.advertisement import AdvertisementWorkflow
+from workflows.advertisement import NO_PROGRESS_BACKOFF_MAX, AdvertisementWorkflow
 
 pytestmark = pytest.mark.workflow
 PROVIDER = "provider-x"
@@ -322,7 +326,8 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     passes: list[str] = []
 
     @activity.defn(name="admit_advertisements")
-    async def admit_advertisements(cluster_id: str, now: datetime | None = None) -> AdmissionResult:
+    async def admit_advertisements(cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
         passes.append(cluster_id)
         return AdmissionResult(accepted=[ADVERTISEMENT] if len(passes) == 2 else [], total_accepted=len(passes) - 1,
                                maximum=3, policy="AutoAcceptMax")  # fmt: skip
@@ -342,3 +347,178 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     assert passes == [HOME, HOME]
     assert last is not None and last.accepted == [ADVERTISEMENT]
     assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME
+
+
+async def status_of(handle: WorkflowHandle[Any, Any]) -> AdvertisementState:
+    """The status query's answer, once the current run answers (one just continued as new may not yet)."""
+    for _ in range(REACH_ATTEMPTS):
+        try:
+            return await handle.query(AdvertisementWorkflow.status)
+        except RPCError:
+            await asyncio.sleep(REACH_INTERVAL)
+    raise AssertionError(f"{handle.id} never answered its status query")
+
+
+async def timer_seconds(client: Client, handle: WorkflowHandle[Any, Any]) -> list[float]:
+    """The durations of the timers started, in order, across the runs (as `activity_names`)."""
+    seconds: list[float] = []
+    run_id: str | None = handle.first_execution_run_id
+    while run_id:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        run_id = None
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+                seconds.append(event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds())
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                run_id = event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return seconds
+
+
+async def test_a_virtual_kubelet_held_terminating_is_applied_again_with_a_backoff_and_the_run_continues_as_new(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Someone else's finalizer holds the virtual kubelet's Deployment terminating: it is absent for the
+    workflow however often it applies it. Issue 34: the step ran again at once, for ever, with no timer and
+    no continue-as-new (thousands of activities a minute); now each time it is due again without progress
+    the run waits 1 s, doubling to 5 min (or the next change), says why, and continues as new."""
+    cluster = ConsumerCluster(phase="Accepted", time_to_live=None)
+    cluster.change(has_finalizer=True, remote_remapped_pod_cidr="10.200.0.0/16")
+    applied: list[EnsureVirtualKubeletInput] = []
+
+    @activity.defn(name="ensure_virtual_kubelet")
+    async def held_terminating(request: EnsureVirtualKubeletInput) -> None:
+        applied.append(request)  # an apply to a Deployment being deleted changes nothing
+
+    worker = worker_for([held_terminating] + [a for a in cluster.activities() if a != cluster.ensure_virtual_kubelet])
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "waiting after the first apply made no progress", lambda: len(applied) == 1)
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        details = metadata.current_details
+        assert "no progress" in details and "held by a finalizer" in details, details
+        while len(applied) < 12:  # the first timers may fire on the real clock too
+            applies = len(applied)
+            assert await skipper.fast_forward(handle, NO_PROGRESS_BACKOFF_MAX)
+            await reach(skipper, handle, "applied again, waiting again", lambda n=applies: len(applied) > n)  # type: ignore[misc]
+        timers = await timer_seconds(skipper.client, handle)
+        assert timers == [min(300, 2**n) for n in range(len(applied))], "one apply per backoff, never a burst"
+        latest = skipper.client.get_workflow_handle(handle.id)
+        await reach(skipper, latest, "the current run waiting", lambda: True)  # its first task done: it answers
+        assert (await latest.describe()).run_id != handle.first_execution_run_id, "it continued as new"
+        state = await status_of(latest)
+        assert (state.last_acted, state.stalls) == ("EnsureVirtualKubelet", len(applied))  # kept across runs
+
+        cluster.virtual_kubelet = cluster.virtual_node = True  # the finalizer went: the next apply makes it
+        await latest.signal(AdvertisementWorkflow.changed)
+        for _ in range(REACH_ATTEMPTS):  # a run just continued as new answers with the state it was handed
+            state = await status_of(latest)
+            if state.stalls == 0:
+                break
+            await asyncio.sleep(REACH_INTERVAL)
+        assert (state.last_acted, state.stalls, state.stalled_until, cluster.virtual_kubelet) == (None, 0, None, True)
+        await latest.terminate("test over")
+
+
+class UnreachableProvider(ConsumerCluster):
+    """A provider that reaches this cluster while this cluster's virtual kubelet never reaches it: its virtual
+    node says ProviderUnreachable as soon as it registers, and the provider re-pushes its Advertisement as soon as
+    it is deleted. The stubs do what the watchers would (signal-with-start), and admission's stub applies the
+    rule the real pass applies (accept, unless the provider is backing off)."""
+
+    def __init__(self, client: Client, home: str) -> None:
+        super().__init__(phase="Accepted", time_to_live=None)
+        self.change(has_finalizer=True, remote_remapped_pod_cidr="10.200.0.0/16")
+        self.client, self.home, self.task_queue = client, home, ""
+        self.created = 0  # virtual kubelets created
+        self.backoffs: list[dict[str, UnreachableTeardowns]] = []  # what each admission pass was handed
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [*super().activities(), self.admit_advertisements]
+
+    @activity.defn
+    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        seen = await super().observe_advertisement(name)
+        if seen.virtual_node_exists:
+            return seen.model_copy(update={"provider_unreachable_since": datetime(2000, 1, 1, tzinfo=UTC)})
+        return seen
+
+    @activity.defn
+    async def ensure_virtual_kubelet(self, request: EnsureVirtualKubeletInput) -> None:
+        self.created += 1
+        self.virtual_kubelet = self.virtual_node = True
+
+    @activity.defn
+    async def release_advertisement(self, request: ReleaseAdvertisementInput) -> None:
+        # Deleted; the provider's decision watch sees it and pushes again at once: a new arrival for admission.
+        self.advertisement = AdvertisementObservation(exists=True, resources={"cpu": "4"},
+                                                      remote_remapped_pod_cidr="10.200.0.0/16")  # fmt: skip
+        self.provider_clean = False
+        await self.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=self.home), id=admission_workflow_id(self.home),
+            task_queue=self.task_queue, start_signal="reconcile", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
+        self.backoffs.append(dict(unreachable or {}))
+        if self.advertisement is None or self.advertisement.phase == "Accepted":
+            return AdmissionResult(policy="AutoAcceptMax")
+        backoff = (unreachable or {}).get(PROVIDER)
+        if backoff is not None and now is not None and backoff.until > now:
+            self.change(phase="Refused", reason="UnreachableBackoff")
+            return AdmissionResult(refused={ADVERTISEMENT: "UnreachableBackoff"}, policy="AutoAcceptMax")
+        self.change(phase="Accepted", reason="WithinMaximum")
+        await self.client.start_workflow(
+            AdvertisementWorkflow.run, AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT,
+                                                          home_cluster_id=self.home),
+            id=advertisement_workflow_id(self.home, PROVIDER), task_queue=self.task_queue, start_signal="changed",
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+        return AdmissionResult(accepted=[ADVERTISEMENT], total_accepted=1, policy="AutoAcceptMax")
+
+
+async def test_a_provider_torn_down_as_unreachable_again_and_again_is_accepted_again_only_after_a_doubling_backoff(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Issue 34: this cluster's pods cannot reach the provider, the provider reaches it. ProviderUnreachable
+    teardown → Advertisement deleted → re-pushed at once → accepted → a new virtual kubelet → unreachable
+    again, for ever, at full speed. Now each such teardown tells admission, which refuses the re-push
+    (UnreachableBackoff) for 1 min, then 2, 4, ... (up to 1 h), across the Advertisement's deletions."""
+    home = f"consumer-{uuid.uuid4().hex[:8]}"
+    cluster = UnreachableProvider(skipper.client, home)
+    worker = worker_for(cluster.activities())
+    cluster.task_queue = worker.task_queue
+    async with worker:
+        await skipper.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=home), id=admission_workflow_id(home),
+            task_queue=worker.task_queue,
+        )  # fmt: skip
+        admission = skipper.client.get_workflow_handle(admission_workflow_id(home))
+        await skipper.client.start_workflow(
+            AdvertisementWorkflow.run,
+            AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT, home_cluster_id=home),
+            id=advertisement_workflow_id(home, PROVIDER), task_queue=worker.task_queue,
+        )  # fmt: skip
+
+        def refused_after(teardowns: int) -> bool:
+            record = cluster.backoffs[-1].get(PROVIDER) if cluster.backoffs else None
+            return (cluster.advertisement is not None and cluster.advertisement.reason == "UnreachableBackoff"
+                    and record is not None and record.count == teardowns)  # fmt: skip
+
+        for teardowns, backoff in enumerate([timedelta(minutes=1), timedelta(minutes=2), timedelta(minutes=4)], 1):
+            for _ in range(REACH_ATTEMPTS):
+                if refused_after(teardowns):
+                    break
+                await asyncio.sleep(REACH_INTERVAL)
+            assert refused_after(teardowns), (f"teardown {teardowns}: the re-push was not refused (created "
+                                              f"{cluster.created}×, {cluster.advertisement}, {cluster.backoffs[-1:]})")
+            await asyncio.sleep(0.5)  # a loop would build again at once: give it the time to show
+            assert cluster.created == teardowns, "one virtual kubelet per back-off, never a burst"
+            record = cluster.backoffs[-1][PROVIDER]
+            assert (record.count, record.until - record.last) == (teardowns, backoff)
+            await reach(skipper, admission, "admission waiting for the back-off", lambda: True)
+            metadata = await admission.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+            assert f"| {PROVIDER} | {teardowns} |" in metadata.current_details, metadata.current_details
+            assert await skipper.fast_forward(admission, backoff)  # the back-off ends: accepted again, torn down again
+        await admission.terminate("test over")

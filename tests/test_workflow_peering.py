@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
@@ -429,3 +429,43 @@ async def test_an_override_set_by_signal_survives_pushes_a_cluster_config_edit_a
     assert (await latest.describe()).run_id != first_run  # it did continue as new
     assert (status.pushes, status.sharing_percentage, status.sharing_percentage_override) == (13, 55, 55)
     assert [p.sharing_percentage for p in stub.pushes] == [None] + [55] * 12  # 0, 0, 0, 10, ..., 100 minutes
+
+
+async def test_a_peering_requested_again_during_a_forced_withdrawal_stops_cleaning_and_continues_as_a_new_peering(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    """`tidepool unpeer --force` then `tidepool peer` at once: the watcher's start (signal-with-start, as the
+    worker's) finds the run still trying the foreign side. Issue 34: that start was lost (USE_EXISTING found the
+    withdrawing run, which then completed: no peering any more) and the old run's cleaning went on after the new
+    request; now the run stops cleaning there, lets the credentials go (release_credentials keeps a Secret a live
+    request names), and continues as new for the new request, which pushes at once."""
+    handle = await peering.start(peering_request_uid="uid-1")
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.clean_failure = ApplicationError("connection refused", type="ForeignUnreachable")  # retried till its TTL
+    await handle.signal(PeeringWorkflow.withdraw, args=[FORCED, "uid-1"])
+    await until(lambda: asyncio.sleep(0, stub.cleanings), lambda cleanings: cleanings >= 1)
+    stub.clean_failure = None
+    again = PeeringInput(foreign_cluster_id=handle.id.removeprefix("peering-"), home_cluster_id="home",
+                         kube_config_ref=SecretReference(name="foreign-credentials", namespace="tidepool-system"),
+                         peering_request="b", peering_request_uid="uid-2")  # fmt: skip
+    info = await handle.describe()
+    await skipper.client.start_workflow(
+        PeeringWorkflow.run, again, id=handle.id, task_queue=info.task_queue, start_signal="peering_requested",
+        start_signal_args=[again], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )  # fmt: skip
+    latest: WorkflowHandle[PeeringWorkflow, WithdrawResult] = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)
+    status = await status_when(latest, lambda s: s.pushes >= 1 and s.phase == "Advertised")
+    assert (status.phase, status.pushes) == ("Advertised", 1), "the new request is peered at once"
+    assert (await latest.describe()).run_id != info.run_id, "continued as new"
+    assert stub.cleanings == 1, "no cleaning of the foreign side after the new request"
+    assert [r.name for r in stub.released] == ["foreign-credentials"]
+    assert [p.peering_request for p in stub.pushes] == [None, "b"]
+    history = await skipper.client.get_workflow_handle(handle.id, run_id=info.run_id).fetch_history()
+    assert any(e.HasField("workflow_execution_continued_as_new_event_attributes") for e in history.events)
+
+    # The withdrawal of the request replaced is stale for the new run: it goes on.
+    await latest.signal(PeeringWorkflow.withdraw, args=[FORCED, "uid-1"])
+    await latest.signal(PeeringWorkflow.capacity_changed)
+    status = await status_when(latest, lambda s: s.pushes >= 2)
+    assert (status.phase, status.pushes, len(stub.withdrawals)) == ("Advertised", 2, 1)
+    await latest.terminate("test over")

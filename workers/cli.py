@@ -349,9 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "status":
         print(status(_clusters(args)), end="")
     elif args.command == "peer":
-        request_peering(client_from_kubeconfig_file(args.provider), client_from_kubeconfig_file(args.consumer),
-                        provider_id=args.provider_id, consumer_id=args.consumer_id,
-                        token_lifetime_seconds=args.token_lifetime, consumer_server=args.consumer_server)  # fmt: skip
+        try:
+            request_peering(client_from_kubeconfig_file(args.provider), client_from_kubeconfig_file(args.consumer),
+                            provider_id=args.provider_id, consumer_id=args.consumer_id,
+                            token_lifetime_seconds=args.token_lifetime, consumer_server=args.consumer_server)  # fmt: skip
+        except RuntimeError as e:  # the previous request of that name still withdrawing
+            print(f"tidepool peer: {e}", file=sys.stderr)
+            return 1
         print(f"identity for {args.provider_id} minted on the consumer; PeeringRequest {args.consumer_id} written "
               "on the provider")  # fmt: skip
     elif args.provider:

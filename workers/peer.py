@@ -10,13 +10,21 @@ token's life."""
 from __future__ import annotations
 
 import base64
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity, revoke_provider_identity
-from kube.objects import apply_cluster_object, apply_core, delete_cluster_object, ignore_not_found, patch_cluster_object
+from kube.objects import (
+    apply_cluster_object,
+    apply_core,
+    delete_cluster_object,
+    ignore_not_found,
+    patch_cluster_object,
+    read_cluster_object,
+)
 from models.api.common import rfc3339
 from models.names import (
     ADVERTISEMENTS,
@@ -26,6 +34,10 @@ from models.names import (
     SYSTEM_NAMESPACE,
     advertisement_name,
 )
+
+# How long `tidepool peer` waits for a PeeringRequest of the same name still being withdrawn, and how often it looks.
+PREVIOUS_REQUEST_WAIT_SECONDS = 60
+PREVIOUS_REQUEST_POLL_SECONDS = 0.5
 
 
 def request_secret_name(consumer_id: str) -> str:
@@ -51,8 +63,10 @@ def request_peering(
 def write_peering_request(provider: k8s.ApiClient, *, consumer_id: str, kubeconfig: str) -> None:
     """The provider's half: the Secret with the consumer's kubeconfig, then the PeeringRequest naming it
     (the peering's first push and its decision watch find the Secret at once, instead of failing and
-    backing off), then the Secret again, owned by the request."""
+    backing off), then the Secret again, owned by the request. A request of the same name still being
+    withdrawn is waited for first (`_wait_for_previous_request`)."""
     secret = request_secret_name(consumer_id)
+    _wait_for_previous_request(provider, consumer_id=consumer_id, secret=secret)
     apply_core(provider, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
     credentials: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -70,6 +84,30 @@ def write_peering_request(provider: k8s.ApiClient, *, consumer_id: str, kubeconf
     credentials["metadata"]["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "PeeringRequest",
                                                    "name": consumer_id, "uid": request["metadata"]["uid"]}]  # fmt: skip
     apply_core(provider, credentials)
+
+
+def _wait_for_previous_request(provider: k8s.ApiClient, *, consumer_id: str, secret: str) -> None:
+    """Peered again right after an unpeer: what is applied to a PeeringRequest, or to a Secret, being deleted
+    goes with it. Wait (PREVIOUS_REQUEST_WAIT_SECONDS at most: `unpeer --force` releases the request within
+    seconds) until the request is gone and its Secret is no longer owned by a request that is gone (the garbage
+    collector's to delete)."""
+    deadline = time.monotonic() + PREVIOUS_REQUEST_WAIT_SECONDS
+    while True:
+        request = read_cluster_object(provider, PEERING_REQUESTS, consumer_id)
+        held = ignore_not_found(k8s.CoreV1Api(provider).read_namespaced_secret, secret, SYSTEM_NAMESPACE)
+        live_uid = None if request is None or request["metadata"].get("deletionTimestamp") else request["metadata"]["uid"]
+        meta = held.metadata if held is not None else None
+        owners = [o.uid for o in (meta.owner_references or []) if o.kind == "PeeringRequest"] if meta else []
+        withdrawing = request is not None and live_uid is None
+        orphaned = meta is not None and (bool(meta.deletion_timestamp) or any(o != live_uid for o in owners))
+        if not withdrawing and not orphaned:
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"PeeringRequest {consumer_id} on the provider is still being withdrawn after "
+                f"{PREVIOUS_REQUEST_WAIT_SECONDS} s (the consumer may be out of reach): run `tidepool peer` again "
+                "once it is gone, or `tidepool unpeer --force` it first")  # fmt: skip
+        time.sleep(PREVIOUS_REQUEST_POLL_SECONDS)
 
 
 def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str, force: bool = False) -> None:

@@ -1,7 +1,8 @@
 """The provider's watchers: they turn Kubernetes changes in the home cluster into Temporal calls.
 
-- a PeeringRequest that appears starts its peering workflow (a second start finds the running one);
-  one that is deleted signals `withdraw`; a run the previous release started under the old id on our
+- a PeeringRequest that appears starts its peering workflow with the signal `peering_requested` (a second
+  start finds the running one and tells it; one still withdrawing a request of the same name, deleted and
+  made again, continues as new for it once done); one that is deleted signals `withdraw` with its uid; a run the previous release started under the old id on our
   task queue is signalled instead, and no second one starts (workers/legacy.py);
 - for each live PeeringRequest, a watch on our Advertisement in the foreign cluster
   (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
@@ -129,7 +130,8 @@ class ProviderWatchers(Watchers):
                 self._unreachable.discard(foreign)
             self._unwatch_decision(foreign)
             forced = FORCE_UNPEER_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {})
-            self._submit(self._signal_peering(foreign, "withdraw", "Forced" if forced else "PeeringRequestDeleted"))
+            self._submit(self._signal_peering(foreign, "withdraw", "Forced" if forced else "PeeringRequestDeleted",
+                                              request.metadata.uid))  # fmt: skip
             return
         ref = request.spec.kube_config_ref
         self._watch_decision(foreign, ref)
@@ -139,6 +141,7 @@ class ProviderWatchers(Watchers):
             peering_request=name,
             home_cluster_id=self._settings.cluster.cluster_id,
             unreachable_backoff_max_seconds=self._settings.provider.unreachable_backoff_max_seconds,
+            peering_request_uid=request.metadata.uid,
         )
         with self._requests_lock:
             self._live_requests[name] = input
@@ -199,8 +202,10 @@ class ProviderWatchers(Watchers):
     async def _ensure_peering(self, input: PeeringInput) -> None:
         if await self._legacy.running(input.foreign_cluster_id, recheck=True):
             return  # the previous release's run goes on: it gets the signals, and no second loop starts
+        # With the start, the request as seen (signal-with-start): a run still withdrawing a request deleted and
+        # made again continues as new for it once done, where a bare start would find it and be lost.
         await self._client.start_workflow(
-            PeeringWorkflow.run, input,
+            PeeringWorkflow.run, input, start_signal="peering_requested", start_signal_args=[input],
             id=self._workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one peering per foreign cluster, ever
             static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",

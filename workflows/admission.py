@@ -11,6 +11,11 @@ this one; an idle admission costs nothing.
 Since issue 20 (patch `admission-decision-deadline`): the pass is given the workflow's time, and while a
 manual decision is awaited under manualDecisionTimeoutSeconds, a durable timer (shown in the Web UI)
 wakes the workflow at the earliest deadline, so that the pass it starts refuses what nobody decided.
+
+Since issue 34: an AdvertisementWorkflow torn down because its provider was unreachable signals
+`provider_unreachable`; the workflow keeps, across continue-as-new, each such provider's teardowns in a row,
+hands them to every pass (the provider's re-pushed Advertisement is refused UnreachableBackoff, 1 min doubling
+to 1 h), and passes again when the back-off ends: no teardown → re-push → re-accept loop at full speed.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from workflows.search_attributes import HOME_CLUSTER
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
-    from models.consumer import AdmissionInput, AdmissionResult
+    from models.consumer import AdmissionInput, AdmissionResult, UnreachableTeardowns, record_unreachable
 
 ADMIT_TIMEOUT = timedelta(seconds=60)
 ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
@@ -56,7 +61,9 @@ class AdmissionWorkflow:
         deadlines = workflow.patched(DECISION_DEADLINE_PATCH)
         while True:
             self._pending = False
-            args: list[object] = [input.cluster_id, workflow.now()] if deadlines else [input.cluster_id]
+            # The activity's every parameter, always: with fewer arguments than parameters the SDK decodes none
+            # by its type (the time would arrive as text).
+            args: list[object] = [input.cluster_id, workflow.now(), self._input.unreachable] if deadlines else [input.cluster_id]
             try:
                 self._last = await workflow.execute_activity_method(
                     ConsumerActivities.admit_advertisements, args=args,
@@ -67,8 +74,12 @@ class AdmissionWorkflow:
                 self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history
                 continue
             self._input.reconciles += 1
-            workflow.set_current_details(_details(self._last, self._input.reconciles))
-            if deadlines and self._last.next_decision_deadline is not None:
+            workflow.set_current_details(_details(self._last, self._input.reconciles, self._backing_off()))
+            backoff_end = min((r.until for r in self._backing_off().values()), default=None)
+            if deadlines and backoff_end is not None and (self._last.next_decision_deadline is None
+                                                          or backoff_end < self._last.next_decision_deadline):
+                await self._wait_until(backoff_end, f"unreachable back-off ends {backoff_end:%Y-%m-%d %H:%M:%S} UTC")
+            elif deadlines and self._last.next_decision_deadline is not None:
                 await self._wait_until(self._last.next_decision_deadline)
             elif workflow.patched(EVENT_DRIVEN_PATCH):
                 await workflow.wait_condition(lambda: self._pending)
@@ -99,14 +110,29 @@ class AdmissionWorkflow:
         except TimeoutError:
             pass
 
-    async def _wait_until(self, deadline: datetime) -> None:
-        """The next signal, or the deadline of a manual decision still awaited."""
+    async def _wait_until(self, deadline: datetime, summary: str | None = None) -> None:
+        """The next signal, or the deadline of a manual decision still awaited (or of a back-off)."""
         delay = max(timedelta(seconds=1), deadline - workflow.now())
         try:
-            await workflow.wait_condition(lambda: self._pending, timeout=delay,
-                                          timeout_summary=f"manual decision deadline {deadline:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+            await workflow.wait_condition(lambda: self._pending, timeout=delay, timeout_summary=summary
+                                          or f"manual decision deadline {deadline:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
         except TimeoutError:
             pass
+
+    def _backing_off(self) -> dict[str, UnreachableTeardowns]:
+        now = workflow.now()
+        return {provider: r for provider, r in self._input.unreachable.items() if r.until > now}
+
+    @workflow.signal
+    def provider_unreachable(self, provider: str) -> None:
+        """From an AdvertisementWorkflow whose teardown began because its virtual kubelet could not reach the
+        provider: the provider's next Advertisement (it re-pushes as soon as this one is deleted) is refused
+        until the back-off ends (models/admission.py rule 6¾), and the pass after that decides afresh."""
+        if not isinstance(provider, str) or not 0 < len(provider) <= 253:
+            workflow.logger.warning("ignored provider_unreachable: not a cluster id")
+            return
+        self._input.unreachable = record_unreachable(self._input.unreachable, provider, workflow.now())
+        self._pending = True
 
     @workflow.signal
     def reconcile(self) -> None:
@@ -117,7 +143,7 @@ class AdmissionWorkflow:
         return self._last
 
 
-def _details(result: AdmissionResult, passes: int) -> str:
+def _details(result: AdmissionResult, passes: int, backing_off: dict[str, UnreachableTeardowns] | None = None) -> str:
     lines = [
         f"**Admission** — policy **{result.policy}**, accepted {result.total_accepted}"
         + (f" of at most {result.maximum}" if result.maximum is not None else ""),
@@ -133,4 +159,7 @@ def _details(result: AdmissionResult, passes: int) -> str:
     if result.next_decision_deadline is not None:
         lines.append(f"- next manual decision deadline: {result.next_decision_deadline:%Y-%m-%d %H:%M:%S} UTC "
                      "(manualDecisionTimeoutSeconds)")  # fmt: skip
+    if backing_off:
+        lines += ["", "| backing off from | torn down as unreachable in a row | not accepted again before |", "|---|---|---|"]
+        lines += [f"| {provider} | {r.count} | {r.until:%Y-%m-%d %H:%M:%S} UTC |" for provider, r in sorted(backing_off.items())]
     return "\n".join(lines)

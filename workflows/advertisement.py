@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from workflows.failures import ONE_ATTEMPT, OTHER_SIDE_TIMEOUT, GaveUp, describe_failure, until_expired
 from workflows.search_attributes import ADVERTISEMENT_PHASE, HOME_CLUSTER, PROVIDER_CLUSTER
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         render_details,
         wake_after,
     )
+    from models.names import admission_workflow_id
 
 
 # Reads and writes on the consumer's own API server: quick, retried without end (the API server will be
@@ -88,6 +89,12 @@ CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
 FAILURE_BACKOFF_MAX = timedelta(minutes=5)
+# An acting step decided again right after it ran made no progress (a virtual kubelet Deployment held
+# terminating by someone else's finalizer stays absent however often it is applied): act again only at the
+# next change or after this backoff, doubling from the first, so that the loop neither spins nor grows the
+# history faster than continue-as-new trims it.
+NO_PROGRESS_BACKOFF_FIRST = timedelta(seconds=1)
+NO_PROGRESS_BACKOFF_MAX = timedelta(minutes=5)
 # After a forced unpeer, the provider's copies are cleaned as workflows.failures.until_expired tries the other
 # side; past the last Advertisement's life, the provider cleans them once our keepalive has lapsed.
 PROVIDER_CLEANS_ITSELF = "the provider deletes them itself once this cluster's keepalive there has lapsed"
@@ -123,8 +130,12 @@ class AdvertisementWorkflow:
             try:
                 if await self._pass():
                     self._disarm()
-                    if self._state.forced:
-                        await self._clean_provider()
+                    # A new Advertisement of the provider (its next push, or peered again) signalled to this run
+                    # as it ended: a fresh run follows it, where the watcher's start found this one and was lost.
+                    # (Runs begun before consumer-step-activities completed regardless, and replay so.)
+                    if (self._state.forced and await self._clean_provider()) or (
+                            self._step_activities and await self._arrived_meanwhile()):  # fmt: skip
+                        workflow.continue_as_new(self._input.model_copy(update={"state": None}))
                     return self._state
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
                 await self._wait_out(failure)
@@ -139,6 +150,8 @@ class AdvertisementWorkflow:
             self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
         decided = next_step(obs, self._state, now, legacy=not self._steady)
         step = decided.step
+        if step != self._state.last_acted:  # progress: what the last step did shows
+            self._state.last_acted, self._state.stalls = None, 0
         self._state.teardown = decided.teardown
         if obs.forced and not self._state.forced:  # only Advertisements of this release carry it: no patch needed
             self._state.forced = True
@@ -155,8 +168,16 @@ class AdvertisementWorkflow:
         if step == "Done":
             return True
         if step in ACTING_STEPS:
+            if self._state.last_acted == step and self._state.stalled_until is None:
+                await self._wait_for_progress(obs, step)  # then the next pass looks again, and acts
+                return False
+            self._state.stalled_until = None
+            if step == "ReleaseAdvertisement" and self._state.teardown == "ProviderUnreachable":
+                await self._tell_admission_unreachable()
             done = await self._act(step)
             self._state = after_step(self._state, step, done=done, now=workflow.now())
+            if step != "DeleteExpired":  # which waits on its own
+                self._state.last_acted = step  # forgotten by the next pass that decides another step
             self._succeeded()
             if step == "DeleteExpired":
                 if done:  # gone: a push that brings it back is a new arrival, for a new run
@@ -166,6 +187,7 @@ class AdvertisementWorkflow:
                 await workflow.sleep(EXPIRY_CLOCK_SKEW_RECHECK, summary="expired here, not yet for the worker")
             return False
         self._succeeded()
+        self._state.last_acted, self._state.stalls, self._state.stalled_until = None, 0, None
         if self._steady:
             await self._wait_for_change_or_deadline(obs, step)
         else:
@@ -173,9 +195,48 @@ class AdvertisementWorkflow:
         self._continue_as_new_if_suggested()
         return False
 
-    async def _clean_provider(self) -> None:
+    async def _arrived_meanwhile(self) -> bool:
+        """Whether, of the changes signalled since the last look, one is a new Advertisement (looked at again
+        until no signal comes in between)."""
+        while self._changed:
+            self._changed = False
+            obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
+                                       summary="observe: a new arrival?")  # fmt: skip
+            if obs.exists and not obs.deleting:
+                return True
+        return False
+
+    async def _tell_admission_unreachable(self) -> None:
+        """Just before the teardown releases the Advertisement (the provider re-pushes at once): admission backs off
+        from this provider (workflows/admission.py), since the virtual kubelet it would build could not reach
+        it either. Runs begun before the worker passed the home cluster cannot name the admission workflow."""
+        if not self._input.home_cluster_id or self._state.admission_told:
+            return
+        admission = workflow.get_external_workflow_handle(admission_workflow_id(self._input.home_cluster_id))
+        try:
+            await admission.signal("provider_unreachable", self._input.provider_id)
+        except FailureError as e:  # no admission workflow running: nothing accepts it again either
+            workflow.logger.warning("admission not told of %s's unreachable teardown: %s", self._input.provider_id, e)
+        self._state.admission_told = True  # once: a release retried after a failure is the same teardown
+
+    async def _wait_for_progress(self, obs: AdvertisementObservation, step: Step) -> None:
+        """`step` ran and is due again: nothing it did shows. Say so, wait for a change or the backoff
+        (NO_PROGRESS_BACKOFF_FIRST doubling to NO_PROGRESS_BACKOFF_MAX), then let the next pass act again."""
+        self._state.stalls += 1
+        backoff = min(NO_PROGRESS_BACKOFF_MAX, NO_PROGRESS_BACKOFF_FIRST * 2 ** min(self._state.stalls - 1, 16))
+        self._state.stalled_until = workflow.now() + backoff
+        self._publish(obs, step)
+        try:
+            await workflow.wait_condition(lambda: self._changed, timeout=backoff,
+                                          timeout_summary=f"{step} made no progress: again in {backoff}")  # fmt: skip
+        except TimeoutError:
+            pass
+        self._continue_as_new_if_suggested()  # a stall that lasts days must not grow the history without end
+
+    async def _clean_provider(self) -> bool:
         """`tidepool unpeer --force`, once everything here is gone: the copies of our pods in the provider,
-        tried again while the last Advertisement could live; then the credentials it gave us."""
+        tried again while the last Advertisement could live; then the credentials it gave us. True when they
+        were kept for a new Advertisement of the same provider (peered again)."""
         provider = self._input.provider_id
         request = CleanProviderInput(provider_id=provider)
         until = self._state.provider_cleanup_until or workflow.now()
@@ -199,7 +260,9 @@ class AdvertisementWorkflow:
             self._state.provider_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish_last()
-        await self._activity(ConsumerActivities.delete_provider_credentials, request, summary="delete the credentials")
+        kept = await self._activity(ConsumerActivities.delete_provider_credentials, request,
+                                    summary="delete the credentials")  # fmt: skip
+        return bool(kept)
 
     def _retrying(self, failure: str) -> None:
         self._state.last_error = failure

@@ -36,10 +36,10 @@ class GaveUp:
     describe_failure tells it."""
 
     # A plain class: the sandbox runs this module again for every new run, and a dataclass costs more to make.
-    __slots__ = ("failure", "non_retryable", "until")
+    __slots__ = ("failure", "non_retryable", "stopped", "until")
 
-    def __init__(self, failure: str, *, non_retryable: bool, until: datetime) -> None:
-        self.failure, self.non_retryable, self.until = failure, non_retryable, until
+    def __init__(self, failure: str, *, non_retryable: bool, until: datetime, stopped: bool = False) -> None:
+        self.failure, self.non_retryable, self.until, self.stopped = failure, non_retryable, until, stopped
 
     def not_reached(self) -> str:
         """What the details say of a side that stayed out of reach (the caller adds who cleans it now)."""
@@ -48,11 +48,12 @@ class GaveUp:
 
 
 async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime, retrying: Callable[[str], None],
-                        summary: str, between: Callable[[], None] = lambda: None) -> T | GaveUp:  # fmt: skip
+                        summary: str, between: Callable[[], None] = lambda: None,
+                        stop: Callable[[], bool] = lambda: False) -> T | GaveUp:  # fmt: skip
     """`attempt` (an activity of ONE_ATTEMPT) at once, then again after each retryable failure, backing off,
     until it succeeds, fails for good, or `until` has passed. `retrying` is told each failure waited out (for
     the current details); `between` runs after each wait (a loop of thousands of retries continues as new
-    there)."""
+    there); `stop` ends a wait, and the attempts, at once (GaveUp.stopped: someone peered again meanwhile)."""
     backoff = OTHER_SIDE_RETRY_FIRST
     while True:
         try:
@@ -63,7 +64,14 @@ async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime,
                 return GaveUp(failure, non_retryable=True, until=until)
             if left <= timedelta(0):
                 return GaveUp(failure, non_retryable=False, until=until)
+            if stop():
+                return GaveUp(failure, non_retryable=False, until=until, stopped=True)
             retrying(failure)
-            await workflow.sleep(min(backoff, left), summary=summary)
+            try:
+                await workflow.wait_condition(stop, timeout=min(backoff, left), timeout_summary=summary)
+            except TimeoutError:
+                pass
+            if stop():
+                return GaveUp(failure, non_retryable=False, until=until, stopped=True)
             backoff = min(backoff * 2, OTHER_SIDE_RETRY_MAX)
             between()

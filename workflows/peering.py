@@ -71,6 +71,10 @@ CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempt
 WITHDRAW_TIMEOUT = timedelta(seconds=60)
 WITHDRAW_SCHEDULE_TIMEOUT = timedelta(minutes=30)
 WITHDRAW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60))
+# A forced withdrawal leaves the foreign side alone once the consumer asked again: the new peering's first push
+# replaces the Advertisement and the credentials Secret there, and cleaning after it would delete them.
+PEERED_AGAIN = ("not cleaned: peered again meanwhile; the new peering's pushes replace its Advertisement and "
+                "credentials Secret there")
 # A home-side withdrawal that failed for good is tried again, ever less often.
 HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
 HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
@@ -105,6 +109,7 @@ class PeeringWorkflow:
         else:
             self._state = PeeringState(sharing_percentage=input.sharing_percentage)
         self._withdraw: WithdrawReason | None = None
+        self._requested_again: PeeringInput | None = None
         self._watched = False
         # The one timer of the watched loop, kept across wakes that do not move its deadline (a decision
         # read), so that such a wake costs no new timer.
@@ -130,7 +135,14 @@ class PeeringWorkflow:
             await self._sleep()
         if self._timer is not None and not self._timer.done():
             self._timer.cancel()  # no wake during the withdrawal
-        return await self._withdraw_peering(self._withdraw)
+        result = await self._withdraw_peering(self._withdraw)
+        again = self._requested_again
+        if again is not None:
+            # Peered again while this one withdrew: the same workflow id, so no start would be taken while this
+            # run lives; the new request is served by a fresh run instead of being lost.
+            workflow.logger.info("%s peered again: a new peering begins", self._input.foreign_cluster_id)
+            workflow.continue_as_new(again.model_copy(update={"state": None}))
+        return result
 
     async def _push(self) -> None:
         # Asked for by a signal (before the period was due and with no failure to retry): the Advertisement
@@ -285,9 +297,11 @@ class PeeringWorkflow:
         self._state.foreign_cleanup_until = until
         self._publish()
         outcome, cleaned = self._state.foreign_cleanup_outcome, False
+        if outcome is None and self._requested_again is not None:
+            outcome = PEERED_AGAIN
         if outcome is None:
             outcome, cleaned = await self._clean_foreign(request, until)
-            self._state.foreign_cleanup_outcome = outcome
+        self._state.foreign_cleanup_outcome = outcome
         self._state.last_error = None
         self._publish()
         await workflow.execute_activity_method(
@@ -308,10 +322,13 @@ class PeeringWorkflow:
                 summary=f"clean on {foreign} after a forced unpeer",
             ),
             until=until, retrying=self._retrying, summary=f"{foreign} unreachable: retry",
+            stop=lambda: self._requested_again is not None,
         )  # fmt: skip
         if not isinstance(result, GaveUp):
             return ("cleaned (its Advertisement and credentials Secret deleted)" if result.cleaned
                     else f"not cleaned: {result.note}; its TTL and keepalive clean it"), result.cleaned  # fmt: skip
+        if result.stopped:
+            return PEERED_AGAIN, False
         if result.non_retryable:
             return f"not cleaned: it refuses our credentials ({result.failure}); its TTL and keepalive clean it", False
         return f"{result.not_reached()}: its TTL and keepalive clean it", False
@@ -428,8 +445,30 @@ class PeeringWorkflow:
         self._state.foreign_changed = True
 
     @workflow.signal
-    def withdraw(self, reason: WithdrawReason = "Requested") -> None:
+    def withdraw(self, reason: WithdrawReason = "Requested", peering_request_uid: str | None = None) -> None:
+        """`peering_request_uid`: the deleted PeeringRequest's, from the watcher; a withdrawal for another request
+        than the one this run serves is stale (that one went before it ever held it) and ignored."""
+        serving = self._input.peering_request_uid
+        if peering_request_uid is not None and serving is not None and peering_request_uid != serving:
+            workflow.logger.warning("ignored withdraw for PeeringRequest %s: this peering serves %s",
+                                    peering_request_uid, serving)  # fmt: skip
+            return
         self._withdraw = reason
+
+    @workflow.signal
+    def peering_requested(self, input: PeeringInput) -> None:
+        """From the worker's PeeringRequest watcher with each start (signal-with-start): the request it saw live,
+        as it would start the peering. The request this run serves is no news. Another one (deleted and made again
+        under the same name) while this run withdraws is peered again once the withdrawal is done: the run
+        continues as new with it. Before any withdrawal the old request went without our finalizer: serve the
+        new one."""
+        uid = input.peering_request_uid
+        if uid is None or uid == self._input.peering_request_uid:
+            return
+        if self._withdraw is None:
+            self._input = input.model_copy(update={"state": self._input.state})
+            return
+        self._requested_again, self._state.requested_again = input, uid
 
     @workflow.query
     def status(self) -> PeeringStatus:

@@ -23,7 +23,7 @@ REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 AcceptedReason = Literal["WithinMaximum", "ManuallyAccepted"]
 RefusedReason = Literal["MaxReached", "Denied", "NotAllowed", "Invalid", "ManuallyRefused",
                         "UnexpectedCredentials", "PriceTooHigh", "DecisionTimedOut",
-                        "VirtualNodeNotReady"]  # fmt: skip
+                        "VirtualNodeNotReady", "UnreachableBackoff"]  # fmt: skip
 PendingReason = Literal["AwaitingManualDecision"]
 AdmissionReason = Literal[AcceptedReason, RefusedReason, PendingReason]
 # Advertisement.status.conditions[type=Ready]: False once teardown begins.

@@ -132,11 +132,15 @@ class _FollowedKubeconfigClient(k8s.ApiClient):
     def _refused(self, error: Exception) -> None:
         logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(error).__name__)
 
-    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
-        # Called for every request before its auth header is computed: the place to pick up a new file.
+    def follow(self) -> None:
+        """Load the file again if it changed (a stat tells)."""
         stamp = _file_stamp(self._path)
         if stamp is not None and stamp != self._stamp:
             self.reload()
+
+    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+        # Called for every request before its auth header is computed: the place to pick up a new file.
+        self.follow()
         return super().param_serialize(*args, **kwargs)
 
     def call_api(self, method: str, url: str, header_params: dict[str, str] | None = None, body: Any = None,

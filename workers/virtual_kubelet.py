@@ -354,6 +354,8 @@ class VirtualKubelet:
     # One pass -----------------------------------------------------------------------------------------
     def reconcile(self) -> bool:
         """One level-triggered pass over the node; True once teardown is complete (the program then exits 0)."""
+        self.provider.follow()  # a refused provider kubeconfig is said whatever the Advertisement's phase
+        self._say_refusal()
         advertisement = read_cluster_object(self.consumer, ADVERTISEMENTS, self.config.advertisement)
         phase = ((advertisement or {}).get("status") or {}).get("phase")
         if advertisement is None or phase == "Deleting" or (advertisement["metadata"].get("deletionTimestamp")):
@@ -362,8 +364,7 @@ class VirtualKubelet:
         if phase != "Accepted":
             self._reflecting.clear()
             return False  # not ours to run yet (or refused): nothing to register
-        reachable, error = self._provider_reachable()  # the provider's kubeconfig is followed from here
-        self._say_refusal()
+        reachable, error = self._provider_reachable()
         self._ensure_node(advertisement, reachable=reachable, error=error)
         if reachable:
             self._renew_keepalive()

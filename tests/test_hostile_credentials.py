@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import os
+import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -30,12 +31,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
+from deploy.localenv.clusters import create_cluster, delete_cluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState, temporal_namespace
 from kube.clients import client_from_peer_kubeconfig_text
 from kube.objects import read_cluster_object
-from models.names import PEERING_REQUESTS, SYSTEM_NAMESPACE, credentials_secret_name, virtual_node_name
+from models.names import (
+    PEERING_REQUESTS,
+    SYSTEM_NAMESPACE,
+    credentials_secret_name,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
 from tests.faults import Pair, WorkerProcess, convergence_problems, prepare_pair
 from tests.running import eventually
 from tests.tls import local_certificate
@@ -56,6 +63,7 @@ class Peered:
     attacker: k8s.ApiClient  # the provider's identity on the consumer: what it really holds
     original: str  # the kubeconfig the provider wrote for the virtual kubelet
     directory: Path
+    runner: DeploymentRunner  # the consumer's kubelet stand-in, which runs the virtual kubelet
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +75,8 @@ async def peered(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -
     workers: list[WorkerProcess] = []
     network: NetworkModule | None = None
     try:
-        pair = Pair(*(create_cluster(n, binaries=binaries, workdir=workdir) for n in names), *names)
+        provider_cluster, consumer_cluster = (create_cluster(n, binaries=binaries, workdir=workdir) for n in names)
+        pair = Pair(provider_cluster, consumer_cluster, *names)
         provider, consumer = pair.provider.api_client(), pair.consumer.api_client()
         prepare_pair(provider, consumer)
         workers = [
@@ -79,14 +88,15 @@ async def peered(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -
         network = NetworkModule(consumer, local_pod_cidr="10.2.0.0/16").start()
         for worker in workers:
             worker.start()
-        with DeploymentRunner(pair.consumer.kubeconfig, log_dir=directory):
+        with DeploymentRunner(pair.consumer.kubeconfig, log_dir=directory) as runner:
             request_peering(provider, consumer, provider_id=pair.provider_id, consumer_id=pair.consumer_id)
             await eventually(lambda: not convergence_problems(pair, peered=True), timeout=120, what="peered")
             await eventually(lambda: _node_ready(consumer, pair.provider_id) == "KubeletReady", timeout=60,
                              what="the virtual node Ready")  # fmt: skip
             yield Peered(pair=pair, provider=provider, consumer=consumer,
                          attacker=client_from_peer_kubeconfig_text(_secret_text(provider, request_secret_name(pair.consumer_id))),
-                         original=_secret_text(consumer, credentials_secret_name(pair.provider_id)), directory=directory)  # fmt: skip
+                         original=_secret_text(consumer, credentials_secret_name(pair.provider_id)), directory=directory,
+                         runner=runner)  # fmt: skip
     finally:
         for worker in workers:
             worker.stop()
@@ -110,7 +120,7 @@ def _node_ready(consumer: k8s.ApiClient, provider_id: str) -> str | None:
 def _refusals(api: k8s.ApiClient, name: str) -> dict[str, str]:
     """The InvalidCredentials Events about object `name` (a node or a PeeringRequest): message by Event name."""
     events = k8s.CoreV1Api(api).list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-    return {e.metadata.name: e.message or "" for e in events if e.reason == "InvalidCredentials"}
+    return {str(e.metadata.name): e.message or "" for e in events if e.reason == "InvalidCredentials"}
 
 
 def _rewritten(text: str, *, cluster: dict[str, Any] | None = None, user: dict[str, Any] | None = None) -> str:
@@ -179,13 +189,17 @@ def _full_loader_request(text: str) -> None:
         k8s.CoreV1Api(api).list_namespaced_pod("default", _request_timeout=5)
 
 
+def _write(peered: Peered, api: k8s.ApiClient, kubeconfig: str) -> None:
+    data = {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}}
+    k8s.CoreV1Api(api).patch_namespaced_secret(credentials_secret_name(peered.pair.provider_id), SYSTEM_NAMESPACE, data)
+
+
 async def _attack(peered: Peered, kubeconfig: str, field: str) -> str:
     """The provider rewrites the virtual kubelet's kubeconfig with its own identity on the consumer; the
     virtual kubelet's Warning Event naming `field` is returned, after which the original is put back."""
-    node, name = virtual_node_name(peered.pair.provider_id), credentials_secret_name(peered.pair.provider_id)
+    node = virtual_node_name(peered.pair.provider_id)
     before = set(_refusals(peered.consumer, node))
-    data = {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}}
-    k8s.CoreV1Api(peered.attacker).patch_namespaced_secret(name, SYSTEM_NAMESPACE, data)  # its RBAC allows this
+    _write(peered, peered.attacker, kubeconfig)  # its RBAC allows this: the Secret is its own
     try:
         said = await eventually(lambda: [m for e, m in _refusals(peered.consumer, node).items()
                                          if e not in before and field in m],
@@ -194,8 +208,7 @@ async def _attack(peered: Peered, kubeconfig: str, field: str) -> str:
         assert _node_ready(peered.consumer, peered.pair.provider_id) == "KubeletReady"
         return str(said[0])
     finally:
-        original = {"data": {"kubeconfig": base64.b64encode(peered.original.encode()).decode()}}
-        k8s.CoreV1Api(peered.consumer).patch_namespaced_secret(name, SYSTEM_NAMESPACE, original)
+        _write(peered, peered.consumer, peered.original)
 
 
 async def test_an_exec_plugin_the_provider_writes_is_never_run_by_the_consumers_virtual_kubelet(
@@ -243,6 +256,32 @@ async def test_a_kubeconfig_that_skips_tls_verification_is_refused(
     evil = _rewritten(peered.original, cluster={"server": catcher.url, "insecure-skip-tls-verify": True})
     await _attack(peered, evil, "clusters[0].cluster.insecure-skip-tls-verify")
     assert catcher.seen == []
+
+
+async def test_a_virtual_kubelet_that_starts_on_a_refused_kubeconfig_runs_nothing_and_its_node_says_why(
+    peered: Peered, tmp_path: Path
+) -> None:
+    """No earlier credentials to keep: the node is NotReady, InvalidCredentials, naming the field, until the
+    provider writes a kubeconfig it accepts."""
+    marker = tmp_path / "ran-at-start"
+    evil = _rewritten(peered.original, user=_exec_user(marker))
+    _write(peered, peered.attacker, evil)
+    vk = virtual_kubelet_name(peered.pair.provider_id)
+    volume = peered.runner._running[vk].secret_volumes[credentials_secret_name(peered.pair.provider_id)][0]
+    try:
+        pid = await eventually(lambda: peered.runner.pid(vk), what="the virtual kubelet's pid")
+        await eventually(lambda: (volume / "kubeconfig").read_text() == evil, what="the Secret volume rewritten")
+        os.kill(pid, signal.SIGKILL)  # restarted by the stand-in, on the kubeconfig in its volume now
+        await eventually(lambda: _node_ready(peered.consumer, peered.pair.provider_id) == "not ready: InvalidCredentials",
+                         timeout=60, what="the node NotReady, InvalidCredentials")  # fmt: skip
+        node = k8s.CoreV1Api(peered.consumer).read_node(virtual_node_name(peered.pair.provider_id))
+        ready = next(c for c in node.status.conditions if c.type == "Ready")
+        assert "users[0].user.exec" in str(ready.message) and "nothing was loaded" in str(ready.message)
+        assert not marker.exists(), "the provider's exec plugin ran when the virtual kubelet started"
+    finally:
+        _write(peered, peered.consumer, peered.original)
+    await eventually(lambda: _node_ready(peered.consumer, peered.pair.provider_id) == "KubeletReady", timeout=60,
+                     what="the node Ready again on the accepted kubeconfig")  # fmt: skip
 
 
 async def test_an_exec_plugin_in_the_consumers_kubeconfig_is_never_run_by_the_providers_worker(

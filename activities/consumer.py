@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from kube.clients import SecretClients
+from kube.clients import PeerSecretClients
 from kube.copies import delete_copies, drop_keepalive
 from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
@@ -106,7 +106,7 @@ class ConsumerActivities:
         self._settings = settings
         # Clients for the providers, from the credentials Secrets they wrote here (`clean_provider` only:
         # everything else this worker does with a provider, its virtual kubelets do).
-        self._providers = SecretClients(home)
+        self._providers = PeerSecretClients(home)
 
     def _config(self) -> ClusterConfig:
         return read_cluster_config(self._home)

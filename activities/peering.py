@@ -25,9 +25,9 @@ from activities.credentials import (
     revoke_older_tokens,
 )
 from kube.capacity import HomeCapacity
-from kube.clients import SecretClients
+from kube.clients import PeerSecretClients
 from kube.copies import delete_copies, drop_keepalive, keepalive_grace, keepalive_lapsed_since
-from kube.errors import CREDENTIALS_EXPIRED
+from kube.errors import CREDENTIALS_EXPIRED, INVALID_CREDENTIALS
 from kube.identity import bearer_token_life, renew_provider_token
 from kube.metrics import Metrics
 from kube.objects import (
@@ -108,7 +108,7 @@ class PeeringActivities:
         self._settings = settings
         # The foreign clusters' clients, from the PeeringRequests' kubeconfig Secrets: the provider's decision
         # watches use these too (workers/provider.py), one client per foreign cluster.
-        self.foreign_clients = SecretClients(home)
+        self.foreign_clients = PeerSecretClients(home)
         self._calls = ThreadPoolExecutor(PUSH_CALL_THREADS, thread_name_prefix="push-call")
 
     @property
@@ -194,9 +194,13 @@ class PeeringActivities:
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
-            expired = isinstance(e, ApplicationError) and e.type == CREDENTIALS_EXPIRED
-            self._record(request.peering_request, "Unreachable", message=f"push failed: {e}",
-                         reason="CredentialsExpired" if expired else None)  # fmt: skip
+            kind = e.type if isinstance(e, ApplicationError) else None
+            reason: PeeringCredentialsReason | None = ("CredentialsExpired" if kind == CREDENTIALS_EXPIRED else
+                                                       "InvalidCredentials" if kind == INVALID_CREDENTIALS else None)  # fmt: skip
+            changed = self._record(request.peering_request, "Unreachable", message=f"push failed: {e}", reason=reason)
+            if reason == "InvalidCredentials" and changed and peering_request is not None:
+                # The consumer's kubeconfig was refused, the field named: nothing in it was loaded or run.
+                record_event(self._home, peering_request, reason=reason, message=str(e), warning=True)
             raise
         metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="ok",
                        latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
@@ -464,23 +468,25 @@ class PeeringActivities:
         pushed: datetime | None = None,
         message: str = "",
         reason: PeeringCredentialsReason | None = None,
-    ) -> None:
+    ) -> bool:
         """Mirror the peering's phase into its PeeringRequest status, for kubectl users; the Ready
-        condition's reason is the phase unless a `reason` says more."""
+        condition's reason is the phase unless a `reason` says more. True when the Ready condition's reason
+        or message changed (an Event about it is then news)."""
         current = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
         if peering_request is None or current is None:
-            return
+            return False
         status: dict[str, Any] = {"phase": phase}
         if decision is not None:
             status["advertisementStatus"] = decision.phase
             status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
             status["lastPushTime"] = rfc3339(pushed)
-        status["conditions"] = with_condition(
-            condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}"),
-            list((current.get("status") or {}).get("conditions") or []),
-        )
+        previous = list((current.get("status") or {}).get("conditions") or [])
+        ready = condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}")
+        status["conditions"] = with_condition(ready, previous)
         patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)
+        old: dict[str, Any] = next((c for c in previous if c.get("type") == "Ready"), {})
+        return (old.get("reason"), old.get("message")) != (ready.reason, ready.message)
 
 
 def _decision(advertisement: dict[str, Any]) -> ForeignDecision:

@@ -56,7 +56,7 @@ from bench.common import emit, log, rss_mb
 from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.objects import list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
@@ -420,7 +420,7 @@ def _pushes(runs: dict[str, list[list[Any]]], start: datetime, end: datetime) ->
 async def _run_window(params: dict[str, Any], state: EnvState) -> None:
     minutes, warmup = float(params["minutes"]), float(params["warmup_minutes"])
     sample_every, churn_every = float(params["sample_seconds"]), 60 / float(params["churn_per_minute"])
-    apis = {name: client_from_kubeconfig_file(path) for name, path in state.kubeconfigs.items()}
+    apis = {name: client_from_own_kubeconfig_file(path) for name, path in state.kubeconfigs.items()}
     k8s.CoreV1Api(apis[CONSUMER]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": CHURN_NAMESPACE}}))
     observer = Observer(apis=apis, processes=demo.processes(state))
     churn = Churn(apis[CONSUMER], observer.ledger)

@@ -1,13 +1,20 @@
 """Clients and the credentials they carry: from a kubeconfig file (followed as it is renewed), from a
-kubeconfig Secret's content (cached by the Secret's resourceVersion), or the in-cluster service account."""
+kubeconfig Secret's content (cached by the Secret's resourceVersion), or the in-cluster service account.
+
+Two kinds of kubeconfig, one way each to read them: this cluster's operator's own (`own`: the
+Kubernetes client's full loader, exec plugins and files included, as kubectl) and those another party
+wrote (`peer`: models/kubeconfig.py reduces them to server, CA and token, and the client is built from
+those alone; nothing else in them is ever loaded)."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import logging
 import os
 import queue
+import tempfile
 import threading
 from time import monotonic
 from typing import Any
@@ -20,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
 from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
+from models.kubeconfig import MAX_KUBECONFIG_BYTES, InvalidKubeconfig, PeerCredentials, peer_credentials
 
 # Connections a client keeps open to its API server. The client's default is 5 per core (10 here), but a
 # worker holds one per watch (a dozen informers) and runs 32 activity threads and 16 push reads: with 10,
@@ -28,36 +36,111 @@ from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 CONNECTIONS_PER_CLIENT = 64
 
 
-def client_from_kubeconfig_file(path: str | None) -> k8s.ApiClient:
-    """A client for the cluster a kubeconfig file names, following the file as it is renewed; None means
-    the in-cluster service account (whose loader already re-reads its projected token)."""
+def client_from_own_kubeconfig_file(path: str | None) -> k8s.ApiClient:
+    """A client for this cluster's operator's own kubeconfig (a worker's --kubeconfig, the CLI's files, a
+    syncer's super cluster), with the Kubernetes client's full loader, following the file as it is
+    renewed; None means the in-cluster service account (whose loader already re-reads its projected token).
+    Never for a kubeconfig another party wrote: that is `client_from_peer_kubeconfig_file`."""
     if path is None:
         configuration = k8s.Configuration(connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
         k8s_config.load_incluster_config(client_configuration=configuration)
         return k8s.ApiClient(configuration)
-    return KubeconfigFileClient(path)
+    return OwnKubeconfigFileClient(path)
 
 
-class KubeconfigFileClient(k8s.ApiClient):
+def client_from_peer_kubeconfig_file(path: str) -> PeerKubeconfigFileClient:
+    """A client for a kubeconfig file another party wrote (the provider's, mounted into a virtual kubelet):
+    parsed into server, CA and token (models/kubeconfig.py), following the file as it is renewed."""
+    return PeerKubeconfigFileClient(path)
+
+
+def client_from_peer_kubeconfig_text(text: str | bytes) -> k8s.ApiClient:
+    """A client for a kubeconfig another party wrote (or `tidepool peer`): only its server, CA and token are
+    used; InvalidKubeconfig names the field when anything else is there."""
+    return k8s.ApiClient(peer_configuration(parse_peer_kubeconfig(text)))
+
+
+def parse_peer_kubeconfig(text: str | bytes) -> PeerCredentials:
+    """The text bounded, loaded as plain YAML (no anchors, aliases or tags: nothing expands), then reduced
+    by models.kubeconfig."""
+    raw = text.encode() if isinstance(text, str) else text
+    if len(raw) > MAX_KUBECONFIG_BYTES:
+        raise InvalidKubeconfig("kubeconfig", f"larger than {MAX_KUBECONFIG_BYTES} bytes")
+    try:
+        decoded = raw.decode("utf-8")
+        for event in yaml.parse(decoded, Loader=yaml.CSafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise InvalidKubeconfig("kubeconfig", "YAML anchors and aliases are not accepted")
+            if getattr(event, "tag", None) is not None:  # an explicit tag: a type of the reader's to build
+                raise InvalidKubeconfig("kubeconfig", "YAML tags are not accepted")
+        # libyaml's parser: the pure-Python one took a tenth of a worker's CPU when a thousand peerings started.
+        document = yaml.load(decoded, Loader=yaml.CSafeLoader)
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        mark = getattr(e, "problem_mark", None)  # the position only: the text may hold a token
+        raise InvalidKubeconfig("kubeconfig", "not YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+    return peer_credentials(document)
+
+
+def peer_configuration(credentials: PeerCredentials) -> k8s.Configuration:
+    """A client configuration from the parsed fields alone: TLS verified against the given CA, the token
+    as a bearer header, no proxy, no client certificate."""
+    configuration = k8s.Configuration(host=credentials.server, connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
+    configuration.ssl_ca_cert = _ca_file(credentials.certificate_authority)
+    configuration.verify_ssl = True
+    configuration.api_key["BearerToken"] = f"Bearer {credentials.token}"
+    return configuration
+
+
+_ca_dir: str | None = None
+_ca_lock = threading.Lock()
+
+
+def _ca_file(pem: bytes) -> str:
+    """A file holding `pem` (TLS libraries and the WebSocket client take a CA by path): one per content, in
+    a directory of this process's own (mode 0700), so that a rotation that keeps its CA writes nothing."""
+    global _ca_dir
+    with _ca_lock:
+        if _ca_dir is None:
+            _ca_dir = tempfile.mkdtemp(prefix="tidepool-ca-")
+        path = os.path.join(_ca_dir, hashlib.sha256(pem).hexdigest() + ".crt")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "wb") as f:
+                f.write(pem)
+            os.replace(path + ".tmp", path)
+        return path
+
+
+class _FollowedKubeconfigClient(k8s.ApiClient):
     """An API client that follows its kubeconfig file: credentials that are renewed in place (a mounted
     Secret, which the kubelet swaps atomically) are used from the next request on, without a restart.
 
     Before each request a stat of the file (cheap) tells whether it changed; a changed file is loaded
     again. A 401 makes it read the file once more and, if that gives other credentials, send the same
     request again: a holder whose token was just rotated never shows the refusal to its callers. A 401
-    that survives the re-read is the caller's to see. Watches go through the same path when they start."""
+    that survives the re-read is the caller's to see. Watches go through the same path when they start.
+    A file that cannot be loaded leaves the credentials the client has."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, configuration: k8s.Configuration) -> None:
         self._path = path
         self._lock = threading.Lock()
         self._stamp = _file_stamp(path)
-        super().__init__(_configuration_from_file(path))
+        super().__init__(configuration)
 
-    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
-        # Called for every request before its auth header is computed: the place to pick up a new file.
+    def _load(self) -> k8s.Configuration:
+        raise NotImplementedError
+
+    def _refused(self, error: Exception) -> None:
+        logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(error).__name__)
+
+    def follow(self) -> None:
+        """Load the file again if it changed (a stat tells)."""
         stamp = _file_stamp(self._path)
         if stamp is not None and stamp != self._stamp:
             self.reload()
+
+    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+        # Called for every request before its auth header is computed: the place to pick up a new file.
+        self.follow()
         return super().param_serialize(*args, **kwargs)
 
     def call_api(self, method: str, url: str, header_params: dict[str, str] | None = None, body: Any = None,
@@ -84,13 +167,90 @@ class KubeconfigFileClient(k8s.ApiClient):
         with self._lock:
             stamp = _file_stamp(self._path)
             try:
-                configuration = _configuration_from_file(self._path)
-            except Exception as e:  # noqa: BLE001 - a file caught mid-write or gone: keep what works
-                logging.getLogger(__name__).warning("kubeconfig %s not reloaded: %s", self._path, type(e).__name__)
+                configuration = self._load()
+            except Exception as e:  # noqa: BLE001 - a file caught mid-write, gone or refused: keep what works
+                if isinstance(e, InvalidKubeconfig):
+                    self._stamp = stamp  # refused: said once per version of the file, not at every request
+                self._refused(e)
                 return
             self.configuration = configuration
             self.rest_client = rest.RESTClientObject(configuration)
             self._stamp = stamp
+
+
+class OwnKubeconfigFileClient(_FollowedKubeconfigClient):
+    """This cluster's operator's kubeconfig file, with the Kubernetes client's full loader."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, self._configuration(path))
+
+    def _load(self) -> k8s.Configuration:
+        return self._configuration(self._path)
+
+    @staticmethod
+    def _configuration(path: str) -> k8s.Configuration:
+        configuration = k8s.Configuration(connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
+        return configuration
+
+
+# Where a client that holds no credentials sends nothing: a name that never resolves (RFC 6761).
+NO_SERVER = "https://credentials-refused.invalid"
+
+
+class PeerKubeconfigFileClient(_FollowedKubeconfigClient):
+    """A kubeconfig file another party wrote, parsed (`parse_peer_kubeconfig`) at every change.
+
+    A refused file loads nothing: the client goes on with the last credentials it accepted, and until it
+    has accepted any, every request fails here with InvalidCredentials, before anything is sent.
+    `refusal` is the latest file's refusal (None once a good file follows); `namespace` the context's
+    namespace of the credentials in use."""
+
+    def __init__(self, path: str) -> None:
+        self.refusal: InvalidKubeconfig | None = None
+        self.credentials: PeerCredentials | None = None
+        try:
+            self.credentials = self._parse(path)
+            configuration = peer_configuration(self.credentials)
+        except InvalidKubeconfig as e:
+            self.refusal = e
+            configuration = k8s.Configuration(host=NO_SERVER)
+            logging.getLogger(__name__).warning("kubeconfig %s refused: %s", path, e)
+        super().__init__(path, configuration)
+
+    @property
+    def namespace(self) -> str | None:
+        return None if self.credentials is None else self.credentials.namespace
+
+    @staticmethod
+    def _parse(path: str) -> PeerCredentials:
+        try:
+            with open(path, "rb") as f:
+                text = f.read(MAX_KUBECONFIG_BYTES + 1)
+        except OSError:
+            raise InvalidKubeconfig("kubeconfig", "cannot be read") from None
+        return parse_peer_kubeconfig(text)
+
+    def _load(self) -> k8s.Configuration:
+        credentials = self._parse(self._path)
+        self.credentials, self.refusal = credentials, None
+        return peer_configuration(credentials)
+
+    def _refused(self, error: Exception) -> None:
+        if isinstance(error, InvalidKubeconfig):
+            self.refusal = error
+            logging.getLogger(__name__).warning("kubeconfig %s refused, %s: %s", self._path,
+                                                "the previous credentials kept" if self.credentials
+                                                else "no credentials", error)  # fmt: skip
+        else:
+            super()._refused(error)
+
+    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+        serialized = super().param_serialize(*args, **kwargs)
+        if self.credentials is None:
+            raise ApplicationError(f"the kubeconfig {self._path} was refused: {self.refusal}",
+                                   type=INVALID_CREDENTIALS, non_retryable=True)  # fmt: skip
+        return serialized
 
 
 def _file_stamp(path: str) -> tuple[int, int, int, int] | None:
@@ -101,18 +261,6 @@ def _file_stamp(path: str) -> tuple[int, int, int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
-def _configuration_from_file(path: str) -> k8s.Configuration:
-    configuration = k8s.Configuration(connection_pool_maxsize=CONNECTIONS_PER_CLIENT)
-    k8s_config.load_kube_config(config_file=path, client_configuration=configuration, persist_config=False)
-    return configuration
-
-
-def client_from_kubeconfig_text(text: str) -> k8s.ApiClient:
-    # libyaml's parser: the pure-Python one took a tenth of a worker's CPU when a thousand peerings started.
-    api: k8s.ApiClient = k8s_config.new_client_from_config_dict(yaml.load(text, Loader=yaml.CSafeLoader))
-    return api
 
 
 # A foreign cluster's client serves a push every period and idles in between: its kept-alive TLS connection
@@ -146,7 +294,12 @@ def close_idle_connections(api: k8s.ApiClient) -> None:
 class SecretClients:
     """API clients built from kubeconfig Secrets of one cluster, cached by the Secret's resourceVersion
     so that a rotated credential is picked up and an unchanged one is not parsed again. The connections of
-    a client not asked for in IDLE_CONNECTION_SECONDS are closed."""
+    a client not asked for in IDLE_CONNECTION_SECONDS are closed. Whose kubeconfigs they are decides how
+    they are read: `PeerSecretClients` or `OwnSecretClients`."""
+
+    @staticmethod
+    def _client(text: bytes) -> k8s.ApiClient:
+        raise NotImplementedError
 
     def __init__(self, home: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(home)
@@ -190,7 +343,12 @@ class SecretClients:
             if cached and version is not None and cached[0] == version:
                 return cached[1]
             try:
-                api = client_from_kubeconfig_text(base64.b64decode(data).decode())
+                api = self._client(base64.b64decode(data))
+            except InvalidKubeconfig as e:  # names the field and the rule, never a value
+                raise ApplicationError(
+                    f"Secret {namespace}/{name} key {key!r} refused: {e}",
+                    type=INVALID_CREDENTIALS, non_retryable=True,  # the same resourceVersion never passes
+                ) from None
             except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
                 raise ApplicationError(
                     f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
@@ -198,3 +356,24 @@ class SecretClients:
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api
+
+
+class PeerSecretClients(SecretClients):
+    """Kubeconfigs another party wrote (the PeeringRequests' `tidepool-peer-<consumer>`, the providers'
+    `tidepool-kubeconfig-<provider>`): parsed into server, CA and token; any other field is refused,
+    InvalidCredentials naming it."""
+
+    @staticmethod
+    def _client(text: bytes) -> k8s.ApiClient:
+        return client_from_peer_kubeconfig_text(text)
+
+
+class OwnSecretClients(SecretClients):
+    """Kubeconfigs this cluster's operator put in Secrets (the pool's super clusters, by whoever runs the
+    pool): the Kubernetes client's full loader, as for the operator's own files."""
+
+    @staticmethod
+    def _client(text: bytes) -> k8s.ApiClient:
+        # libyaml's parser: the pure-Python one took a tenth of a worker's CPU when a thousand peerings started.
+        api: k8s.ApiClient = k8s_config.new_client_from_config_dict(yaml.load(text, Loader=yaml.CSafeLoader))
+        return api

@@ -132,12 +132,11 @@ def _request_token(api: k8s.ApiClient, service_account: str, lifetime_seconds: i
 def token_kubeconfig(
     configuration: k8s.Configuration, *, server: str | None, token: str, user: str, namespace: str
 ) -> str:
-    """A self-contained kubeconfig for `token`: the server and CA of `configuration` (CA embedded)."""
-    cluster: dict[str, Any] = {"server": server or configuration.host}
-    if configuration.ssl_ca_cert:
-        cluster["certificate-authority-data"] = base64.b64encode(Path(configuration.ssl_ca_cert).read_bytes()).decode()
-    elif not configuration.verify_ssl:
-        cluster["insecure-skip-tls-verify"] = True
+    """A self-contained kubeconfig for `token`: the server and CA of `configuration` (CA embedded), in the
+    only shape the other side accepts (models/kubeconfig.py): a client that verifies no CA has none to
+    give, and minting fails rather than write `insecure-skip-tls-verify`."""
+    cluster: dict[str, Any] = {"server": server or configuration.host,
+                               "certificate-authority-data": base64.b64encode(_ca_pem(configuration)).decode()}
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -147,3 +146,15 @@ def token_kubeconfig(
         "current-context": "cluster",
     }
     return str(yaml.safe_dump(config))
+
+
+def _ca_pem(configuration: k8s.Configuration) -> bytes:
+    data = getattr(configuration, "ca_cert_data", None)
+    if configuration.ssl_ca_cert and configuration.verify_ssl:
+        return Path(configuration.ssl_ca_cert).read_bytes()
+    if data and configuration.verify_ssl:
+        return data.encode() if isinstance(data, str) else bytes(data)
+    raise ApplicationError(
+        f"the client for {configuration.host} verifies no CA (none given, or TLS verification off): a kubeconfig "
+        "for the other cluster must embed the CA of this one; use a kubeconfig with certificate-authority(-data)",
+        type="NoCertificateAuthority", non_retryable=True)  # fmt: skip

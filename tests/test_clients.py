@@ -74,7 +74,7 @@ def test_a_client_nobody_asked_for_since_the_idle_time_loses_its_connections_at_
     server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api = k8s.ApiClient(k8s.Configuration(host=server))
-    secrets = clients.SecretClients(k8s.ApiClient())
+    secrets = clients.PeerSecretClients(k8s.ApiClient())
     secrets._cache = {("ns", "a"): ("1", api), ("ns", "b"): ("1", k8s.ApiClient(k8s.Configuration(host=server)))}
     monkeypatch.setattr(secrets, "_get", lambda *, name, namespace, key: secrets._cache[(namespace, name)][1])
     now = [1000.0]

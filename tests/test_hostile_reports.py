@@ -30,7 +30,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
-from kube.clients import client_from_kubeconfig_text
+from kube.clients import client_from_peer_kubeconfig_text
 from models.names import (
     LABEL_CONSUMER,
     LABEL_OFFLOADED,
@@ -141,7 +141,7 @@ def _consumer_identity_in_provider(peering: Peering) -> k8s.ApiClient:
     """The consumer's real credentials in the provider: the kubeconfig the provider wrote for its virtual kubelet."""
     secret: Any = k8s.CoreV1Api(peering.consumer.api_client()).read_namespaced_secret(
         credentials_secret_name(peering.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
-    return client_from_kubeconfig_text(base64.b64decode(secret.data["kubeconfig"]).decode())
+    return client_from_peer_kubeconfig_text(base64.b64decode(secret.data["kubeconfig"]).decode())
 
 
 async def test_a_consumer_labelling_its_pods_as_another_consumers_changes_no_offer(peering: Peering) -> None:

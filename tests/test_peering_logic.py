@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import TypeAdapter
 from temporalio.exceptions import ApplicationError
 
-from kube.clients import SecretClients
+from kube.clients import PeerSecretClients
 from models.peering import (
     ForeignDecision,
     PeeringState,
@@ -241,7 +241,7 @@ class _Secrets:
 def test_credentials_that_cannot_work_are_permanent_and_missing_ones_retried(
     secret: k8s.V1Secret | None, kind: str, retryable: bool
 ) -> None:
-    clients = SecretClients(k8s.ApiClient())
+    clients = PeerSecretClients(k8s.ApiClient())
     clients._core = _Secrets(secret)  # type: ignore[assignment]
     with pytest.raises(ApplicationError) as raised:
         clients.get(name="creds", namespace="tidepool-system")

@@ -27,7 +27,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
-from kube.clients import SecretClients, client_from_kubeconfig_text
+from kube.clients import PeerSecretClients, client_from_peer_kubeconfig_text
 from kube.errors import CREDENTIALS_EXPIRED
 from kube.identity import bearer_token_life, mint_provider_identity, renew_provider_token
 from kube.objects import (
@@ -165,7 +165,7 @@ def test_the_minted_identity_may_do_what_its_provider_does_on_the_consumer_and_n
 
     # The calls the provider makes, made for real with the minted kubeconfig: a server-side apply that
     # creates (authorized as a patch), the decision watch's list and watch by name, its Secret.
-    identity = client_from_kubeconfig_text(kubeconfig)
+    identity = client_from_peer_kubeconfig_text(kubeconfig)
     custom = k8s.CustomObjectsApi(identity)
     try:
         created = apply_cluster_object(identity, ADVERTISEMENTS, _advertisement(mine))
@@ -196,7 +196,7 @@ def test_the_minted_identity_may_do_what_its_provider_does_on_the_consumer_and_n
                 call()
             assert error.value.status == 403, what
         # Its own next token, asked for with the current one, works as well.
-        renewed = client_from_kubeconfig_text(renew_provider_token(identity, provider_id=mine, lifetime_seconds=600))
+        renewed = client_from_peer_kubeconfig_text(renew_provider_token(identity, provider_id=mine, lifetime_seconds=600))
         assert read_cluster_object(renewed, ADVERTISEMENTS, advertisement_name(mine)) is not None
     finally:
         delete_cluster_object(identity, ADVERTISEMENTS, advertisement_name(mine))
@@ -230,7 +230,7 @@ def peered(
 def _held(home: k8s.ApiClient, ref: SecretReference) -> tuple[str, k8s.ApiClient]:
     """The home Secret's resourceVersion and a client of the kubeconfig it holds now."""
     secret = k8s.CoreV1Api(home).read_namespaced_secret(ref.name, ref.namespace)
-    return str(secret.metadata.resource_version), SecretClients(home).get(name=ref.name, namespace=ref.namespace)
+    return str(secret.metadata.resource_version), PeerSecretClients(home).get(name=ref.name, namespace=ref.namespace)
 
 
 @pytest.mark.env

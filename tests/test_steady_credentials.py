@@ -8,7 +8,7 @@ import base64
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,9 +18,10 @@ import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
 
 from deploy.localenv.deployments import write_volume_atomically
-from kube.clients import KubeconfigFileClient
+from kube.clients import PeerKubeconfigFileClient
 from models.credentials import (
     MIN_TOKEN_LIFETIME_SECONDS,
     TokenGeneration,
@@ -33,6 +34,7 @@ from models.credentials import (
 )
 from models.names import token_anchor_name
 from models.virtual_kubelet import node_status_report_due, reflected_name, virtual_node
+from tests.tls import LocalCertificate, local_certificate
 
 pytestmark = pytest.mark.steady
 
@@ -167,9 +169,11 @@ def test_a_secret_volume_is_swapped_atomically_like_a_kubelets(tmp_path: Path) -
 
 
 class _Server:
-    """An API server stand-in on 127.0.0.1 that accepts one bearer token and counts what it was sent."""
+    """An API server stand-in on 127.0.0.1 (https, its own CA) that accepts one bearer token and counts
+    what it was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, certificate: LocalCertificate) -> None:
+        self.ca = certificate.pem
         self.accepted = "token-b"
         self.seen: list[str] = []
         server = self
@@ -191,35 +195,38 @@ class _Server:
                 pass
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        context = certificate.server_context()
+        self.http.socket = context.wrap_socket(self.http.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.http.server_address[1]}"
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
 
 @pytest.fixture
-def server() -> Iterator[_Server]:
-    s = _Server()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Server]:
+    s = _Server(local_certificate(tmp_path_factory.mktemp("tls")))
     yield s
     s.http.shutdown()
 
 
-def _write_kubeconfig(path: Path, server: str, token: str) -> None:
+def _write_kubeconfig(path: Path, server: _Server, token: str, user: Mapping[str, object] | None = None) -> None:
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "p", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": token}}],
+        "clusters": [{"name": "p", "cluster": {"server": server.url,
+                                               "certificate-authority-data": base64.b64encode(server.ca).decode()}}],
+        "users": [{"name": "u", "user": {"token": token, **(user or {})}}],
         "contexts": [{"name": "c", "context": {"cluster": "p", "user": "u", "namespace": "ns"}}],
     }))  # fmt: skip
 
 
 def test_the_client_uses_a_renewed_kubeconfig_file_from_the_next_request_on(server: _Server, tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
-    _write_kubeconfig(path, server.url, "token-a")
-    core = k8s.CoreV1Api(KubeconfigFileClient(str(path)))
+    _write_kubeconfig(path, server, "token-a")
+    core = k8s.CoreV1Api(PeerKubeconfigFileClient(str(path)))
     with pytest.raises(ApiException) as refused:
         core.list_namespaced_pod("ns")
     assert refused.value.status == 401
     assert server.seen == ["Bearer token-a"]  # unchanged file: the refusal stands, no blind retry
-    _write_kubeconfig(tmp_path / "next", server.url, "token-b")
+    _write_kubeconfig(tmp_path / "next", server, "token-b")
     os.replace(tmp_path / "next", path)  # renewed as a kubelet does: a new file in place
     assert core.list_namespaced_pod("ns").items == []
     assert server.seen[1:] == ["Bearer token-b"]  # the stat saw the change: no refused request first
@@ -229,12 +236,12 @@ def test_a_401_makes_the_client_read_its_file_again_and_retry_once_unseen_by_the
     server: _Server, tmp_path: Path
 ) -> None:
     path = tmp_path / "kubeconfig"
-    _write_kubeconfig(path, server.url, "token-a")
-    client = KubeconfigFileClient(str(path))
+    _write_kubeconfig(path, server, "token-a")
+    client = PeerKubeconfigFileClient(str(path))
     # Rewritten in place with the same size and modification time: no stat can tell (a coarse clock, a
     # file updated within the same tick), only the server's 401 does.
     stat = os.stat(path)
-    _write_kubeconfig(path, server.url, "token-b")
+    _write_kubeconfig(path, server, "token-b")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert os.stat(path).st_ino == stat.st_ino and os.stat(path).st_size == stat.st_size
     # Without preloading the client returns urllib3's response, not the V1PodList it is typed to return.
@@ -244,3 +251,37 @@ def test_a_401_makes_the_client_read_its_file_again_and_retry_once_unseen_by_the
     # And with the model deserialisation path, on the next request: the new token straight away.
     assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []
     assert server.seen[2:] == ["Bearer token-b"]
+
+
+def test_a_refused_kubeconfig_file_loads_nothing_and_the_client_keeps_the_credentials_it_had(
+    server: _Server, tmp_path: Path
+) -> None:
+    path, marker = tmp_path / "kubeconfig", tmp_path / "ran"
+    _write_kubeconfig(path, server, "token-b")
+    client = PeerKubeconfigFileClient(str(path))
+    assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []
+    exec_plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh",
+                            "args": ["-c", f"touch {marker}; echo '{{}}'"]}}  # fmt: skip
+    _write_kubeconfig(tmp_path / "next", server, "token-evil", user=exec_plugin)
+    os.replace(tmp_path / "next", path)
+    assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []
+    assert server.seen == ["Bearer token-b", "Bearer token-b"]  # the refused file's token never sent
+    assert client.refusal is not None and client.refusal.field == "users[0].user.exec"
+    assert not marker.exists()
+
+
+def test_a_client_whose_first_kubeconfig_is_refused_sends_nothing_until_a_good_one_comes(
+    server: _Server, tmp_path: Path
+) -> None:
+    path = tmp_path / "kubeconfig"
+    _write_kubeconfig(path, server, "token-b", user={"tokenFile": str(tmp_path / "secret-token")})
+    client = PeerKubeconfigFileClient(str(path))
+    with pytest.raises(ApplicationError) as refused:
+        k8s.CoreV1Api(client).list_namespaced_pod("ns")
+    assert (refused.value.type, refused.value.non_retryable) == ("InvalidCredentials", True)
+    assert "users[0].user.tokenFile" in refused.value.message
+    assert server.seen == []
+    _write_kubeconfig(tmp_path / "next", server, "token-b")
+    os.replace(tmp_path / "next", path)
+    assert k8s.CoreV1Api(client).list_namespaced_pod("ns").items == []
+    assert (server.seen, client.refusal) == (["Bearer token-b"], None)

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
-from kube.clients import client_from_kubeconfig_text
+from kube.clients import client_from_peer_kubeconfig_text
 from models.credentials import TokenGeneration
 from models.names import (
     LABEL_OFFLOADED,
@@ -92,7 +92,7 @@ def _held_kubeconfig(run: Running) -> str:
 def _refused(kubeconfig: str, namespace: str) -> bool:
     """True when the provider's API server refuses this kubeconfig's token (401); False when it accepts it."""
     try:
-        k8s.CoreV1Api(client_from_kubeconfig_text(kubeconfig)).list_namespaced_pod(namespace, limit=1)
+        k8s.CoreV1Api(client_from_peer_kubeconfig_text(kubeconfig)).list_namespaced_pod(namespace, limit=1)
     except ApiException as e:
         if e.status == 401:
             return True

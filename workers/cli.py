@@ -47,7 +47,7 @@ from kubernetes.config.config_exception import ConfigException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
@@ -104,7 +104,7 @@ def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
 def status(clusters: dict[str, Path]) -> str:
     peerings, adverts, nodes, offloaded, placements, pool_pods = [], [], [], [], [], []
     for name, kubeconfig in clusters.items():
-        api = client_from_kubeconfig_file(str(kubeconfig))
+        api = client_from_own_kubeconfig_file(str(kubeconfig))
         for request in _list(api, PEERING_REQUESTS):
             st = request.get("status") or {}
             peerings.append([name, request["spec"]["clusterIdentity"]["clusterId"], st.get("phase", "—"),
@@ -234,7 +234,7 @@ def _since(text: str) -> datetime:
 
 def _kubeconfig(path: str) -> k8s.ApiClient:
     try:
-        return client_from_kubeconfig_file(path)
+        return client_from_own_kubeconfig_file(path)
     except ConfigException as e:
         raise LookupError(f"--kubeconfig {path}: {e}") from None
 
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(status(_clusters(args)), end="")
     elif args.command == "peer":
         try:
-            request_peering(client_from_kubeconfig_file(args.provider), client_from_kubeconfig_file(args.consumer),
+            request_peering(client_from_own_kubeconfig_file(args.provider), client_from_own_kubeconfig_file(args.consumer),
                             provider_id=args.provider_id, consumer_id=args.consumer_id,
                             token_lifetime_seconds=args.token_lifetime, consumer_server=args.consumer_server)  # fmt: skip
         except RuntimeError as e:  # the previous request of that name still withdrawing
@@ -359,11 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"identity for {args.provider_id} minted on the consumer; PeeringRequest {args.consumer_id} written "
               "on the provider")  # fmt: skip
     elif args.provider:
-        cancel_peering(client_from_kubeconfig_file(args.provider), consumer_id=args.consumer_id, force=args.force)
+        cancel_peering(client_from_own_kubeconfig_file(args.provider), consumer_id=args.consumer_id, force=args.force)
         print(f"PeeringRequest {args.consumer_id} deleted; the provider withdraws"
               + (" at home at once, and from the consumer when it answers" if args.force else ""))
     else:
-        leave_provider(client_from_kubeconfig_file(args.consumer), provider_id=args.provider_id, force=args.force)
+        leave_provider(client_from_own_kubeconfig_file(args.consumer), provider_id=args.provider_id, force=args.force)
         print(f"{args.provider_id}'s identity revoked and its Advertisement deleted; the consumer tears down"
               + (" here at once, and cleans in the provider when it answers" if args.force else " in order"))
     return 0

@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.lease import LeaderElection
 from models.names import SYSTEM_NAMESPACE, worker_lease_name
 from models.settings import LeaderSettings, TemporalSettings, WorkerSettings
@@ -85,7 +85,7 @@ def leading(roles: list[Role]) -> tuple[Callable[[], None], Callable[[], None]]:
 async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
     client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
     ctx = RoleContext(
-        client=client, home=client_from_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
+        client=client, home=client_from_own_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
         loop=asyncio.get_running_loop(),
     )  # fmt: skip
     roles = [build(ctx) for build in ROLES]

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
 from kube.objects import list_cluster_objects, patch_cluster_object_status, record_event
 from kube.process import wait_for_termination
@@ -74,7 +74,7 @@ def _effective_cidr(obj: dict[str, Any]) -> str:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = WorkerSettings.from_env()
-    module = NetworkModule(client_from_kubeconfig_file(settings.cluster.kubeconfig),
+    module = NetworkModule(client_from_own_kubeconfig_file(settings.cluster.kubeconfig),
                            local_pod_cidr=settings.cluster.pod_cidr).start()  # fmt: skip
     wait_for_termination()
     module.stop()

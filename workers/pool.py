@@ -21,7 +21,7 @@ from temporalio.common import MetricMeter, WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.pool import PoolActivities
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
 from kube.lease import LeaderElection
 from models.keys import KeyMemory, by_namespace_and_name
@@ -108,7 +108,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> None:  # fmt: skip
     runtime = metrics_runtime(settings.metrics.port)
     client = await connect(settings.temporal, runtime=runtime)
-    tenant = client_from_kubeconfig_file(settings.cluster.kubeconfig)
+    tenant = client_from_own_kubeconfig_file(settings.cluster.kubeconfig)
     meter = runtime.metric_meter if runtime else MetricMeter.noop
     activities = PoolActivities(tenant=tenant)
     loop = asyncio.get_running_loop()

@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
-from kube.clients import SecretClients
+from kube.clients import OwnSecretClients
 from kube.errors import as_application_error
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_config, with_condition
@@ -39,7 +39,7 @@ MAX_REQUEST_TIMEOUT = 5.0  # seconds: a probe that takes longer than this is a f
 class HealthProber:
     def __init__(self, tenant: k8s.ApiClient, *, meter: MetricMeter = MetricMeter.noop,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
-        self._tenant, self._secrets, self._now = tenant, SecretClients(tenant), now
+        self._tenant, self._secrets, self._now = tenant, OwnSecretClients(tenant), now
         self._metrics = Metrics(meter)
         self._stop = threading.Event()
         self._executor = ThreadPoolExecutor(8, thread_name_prefix="pool-probe")

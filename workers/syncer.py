@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
 from kube.metadata import served_metadata
 from kube.objects import APPLY, ignore_not_found, record_event
@@ -417,8 +417,8 @@ def main() -> int:
     parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
-    syncer = Syncer(tenant=client_from_kubeconfig_file(args.tenant_kubeconfig),
-                    super_cluster=client_from_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
+    syncer = Syncer(tenant=client_from_own_kubeconfig_file(args.tenant_kubeconfig),
+                    super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
                     tenant_name=args.tenant_name, pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()
     wait_for_termination()
     syncer.stop()

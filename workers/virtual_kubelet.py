@@ -2,13 +2,16 @@
 creates for an accepted Advertisement. It stands for the provider as one node of the consumer cluster:
 
 - registers the virtual node (capacity = the Advertisement's, kept current), renews its Lease, and says
-  in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable). Like a
-  kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat; the node's status is patched
-  when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
+  in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable,
+  InvalidCredentials). Like a kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat;
+  the node's status is patched when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
 - renews a keepalive Lease in the provider namespace (kube/copies.py, every KEEPALIVE_RENEW_SECONDS):
   should this cluster go away, the provider deletes the copies itself once it has lapsed;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
-  followed, kube/ KubeconfigFileClient): a rotation needs no restart;
+  followed, kube/clients.py PeerKubeconfigFileClient): a rotation needs no restart. The provider wrote
+  that file: only its server, CA, token and namespace are used (models/kubeconfig.py); one that says more
+  is refused, the last accepted credentials kept, and a Warning Event InvalidCredentials on the node names
+  the field (with none accepted yet, the node is NotReady, InvalidCredentials);
 - reflects, in the provider's namespace for this consumer: the pods bound to its node (and brings their
   status back, their IPs through the PodCIDR remapping, so that the consumer's EndpointSlices list them
   beside local pods); the ConfigMaps and Secrets those pods use, edits and deletions included; the
@@ -45,12 +48,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.common import MetricMeter
 
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies, drop_keepalive, renew_keepalive
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
@@ -67,6 +69,8 @@ from models.names import (
     PROVIDER_WITHDRAWN_ANNOTATION,
     SYSTEM_NAMESPACE,
     VK_CLEAN_ANNOTATION,
+    credentials_secret_name,
+    foreign_namespace,
     virtual_kubelet_name,
     virtual_node_name,
 )
@@ -239,9 +243,11 @@ class VirtualKubelet:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.node = virtual_node_name(config.provider_id)
-        self.consumer = client_from_kubeconfig_file(config.consumer_kubeconfig)
-        self.provider = client_from_kubeconfig_file(config.provider_kubeconfig)
-        self.remote_namespace = _context_namespace(config.provider_kubeconfig)
+        self.consumer = client_from_own_kubeconfig_file(config.consumer_kubeconfig)
+        # The provider wrote this one: only its server, CA, token and namespace are used (models/kubeconfig.py).
+        self.provider = client_from_peer_kubeconfig_file(config.provider_kubeconfig)
+        self.remote_namespace = self.provider.namespace or foreign_namespace(config.consumer_id)
+        self._refusal_said: str | None = None  # the provider kubeconfig's refusal last said in an Event
         self.core, self.remote = k8s.CoreV1Api(self.consumer), k8s.CoreV1Api(self.provider)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -367,6 +373,8 @@ class VirtualKubelet:
     # One pass -----------------------------------------------------------------------------------------
     def reconcile(self) -> bool:
         """One level-triggered pass over the node; True once teardown is complete (the program then exits 0)."""
+        self.provider.follow()  # a refused provider kubeconfig is said whatever the Advertisement's phase
+        self._say_refusal()
         advertisement = read_cluster_object(self.consumer, ADVERTISEMENTS, self.config.advertisement)
         phase = ((advertisement or {}).get("status") or {}).get("phase")
         if advertisement is None or phase == "Deleting" or (advertisement["metadata"].get("deletionTimestamp")):
@@ -431,7 +439,9 @@ class VirtualKubelet:
         status = advertisement.get("status") or {}
         hard = {k: str(v) for k, v in ((advertisement["spec"].get("resourceQuota") or {}).get("hard") or {}).items()}
         reason: NodeReadyReason
-        if not status.get("remoteRemappedPodCIDR"):
+        if self.provider.credentials is None:
+            ready, reason, message = False, "InvalidCredentials", self._refusal_message()
+        elif not status.get("remoteRemappedPodCIDR"):
             ready, reason, message = False, "PodCIDRNotSet", "waiting for the network module's PodCIDR remapping"
         elif not reachable:
             ready, reason, message = False, "ProviderUnreachable", f"provider {self.config.provider_id}: {error}"
@@ -457,6 +467,28 @@ class VirtualKubelet:
                                   report_every=NODE_STATUS_REPORT_SECONDS):  # fmt: skip
             self._report_node(body, labels_changed=previous is None or previous[0] != labels)
         self._renew_lease()
+
+    def _refusal_message(self) -> str:
+        kept = "its previous credentials are kept" if self.provider.credentials else "nothing was loaded"
+        return (f"the kubeconfig provider {self.config.provider_id} wrote (Secret "
+                f"{SYSTEM_NAMESPACE}/{credentials_secret_name(self.config.provider_id)}) was refused: "
+                f"{self.provider.refusal}; {kept}")
+
+    def _say_refusal(self) -> None:
+        """A Warning Event on the node, once per refusal, naming the field: a provider's kubeconfig that would
+        run a program here, read a file or skip TLS is never loaded, and its owner should know why."""
+        refusal = self.provider.refusal
+        said, self._refusal_said = self._refusal_said, None if refusal is None else str(refusal)
+        if refusal is None or str(refusal) == said:
+            return
+        message = self._refusal_message()
+        log.warning("%s", message)
+        try:
+            record_event(self.consumer, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node}},
+                         reason="InvalidCredentials", message=message, warning=True)  # fmt: skip
+        except ApiException as e:
+            self._refusal_said = said  # said again at the next pass
+            log.warning("event not recorded: %s %s", e.status, e.reason)
 
     def _report_node(self, body: dict[str, Any], *, labels_changed: bool) -> None:
         if self._reported is None:  # first report of this process: register (or adopt) the node
@@ -793,14 +825,6 @@ class _ConfigApi:
         """The consumer's object as the API server serves it; None when it is gone."""
         response = ignore_not_found(self._read_source, name, namespace, _preload_content=False)
         return None if response is None else raw_json(response)
-
-
-def _context_namespace(kubeconfig: str) -> str:
-    with open(kubeconfig) as f:
-        config = yaml.safe_load(f)
-    current = config.get("current-context")
-    context = next(c["context"] for c in config["contexts"] if c["name"] == current)
-    return str(context.get("namespace") or "default")
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ from deploy.localenv.env import (
     up,
 )
 from deploy.localenv.temporal import free_port, stop_process_group
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.objects import apply_cluster_object, list_cluster_objects
 from models.names import (
     ADVERTISEMENTS,
@@ -116,7 +116,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     extra = dict(worker_env or {})
     say(f"starting Temporal{' (Web UI on http://127.0.0.1:8233)' if persistent else ''} and clusters a, b, c, tenant")
     state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=persistent)
-    apis = {name: client_from_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
+    apis = {name: client_from_own_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
 
     say("adding fake nodes and ClusterConfigs")
     for name, nodes in NODES.items():

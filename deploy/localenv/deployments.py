@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from deploy.localenv.temporal import free_port
-from kube.clients import client_from_kubeconfig_file
+from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
 from kube.process import wait_for_termination
 from models.names import LABEL_MANAGED_BY, MANAGED_BY, SYSTEM_NAMESPACE
@@ -55,7 +55,7 @@ class Running:
 class DeploymentRunner:
     def __init__(self, kubeconfig: Path, *, namespace: str = SYSTEM_NAMESPACE, log_dir: Path | None = None) -> None:
         self._kubeconfig = kubeconfig
-        self._api = client_from_kubeconfig_file(str(kubeconfig))
+        self._api = client_from_own_kubeconfig_file(str(kubeconfig))
         self._namespace = namespace
         self._log_dir = log_dir
         self._running: dict[str, Running] = {}

@@ -35,9 +35,11 @@ VirtualKubeletReason = Literal["Created"]
 # PeeringRequest.status.conditions[type=Ready]: the peering's phase (models/api/peeringrequest.py).
 PeeringReadyReason = Literal["Pending", "Advertised", "Accepted", "Refused", "Deleting", "Unreachable", "Withdrawn"]
 # ... and why an Unreachable peering is, when only its operator can mend it (the phase stays Unreachable).
-PeeringCredentialsReason = Literal["CredentialsExpired"]
+# InvalidCredentials: the foreign cluster's kubeconfig was refused (models/kubeconfig.py), the field named.
+PeeringCredentialsReason = Literal["CredentialsExpired", "InvalidCredentials"]
 # The virtual node's Ready condition (a Node condition, written by the virtual kubelet).
-NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable"]
+# InvalidCredentials: the provider's kubeconfig was refused and no earlier one was accepted (models/kubeconfig.py).
+NodeReadyReason = Literal["KubeletReady", "PodCIDRNotSet", "ProviderUnreachable", "InvalidCredentials"]
 # A tenant namespace's placement (the pool scheduler writes it as an annotation: namespaces have no status
 # of ours).
 PlacedReason = Literal["Scheduled", "InvalidSlice", "InsufficientCapacity", "InvalidPolicy", "WaitingForCluster"]

@@ -229,10 +229,12 @@ async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_need
     granted = k8s_config.new_client_from_config_dict(kubeconfig)
     own = foreign_namespace(foreign_id)
     for resource in ("pods", "configmaps", "secrets", "services"):
-        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+        for verb in ("get", "list", "watch", "create", "delete"):
             assert _can(granted, own, verb, resource), f"{verb} {resource} should be allowed"
-    assert _can(granted, own, "patch", "pods", "status")
-    assert _can(granted, own, "create", "events") and _can(granted, own, "watch", "events")
+    assert _can(granted, own, "patch", "pods") and not _can(granted, own, "update", "pods")
+    assert _can(granted, own, "update", "configmaps") and not _can(granted, own, "patch", "services")
+    assert not _can(granted, own, "patch", "pods", "status")  # the consumer's pods' status is written there
+    assert _can(granted, own, "watch", "events") and not _can(granted, own, "create", "events")
     # The kubelet API it serves on the consumer: logs, exec, attach and port-forward of its copies.
     assert _can(granted, own, "get", "pods", "log")
     for subresource in ("exec", "attach", "portforward"):

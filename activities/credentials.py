@@ -15,6 +15,7 @@ that do not ensure the access; the admission policy on Services is installed lik
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -32,13 +33,11 @@ from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.enforcement import (
-    SERVICES_POLICY_NAME,
     PodSecurityLevel,
+    consumer_policies,
     limit_range,
     pod_security_labels,
     resource_quota,
-    services_policy,
-    services_policy_binding,
 )
 from models.names import (
     CONSUMER_KEEPALIVE_LEASE,
@@ -132,7 +131,7 @@ def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *, offer
     which must run single API calls only (the caller waits for them)."""
     _ensure_cluster_role(home, CLUSTER_ROLE, VIRTUAL_KUBELET_RULES)
     _ensure_cluster_role(home, CREDENTIALS_CLUSTER_ROLE, CREDENTIALS_RULES)
-    _ensure_services_policy(home)
+    _ensure_consumer_policies(home)
     namespace = foreign_namespace(foreign_cluster_id)
     labels = _labels(foreign_cluster_id)
     meta = {"name": BINDING, "namespace": namespace, "labels": labels}
@@ -196,17 +195,22 @@ def _ensure_cluster_role(home: k8s.ApiClient, name: str, rules: list[dict[str, A
                       create=lambda: rbac.create_cluster_role(k8s.V1ClusterRole.model_validate(body)))  # fmt: skip
 
 
-def _ensure_services_policy(home: k8s.ApiClient) -> None:
-    """The admission policy on consumers' Services (models/enforcement.py) and its binding, the same way."""
+def _ensure_consumer_policies(home: k8s.ApiClient) -> None:
+    """The admission policies on consumers' Services and pods (models/enforcement.py) and their bindings, the
+    same way."""
     admission = k8s.AdmissionregistrationV1Api(home)
-    _ensure_installed(home, f"ValidatingAdmissionPolicy {SERVICES_POLICY_NAME}",
-                      read=lambda: admission.read_validating_admission_policy(SERVICES_POLICY_NAME),
-                      create=lambda: admission.create_validating_admission_policy(
-                          k8s.V1ValidatingAdmissionPolicy.model_validate(services_policy())))  # fmt: skip
-    _ensure_installed(home, f"ValidatingAdmissionPolicyBinding {SERVICES_POLICY_NAME}",
-                      read=lambda: admission.read_validating_admission_policy_binding(SERVICES_POLICY_NAME),
-                      create=lambda: admission.create_validating_admission_policy_binding(
-                          k8s.V1ValidatingAdmissionPolicyBinding.model_validate(services_policy_binding())))  # fmt: skip
+    calls: dict[str, tuple[Callable[..., Any], Callable[..., Any], Any]] = {
+        "ValidatingAdmissionPolicy": (admission.read_validating_admission_policy,
+                                      admission.create_validating_admission_policy, k8s.V1ValidatingAdmissionPolicy),
+        "ValidatingAdmissionPolicyBinding": (admission.read_validating_admission_policy_binding,
+                                             admission.create_validating_admission_policy_binding,
+                                             k8s.V1ValidatingAdmissionPolicyBinding),
+    }  # fmt: skip
+    for body in consumer_policies():
+        read, create, model = calls[body["kind"]]
+        name = body["metadata"]["name"]
+        _ensure_installed(home, f"{body['kind']} {name}", read=functools.partial(read, name),
+                          create=functools.partial(create, model.model_validate(body)))  # fmt: skip
 
 
 def _ensure_installed(home: k8s.ApiClient, what: str, *, read: Callable[[], Any], create: Callable[[], Any]) -> None:

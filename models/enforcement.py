@@ -9,8 +9,10 @@ and workers/virtual_kubelet.py reads the refusals they cause.
 3. A LimitRange giving containers without requests a small default request (`DEFAULT_REQUEST`): a quota on
    requests.cpu/memory refuses a pod whose containers name none, and the consumer's own scheduler admitted
    it to the virtual node without any.
-4. A ValidatingAdmissionPolicy (and its binding) on Services in the foreign namespaces: only ClusterIP ones
-   (headless included), no node port, external IP, external name or load balancer field.
+4. ValidatingAdmissionPolicies (and their bindings) in the foreign namespaces: on Services, only ClusterIP
+   ones (headless included), no node port, external IP, external name or load balancer field; on pods, nothing
+   that places them past the provider's scheduler (a node name, tolerations of its taints, a runtime class).
+   The virtual kubelet's copies never carry any of it (models/virtual_kubelet.safe_pod_spec, service_copy).
 5. `refusal`: what a 403 on creating a pod's copy says, as the rule that refused it and whether it is final
    for that pod spec (Pod Security, a policy) or may pass later (quota).
 """
@@ -33,6 +35,7 @@ POD_SECURITY_MODES: Final = ("enforce", "warn", "audit")
 QUOTA_NAME: Final = "tidepool-offer"
 LIMIT_RANGE_NAME: Final = "tidepool-default-requests"
 SERVICES_POLICY_NAME: Final = "tidepool-consumer-services"
+PODS_POLICY_NAME: Final = "tidepool-consumer-pods"
 
 # A container without requests gets these in the provider. Small: the consumer's scheduler counted such a
 # pod as zero on the virtual node, so many of them must still fit in what it accepted; not zero: a quota on
@@ -107,35 +110,58 @@ _SERVICE_RULES: list[tuple[str, str]] = [
 ]  # fmt: skip
 
 
-def services_policy() -> dict[str, Any]:
-    """Services in a foreign namespace, made or changed by a ServiceAccount (a consumer's identity is one):
-    ClusterIP only, nothing that opens a port on the provider's nodes or an address outside its cluster
-    network (an external IP would also intercept that address's traffic in the cluster, CVE-2020-8554).
-    The virtual kubelet's copies are all ClusterIP (models/virtual_kubelet.service_copy)."""
+# What the API server itself adds to every pod before validation (DefaultTolerationSeconds): allowed.
+_DEFAULT_TOLERATIONS = "['node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable']"
+_POD_RULES: list[tuple[str, str]] = [
+    ("!has(object.spec.nodeName) || object.spec.nodeName == ''",
+     "spec.nodeName is not allowed on a consumer's pod here: the provider's scheduler places it"),
+    (f"!has(object.spec.tolerations) || object.spec.tolerations.all(t, has(t.key) && t.key in {_DEFAULT_TOLERATIONS} "
+     "&& has(t.effect) && t.effect == 'NoExecute')",
+     "spec.tolerations may not tolerate the provider's taints on a consumer's pod here (only the API server's "
+     "not-ready and unreachable defaults)"),
+    ("!has(object.spec.runtimeClassName) || object.spec.runtimeClassName == ''",
+     "spec.runtimeClassName is not allowed on a consumer's pod here"),
+]  # fmt: skip
+
+
+def _policy(name: str, resource: str, operations: list[str], rules: list[tuple[str, str]]) -> dict[str, Any]:
+    """A policy on `resource` in the foreign namespaces, for requests made by a ServiceAccount (a consumer's
+    identity is one; people and the provider's own controllers are not held to it)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": SERVICES_POLICY_NAME, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
                 "namespaceSelector": _FOREIGN_NAMESPACES,
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                   "resources": ["services"]}],
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                                   "resources": [resource]}],
             },
             "matchConditions": [{"name": "a-service-account", "expression":
                                  "has(request.userInfo.groups) && 'system:serviceaccounts' in request.userInfo.groups"}],
             "validations": [{"expression": expression, "message": message, "reason": "Forbidden"}
-                            for expression, message in _SERVICE_RULES],
+                            for expression, message in rules],
         },
     }  # fmt: skip
 
 
-def services_policy_binding() -> dict[str, Any]:
+def _binding(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": SERVICES_POLICY_NAME, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-        "spec": {"policyName": SERVICES_POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }  # fmt: skip
+
+
+def consumer_policies() -> list[dict[str, Any]]:
+    """The admission policies on what a consumer makes in its namespace here, each followed by its binding.
+    Services: ClusterIP only, nothing that opens a port on the provider's nodes or an address outside its
+    cluster network (an external IP would also intercept that address's traffic in the cluster,
+    CVE-2020-8554). Pods (at creation: a scheduled pod's node name is the scheduler's): placed by the
+    provider's scheduler, never past it onto a node of its choosing or a tainted one."""
+    services = _policy(SERVICES_POLICY_NAME, "services", ["CREATE", "UPDATE"], _SERVICE_RULES)
+    pods = _policy(PODS_POLICY_NAME, "pods", ["CREATE"], _POD_RULES)
+    return [services, _binding(SERVICES_POLICY_NAME), pods, _binding(PODS_POLICY_NAME)]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from models.names import (
 )
 from models.resources import Resources
 from tests.conftest import Clusters
-from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node, create_runtime_class
 from tests.offload import Peering, peered, ready_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
@@ -80,6 +80,7 @@ async def granted(localenv: EnvState, clusters: Clusters) -> AsyncIterator[Grant
     try:
         api, consumer = provider.api_client(), clusters.b.api_client()
         create_node(api, "n1", cpu="4", memory="8Gi", pods="20")
+        create_runtime_class(api, "runc", overhead={"cpu": "10m", "memory": "1Mi"})  # one a pod could name
         apply_cluster_config(api, outgoing={"sharingPercentage": 50})
         provider_id, consumer_id = f"hprov-{unique}", f"hcons-{unique}"
         request_peering(api, consumer, provider_id=provider_id, consumer_id=consumer_id)
@@ -90,10 +91,25 @@ async def granted(localenv: EnvState, clusters: Clusters) -> AsyncIterator[Grant
             advertisement = await eventually(
                 lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider_id)),
                 what="the Advertisement on the consumer")  # fmt: skip
+        # The admission policies the push installed take effect within a second or so: asked by dry runs.
+        core = k8s.CoreV1Api(client)
+        for attempt in (lambda: core.create_namespaced_pod(namespace, _pod("placed", spec={"nodeName": "n1"}),
+                                                           dry_run="All"),
+                        lambda: core.create_namespaced_service(namespace, _service("open", type="NodePort"),
+                                                               dry_run="All")):  # fmt: skip
+            await eventually(lambda attempt=attempt: _in_force(attempt), timeout=30, what="the policies in force")
         yield Granted(provider=provider, api=client, namespace=namespace,
                       offered=advertisement["spec"]["resourceQuota"]["hard"])  # fmt: skip
     finally:
         delete_cluster(provider.name, binaries=binaries, workdir=workdir)
+
+
+def _in_force(attempt: Callable[[], object]) -> bool:
+    try:
+        attempt()
+    except ApiException as e:
+        return e.status == 403 and "ValidatingAdmissionPolicy" in str(e.body)
+    return False
 
 
 def _pod(name: str, *, spec: dict[str, Any] | None = None, container: dict[str, Any] | None = None) -> k8s.V1Pod:
@@ -130,6 +146,24 @@ async def test_a_pod_that_would_own_the_providers_node_is_refused_by_pod_securit
 ) -> None:
     message = _refused(lambda: k8s.CoreV1Api(granted.api).create_namespaced_pod(granted.namespace, _pod("root", **pod)))
     assert 'violates PodSecurity \\"baseline:latest\\"' in message and rule in message, message
+
+
+PAST_THE_SCHEDULER = [
+    pytest.param({"nodeName": "n1"}, "spec.nodeName", id="a node of its choosing"),
+    pytest.param({"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                                   "effect": "NoSchedule"}]}, "spec.tolerations", id="a taint of the provider tolerated"),
+    pytest.param({"tolerations": [{"operator": "Exists"}]}, "spec.tolerations", id="every taint tolerated"),
+    pytest.param({"runtimeClassName": "runc"}, "spec.runtimeClassName", id="a runtime class"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "field"), PAST_THE_SCHEDULER)
+async def test_a_pod_placed_past_the_providers_scheduler_is_refused(
+    granted: Granted, spec: dict[str, Any], field: str
+) -> None:
+    message = _refused(lambda: k8s.CoreV1Api(granted.api).create_namespaced_pod(granted.namespace,
+                                                                                  _pod("placed", spec=spec)))  # fmt: skip
+    assert "tidepool-consumer-pods" in message and field in message, message
 
 
 async def test_the_namespace_enforces_pod_security_and_the_offer_as_a_quota(granted: Granted) -> None:
@@ -247,6 +281,10 @@ def _refusal_events(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[k8s.C
     return [e for e in events if e.reason == "ProviderRefused" and e.type == "Warning"]
 
 
+def _copies(provider: k8s.CoreV1Api, peering: Peering) -> list[str]:
+    return sorted(str(p.metadata.name) for p in provider.list_namespaced_pod(peering.remote_namespace).items)
+
+
 def _said(pod: k8s.V1Pod) -> Any:
     return next((c for c in pod.status.conditions or [] if c.type == POD_PROVIDER_CONDITION), None)
 
@@ -271,7 +309,7 @@ async def test_a_pod_the_provider_refuses_fails_on_the_consumer_with_the_rule_an
     events = _refusal_events(core, "team", "root")
     assert len(events) == 1 and (events[0].count or 1) == 1
     assert core.read_namespaced_pod("root", "team").status.phase == "Failed"
-    assert [p.metadata.name for p in provider.list_namespaced_pod(peering.remote_namespace).items] == []
+    assert _copies(provider, peering) == []
 
     # The quota: refused while the offer is used up (here: an operator lowered it by hand), Pending with the
     # condition, tried again with a backoff; once it fits, the copy is made and the condition goes.
@@ -285,6 +323,6 @@ async def test_a_pod_the_provider_refuses_fails_on_the_consumer_with_the_rule_an
     assert len(_refusal_events(core, "team", "big")) == 1  # said once, not at each attempt
     provider.patch_namespaced_resource_quota(QUOTA_NAME, peering.remote_namespace,
                                              {"spec": {"hard": {"requests.cpu": "4"}}})  # fmt: skip
-    pod = await eventually(lambda: (p := core.read_namespaced_pod("big", "team")).status.phase == "Running" and p,
-                           timeout=90, what="the pod running once the quota allows it")  # fmt: skip
-    assert _said(pod) is None
+    await eventually(lambda: _copies(provider, peering) == ["team-big"], timeout=90,
+                     what="the copy made once the quota allows it")  # fmt: skip
+    await eventually(lambda: _said(core.read_namespaced_pod("big", "team")) is None, what="the condition gone")

@@ -189,16 +189,18 @@ class PeeringActivities:
             else:  # the Advertisement at once: it is what the consumer waits for
                 applying = self._calls.submit(self._apply_advertisement, foreign, derivation, spare_capacity, outgoing,
                                               now=now, ttl=ttl)  # fmt: skip
+                ensured = request.periodic or now >= verified
                 try:
-                    if request.periodic or now >= verified:
+                    if ensured:
                         verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period,
                                                        offered=advertised, pod_security=level)  # fmt: skip
-                    else:  # the quota follows every offer; the labels, a ClusterConfig edited since the last push
-                        edited = request.config_generation is None or generation > request.config_generation
-                        enforce_offer(self._home, request.foreign_cluster_id, offered=advertised,
-                                      pod_security=level if edited else None, calls=self._calls)  # fmt: skip
                 finally:
                     applied = applying.result()
+                if not ensured:  # the quota follows every offer; the labels, a ClusterConfig edited since the last
+                    # push. Once the Advertisement is written: on a busy machine a write beside it delays it.
+                    edited = request.config_generation is None or generation > request.config_generation
+                    enforce_offer(self._home, request.foreign_cluster_id, offered=advertised,
+                                  pod_security=level if edited else None, calls=self._calls)  # fmt: skip
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip

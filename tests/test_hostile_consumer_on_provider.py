@@ -126,6 +126,13 @@ def _refused(call: Callable[[], object]) -> str:
     return str(refused.value.body)
 
 
+def _admitted_without_the_defence(granted: Granted, call: Callable[[k8s.CoreV1Api], object]) -> None:
+    """The same object, asked by the provider's admin as a dry run in a namespace without the defence (no Pod
+    Security labels, no quota, no policy): admitted. So the refusal above is the defence's, and without it the
+    attack would have worked."""
+    call(k8s.CoreV1Api(granted.provider.api_client()))
+
+
 ROOT_PODS = [
     pytest.param({"container": {"securityContext": {"privileged": True}}}, "privileged", id="a privileged pod"),
     pytest.param({"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
@@ -146,6 +153,8 @@ async def test_a_pod_that_would_own_the_providers_node_is_refused_by_pod_securit
 ) -> None:
     message = _refused(lambda: k8s.CoreV1Api(granted.api).create_namespaced_pod(granted.namespace, _pod("root", **pod)))
     assert 'violates PodSecurity \\"baseline:latest\\"' in message and rule in message, message
+    _admitted_without_the_defence(granted, lambda core: core.create_namespaced_pod("default", _pod("root", **pod),
+                                                                                dry_run="All"))  # fmt: skip
 
 
 PAST_THE_SCHEDULER = [
@@ -164,6 +173,8 @@ async def test_a_pod_placed_past_the_providers_scheduler_is_refused(
     message = _refused(lambda: k8s.CoreV1Api(granted.api).create_namespaced_pod(granted.namespace,
                                                                                   _pod("placed", spec=spec)))  # fmt: skip
     assert "tidepool-consumer-pods" in message and field in message, message
+    _admitted_without_the_defence(granted, lambda core: core.create_namespaced_pod("default", _pod("placed", spec=spec),
+                                                                                dry_run="All"))  # fmt: skip
 
 
 async def test_the_namespace_enforces_pod_security_and_the_offer_as_a_quota(granted: Granted) -> None:
@@ -215,6 +226,8 @@ async def test_a_service_that_opens_the_providers_nodes_or_addresses_is_refused(
     core = k8s.CoreV1Api(granted.api)
     message = _refused(lambda: core.create_namespaced_service(granted.namespace, _service("open", **spec)))
     assert "tidepool-consumer-services" in message and field in message, message
+    _admitted_without_the_defence(granted, lambda admin: admin.create_namespaced_service("default", _service(
+        "open", **spec), dry_run="All"))  # fmt: skip
     # A ClusterIP Service, as the virtual kubelet makes them, passes; changed into a NodePort, refused.
     core.create_namespaced_service(granted.namespace, _service("plain"))
     try:

@@ -7,13 +7,19 @@ Rotation revokes: each token is bound (TokenRequest boundObjectRef) to an anchor
 in the foreign namespace, and issuing generation N deletes the anchors before N-1 (models/credentials.py
 says when and which). The API server refuses a bound token once its object is gone (within its ~10 s
 authentication cache). The generation, its times and where it was written are annotations of the
-namespace, so that a push knows without reading anything more whether to renew."""
+namespace, so that a push knows without reading anything more whether to renew.
+
+What the provider enforces there (models/enforcement.py) is applied with the namespace: its Pod Security
+labels, a LimitRange, and a ResourceQuota equal to the offer, which `enforce_offer` keeps equal at the pushes
+that do not ensure the access; the admission policy on Services is installed like the ClusterRoles."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +32,13 @@ from temporalio.exceptions import ApplicationError
 from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
+from models.enforcement import (
+    PodSecurityLevel,
+    consumer_policies,
+    limit_range,
+    pod_security_labels,
+    resource_quota,
+)
 from models.names import (
     CONSUMER_KEEPALIVE_LEASE,
     LABEL_CONSUMER,
@@ -36,6 +49,7 @@ from models.names import (
     foreign_namespace,
     token_anchor_name,
 )
+from models.resources import Resources
 
 SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
 BINDING = "tidepool-virtual-kubelet"
@@ -64,21 +78,28 @@ _cluster_roles_lock = threading.Lock()
 
 # What a foreign virtual kubelet may do in its namespace, and nothing else (Liqo bound cluster-admin).
 VIRTUAL_KUBELET_RULES: list[dict[str, Any]] = [
+    # Its copies (workers/virtual_kubelet.py): watched, created, labels patched, deleted, read once when one
+    # seems lost; deleted by collection at teardown (kube/copies.py). Never updated whole, never their status.
     {"apiGroups": [""], "resources": ["pods"],
-     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "update", "patch"]},
-    {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
-     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch", "create", "patch"]},
+     "verbs": ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]},
+    # ConfigMaps' and Secrets' copies: watched, created, replaced when the source changes, read on a conflict.
+    {"apiGroups": [""], "resources": ["configmaps", "secrets"],
+     "verbs": ["get", "list", "watch", "create", "update", "delete", "deletecollection"]},
+    # Services' copies the same way (ClusterIP only: the admission policy of models/enforcement.py); no collection.
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+    # The provider's Events about its copies, reflected as Events on the consumer's pods.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # WebSocket sessions: a GET upgraded, authorized as get and (since 1.30, for exec, attach and port-forward) create.
     {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
     # Its keepalive (kube/copies.py): create cannot be narrowed to a name (the namespace is its own); the rest is.
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CONSUMER_KEEPALIVE_LEASE],
      "verbs": ["get", "patch", "delete"]},
 ]  # fmt: skip
-# What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets; and, once
-# the consumer's keepalive has lapsed, delete the consumer's copies there (kube/copies.py) and the keepalive.
+# What the worker may do in a foreign namespace through CREDENTIALS_BINDING: its anchor Secrets; the quota and
+# LimitRange it applies there (server-side apply: patch, and create the first time); and, once the consumer's
+# keepalive has lapsed, delete the consumer's copies there (kube/copies.py) and the keepalive.
 CREDENTIALS_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "create", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete", "deletecollection"]},
@@ -86,6 +107,7 @@ CREDENTIALS_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "delete"]},
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [CONSUMER_KEEPALIVE_LEASE],
      "verbs": ["get", "delete"]},
+    {"apiGroups": [""], "resources": ["resourcequotas", "limitranges"], "verbs": ["create", "patch"]},
 ]  # fmt: skip
 
 
@@ -93,56 +115,124 @@ def _labels(foreign_cluster_id: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: foreign_cluster_id}
 
 
-def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *,
-                          calls: Executor) -> tuple[str, TokenGeneration | None]:  # fmt: skip
-    """Namespace, ServiceAccount and RoleBinding for the foreign cluster; returns the namespace and the
-    token generation it records (read from the namespace's apply, at no extra call). Server-side apply,
-    so every cycle re-ensures them (a hand-edited binding is put back). The two objects in the namespace
-    are applied at once on `calls`, which must run single API calls only (the caller waits for them)."""
+def _namespace(foreign_cluster_id: str, pod_security: PodSecurityLevel) -> dict[str, Any]:
+    """The foreign namespace as applied, whole (one field manager owns all its labels)."""
+    labels = {**_labels(foreign_cluster_id), **pod_security_labels(pod_security)}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": foreign_namespace(foreign_cluster_id),
+                                                                  "labels": labels}}  # fmt: skip
+
+
+def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *, offered: Resources,
+                          pod_security: PodSecurityLevel, calls: Executor) -> tuple[str, TokenGeneration | None]:  # fmt: skip
+    """Namespace (with its Pod Security labels), ServiceAccount and RoleBindings for the foreign cluster, then
+    the LimitRange and a ResourceQuota of `offered`; returns the namespace and the token generation it records
+    (read from the namespace's apply, at no extra call). Server-side apply, so every cycle re-ensures them (a
+    hand-edited binding or quota is put back). The objects in the namespace are applied at once on `calls`,
+    which must run single API calls only (the caller waits for them)."""
     _ensure_cluster_role(home, CLUSTER_ROLE, VIRTUAL_KUBELET_RULES)
+    _ensure_cluster_role(home, CREDENTIALS_CLUSTER_ROLE, CREDENTIALS_RULES)
+    _ensure_consumer_policies(home)
     namespace = foreign_namespace(foreign_cluster_id)
     labels = _labels(foreign_cluster_id)
     meta = {"name": BINDING, "namespace": namespace, "labels": labels}
-    applied = apply_core(home, {"apiVersion": "v1", "kind": "Namespace",
-                                "metadata": {"name": namespace, "labels": labels}})  # fmt: skip
+    applied = apply_core(home, _namespace(foreign_cluster_id, pod_security))
     in_namespace: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "name": SERVICE_ACCOUNT}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
          "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]},
+        _credentials_binding(namespace),
     ]  # fmt: skip
     for applying in [calls.submit(apply_core, home, body) for body in in_namespace]:
         applying.result()
+    # Through the worker's own binding, just made: the quota is there before any credentials are.
+    limits = [limit_range(namespace, labels=labels), resource_quota(namespace, offered, labels=labels)]
+    for applying in [calls.submit(_while_forbidden, apply_core, home, body) for body in limits]:
+        applying.result()
     return namespace, TokenGeneration.from_annotations(applied["metadata"].get("annotations"))
+
+
+def enforce_offer(home: k8s.ApiClient, foreign_cluster_id: str, *, offered: Resources,
+                  pod_security: PodSecurityLevel | None, calls: Executor) -> None:  # fmt: skip
+    """At a push that does not ensure the access: the quota equal to the offer pushed, and, when the
+    ClusterConfig changed since the last push (`pod_security` given), the namespace's Pod Security labels."""
+    namespace = foreign_namespace(foreign_cluster_id)
+    bodies = [resource_quota(namespace, offered, labels=_labels(foreign_cluster_id))]
+    if pod_security is not None:
+        bodies.append(_namespace(foreign_cluster_id, pod_security))
+    for applying in [calls.submit(apply_core, home, body) for body in bodies]:
+        applying.result()
+
+
+def _credentials_binding(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": CREDENTIALS_BINDING, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+    }  # fmt: skip
+
+
+def _while_forbidden(call: Callable[..., Any], *args: Any) -> Any:
+    """A binding just made takes effect once the API server's authorizer has seen it (milliseconds): wait for
+    that here rather than fail the whole push over it."""
+    for attempt in range(ANCHOR_FORBIDDEN_ATTEMPTS):
+        try:
+            return call(*args)
+        except ApiException as e:
+            if e.status != 403 or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
+                raise
+            time.sleep(ANCHOR_FORBIDDEN_WAIT_SECONDS)
+    raise AssertionError("unreachable")
 
 
 def _ensure_cluster_role(home: k8s.ApiClient, name: str, rules: list[dict[str, Any]]) -> None:
     """Installed with tidepool; created here only where it is missing and the worker may (a local
     cluster, where the worker is admin). Never updated here: the worker can read it, not write it."""
+    rbac = k8s.RbacAuthorizationV1Api(home)
+    body = {"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, "rules": rules}
+    _ensure_installed(home, f"ClusterRole {name}", read=lambda: rbac.read_cluster_role(name),
+                      create=lambda: rbac.create_cluster_role(k8s.V1ClusterRole.model_validate(body)))  # fmt: skip
+
+
+def _ensure_consumer_policies(home: k8s.ApiClient) -> None:
+    """The admission policies on consumers' Services and pods (models/enforcement.py) and their bindings, the
+    same way."""
+    admission = k8s.AdmissionregistrationV1Api(home)
+    calls: dict[str, tuple[Callable[..., Any], Callable[..., Any], Any]] = {
+        "ValidatingAdmissionPolicy": (admission.read_validating_admission_policy,
+                                      admission.create_validating_admission_policy, k8s.V1ValidatingAdmissionPolicy),
+        "ValidatingAdmissionPolicyBinding": (admission.read_validating_admission_policy_binding,
+                                             admission.create_validating_admission_policy_binding,
+                                             k8s.V1ValidatingAdmissionPolicyBinding),
+    }  # fmt: skip
+    for body in consumer_policies():
+        read, create, model = calls[body["kind"]]
+        name = body["metadata"]["name"]
+        _ensure_installed(home, f"{body['kind']} {name}", read=functools.partial(read, name),
+                          create=functools.partial(create, model.model_validate(body)))  # fmt: skip
+
+
+def _ensure_installed(home: k8s.ApiClient, what: str, *, read: Callable[[], Any], create: Callable[[], Any]) -> None:
+    """An object installed with tidepool (deploy/base), looked for again only CLUSTER_ROLE_RECHECK_SECONDS after
+    it was last found; created where missing and the worker may."""
     with _cluster_roles_lock:
-        found = _cluster_roles_found.get(home, {}).get(name)
+        found = _cluster_roles_found.get(home, {}).get(what)
     if found is not None and time.monotonic() - found < CLUSTER_ROLE_RECHECK_SECONDS:
         return
-    rbac = k8s.RbacAuthorizationV1Api(home)
-    if ignore_not_found(rbac.read_cluster_role, name) is None:
-        _create_cluster_role(rbac, name, rules)
+    if ignore_not_found(read) is None:
+        try:
+            create()
+        except ApiException as e:
+            if e.status == 403:
+                raise ApplicationError(
+                    f"{what} is missing and the worker may not create it: install tidepool's manifests "
+                    "(kubectl apply -k deploy/overlays/...)", type="MissingInstall",
+                ) from e  # fmt: skip
+            if e.status != 409:  # 409: another peering created it meanwhile
+                raise
     with _cluster_roles_lock:
-        _cluster_roles_found.setdefault(home, {})[name] = time.monotonic()
-
-
-def _create_cluster_role(rbac: k8s.RbacAuthorizationV1Api, name: str, rules: list[dict[str, Any]]) -> None:
-    try:
-        rbac.create_cluster_role(k8s.V1ClusterRole.model_validate(
-            {"metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}, "rules": rules}))  # fmt: skip
-    except ApiException as e:
-        if e.status == 409:  # another peering created it meanwhile
-            return
-        if e.status == 403:
-            raise ApplicationError(
-                f"ClusterRole {name} is missing and the worker may not create it: install tidepool's "
-                "manifests (kubectl apply -k deploy/overlays/...)", type="MissingClusterRole",
-            ) from e  # fmt: skip
-        raise
+        _cluster_roles_found.setdefault(home, {})[what] = time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -171,14 +261,7 @@ def issue_kubeconfig(
 
 def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
     """The anchor Secret of `generation` (created, or found if a retried activity made it already).
-    The worker reaches it through a binding to itself in this namespace alone, made here on first need."""
-    _ensure_cluster_role(home, CREDENTIALS_CLUSTER_ROLE, CREDENTIALS_RULES)
-    apply_core(home, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": CREDENTIALS_BINDING, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
-    })  # fmt: skip
+    The worker reaches it through a binding to itself in this namespace alone (made by ensure_foreign_access)."""
     core = k8s.CoreV1Api(home)
     name = token_anchor_name(generation)
     # Empty: only its existence (and uid) matters.

@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.credentials import (
+    enforce_offer,
     ensure_foreign_access,
     issue_kubeconfig,
     record_token,
@@ -49,6 +50,7 @@ from models.api.common import SecretReference, rfc3339
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, access_verified_until, renewal_due, renewal_reason, token_expired
+from models.enforcement import PodSecurityLevel
 from models.explain import OfferDerivation
 from models.names import (
     ADVERTISEMENTS,
@@ -180,17 +182,26 @@ class PeeringActivities:
             self._renew_consumer_token(foreign, request.kube_config_ref, foreign_cluster_id=request.foreign_cluster_id,
                                        now=now, period=period)  # fmt: skip
             verified = request.access_verified_until
+            level = outgoing.pod_security_level
             if verified is None:  # no push wrote the credentials yet: they come before the Advertisement naming them
-                verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
+                verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period,
+                                               offered=advertised, pod_security=level)  # fmt: skip
                 applied = self._apply_advertisement(foreign, derivation, spare_capacity, outgoing, now=now, ttl=ttl)
             else:  # the Advertisement at once: it is what the consumer waits for
                 applying = self._calls.submit(self._apply_advertisement, foreign, derivation, spare_capacity, outgoing,
                                               now=now, ttl=ttl)  # fmt: skip
+                ensured = request.periodic or now >= verified
                 try:
-                    if request.periodic or now >= verified:
-                        verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period)
+                    if ensured:
+                        verified = self._ensure_access(foreign, request.foreign_cluster_id, now=now, period=period,
+                                                       offered=advertised, pod_security=level)  # fmt: skip
                 finally:
                     applied = applying.result()
+                if not ensured:  # the quota follows every offer; the labels, a ClusterConfig edited since the last
+                    # push. Once the Advertisement is written: on a busy machine a write beside it delays it.
+                    edited = request.config_generation is None or generation > request.config_generation
+                    enforce_offer(self._home, request.foreign_cluster_id, offered=advertised,
+                                  pod_security=level if edited else None, calls=self._calls)  # fmt: skip
         except Exception as e:
             metrics.pushed(foreign_cluster=request.foreign_cluster_id, outcome="failed",
                            latency=timedelta(seconds=time.monotonic() - started))  # fmt: skip
@@ -277,12 +288,14 @@ class PeeringActivities:
             },
         })  # fmt: skip
 
-    def _ensure_access(self, foreign: k8s.ApiClient, foreign_cluster_id: str, *, now: datetime,
-                       period: timedelta) -> datetime:  # fmt: skip
-        """The foreign cluster's access to this one: its namespace, ServiceAccount and binding at home, a
-        token not due for renewal, held in the credentials Secret there. Returns until when a signalled
-        push may skip this (models.credentials.access_verified_until)."""
-        namespace, held = ensure_foreign_access(self._home, foreign_cluster_id, calls=self._calls)
+    def _ensure_access(self, foreign: k8s.ApiClient, foreign_cluster_id: str, *, now: datetime, period: timedelta,
+                       offered: Resources, pod_security: PodSecurityLevel) -> datetime:  # fmt: skip
+        """The foreign cluster's access to this one: its namespace, ServiceAccount and binding at home (and what
+        this cluster enforces there: Pod Security, the offer as a quota), a token not due for renewal, held in the
+        credentials Secret there. Returns until when a signalled push may skip this
+        (models.credentials.access_verified_until)."""
+        namespace, held = ensure_foreign_access(self._home, foreign_cluster_id, offered=offered,
+                                                pod_security=pod_security, calls=self._calls)  # fmt: skip
         current = self._renew_credentials(foreign, secret=credentials_secret_name(self._home_id), namespace=namespace,
                                           held=held, now=now, period=period)  # fmt: skip
         return access_verified_until(current, checked_at=now, period=period)

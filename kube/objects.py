@@ -103,6 +103,8 @@ def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
         "ConfigMap": core.patch_namespaced_config_map,
         "Role": rbac.patch_namespaced_role,
         "RoleBinding": rbac.patch_namespaced_role_binding,
+        "ResourceQuota": core.patch_namespaced_resource_quota,
+        "LimitRange": core.patch_namespaced_limit_range,
     }
     cluster_scoped: dict[str, Callable[..., Any]] = {
         "Namespace": core.patch_namespace,

@@ -174,6 +174,10 @@ class PushRequest(_Model):
     # push's `access_verified_until` holds. The defaults are what runs begun before these fields did.
     periodic: bool = True
     access_verified_until: datetime | None = None
+    # The ClusterConfig generation the last push read: a push that finds a newer one applies what the
+    # ClusterConfig sets in the foreign namespace (its Pod Security level) even when it skips the access check.
+    # None (runs begun before this field): every push does.
+    config_generation: int | None = None
 
 
 class DecisionRequest(_Model):

@@ -26,7 +26,7 @@ def test_an_empty_cluster_config_takes_every_default() -> None:
     assert ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}}).to_kubernetes()["spec"] == {
         "outgoing": {"sharingPercentage": 30, "enableBroadcaster": True, "advertisementPeriodSeconds": 600,
                      "advertisementTimeToLiveSeconds": 1800, "capacityChangeThresholdPercent": 10,
-                     "earlyPushMinIntervalSeconds": 300},
+                     "earlyPushMinIntervalSeconds": 300, "podSecurityLevel": "baseline"},
         "incoming": {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 5, "allowedClusters": [],
                      "deniedClusters": [], "podCIDRWaitTimeoutSeconds": 300},
         "keepalive": {"thresholdFailures": 3, "retrySeconds": 20},
@@ -44,6 +44,8 @@ INVALID = [
                  "spec.outgoing.earlyPushMinIntervalSeconds", id="early pushes less than ten seconds apart"),
     pytest.param(ClusterConfig, {"spec": {"incoming": {"acceptPolicy": "AcceptAll"}}}, "spec.incoming.acceptPolicy",
                  id="an unknown accept policy"),
+    pytest.param(ClusterConfig, {"spec": {"outgoing": {"podSecurityLevel": "none"}}}, "spec.outgoing.podSecurityLevel",
+                 id="an unknown pod security level"),
     pytest.param(ClusterConfig, {"spec": {"incoming": {"maxAcceptableAdvertisements": 1000001}}},
                  "spec.incoming.maxAcceptableAdvertisements", id="a maximum above a million"),
     pytest.param(ClusterConfig, {"spec": {"outgoing": {"advertisementPeriodSeconds": 600,

@@ -33,6 +33,7 @@ from activities.credentials import (
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
 from kube.objects import apply_cluster_object, apply_core, read_cluster_object
+from models.enforcement import PODS_POLICY_NAME, QUOTA_NAME, SERVICES_POLICY_NAME, consumer_policies
 from models.names import (
     API_VERSION,
     CONSUMER_KEEPALIVE_LEASE,
@@ -42,6 +43,7 @@ from models.names import (
     VIRTUAL_NODE_TYPE,
     credentials_secret_name,
 )
+from models.resources import Resources
 from tests.kube import create_node, wait_for
 from workers.pool_health import HealthProber
 
@@ -77,6 +79,12 @@ def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out()
     roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "virtual-kubelet-rbac.yaml")
              if d["kind"] == "ClusterRole"}  # fmt: skip
     assert roles[CLUSTER_ROLE]["rules"] == VIRTUAL_KUBELET_RULES
+
+
+@pytest.mark.deploy
+def test_the_admission_policies_on_consumers_objects_are_what_the_worker_installs_where_missing() -> None:
+    assert documents(DEPLOY / "base" / "consumer-scope.yaml") == consumer_policies()
+    assert "consumer-scope.yaml" in documents(DEPLOY / "base" / "kustomization.yaml")[0]["resources"]
 
 
 @pytest.mark.deploy
@@ -168,6 +176,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         ("create", f"serviceaccounts/{SERVICE_ACCOUNT}", "--subresource=token", "-n", foreign),
         ("bind", f"clusterroles/{CLUSTER_ROLE}"), ("create", "events", "-n", "default"),
         ("patch", "namespaces"), ("bind", f"clusterroles/{CREDENTIALS_CLUSTER_ROLE}"),
+        *[("get", f"{kind}.admissionregistration.k8s.io/{name}") for name in (SERVICES_POLICY_NAME, PODS_POLICY_NAME)
+          for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")],
         ("create", f"rolebindings/{CREDENTIALS_BINDING}", "-n", foreign),
         *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
     ]  # fmt: skip
@@ -182,6 +192,10 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         # Secrets in a foreign namespace only through the binding it makes there itself (below).
         ("create", "secrets", "-n", foreign), ("delete", "secrets", "-n", foreign), ("list", "secrets", "-n", foreign),
         ("patch", f"clusterroles/{CREDENTIALS_CLUSTER_ROLE}"),
+        # The quota and LimitRange of a foreign namespace only through that binding too.
+        ("patch", "resourcequotas", "-n", foreign), ("create", "limitranges", "-n", foreign),
+        ("patch", f"validatingadmissionpolicies.admissionregistration.k8s.io/{SERVICES_POLICY_NAME}"),
+        ("delete", f"validatingadmissionpolicybindings.admissionregistration.k8s.io/{SERVICES_POLICY_NAME}"),
     ]  # fmt: skip
     assert [a for a in worker_may if not can(WORKER, *a)] == []
     assert [a for a in worker_may_not if can(WORKER, *a)] == []
@@ -202,8 +216,11 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     as_worker = cluster.api_client()
     as_worker.set_default_header("Impersonate-User", WORKER)
     calls = ThreadPoolExecutor(2)
-    namespace, held = ensure_foreign_access(as_worker, "somewhere", calls=calls)
+    namespace, held = ensure_foreign_access(as_worker, "somewhere", offered=Resources(cpu="1", pods="10"),
+                                            pod_security="baseline", calls=calls)  # fmt: skip
     assert (namespace, held) == (foreign, None)
+    quota = k8s.CoreV1Api(cluster.api_client()).read_namespaced_resource_quota(QUOTA_NAME, foreign)
+    assert (quota.spec.hard or {}).get("requests.cpu") == "1" and (quota.spec.hard or {}).get("pods") == "10"
     # Three generations: the worker binds itself the credentials role there, creates the anchor Secrets
     # the tokens are bound to, lists them and deletes the one before the previous.
     for generation in (1, 2, 3):
@@ -217,7 +234,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     after_a_silent_consumer = [("deletecollection", "pods"), ("delete", "pods"), ("deletecollection", "configmaps"),
                                ("deletecollection", "secrets"), ("list", "services"), ("delete", "services"),
                                ("get", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}"),
-                               ("delete", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}")]  # fmt: skip
+                               ("delete", f"leases.coordination.k8s.io/{CONSUMER_KEEPALIVE_LEASE}"),
+                               ("patch", "resourcequotas"), ("create", "limitranges")]  # fmt: skip
     assert [a for a in after_a_silent_consumer if not can(WORKER, *a, "-n", foreign)] == []
     assert [a for a in after_a_silent_consumer if can(WORKER, *a, "-n", "elsewhere")] == []
     assert not can(WORKER, "delete", "leases.coordination.k8s.io/other", "-n", foreign)
@@ -236,6 +254,10 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert [a for a in foreign_vk_may if not can(foreign_vk, *a, "-n", foreign)] == []
     assert [a for a in foreign_vk_may if can(foreign_vk, *a, "-n", "elsewhere")] == []
     assert not can(foreign_vk, "patch", "leases.coordination.k8s.io/other", "-n", foreign)
+    # ...and nothing it does not use: no pod updates or status, no Events of its own there, no quota.
+    foreign_vk_may_not = [("update", "pods"), ("patch", "pods", "--subresource=status"), ("create", "events"), ("patch", "services"),
+                          ("deletecollection", "services"), ("patch", "resourcequotas"), ("delete", "limitranges")]
+    assert [a for a in foreign_vk_may_not if can(foreign_vk, *a, "-n", foreign)] == []
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
     admin = k8s.CoreV1Api(cluster.api_client())

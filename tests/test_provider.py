@@ -22,6 +22,7 @@ from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import patch_cluster_object_status, read_cluster_object
 from models.api.common import SecretReference
+from models.enforcement import QUOTA_NAME
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -61,6 +62,14 @@ def _config(api: k8s.ApiClient, **outgoing: Any) -> None:
 def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:
     obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(home_id))
     return None if obj is None else obj["spec"]["resourceQuota"]["hard"]
+
+
+def _enforced(api: k8s.ApiClient, foreign_id: str) -> tuple[dict[str, str], str | None]:
+    """The quota's hard and the Pod Security level enforced in the foreign cluster's namespace here."""
+    core, namespace = k8s.CoreV1Api(api), foreign_namespace(foreign_id)
+    labels = core.read_namespace(namespace).metadata.labels or {}
+    return (core.read_namespaced_resource_quota(QUOTA_NAME, namespace).spec.hard or {},
+            labels.get("pod-security.kubernetes.io/enforce"))  # fmt: skip
 
 
 def _peer(home: LocalCluster, home_id: str, foreign: LocalCluster, foreign_id: str) -> None:
@@ -149,6 +158,7 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
         status = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 30)
         assert status.sharing_percentage == 30 and status.advertised is not None
         assert (_advertised(foreign, home_id) or {}).get("cpu") == "3"  # on the foreign cluster when it returns
+        assert _enforced(api, foreign_id)[0]["requests.cpu"] == "3"  # and the quota with it (a signalled push too)
 
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(PeeringWorkflow.update_sharing_percentage, 101)
@@ -168,6 +178,11 @@ async def test_a_signal_an_update_and_a_cluster_config_edit_each_push_at_once(
         status = await eventually(adopted, timeout=30, what="the ClusterConfig's percentage adopted")
         assert status.phase == "Advertised"
         assert status.pushes >= 4 and starts.count(peering_workflow_id(home_id, foreign_id)) == 1
+        # A Pod Security level edited reaches the foreign namespace at the push the edit makes.
+        quota, level = _enforced(api, foreign_id)
+        assert (quota["requests.cpu"], level) == ("4", "baseline")
+        _config(api, sharingPercentage=40, podSecurityLevel="restricted")
+        await eventually(lambda: _enforced(api, foreign_id)[1] == "restricted", timeout=30, what="restricted")
 
 
 async def test_withdrawal_leaves_nothing_on_either_cluster_and_duplicate_starts_yield_one_workflow(
@@ -229,10 +244,12 @@ async def test_the_foreign_credentials_allow_exactly_what_a_virtual_kubelet_need
     granted = k8s_config.new_client_from_config_dict(kubeconfig)
     own = foreign_namespace(foreign_id)
     for resource in ("pods", "configmaps", "secrets", "services"):
-        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+        for verb in ("get", "list", "watch", "create", "delete"):
             assert _can(granted, own, verb, resource), f"{verb} {resource} should be allowed"
-    assert _can(granted, own, "patch", "pods", "status")
-    assert _can(granted, own, "create", "events") and _can(granted, own, "watch", "events")
+    assert _can(granted, own, "patch", "pods") and not _can(granted, own, "update", "pods")
+    assert _can(granted, own, "update", "configmaps") and not _can(granted, own, "patch", "services")
+    assert not _can(granted, own, "patch", "pods", "status")  # the consumer's pods' status is written there
+    assert _can(granted, own, "watch", "events") and not _can(granted, own, "create", "events")
     # The kubelet API it serves on the consumer: logs, exec, attach and port-forward of its copies.
     assert _can(granted, own, "get", "pods", "log")
     for subresource in ("exec", "attach", "portforward"):

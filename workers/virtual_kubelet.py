@@ -57,9 +57,10 @@ from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies,
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
-from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event
+from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue
-from models.api.conditions import NodeReadyReason
+from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, condition
+from models.enforcement import Refusal, refusal
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -80,6 +81,7 @@ from models.pods import (
     ReflectedEvents,
     Throttle,
     clipped,
+    condition_of,
     dropped_events_event,
     event_for_origin,
     status_patch,
@@ -132,6 +134,10 @@ PodKey = tuple[str, str]  # the consumer pod's (namespace, name)
 ConfigKind = Literal["ConfigMap", "Secret"]
 ConfigKey = tuple[ConfigKind, str, str]  # (kind, namespace, name) in the consumer
 CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
+
+
+class ProviderRefusedPod(Exception):
+    """A pod's copy the provider refuses for now (its quota): the work queue tries it again after its backoff."""
 
 
 def _now() -> str:
@@ -663,12 +669,41 @@ class VirtualKubelet:
                                                              _preload_content=False)  # fmt: skip
             self.copies.add_if_absent(body["metadata"]["name"], _provider_pod(raw_json(created)))
         except ApiException as e:
+            if (refused := refusal(e.status, e.body)) is not None:
+                self._refused(pod, refused)
+                return
             if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
                 raise
+        if condition_of(_status(pod), POD_PROVIDER_CONDITION) is not None:  # refused before: no longer
+            self.core.patch_namespaced_pod_status(meta["name"], namespace, {"status": {"conditions": [
+                {"$patch": "delete", "type": POD_PROVIDER_CONDITION}]}})  # fmt: skip
         if mark:
             self.core.patch_namespaced_pod(meta["name"], namespace,
                                            {"metadata": {"annotations": {REFLECTED_ANNOTATION: "true"}}})  # fmt: skip
         log.info("pod %s/%s runs in provider %s", namespace, meta["name"], self.config.provider_id)
+
+    def _refused(self, pod: Obj, refused: Refusal) -> None:
+        """The provider's API server refused the pod's copy: the pod says why (a condition, and a Warning Event
+        when what it says changes). A final refusal (Pod Security, an admission policy) fails the pod, as a
+        kubelet fails a pod it rejects at admission; a quota refusal leaves it Pending, and is tried again
+        after the work queue's backoff (doubling to a minute), not at once."""
+        meta, status = pod["metadata"], _status(pod)
+        message = f"provider {self.config.provider_id} refused the pod: {refused.message}"
+        said = condition_of(status, POD_PROVIDER_CONDITION)
+        news = said is None or said.get("status") != "False" or said.get("message") != message
+        written = with_condition(condition(POD_PROVIDER_CONDITION, False, "ProviderRefused", message),
+                                 [said] if said else [])  # fmt: skip
+        patch: Obj = {"conditions": written}
+        if refused.final:
+            patch.update(phase="Failed", reason="ProviderRefused", message=message)
+        if news or refused.final:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": patch})
+        if news:
+            record_event(self.consumer, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason="ProviderRefused",
+                         message=message, warning=True)  # fmt: skip
+            log.warning("pod %s/%s: %s", meta["namespace"], meta["name"], message)
+        if not refused.final:
+            raise ProviderRefusedPod(message)
 
     # ConfigMaps and Secrets ---------------------------------------------------------------------------
     def _reconcile_config(self, key: ConfigKey) -> None:

@@ -160,6 +160,7 @@ class PeeringWorkflow:
             phase=self._state.phase,
             periodic=periodic,
             access_verified_until=self._state.last_push.access_verified_until if self._state.last_push else None,
+            config_generation=self._state.config_generation,
         )
         try:
             result = await workflow.execute_activity_method(

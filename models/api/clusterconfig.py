@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from models.api.common import DNS_LABEL, ApiModel, KubernetesObject
 from models.api.conditions import Condition
+from models.enforcement import PodSecurityLevel
 from models.prices import PRICES_DESCRIPTION, Prices
 
 MAX_ACCEPTABLE_ADVERTISEMENTS = 1_000_000
@@ -37,6 +38,10 @@ class OutgoingConfig(ApiModel):
         default=300, ge=10, le=86400,
         description="Least time between two early pushes to one consumer, seconds: bounds what pod churn costs.",
     )
+    # Enforced by the provider's own API server (Pod Security Admission), whatever the consumer sends.
+    pod_security_level: PodSecurityLevel = Field(default="baseline", description=(
+        "The Pod Security Standard enforced on consumers' pods here (their namespace's pod-security.kubernetes.io "
+        "labels, applied at each push): baseline, restricted or privileged (no check at all)."))  # fmt: skip
 
     @model_validator(mode="after")
     def _ttl_outlives_period(self) -> Self:

@@ -53,9 +53,13 @@ PoolPodReason = Literal["SuperClusterReady", "SuperClusterUnreachable", "Recreat
 # A tenant pod's PodScheduled, False when it fits in none of its namespace's super clusters.
 PodScheduledReason = Literal["Unschedulable", "SuperClusterRefused"]
 POD_SUPER_CLUSTER_CONDITION: Final = "pool.tidepool.io/SuperClusterReady"
+# A consumer pod bound to a virtual node, as its virtual kubelet writes it: False while the provider's API
+# server refuses the pod's copy (its Pod Security level, its quota, an admission policy); gone once a copy is made.
+ProviderAdmittedReason = Literal["ProviderRefused"]
+POD_PROVIDER_CONDITION: Final = "tidepool.io/ProviderAdmitted"
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",
-                        "pool.tidepool.io/SuperClusterReady"]  # fmt: skip
+                        "pool.tidepool.io/SuperClusterReady", "tidepool.io/ProviderAdmitted"]  # fmt: skip
 # What each writer may say, by the object it writes on; `condition` checks a reason against its type.
 REASONS: dict[str, frozenset[str]] = {
     "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
@@ -67,6 +71,7 @@ REASONS: dict[str, frozenset[str]] = {
     "Placed": frozenset(get_args(PlacedReason)),
     "PodScheduled": frozenset(get_args(PodScheduledReason)),
     POD_SUPER_CLUSTER_CONDITION: frozenset(get_args(PoolPodReason)),
+    POD_PROVIDER_CONDITION: frozenset(get_args(ProviderAdmittedReason)),
 }
 
 # Reasons that only Events carry: a moment, not a state.
@@ -86,7 +91,7 @@ EventReason = Literal[
 # Every reason a tidepool Event may carry: what a condition says, or a moment.
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
                  NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason,
-                 SuperClusterReadyReason, PoolPodReason, PodScheduledReason]  # fmt: skip
+                 SuperClusterReadyReason, PoolPodReason, PodScheduledReason, ProviderAdmittedReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

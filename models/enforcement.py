@@ -1,0 +1,209 @@
+"""What a provider enforces on its own API server in a foreign cluster's namespace, whatever the consumer's
+virtual kubelet sends (issue 34): the objects, as data; activities/credentials.py applies them at each push,
+and workers/virtual_kubelet.py reads the refusals they cause.
+
+1. Pod Security Admission: the namespace's `pod-security.kubernetes.io/*` labels at the ClusterConfig's level
+   (outgoingConfig.podSecurityLevel, default baseline): enforce, and warn and audit at the same level.
+2. A ResourceQuota equal to the offer the consumer was pushed (`quota_hard`), so that it cannot run more than
+   it accepted, and with no node port or load balancer Service at all.
+3. A LimitRange giving containers without requests a small default request (`DEFAULT_REQUEST`): a quota on
+   requests.cpu/memory refuses a pod whose containers name none, and the consumer's own scheduler admitted
+   it to the virtual node without any.
+4. ValidatingAdmissionPolicies (and their bindings) in the foreign namespaces: on Services, only ClusterIP
+   ones (headless included), no node port, external IP, external name or load balancer field; on pods, nothing
+   that places them past the provider's scheduler (a node name, tolerations of its taints, a runtime class).
+   The virtual kubelet's copies never carry any of it (models/virtual_kubelet.safe_pod_spec, service_copy).
+5. `refusal`: what a 403 on creating a pod's copy says, as the rule that refused it and whether it is final
+   for that pod spec (Pod Security, a policy) or may pass later (quota).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
+
+from models.names import LABEL_CONSUMER, LABEL_MANAGED_BY, MANAGED_BY
+from models.resources import Resources
+
+PodSecurityLevel = Literal["baseline", "restricted", "privileged"]
+POD_SECURITY_LEVELS: Final = get_args(PodSecurityLevel)
+POD_SECURITY_PREFIX: Final = "pod-security.kubernetes.io/"
+POD_SECURITY_MODES: Final = ("enforce", "warn", "audit")
+
+QUOTA_NAME: Final = "tidepool-offer"
+LIMIT_RANGE_NAME: Final = "tidepool-default-requests"
+SERVICES_POLICY_NAME: Final = "tidepool-consumer-services"
+PODS_POLICY_NAME: Final = "tidepool-consumer-pods"
+
+# A container without requests gets these in the provider. Small: the consumer's scheduler counted such a
+# pod as zero on the virtual node, so many of them must still fit in what it accepted; not zero: a quota on
+# requests refuses a zero, and each pod should hold something of the offer (the pods quota is not the only
+# bound). 10m and 32Mi are a tenth of what the scheduler assumes for scoring a request-less pod
+# (100m / 200Mi, its non-zero defaults), rounded.
+DEFAULT_REQUEST: Final = {"cpu": "10m", "memory": "32Mi"}
+# Quota keys that refuse every node port and load balancer Service in the namespace, whoever makes it:
+# the policy says why, the quota holds even where the policy is not installed.
+NO_EXTERNAL_SERVICES: Final = {"services.nodeports": "0", "services.loadbalancers": "0"}
+# The quota resource a node resource's requests count against; names not listed and without a "/"
+# (an extended resource) have no quota key and are not limited.
+_REQUESTED = ("cpu", "memory", "ephemeral-storage")
+_HUGEPAGES = "hugepages-"
+
+
+def pod_security_labels(level: PodSecurityLevel) -> dict[str, str]:
+    """The namespace labels of Pod Security Admission at `level`, against the API server's latest rules."""
+    labels: dict[str, str] = {}
+    for mode in POD_SECURITY_MODES:
+        labels[f"{POD_SECURITY_PREFIX}{mode}"] = level
+        labels[f"{POD_SECURITY_PREFIX}{mode}-version"] = "latest"
+    return labels
+
+
+def quota_hard(offered: Resources) -> dict[str, str]:
+    """The ResourceQuota's `hard` for an offer: cpu, memory and ephemeral-storage as requests.*, hugepages
+    and extended resources (a name with a "/") as requests.<name>, pods as pods; plus no node ports or load
+    balancers."""
+    hard: dict[str, str] = {}
+    for name, amount in offered.to_kubernetes().items():
+        if name == "pods":
+            hard["pods"] = amount
+        elif name in _REQUESTED or name.startswith(_HUGEPAGES) or "/" in name:
+            hard[f"requests.{name}"] = amount
+    return {**hard, **NO_EXTERNAL_SERVICES}
+
+
+def resource_quota(namespace: str, offered: Resources, *, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": {"name": QUOTA_NAME, "namespace": namespace, "labels": labels},
+            "spec": {"hard": quota_hard(offered)}}  # fmt: skip
+
+
+def limit_range(namespace: str, *, labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "LimitRange",
+            "metadata": {"name": LIMIT_RANGE_NAME, "namespace": namespace, "labels": labels},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": dict(DEFAULT_REQUEST)}]}}  # fmt: skip
+
+
+# The foreign namespaces, by the labels the provider's worker gives them (a consumer can write no namespace).
+_FOREIGN_NAMESPACES = {
+    "matchLabels": {LABEL_MANAGED_BY: MANAGED_BY},
+    "matchExpressions": [{"key": LABEL_CONSUMER, "operator": "Exists"}],
+}
+_NOT_ALLOWED = "is not allowed on a consumer's Service here (ClusterIP only: no node port, external address or load balancer)"
+_SERVICE_RULES: list[tuple[str, str]] = [
+    # (CEL that must hold, the message: the field first)
+    ("!has(object.spec.type) || object.spec.type == 'ClusterIP'",
+     "spec.type must be ClusterIP on a consumer's Service here (no NodePort, LoadBalancer or ExternalName)"),
+    ("!has(object.spec.ports) || object.spec.ports.all(p, !has(p.nodePort) || p.nodePort == 0)",
+     f"spec.ports[].nodePort {_NOT_ALLOWED}"),
+    ("!has(object.spec.healthCheckNodePort) || object.spec.healthCheckNodePort == 0",
+     f"spec.healthCheckNodePort {_NOT_ALLOWED}"),
+    ("!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0", f"spec.externalIPs {_NOT_ALLOWED}"),
+    ("!has(object.spec.externalName) || object.spec.externalName == ''", f"spec.externalName {_NOT_ALLOWED}"),
+    ("!has(object.spec.loadBalancerIP) || object.spec.loadBalancerIP == ''", f"spec.loadBalancerIP {_NOT_ALLOWED}"),
+    ("!has(object.spec.loadBalancerSourceRanges) || size(object.spec.loadBalancerSourceRanges) == 0",
+     f"spec.loadBalancerSourceRanges {_NOT_ALLOWED}"),
+    ("!has(object.spec.loadBalancerClass) || object.spec.loadBalancerClass == ''",
+     f"spec.loadBalancerClass {_NOT_ALLOWED}"),
+]  # fmt: skip
+
+
+# What the API server itself adds to every pod before validation (DefaultTolerationSeconds): allowed.
+_DEFAULT_TOLERATIONS = "['node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable']"
+_POD_RULES: list[tuple[str, str]] = [
+    ("!has(object.spec.nodeName) || object.spec.nodeName == ''",
+     "spec.nodeName is not allowed on a consumer's pod here: the provider's scheduler places it"),
+    (f"!has(object.spec.tolerations) || object.spec.tolerations.all(t, has(t.key) && t.key in {_DEFAULT_TOLERATIONS} "
+     "&& has(t.effect) && t.effect == 'NoExecute')",
+     "spec.tolerations may not tolerate the provider's taints on a consumer's pod here (only the API server's "
+     "not-ready and unreachable defaults)"),
+    ("!has(object.spec.runtimeClassName) || object.spec.runtimeClassName == ''",
+     "spec.runtimeClassName is not allowed on a consumer's pod here"),
+]  # fmt: skip
+
+
+def _policy(name: str, resource: str, operations: list[str], rules: list[tuple[str, str]]) -> dict[str, Any]:
+    """A policy on `resource` in the foreign namespaces, for requests made by a ServiceAccount (a consumer's
+    identity is one; people and the provider's own controllers are not held to it)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": _FOREIGN_NAMESPACES,
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
+                                   "resources": [resource]}],
+            },
+            "matchConditions": [{"name": "a-service-account", "expression":
+                                 "has(request.userInfo.groups) && 'system:serviceaccounts' in request.userInfo.groups"}],
+            "validations": [{"expression": expression, "message": message, "reason": "Forbidden"}
+                            for expression, message in rules],
+        },
+    }  # fmt: skip
+
+
+def _binding(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }  # fmt: skip
+
+
+def consumer_policies() -> list[dict[str, Any]]:
+    """The admission policies on what a consumer makes in its namespace here, each followed by its binding.
+    Services: ClusterIP only, nothing that opens a port on the provider's nodes or an address outside its
+    cluster network (an external IP would also intercept that address's traffic in the cluster,
+    CVE-2020-8554). Pods (at creation: a scheduled pod's node name is the scheduler's): placed by the
+    provider's scheduler, never past it onto a node of its choosing or a tainted one."""
+    services = _policy(SERVICES_POLICY_NAME, "services", ["CREATE", "UPDATE"], _SERVICE_RULES)
+    pods = _policy(PODS_POLICY_NAME, "pods", ["CREATE"], _POD_RULES)
+    return [services, _binding(SERVICES_POLICY_NAME), pods, _binding(PODS_POLICY_NAME)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Refusals, as the virtual kubelet reads them on a pod's copy.
+
+RefusedBy = Literal["PodSecurity", "ResourceQuota", "AdmissionPolicy"]
+MAX_REFUSAL_MESSAGE = 512
+_FORBIDDEN_PREFIX = re.compile(r'^[a-z.]+ "[^"]*" is forbidden: ')
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    by: RefusedBy
+    message: str  # the rule, as the provider's API server said it, bounded
+
+    @property
+    def final(self) -> bool:
+        """Refused for this pod spec for good (a kubelet's admission rejection: the pod fails); a quota
+        refusal may pass once the offer grows or other pods end (the pod stays Pending and is retried)."""
+        return self.by != "ResourceQuota"
+
+
+def refusal(status: int | None, body: str | bytes | None) -> Refusal | None:
+    """The provider's rule in a refused create (403): None for any other answer, including a 403 of RBAC
+    (credentials, not the pod). The message comes from the other cluster: printable, one line, bounded."""
+    if status != 403 or not body:
+        return None
+    try:
+        message = str(json.loads(body).get("message") or "")
+    except (ValueError, AttributeError):
+        return None
+    message = _FORBIDDEN_PREFIX.sub("", _UNPRINTABLE.sub(" ", message)).strip()
+    by: RefusedBy
+    if "violates PodSecurity" in message:
+        by = "PodSecurity"
+    elif message.startswith(("exceeded quota", "failed quota")):
+        by = "ResourceQuota"
+    elif "ValidatingAdmissionPolicy" in message:
+        by = "AdmissionPolicy"
+    else:
+        return None
+    if len(message) > MAX_REFUSAL_MESSAGE:
+        message = message[: MAX_REFUSAL_MESSAGE - 1] + "…"
+    return Refusal(by=by, message=message)

@@ -203,9 +203,6 @@ LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
 SOURCE_DIGEST_ANNOTATION: Final = "pool.tidepool.io/source-digest"
 # On what a syncer writes into the tenant control plane (mirrored volumes, reflected Events): the super cluster.
 LABEL_SUPER_CLUSTER: Final = "pool.tidepool.io/super-cluster"
-# Kubernetes Pod Security Admission: the level a namespace's pods must meet, and the version of its rules.
-LABEL_POD_SECURITY_ENFORCE: Final = "pod-security.kubernetes.io/enforce"
-LABEL_POD_SECURITY_ENFORCE_VERSION: Final = "pod-security.kubernetes.io/enforce-version"
 FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"
 POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
 POOL_TASK_QUEUE: Final = "tidepool-pool"

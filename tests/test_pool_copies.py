@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from models.names import LABEL_POD_SECURITY_ENFORCE, LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
+from models.enforcement import POD_SECURITY_PREFIX
+from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
 from models.pods import (
     MAX_MESSAGE_CHARS,
     MAX_REASON_CHARS,
@@ -362,7 +363,7 @@ def test_a_warning_is_said_once_per_period_or_again_when_what_it_says_changes() 
 
 def test_a_tenant_namespace_in_a_super_cluster_enforces_pod_security_baseline() -> None:
     labels = super_namespace_labels("shop")
-    assert labels[LABEL_POD_SECURITY_ENFORCE] == "baseline"
+    assert labels[f"{POD_SECURITY_PREFIX}enforce"] == "baseline"
     assert labels[LABEL_TENANT_NAMESPACE] == "shop"
 
 

@@ -29,10 +29,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from models.enforcement import PodSecurityLevel, pod_security_labels
 from models.names import (
     LABEL_MANAGED_BY,
-    LABEL_POD_SECURITY_ENFORCE,
-    LABEL_POD_SECURITY_ENFORCE_VERSION,
     LABEL_SUPER_CLUSTER,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
@@ -44,7 +43,7 @@ from models.pods import strip_service_account_token
 # privilege escalation", the provider's default for consumers' pods too. A pool whose tenants need more (or
 # less) is a change of this constant, for every tenant alike: one tenant's exception would be every tenant's
 # exposure.
-SUPER_CLUSTER_POD_SECURITY = "baseline"
+SUPER_CLUSTER_POD_SECURITY: PodSecurityLevel = "baseline"
 # What a tenant pod may not say in a super cluster: its priority (a class name, or the number and policy the
 # tenant's admission resolved it to). Its copy gets the super cluster's default priority, the same for every
 # tenant, so no tenant preempts another's pods.
@@ -244,7 +243,7 @@ def stale_mirrors(mirrors: list[dict[str, Any]], claims: list[dict[str, Any]]) -
 def super_namespace_labels(tenant_namespace: str) -> dict[str, str]:
     """The labels of a tenant namespace's copy: whose it is, and the Pod Security its pods must meet."""
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace,
-            LABEL_POD_SECURITY_ENFORCE: SUPER_CLUSTER_POD_SECURITY, LABEL_POD_SECURITY_ENFORCE_VERSION: "latest"}  # fmt: skip
+            **pod_security_labels(SUPER_CLUSTER_POD_SECURITY)}
 
 
 def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:

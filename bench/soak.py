@@ -26,7 +26,9 @@ time) beside the demo's long-lived offloaded pods. After `warmup_minutes`, the w
   per-minute RSS samples inside the window, of the largest process of each kind (baseline: the same slope
   of the consumer's kubelet stand-in, a Python process that only watches);
 - token_rotations_seen: changes of the token inside the consumer's credentials Secrets seen inside the
-  window (only hashes are kept; baseline: the pushes in the window, one rotation each by design).
+  window (only hashes are kept; baseline: the pushes in the window, one rotation each by design);
+- quota_mismatches: samples where a provider's ResourceQuota in the consumer's foreign namespace differed
+  from the offer of its Advertisement in two samples in a row, over the whole run (baseline: the samples).
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
 from kube.clients import client_from_own_kubeconfig_file
-from kube.objects import list_cluster_objects
+from kube.objects import list_cluster_objects, read_cluster_object
+from models.enforcement import QUOTA_NAME, quota_hard
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,
@@ -66,8 +69,11 @@ from models.names import (
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     VIRTUAL_NODE_TYPE,
+    advertisement_name,
     credentials_secret_name,
+    foreign_namespace,
 )
+from models.resources import Resources
 from models.virtual_kubelet import ORIGIN_UID
 
 DEFAULTS: dict[str, Any] = {"minutes": 45.0, "warmup_minutes": 10.0, "churn_per_minute": 4.0, "sample_seconds": 5.0}
@@ -82,6 +88,7 @@ HISTORIES_TIMEOUT_SECONDS = 600  # reading every history at the end
 TEARDOWN_NOTICE = "tearing the soak down"
 PROVIDERS = {"a": "cluster-a", "c": "cluster-c"}
 CONSUMER = "b"
+CONSUMER_ID = "cluster-b"  # as deploy/localenv/demo.py peers it
 CHURN_NAMESPACE = "soak-churn"
 CHURN_LABEL = "bench.tidepool.io/soak-churn"
 CHURN_ALIVE = 3  # churn pods alive at a time: each lives CHURN_ALIVE churn intervals
@@ -232,6 +239,26 @@ class RotationCounter:
 # The live run -----------------------------------------------------------------------------------------
 
 
+class QuotaLedger:
+    """Whether each provider's ResourceQuota for the consumer (models.enforcement) equals the offer of the
+    Advertisement it last pushed, sample by sample. A push writes the Advertisement, then the quota: a sample
+    may fall between the two writes, so a mismatch counts once the next sample of that provider still sees it."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.persistent: list[str] = []  # "<provider>: offer ... quota ..." of each mismatch seen twice in a row
+        self._mismatched: dict[str, bool] = {}
+
+    def observe(self, provider_id: str, *, offered: Mapping[str, str] | None, quota: Mapping[str, str] | None) -> None:
+        if offered is None:
+            return  # no Advertisement (yet, or withdrawn): nothing was offered to keep equal
+        self.samples += 1
+        mismatch = quota is None or Resources(quota_hard(Resources(offered))) != Resources(quota)
+        if mismatch and self._mismatched.get(provider_id):
+            self.persistent.append(f"{provider_id}: offer {dict(offered)}, quota {dict(quota or {})}")
+        self._mismatched[provider_id] = mismatch
+
+
 def _ppid(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -260,6 +287,7 @@ class Observer:
     ledger: LossLedger = field(default_factory=LossLedger)
     clock: NotReadyClock = field(default_factory=NotReadyClock)
     rotations: RotationCounter = field(default_factory=RotationCounter)
+    quotas: QuotaLedger = field(default_factory=QuotaLedger)
     rss: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     failed_samples: int = 0
 
@@ -268,6 +296,7 @@ class Observer:
             self._nodes(at)
             self._pods()
             self._secrets(at)
+            self._quotas()
         except Exception as e:  # noqa: BLE001 - a sample that fails is skipped, counted and logged
             self.failed_samples += 1
             log(f"sample skipped: {e!r}"[:300])
@@ -322,6 +351,20 @@ class Observer:
                 continue
             hashes[name] = token_hash(secret.data)
         self.rotations.sample(at, hashes)
+
+    def _quotas(self) -> None:
+        for cluster, provider_id in PROVIDERS.items():
+            advertisement = read_cluster_object(self.apis[CONSUMER], ADVERTISEMENTS, advertisement_name(provider_id))
+            offered = ((advertisement or {}).get("spec") or {}).get("resourceQuota", {}).get("hard")
+            try:
+                quota = k8s.CoreV1Api(self.apis[cluster]).read_namespaced_resource_quota(
+                    QUOTA_NAME, foreign_namespace(CONSUMER_ID), _request_timeout=CALL_TIMEOUT_SECONDS)  # fmt: skip
+            except k8s.ApiException as e:
+                if e.status != 404:
+                    raise
+                quota = None
+            hard = quota.spec.hard if quota is not None and quota.spec is not None else None
+            self.quotas.observe(provider_id, offered=offered, quota=hard)
 
     def sample_rss(self, at: float) -> None:
         for name, pid in self.processes.items():
@@ -525,6 +568,10 @@ def _report(params: dict[str, Any], observer: Observer, churn: Churn, accepted: 
                      "samples": len(observer.rss.get(largest, [])) if largest else 0, "target": f"≤ {TARGET_RSS_GROWTH}",
                      "all": {n: round(slopes[n], 2) for n in kind},
                      "baseline": f"kubelet-{CONSUMER} (the stand-in that runs the virtual kubelets)"})  # fmt: skip
+
+    emit("quota_mismatches", len(observer.quotas.persistent), "samples", baseline=observer.quotas.samples,
+         params={**common, "target": 0, "mismatches": observer.quotas.persistent[:10],
+                 "baseline": "samples of a provider's offer and its foreign namespace's ResourceQuota"})  # fmt: skip
 
     pushes = sum(_pushes(histories[c], window_start, window_end) for c in PROVIDERS)
     emit("token_rotations_seen", observer.rotations.between(window_start_at, window_end_at), "rotations",

@@ -27,6 +27,7 @@ from bench.soak import (
     LossLedger,
     NotReadyClock,
     OffloadedPod,
+    QuotaLedger,
     RotationCounter,
     per_day,
     rss_slope_mib_per_hour,
@@ -228,10 +229,25 @@ def test_rotations_are_changes_of_the_token_hash_and_the_token_is_never_kept() -
     assert "one" not in repr(counter)
 
 
+def test_a_quota_mismatch_counts_only_when_the_next_sample_still_sees_it() -> None:
+    quota = {"requests.cpu": "1.6", "requests.memory": "2048Mi", "pods": "44",
+             "services.nodeports": "0", "services.loadbalancers": "0"}  # fmt: skip
+    ledger = QuotaLedger()
+    ledger.observe("p", offered={"cpu": "1600m", "memory": "2Gi", "pods": "44"}, quota=quota)  # equal, other units
+    ledger.observe("p", offered={"cpu": "2", "memory": "2Gi", "pods": "44"}, quota=quota)  # a push between writes
+    ledger.observe("p", offered={"cpu": "2", "memory": "2Gi", "pods": "44"}, quota={**quota, "requests.cpu": "2"})
+    ledger.observe("q", offered=None, quota=None)  # nothing offered: nothing to keep equal
+    assert (ledger.samples, ledger.persistent) == (3, [])
+    ledger.observe("p", offered={"cpu": "3", "memory": "2Gi", "pods": "44"}, quota=None)
+    ledger.observe("p", offered={"cpu": "3", "memory": "2Gi", "pods": "44"}, quota=None)
+    assert len(ledger.persistent) == 1 and ledger.persistent[0].startswith("p: offer")
+
+
 SOAK_FIGURES = {
     "offloaded_pods_lost", "virtual_node_not_ready_seconds", "actions_per_peering_day_provider",
     "actions_per_peering_day_consumer", "actions_per_day_pool", "history_events_per_workflow_day",
     "worker_rss_growth_mib_per_hour", "virtual_kubelet_rss_growth_mib_per_hour", "token_rotations_seen",
+    "quota_mismatches",
 }  # fmt: skip
 
 
@@ -253,6 +269,8 @@ def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_runnin
     assert figures["offloaded_pods_lost"]["value"] == 0, figures["offloaded_pods_lost"]["params"]["lost"]
     assert figures["offloaded_pods_lost"]["baseline"] > 0  # some offloaded pods were followed
     assert figures["actions_per_peering_day_consumer"]["params"]["accepted_peerings"] == 2
+    assert figures["quota_mismatches"]["value"] == 0, figures["quota_mismatches"]["params"]["mismatches"]
+    assert figures["quota_mismatches"]["baseline"] > 0  # the quotas were sampled
     assert set(Path(tempfile.gettempdir()).glob("tidepool-soak-*")) == before  # torn down, state removed
 
 

@@ -11,10 +11,12 @@ the consumer's fields as they were. What the identity may call at all is tests/t
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +24,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
+from activities import peering as peering_module
 from activities.consumer import ConsumerActivities
-from activities.credentials import revoke_foreign_access
 from activities.peering import PeeringActivities
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
@@ -46,7 +50,6 @@ from models.names import (
     DECISION_REASON_ANNOTATION,
     FORCE_UNPEER_ANNOTATION,
     GROUP,
-    PEERING_REQUESTS,
     PROVIDER_WITHDRAWN_ANNOTATION,
     REFUSED_OFFER_ANNOTATION,
     SPARE_CAPACITY_ANNOTATION,
@@ -57,9 +60,9 @@ from models.names import (
 )
 from models.peering import CleanForeignRequest, PushRequest
 from tests.conftest import Clusters
-from tests.kube import wait_for
+from tests.kube import create_node, wait_for
 from tests.running import worker_settings
-from workers.peer import cancel_peering, request_peering, request_secret_name
+from workers.peer import request_peering, request_secret_name
 
 pytestmark = [pytest.mark.hostile, pytest.mark.env, pytest.mark.consumer]
 
@@ -80,12 +83,15 @@ class Peering:
 
 @pytest.fixture(scope="module")
 def peering(localenv: EnvState, clusters: Clusters) -> Iterator[Peering]:
-    """Cluster a provides to cluster b under ids of this module's own: `tidepool peer` for real (an identity
-    on b, its kubeconfig in a's Secret), then the provider's own activities, called directly (no worker
-    runs for these ids, so nothing but the test writes)."""
+    """A provider cluster of this module's own (its offer must not see other tests' pods) peered with cluster b:
+    `tidepool peer` for real (an identity on b, its kubeconfig in the provider's Secret), then the provider's
+    own activities, called directly (no worker runs for these ids, so nothing but the test writes)."""
     suffix = uuid.uuid4().hex[:8]
     provider_id, consumer_id = f"evil-{suffix}", f"mark-{suffix}"
-    home, admin = clusters.a.api_client(), clusters.b.api_client()
+    binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
+    cluster = create_cluster(provider_id, binaries=binaries, workdir=workdir)
+    home, admin = cluster.api_client(), clusters.b.api_client()
+    create_node(home, "n1", cpu="4", memory="8Gi")
     request_peering(home, admin, provider_id=provider_id, consumer_id=consumer_id, token_lifetime_seconds=600)
     capacity = HomeCapacity(home).start()
     ref = SecretReference(name=request_secret_name(consumer_id), namespace=SYSTEM_NAMESPACE)
@@ -93,7 +99,7 @@ def peering(localenv: EnvState, clusters: Clusters) -> Iterator[Peering]:
         yield Peering(
             provider_id=provider_id, advertisement=advertisement_name(provider_id),
             provider=PeeringActivities(home=home, capacity=capacity,
-                                       settings=worker_settings(localenv, clusters.a, provider_id)),
+                                       settings=worker_settings(localenv, cluster, provider_id)),
             push=PushRequest(foreign_cluster_id=consumer_id, kube_config_ref=ref, peering_request=consumer_id,
                              sharing_percentage=None, phase="Pending"),
             attacker=SecretClients(home).get(name=ref.name, namespace=ref.namespace),
@@ -106,10 +112,7 @@ def peering(localenv: EnvState, clusters: Clusters) -> Iterator[Peering]:
         ignore_not_found(k8s.CoreV1Api(admin).delete_namespaced_secret, credentials_secret_name(provider_id),
                          SYSTEM_NAMESPACE)  # fmt: skip
         revoke_provider_identity(admin, provider_id=provider_id)
-        ignore_not_found(k8s.CustomObjectsApi(home).patch_cluster_custom_object, GROUP, VERSION, PEERING_REQUESTS,
-                         consumer_id, {"metadata": {"finalizers": None}})  # fmt: skip
-        cancel_peering(home, consumer_id=consumer_id)
-        revoke_foreign_access(home, consumer_id)
+        delete_cluster(provider_id, binaries=binaries, workdir=workdir)
 
 
 def _remove(admin: k8s.ApiClient, name: str) -> None:
@@ -236,11 +239,11 @@ def test_the_provider_cannot_create_its_advertisement_already_accepted(pushed: P
                      pushed.advertisement)  # fmt: skip
     wait_for(lambda: read_cluster_object(pushed.admin, ADVERTISEMENTS, pushed.advertisement) is None, timeout=30,
              what="the withdrawn Advertisement gone")  # fmt: skip
-    body = {"apiVersion": API_VERSION, "kind": "Advertisement", "spec": spec,
-            "metadata": {"name": pushed.advertisement, "annotations": {DECISION_ANNOTATION: "accept"},
-                         "finalizers": [ADVERTISEMENT_FINALIZER]}}  # fmt: skip
-    _refused_by_the_policy(lambda: apply_cluster_object(pushed.attacker, ADVERTISEMENTS, body), DECISION_ANNOTATION,
-                           ADVERTISEMENT_FINALIZER)  # fmt: skip
+    for metadata, named in (({"annotations": {DECISION_ANNOTATION: "accept"}}, DECISION_ANNOTATION),
+                            ({"finalizers": [ADVERTISEMENT_FINALIZER]}, ADVERTISEMENT_FINALIZER)):  # fmt: skip
+        body = {"apiVersion": API_VERSION, "kind": "Advertisement", "spec": spec,
+                "metadata": {"name": pushed.advertisement, **metadata}}  # fmt: skip
+        _refused_by_the_policy(functools.partial(apply_cluster_object, pushed.attacker, ADVERTISEMENTS, body), named)
     assert read_cluster_object(pushed.admin, ADVERTISEMENTS, pushed.advertisement) is None
 
 
@@ -298,12 +301,16 @@ def test_the_provider_cannot_decide_on_another_provider_s_advertisement(pushed: 
         _remove(pushed.admin, other)
 
 
-def test_the_provider_s_push_still_works_and_keeps_the_consumer_s_annotations_and_finalizer(pushed: Peering) -> None:
+def test_the_provider_s_push_still_works_and_keeps_the_consumer_s_annotations_and_finalizer(
+    pushed: Peering, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Server-side apply removes only the fields its own manager applied before and no longer applies: the
     consumer's annotations, written by the consumer's manager, stay whatever the provider's apply omits."""
+    later = datetime.now(UTC) + timedelta(minutes=1)  # a push stamps spec.timestamp: a later one writes for sure
+    monkeypatch.setattr(peering_module, "_now", lambda: later)
+    _hold_for_teardown(pushed)  # first: holding an accepted one drops an earlier refused offer
     _refuse_as_not_ready(pushed)
     _refuse_by_hand(pushed)
-    _hold_for_teardown(pushed)
     before = _stored(pushed)
     consumers = {k: v for k, v in before["metadata"]["annotations"].items()
                  if k in (DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, REFUSED_OFFER_ANNOTATION)}  # fmt: skip

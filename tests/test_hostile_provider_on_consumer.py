@@ -46,6 +46,8 @@ from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
     API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
     FORCE_UNPEER_ANNOTATION,
@@ -91,11 +93,12 @@ def peering(localenv: EnvState, clusters: Clusters) -> Iterator[Peering]:
     binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
     cluster = create_cluster(provider_id, binaries=binaries, workdir=workdir)
     home, admin = cluster.api_client(), clusters.b.api_client()
-    create_node(home, "n1", cpu="4", memory="8Gi")
-    request_peering(home, admin, provider_id=provider_id, consumer_id=consumer_id, token_lifetime_seconds=600)
-    capacity = HomeCapacity(home).start()
+    capacity = HomeCapacity(home)
     ref = SecretReference(name=request_secret_name(consumer_id), namespace=SYSTEM_NAMESPACE)
     try:
+        create_node(home, "n1", cpu="4", memory="8Gi")
+        request_peering(home, admin, provider_id=provider_id, consumer_id=consumer_id, token_lifetime_seconds=600)
+        capacity.start()  # what a push offers is read before its credentials
         yield Peering(
             provider_id=provider_id, advertisement=advertisement_name(provider_id),
             provider=PeeringActivities(home=home, capacity=capacity,
@@ -299,6 +302,26 @@ def test_the_provider_cannot_decide_on_another_provider_s_advertisement(pushed: 
         assert refused.value.status == 403
     finally:
         _remove(pushed.admin, other)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda p: patch_cluster_object(p.attacker, CLUSTER_CONFIGS, CLUSTER_CONFIG_NAME, {"spec": {"incoming": {
+                         "acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 1000000, "deniedClusters": []}}}),
+                     id="the provider turns the consumer's acceptance policy automatic and takes it off the deny list"),
+        pytest.param(lambda p: apply_cluster_object(p.attacker, ADVERTISEMENTS, {
+                         "apiVersion": API_VERSION, "kind": "Advertisement", "metadata": {"name": advertisement_name("x")},
+                         "spec": {**_stored(p)["spec"], "clusterId": "x"}}),
+                     id="the provider offers again under another provider's name, a refusal of its own not following it"),
+    ],
+)  # fmt: skip
+def test_the_provider_cannot_decide_through_the_consumer_s_other_objects(
+    pushed: Peering, write: Callable[[Peering], object]
+) -> None:
+    with pytest.raises(ApiException) as refused:  # RBAC: none of them is the provider's
+        write(pushed)
+    assert refused.value.status == 403
 
 
 def test_the_provider_s_push_still_works_and_keeps_the_consumer_s_annotations_and_finalizer(

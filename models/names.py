@@ -71,6 +71,17 @@ PEERING_FINALIZER: Final = "tidepool.io/withdraw"
 # for an Advertisement's time to live, the provider deletes the consumer's copies there itself.
 CONSUMER_KEEPALIVE_LEASE: Final = "tidepool-consumer-keepalive"
 
+# Who writes which annotation of an Advertisement on the consumer (issue 34, "decisions can be written only by
+# whoever decides"): the provider writes only its own three; every other tidepool.io/ annotation on it is the
+# consumer's, and the consumer's API server refuses a provider identity's writes of them, and of the finalizers
+# (deploy/base/consumer-decisions.yaml; docs/threat-model.md).
+PROVIDER_ADVERTISEMENT_ANNOTATIONS: Final = (SPARE_CAPACITY_ANNOTATION, OFFER_DERIVATION_ANNOTATION,
+                                             PROVIDER_WITHDRAWN_ANNOTATION)  # fmt: skip
+CONSUMER_ADVERTISEMENT_ANNOTATIONS: Final = (DECISION_ANNOTATION, DECISION_REASON_ANNOTATION, REFUSED_OFFER_ANNOTATION,
+                                             FORCE_UNPEER_ANNOTATION)  # fmt: skip
+# The ServiceAccounts (in SYSTEM_NAMESPACE) a consumer mints for its providers all begin so (provider_identity_name).
+PROVIDER_IDENTITY_PREFIX: Final = "tidepool-provider-"
+
 
 def worker_lease_name(cluster_id: str) -> str:
     """The Lease (in SYSTEM_NAMESPACE) whose holder runs a cluster worker's watchers: one per cluster id, so
@@ -161,7 +172,7 @@ def provider_identity_name(provider_cluster_id: str) -> str:
     """The identity a consumer mints for one provider at `tidepool peer`: its ServiceAccount (in
     tidepool-system), and the ClusterRole, Role and their bindings that allow it exactly what the provider
     does there. One name for all of them, so that an operator finds them together."""
-    return f"tidepool-provider-{provider_cluster_id}"
+    return f"{PROVIDER_IDENTITY_PREFIX}{provider_cluster_id}"
 
 
 def service_account_subject(name: str, namespace: str = SYSTEM_NAMESPACE) -> str:

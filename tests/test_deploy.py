@@ -36,12 +36,18 @@ from kube.objects import apply_cluster_object, apply_core, read_cluster_object
 from models.enforcement import PODS_POLICY_NAME, QUOTA_NAME, SERVICES_POLICY_NAME, consumer_policies
 from models.names import (
     API_VERSION,
+    CONSUMER_ADVERTISEMENT_ANNOTATIONS,
     CONSUMER_KEEPALIVE_LEASE,
+    GROUP,
     LABEL_NODE_TYPE,
+    PROVIDER_ADVERTISEMENT_ANNOTATIONS,
+    PROVIDER_IDENTITY_PREFIX,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
     VIRTUAL_NODE_TYPE,
     credentials_secret_name,
+    provider_identity_name,
+    service_account_subject,
 )
 from models.resources import Resources
 from tests.kube import create_node, wait_for
@@ -92,6 +98,23 @@ def test_the_admission_policies_on_consumers_objects_are_what_the_worker_install
 def test_the_credentials_cluster_role_the_worker_binds_itself_is_what_it_needs() -> None:
     roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "rbac.yaml") if d["kind"] == "ClusterRole"}
     assert roles[CREDENTIALS_CLUSTER_ROLE]["rules"] == CREDENTIALS_RULES
+
+
+@pytest.mark.deploy
+def test_the_consumer_decisions_policy_is_installed_and_spares_only_the_provider_s_own_annotations() -> None:
+    """deploy/base/consumer-decisions.yaml says in CEL what models/names.py says in Python: which annotations
+    of an Advertisement are the provider's, and who the provider identities are."""
+    assert "consumer-decisions.yaml" in yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())["resources"]
+    policy = next(d for d in documents(DEPLOY / "base" / "consumer-decisions.yaml") if d["kind"] == "ValidatingAdmissionPolicy")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["providersOwn"] == "[" + ", ".join(f"'{a}'" for a in PROVIDER_ADVERTISEMENT_ANNOTATIONS) + "]"
+    # The policy guards every tidepool.io/ annotation but the provider's: the consumer's are all among them.
+    assert all(a.startswith(f"{GROUP}/") and a not in PROVIDER_ADVERTISEMENT_ANNOTATIONS
+               for a in CONSUMER_ADVERTISEMENT_ANNOTATIONS)  # fmt: skip
+    identities = service_account_subject(PROVIDER_IDENTITY_PREFIX)
+    assert provider_identity_name("x").startswith(PROVIDER_IDENTITY_PREFIX)
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        f"request.userInfo.username.startsWith('{identities}')"]  # fmt: skip
 
 
 @pytest.mark.env  # the kubectl we build renders the manifests

@@ -25,6 +25,10 @@ from models.names import API_VERSION, SUPER_CLUSTERS, SYSTEM_NAMESPACE
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
 NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
+# The consumer's decisions policy: a provider's identity may not write them (issue 34). Installed with the CRDs
+# on every local cluster, as deploy/base installs it in production, so that the providers of tests and of
+# `make demo` meet it as they would there.
+CONSUMER_DECISIONS = Path(__file__).resolve().parents[1] / "base" / "consumer-decisions.yaml"
 CREATE_ATTEMPTS = 3
 
 
@@ -264,13 +268,14 @@ def _log_tails(logs: Path, *, lines: int = 8) -> str:
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:
-    """Server-side apply of deploy/crds and of tidepool's namespace (where its workers hold their Lease),
-    as a production install does (deploy/base), then wait until the API server serves the CRDs."""
+    """Server-side apply of deploy/crds, of tidepool's namespace (where its workers hold their Lease) and of
+    the consumer's decisions policy, as a production install does (deploy/base), then wait until the API
+    server serves the CRDs."""
     if not any(CRD_DIR.glob("*.yaml")):
         return
     kubectl = [str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR), "-f", str(NAMESPACE)],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR), "-f", str(NAMESPACE),
+                    "-f", str(CONSUMER_DECISIONS)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 

@@ -121,6 +121,11 @@ _POD_RULES: list[tuple[str, str]] = [
      "not-ready and unreachable defaults)"),
     ("!has(object.spec.runtimeClassName) || object.spec.runtimeClassName == ''",
      "spec.runtimeClassName is not allowed on a consumer's pod here"),
+    # Kubernetes reserves the "system-" prefix for its own classes (2,000,000,000 and above): a pod at one preempts
+    # and outlives every pod of the provider's under pressure. The copies carry no class (safe_pod_spec).
+    ("!has(object.spec.priorityClassName) || !object.spec.priorityClassName.startsWith('system-')",
+     "spec.priorityClassName may not name a system priority class on a consumer's pod here (it would preempt the "
+     "provider's own pods)"),
 ]  # fmt: skip
 
 
@@ -158,7 +163,7 @@ def consumer_policies() -> list[dict[str, Any]]:
     Services: ClusterIP only, nothing that opens a port on the provider's nodes or an address outside its
     cluster network (an external IP would also intercept that address's traffic in the cluster,
     CVE-2020-8554). Pods (at creation: a scheduled pod's node name is the scheduler's): placed by the
-    provider's scheduler, never past it onto a node of its choosing or a tainted one."""
+    provider's scheduler, never past it onto a node of its choosing or a tainted one, nor at a system priority."""
     services = _policy(SERVICES_POLICY_NAME, "services", ["CREATE", "UPDATE"], _SERVICE_RULES)
     pods = _policy(PODS_POLICY_NAME, "pods", ["CREATE"], _POD_RULES)
     return [services, _binding(SERVICES_POLICY_NAME), pods, _binding(PODS_POLICY_NAME)]

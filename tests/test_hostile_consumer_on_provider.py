@@ -160,6 +160,8 @@ PAST_THE_SCHEDULER = [
                                    "effect": "NoSchedule"}]}, "spec.tolerations", id="a taint of the provider tolerated"),
     pytest.param({"tolerations": [{"operator": "Exists"}]}, "spec.tolerations", id="every taint tolerated"),
     pytest.param({"runtimeClassName": "runc"}, "spec.runtimeClassName", id="a runtime class"),
+    pytest.param({"priorityClassName": "system-node-critical"}, "spec.priorityClassName",
+                 id="a system priority that preempts the provider's pods"),
 ]  # fmt: skip
 
 

@@ -217,7 +217,7 @@ async def test_an_exec_plugin_the_provider_writes_is_never_run_by_the_consumers_
     marker = tmp_path / "ran-on-the-consumer"
     said = await _attack(peered, _rewritten(peered.original, user=_exec_user(marker)), "users[0].user.exec")
     assert "runs a program" in said and "previous credentials are kept" in said
-    await eventually(lambda: _node_ready(peered.consumer, peered.pair.provider_id) == "KubeletReady", timeout=10)
+    await eventually(lambda: _node_ready(peered.consumer, peered.pair.provider_id) == "KubeletReady", timeout=60)
     assert not marker.exists(), "the provider's exec plugin ran on the consumer"
     control = tmp_path / "ran-with-the-full-loader"
     _full_loader_request(_rewritten(peered.original, user=_exec_user(control)))

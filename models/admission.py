@@ -30,8 +30,9 @@ Rules, in the order they apply to every Advertisement that is not Accepted and n
    kubelet cannot reach a provider that still reaches it does not re-accept its re-push at once, for ever;
 6½. refused because its virtual node never became Ready (the Advertisement workflow refuses it, with
    names.REFUSED_OFFER_ANNOTATION) and offering the same as then → stays Refused/VirtualNodeNotReady; a
-   changed offer is decided afresh, and a manual acceptance clears the annotation; so does an offer refused
-   so on an earlier Advertisement of the provider and kept (below), unless this one is accepted by hand;
+   changed offer is decided afresh, and a manual acceptance clears the annotation; the same offer refused so
+   on an earlier Advertisement of the provider (kept, below) → Refused/VirtualNodeNotReady too, saying so,
+   unless this one is accepted by hand;
 7. acceptPolicy Manual → Pending/AwaitingManualDecision; with manualDecisionTimeoutSeconds, until
    status.decisionDeadline (set when it starts waiting, quoted in the message), then Refused/DecisionTimedOut,
    which sticks until a person decides (rule 6), the timeout is unset or the policy turns automatic;
@@ -44,7 +45,8 @@ annotations. Each pass records, per provider, the uid of the Advertisement annot
 and of the one whose offer was refused as never Ready (and the offer); the admission workflow keeps the
 records and hands them to the next pass, and a NEW Advertisement of that provider (another uid) is decided
 as if it still carried them. A decision annotation updates the record (refuse → this uid; accept → cleared,
-both refusals); the recorded Advertisement found without the annotation → someone removed it → cleared. At
+both refusals); the recorded Advertisement found without the annotation → someone removed it → cleared; an
+Accepted Advertisement of the provider clears the refused offer (holding one drops the annotation). At
 most MAX_KEPT_REFUSALS providers are kept, the least recently changed dropped first: only the consumer's own
 annotations make records (the provider cannot write them, docs/threat-model.md), a provider id is one record,
 and a dropped one only makes its provider's next Advertisement decided afresh, as before records were kept
@@ -448,8 +450,10 @@ def kept_refusals(snapshot: AdmissionSnapshot) -> dict[str, KeptRefusals]:
         before = kept.get(c.provider)
         by_hand = _recorded(before.by_hand if before else None, c, RefusalOnRecord(
             uid=c.uid, detail=c.manual_reason[:MAX_KEPT_REASON]) if c.manual == "refuse" else None)  # fmt: skip
-        not_ready = _recorded(before.not_ready if before else None, c, RefusalOnRecord(
-            uid=c.uid, detail=c.refused_offer[:MAX_KEPT_REASON]) if c.refused_offer is not None else None)  # fmt: skip
+        # An accepted one lifts a refused offer, as holding it drops the annotation (ensure_finalizer).
+        not_ready = None if c.phase == "Accepted" and c.refused_offer is None else _recorded(
+            before.not_ready if before else None, c,
+            RefusalOnRecord(uid=c.uid, detail=c.refused_offer[:MAX_KEPT_REASON]) if c.refused_offer is not None else None)  # fmt: skip
         if by_hand is None and not_ready is None:
             kept.pop(c.provider, None)
         elif before is None or (before.by_hand, before.not_ready) != (by_hand, not_ready):

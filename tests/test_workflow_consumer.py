@@ -295,8 +295,49 @@ async def test_a_manual_accept_of_an_accepted_advertisement_is_refused_with_a_re
     assert isinstance(error, ApplicationError)
     assert (error.type, error.non_retryable) == ("InvalidDecision", True)
     assert error.message == (f"cannot decide by hand: {ADVERTISEMENT} is already Accepted; "
-                             "only a Pending one, or one refused as DecisionTimedOut or VirtualNodeNotReady, "
-                             "is decided by hand")  # fmt: skip
+                             "only a Pending one, or one refused as DecisionTimedOut or VirtualNodeNotReady "
+                             "(or by hand, to accept it), is decided by hand")  # fmt: skip
+
+
+class RefusedByHand(ConsumerCluster):
+    """An Advertisement refused by hand (here, or kept from an earlier one of its provider); admission decides
+    an acceptance recorded on it a moment later than the first look."""
+
+    def __init__(self) -> None:
+        super().__init__(phase="Refused", time_to_live=datetime.now(UTC) + timedelta(days=30))
+        self.change(reason="ManuallyRefused")
+        self.recorded: list[ManualDecision] = []
+        self.looks = 0
+
+    @activity.defn(name="observe_advertisement")
+    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        if self.recorded:
+            self.looks += 1
+            if self.looks == 2:
+                self.change(phase="Accepted", reason="ManuallyAccepted")
+        return await super().observe_advertisement(name)
+
+    @activity.defn(name="record_manual_decision")
+    async def record_manual_decision(self, decision: ManualDecision) -> None:
+        self.recorded.append(decision)
+
+
+async def test_the_accept_update_lifts_a_refusal_by_hand_and_answers_once_admission_decided_again(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Issue 34: the message of a refusal kept from an earlier Advertisement says the accept update lifts it."""
+    cluster = RefusedByHand()
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "refused, waiting", lambda: True)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(AdvertisementWorkflow.refuse, "again")
+        answer = await handle.execute_update(AdvertisementWorkflow.accept, "lifted")
+        await handle.terminate("test over")
+    assert isinstance(refused.value.cause, ApplicationError) and refused.value.cause.type == "InvalidDecision"
+    assert answer == "Accepted" and cluster.looks >= 2
+    assert [(d.decision, d.reason) for d in cluster.recorded] == [("accept", "lifted")]
 
 
 async def test_a_forbidden_step_is_shown_and_waited_out_without_failing_the_run(

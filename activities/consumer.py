@@ -32,7 +32,9 @@ from kube.objects import (
 from models.admission import (
     NOT_READY_MESSAGE,
     AdmissionSnapshot,
+    KeptRefusals,
     decide,
+    kept_refusals,
     live_entries,
     next_decision_deadline,
     offer_fingerprint,
@@ -114,14 +116,18 @@ class ConsumerActivities:
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn
     def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
-                             unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
+                             unreachable: dict[str, UnreachableTeardowns] | None = None,
+                             refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
         """`now`: the workflow's time (since patch admission-decision-deadline), or this clock's if later (a
         retried attempt): a deadline the workflow's timer waited for is past for the pass it starts.
-        `unreachable`: the providers torn down as unreachable lately, which the workflow keeps (rule 6¾)."""
+        `unreachable`: the providers torn down as unreachable lately, which the workflow keeps (rule 6¾).
+        `refusals`: the consumer's refusals kept past their Advertisements, which the workflow keeps; the
+        result says what to keep next (models/admission.py kept_refusals)."""
         config = self._config()
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
         backoffs = {provider: (r.count, r.until) for provider, r in (unreachable or {}).items()}
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
+                                                     kept=refusals,
                                                      now=max(now, _now()) if now is not None else _now())  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
@@ -157,6 +163,7 @@ class ConsumerActivities:
         result.total_accepted = sum(1 for phase in phases.values() if phase == "Accepted")
         result.next_decision_deadline = next_decision_deadline(snapshot, decisions)
         result.live = live_entries(snapshot, decisions)
+        result.kept_refusals = kept_refusals(snapshot)
         return result
 
     @activity.defn

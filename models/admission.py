@@ -22,18 +22,35 @@ Rules, in the order they apply to every Advertisement that is not Accepted and n
    Refused/ManuallyRefused, under either policy: a person's explicit word wins over the automatic
    policy, though not over the rules above: the lists and the caps are the same person's word, and a
    manual acceptance is not bound by maxAcceptableAdvertisements (it may take the accepted count above it);
+   without one, a refusal by hand kept from an earlier Advertisement of the provider (below) →
+   Refused/ManuallyRefused, saying so and how to lift it;
 6¾ (applied after 6). its provider was torn down as unreachable (ProviderUnreachable) again and again → Refused/
    UnreachableBackoff until its back-off ends (1 min doubling to 1 h per teardown in a row, kept by the
    admission workflow, since the Advertisement itself is deleted at each teardown): a consumer whose virtual
    kubelet cannot reach a provider that still reaches it does not re-accept its re-push at once, for ever;
 6½. refused because its virtual node never became Ready (the Advertisement workflow refuses it, with
    names.REFUSED_OFFER_ANNOTATION) and offering the same as then → stays Refused/VirtualNodeNotReady; a
-   changed offer is decided afresh, and a manual acceptance clears the annotation;
+   changed offer is decided afresh, and a manual acceptance clears the annotation; the same offer refused so
+   on an earlier Advertisement of the provider (kept, below) → Refused/VirtualNodeNotReady too, saying so,
+   unless this one is accepted by hand;
 7. acceptPolicy Manual → Pending/AwaitingManualDecision; with manualDecisionTimeoutSeconds, until
    status.decisionDeadline (set when it starts waiting, quoted in the message), then Refused/DecisionTimedOut,
    which sticks until a person decides (rule 6), the timeout is unset or the policy turns automatic;
 8. AutoAcceptMax → Accepted/WithinMaximum in arrival order (creationTimestamp, then name) while the
    accepted count is below maxAcceptableAdvertisements, else Refused/MaxReached.
+
+The consumer's refusals outlive the Advertisement that carried them (`kept_refusals`): the provider may delete
+its Advertisement (withdrawing is its right) and push a new one, which carries none of the consumer's
+annotations. Each pass records, per provider, the uid of the Advertisement annotated refuse (and its reason)
+and of the one whose offer was refused as never Ready (and the offer); the admission workflow keeps the
+records and hands them to the next pass, and a NEW Advertisement of that provider (another uid) is decided
+as if it still carried them. A decision annotation updates the record (refuse → this uid; accept → cleared,
+both refusals); the recorded Advertisement found without the annotation → someone removed it → cleared; an
+Accepted Advertisement of the provider clears the refused offer (holding one drops the annotation). At
+most MAX_KEPT_REFUSALS providers are kept, the least recently changed dropped first: only the consumer's own
+annotations make records (the provider cannot write them, docs/threat-model.md), a provider id is one record,
+and a dropped one only makes its provider's next Advertisement decided afresh, as before records were kept
+(deniedClusters refuses for good).
 
 Accepted Advertisements stay accepted whatever changes (a lowered maximum, a new deny entry, a lowered
 price cap or a raised price, an edited kubeConfigRef, an expired timeToLive): only their deletion ends them, through the ordered teardown, which is also how a
@@ -56,6 +73,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Final, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.api import ClusterConfig
 from models.api.advertisement import AdvertisementPhase
@@ -89,6 +108,31 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NEVER = datetime.max.replace(tzinfo=UTC)
 
 
+# Providers whose refusals the admission workflow keeps past their Advertisements; see the module docstring
+# for why dropping the least recently changed beyond it is safe.
+MAX_KEPT_REFUSALS: Final = 100
+MAX_KEPT_REASON: Final = 256  # the reason given with a refusal by hand, as kept (the update allows 256)
+
+
+class RefusalOnRecord(BaseModel):
+    """One of the consumer's refusals of a provider, and the Advertisement that carried it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    uid: str = Field(min_length=1, max_length=128)  # metadata.uid of the Advertisement
+    # By hand: the reason given (names.DECISION_REASON_ANNOTATION); never Ready: the offer refused.
+    detail: str = Field(default="", max_length=MAX_KEPT_REASON)
+
+
+class KeptRefusals(BaseModel):
+    """The consumer's refusals of one provider that outlive its Advertisement (the admission workflow keeps
+    them, carried over continue-as-new)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    by_hand: RefusalOnRecord | None = None  # names.DECISION_ANNOTATION = refuse
+    not_ready: RefusalOnRecord | None = None  # names.REFUSED_OFFER_ANNOTATION: detail is the offer_fingerprint
+    changed: datetime  # the pass that last changed it: the least recently changed is dropped first
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One Advertisement as admission sees it."""
@@ -109,6 +153,7 @@ class Candidate:
     offer: str = ""  # offer_fingerprint of its spec
     refused_offer: str | None = None  # names.REFUSED_OFFER_ANNOTATION
     resources: Resources = field(default_factory=Resources)  # spec.resourceQuota.hard (empty when it is none)
+    uid: str = ""  # metadata.uid: which Advertisement of its provider this is
 
 
 @dataclass(frozen=True)
@@ -137,6 +182,9 @@ class AdmissionSnapshot:
     # Providers torn down as unreachable again and again, backing off (rule 6¾): provider -> (teardowns in a
     # row, not accepted again before). The admission workflow keeps them: their Advertisements are deleted.
     backoffs: Mapping[str, tuple[int, datetime]] = field(default_factory=dict)
+    # The consumer's refusals kept from earlier passes, by provider (`kept_refusals`); the admission workflow
+    # keeps them: a provider may delete the Advertisement that carried them.
+    kept: Mapping[str, KeptRefusals] = field(default_factory=dict)
 
     @cached_property  # read by `decide`, the pass's records and `live_entries`; the snapshot never changes
     def live(self) -> tuple[Candidate, ...]:
@@ -145,7 +193,8 @@ class AdmissionSnapshot:
 
     @classmethod
     def from_kubernetes(cls, *, config: ClusterConfig, advertisements: Iterable[Mapping[str, Any]], now: datetime,
-                        backoffs: Mapping[str, tuple[int, datetime]] | None = None) -> AdmissionSnapshot:  # fmt: skip
+                        backoffs: Mapping[str, tuple[int, datetime]] | None = None,
+                        kept: Mapping[str, KeptRefusals] | None = None) -> AdmissionSnapshot:  # fmt: skip
         """From the ClusterConfig and the Advertisements as the API server lists them (JSON dicts)."""
         incoming = config.spec.incoming
         return cls(
@@ -159,6 +208,7 @@ class AdmissionSnapshot:
             if incoming.manual_decision_timeout_seconds is not None else None,
             now=now,
             backoffs={p: b for p, b in (backoffs or {}).items() if b[1] > now},
+            kept=dict(kept or {}),
         )  # fmt: skip
 
 
@@ -289,6 +339,7 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         decision_deadline=_time(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
+        uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
     )
 
 
@@ -373,6 +424,54 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate,
     return phase, reason, f"{message}, until {deadline:%Y-%m-%dT%H:%M:%SZ} (manualDecisionTimeoutSeconds)", deadline
 
 
+# How a person lifts a refusal kept from an earlier Advertisement: an acceptance by hand on this one.
+_LIFT: Final = (f"annotate it {DECISION_ANNOTATION}=accept, or use the Advertisement workflow's accept update")
+
+
+def _kept_for(snapshot: AdmissionSnapshot, c: Candidate) -> tuple[RefusalOnRecord | None, RefusalOnRecord | None]:
+    """(by hand, never Ready): the refusals kept from an EARLIER Advertisement of c's provider (another uid) that
+    hold for c. What c's own annotations say is for the rules to read; an acceptance by hand on c lifts both."""
+    kept = snapshot.kept.get(c.provider)
+    if kept is None or not c.uid or c.name != advertisement_name(c.provider) or c.manual == "accept":
+        return None, None
+    return (kept.by_hand if kept.by_hand is not None and kept.by_hand.uid != c.uid else None,
+            kept.not_ready if kept.not_ready is not None and kept.not_ready.uid != c.uid else None)  # fmt: skip
+
+
+def kept_refusals(snapshot: AdmissionSnapshot) -> dict[str, KeptRefusals]:
+    """The refusals to keep once this pass is done (module docstring): snapshot.kept updated from every
+    Advertisement of the snapshot, deleting ones included (an operator's refusal is not lost to a withdrawal that
+    raced the pass), the least recently changed dropped beyond MAX_KEPT_REFUSALS. Only an Advertisement named for
+    its provider counts: another object claiming the provider's id neither carries nor lifts its refusals."""
+    kept = dict(snapshot.kept)
+    for c in snapshot.candidates:
+        if not 0 < len(c.uid) <= 128 or not c.provider or c.name != advertisement_name(c.provider):
+            continue
+        before = kept.get(c.provider)
+        by_hand = _recorded(before.by_hand if before else None, c, RefusalOnRecord(
+            uid=c.uid, detail=c.manual_reason[:MAX_KEPT_REASON]) if c.manual == "refuse" else None)  # fmt: skip
+        # An accepted one lifts a refused offer, as holding it drops the annotation (ensure_finalizer).
+        not_ready = None if c.phase == "Accepted" and c.refused_offer is None else _recorded(
+            before.not_ready if before else None, c,
+            RefusalOnRecord(uid=c.uid, detail=c.refused_offer[:MAX_KEPT_REASON]) if c.refused_offer is not None else None)  # fmt: skip
+        if by_hand is None and not_ready is None:
+            kept.pop(c.provider, None)
+        elif before is None or (before.by_hand, before.not_ready) != (by_hand, not_ready):
+            kept[c.provider] = KeptRefusals(by_hand=by_hand, not_ready=not_ready, changed=snapshot.now)
+    newest = sorted(kept.items(), key=lambda item: (item[1].changed, item[0]), reverse=True)[:MAX_KEPT_REFUSALS]
+    return dict(sorted(newest))
+
+
+def _recorded(before: RefusalOnRecord | None, c: Candidate, carried: RefusalOnRecord | None) -> RefusalOnRecord | None:
+    """One refusal of c's provider as kept after seeing c: the one c carries; none once c is accepted by hand or
+    c is the recorded Advertisement and no longer carries it (someone removed the annotation); else as before."""
+    if carried is not None:
+        return carried
+    if c.manual == "accept" or (before is not None and before.uid == c.uid):
+        return None
+    return before
+
+
 def _timed_out(seconds: int) -> str:
     return (f"nobody accepted or refused it within manualDecisionTimeoutSeconds ({seconds} s); "
             "accept it by hand to take it")  # fmt: skip
@@ -396,12 +495,22 @@ def _decision(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple
         return "Refused", "PriceTooHigh", "; ".join(
             f"spec.prices.{name} is {format_price(c.prices[name])} per {price_unit(name)}, above maxPrices.{name} "
             f"{format_price(snapshot.max_prices[name])}" for name in too_high)  # fmt: skip
+    by_hand, not_ready = _kept_for(snapshot, c)
     if c.refused_offer is not None and c.refused_offer == c.offer:
         return "Refused", "VirtualNodeNotReady", NOT_READY_MESSAGE
+    if c.refused_offer is None and not_ready is not None and not_ready.detail == c.offer:
+        return ("Refused", "VirtualNodeNotReady",
+                f"the virtual node of an earlier Advertisement of {who} (uid {not_ready.uid}) with the same offer was "
+                f"not Ready within virtualNodeReadyTimeoutSeconds: refused until the offer changes or someone accepts "
+                f"it by hand ({_LIFT})")  # fmt: skip
     if c.manual == "accept":
         return "Accepted", "ManuallyAccepted", f"accepted by hand: {c.manual_reason or 'no reason given'}"
     if c.manual == "refuse":
         return "Refused", "ManuallyRefused", f"refused by hand: {c.manual_reason or 'no reason given'}"
+    if by_hand is not None:
+        return ("Refused", "ManuallyRefused",
+                f"refused by hand on an earlier Advertisement of {who} (uid {by_hand.uid}): "
+                f"{by_hand.detail or 'no reason given'}; this one stays refused until someone accepts it ({_LIFT})")  # fmt: skip
     backoff = snapshot.backoffs.get(c.provider)
     if backoff is not None:
         teardowns, until = backoff

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.admission import KeptRefusals
 from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation
 
 Step = Literal[
@@ -440,6 +441,9 @@ class AdmissionInput(_Model):
     # Carried over continue-as-new: providers backing off after teardowns as unreachable (models/admission.py
     # rule 6¾), by provider id.
     unreachable: dict[str, UnreachableTeardowns] = Field(default_factory=dict)
+    # Carried over continue-as-new: the consumer's refusals kept past the Advertisements that carried them
+    # (models/admission.py kept_refusals), by provider id, as the last pass returned them.
+    refusals: dict[str, KeptRefusals] = Field(default_factory=dict)
 
 
 class AdmissionResult(_Model):
@@ -460,3 +464,6 @@ class AdmissionResult(_Model):
     # Every live Advertisement in arrival order once the pass's decisions are written (`tidepool simulate
     # admission`); None: not recorded (an earlier release, or more than MAX_ADMISSION_ENTRIES).
     live: list[AdmissionEntry] | None = None
+    # The refusals to keep for the next pass (models/admission.py kept_refusals); None: not reported (an
+    # earlier release), the workflow keeps its own.
+    kept_refusals: dict[str, KeptRefusals] | None = None

@@ -12,18 +12,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.admission import (
+    MAX_KEPT_REFUSALS,
     NOT_READY_MESSAGE,
     REASONS,
     AdmissionSnapshot,
     Decision,
+    KeptRefusals,
+    RefusalOnRecord,
     decide,
+    kept_refusals,
     next_decision_deadline,
     offer_fingerprint,
     validate_advertisement,
 )
 from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
-from models.consumer import UNREACHABLE_MEMORY, UnreachableTeardowns, record_unreachable
+from models.consumer import (
+    UNREACHABLE_MEMORY,
+    AdmissionInput,
+    AdmissionResult,
+    UnreachableTeardowns,
+    record_unreachable,
+)
 from models.names import (
     DECISION_ANNOTATION,
     DECISION_REASON_ANNOTATION,
@@ -39,14 +49,18 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str | None = None,
         hard: Any = None, ttl: Any = timedelta(minutes=30), decision: str | None = None, why: str | None = None,
         deleting: bool = False, name: str | None = None, message: str | None = None, ref: Any = None,
-        prices: Any = None) -> dict[str, Any]:  # fmt: skip
+        prices: Any = None, uid: str | None = None, refused_offer: str | None = None) -> dict[str, Any]:  # fmt: skip
     """An Advertisement as the API server lists it; `order` is its arrival (creationTimestamp, seconds);
-    `message` the Accepted condition's, `ref` its kubeConfigRef (the protocol's Secret by default)."""
+    `message` the Accepted condition's, `ref` its kubeConfigRef (the protocol's Secret by default), `uid`
+    its metadata.uid (`uid-<provider>` by default)."""
     annotations = {DECISION_ANNOTATION: decision} if decision else {}
     if why:
         annotations[DECISION_REASON_ANNOTATION] = why
+    if refused_offer:
+        annotations[REFUSED_OFFER_ANNOTATION] = refused_offer
     created = NOW - timedelta(hours=1) + timedelta(seconds=order)
     meta: dict[str, Any] = {"name": name or f"advertisement-{provider}", "annotations": annotations,
+                            "uid": uid or f"uid-{provider}",
                             "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
     if deleting:
         meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -688,3 +702,122 @@ def test_a_manual_acceptance_may_take_the_accepted_count_above_the_maximum() -> 
     assert accepted(state, maxAcceptableAdvertisements=2) == {"a", "b", "c"}
     state = settled(state, maxAcceptableAdvertisements=2) + [adv("d", order=4)]
     assert outcome(state, maxAcceptableAdvertisements=2) == {"d": ("Refused", "MaxReached")}
+
+
+# The consumer's refusals kept past the Advertisement that carried them (issue 34: the provider may delete
+# its Advertisement and push a new one, which carries none of the consumer's annotations).
+EARLIER = NOW - timedelta(hours=3)
+OFFER = offer_fingerprint(adv("x")["spec"])
+
+
+def by_hand(uid: str = "uid-1", reason: str = "noisy neighbour", changed: datetime = EARLIER) -> KeptRefusals:
+    return KeptRefusals(by_hand=RefusalOnRecord(uid=uid, detail=reason), changed=changed)
+
+
+def not_ready(uid: str = "uid-1", offer: str = OFFER, changed: datetime = EARLIER) -> KeptRefusals:
+    return KeptRefusals(not_ready=RefusalOnRecord(uid=uid, detail=offer), changed=changed)
+
+
+def kept_pass(kept: dict[str, KeptRefusals], advertisements: list[dict[str, Any]],
+              **incoming: Any) -> tuple[dict[str, tuple[str, str]], dict[str, KeptRefusals]]:  # fmt: skip
+    """One admission pass given what the workflow kept: (decisions by provider, what it keeps next)."""
+    config = ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {"incoming": incoming}})
+    shot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, now=NOW, kept=kept)
+    return {d.provider: (d.phase, d.reason) for d in decide(shot)}, kept_refusals(shot)
+
+
+@pytest.mark.parametrize(("kept", "advertisement", "incoming", "decided", "kept_next"), [
+    pytest.param({}, adv("x", uid="uid-1", decision="refuse", why="noisy neighbour"), {},
+                 ("Refused", "ManuallyRefused"), {"x": by_hand(changed=NOW)},
+                 id="a refusal by hand is kept with the uid of its Advertisement and the reason given"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2"), {}, ("Refused", "ManuallyRefused"), {"x": by_hand()},
+                 id="a new Advertisement of a provider refused by hand is refused by hand too"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2"), {"acceptPolicy": "Manual"}, ("Refused", "ManuallyRefused"),
+                 {"x": by_hand()}, id="under acceptPolicy Manual too, rather than waiting for a person again"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-1"), {}, ("Accepted", "WithinMaximum"), {},
+                 id="the refused Advertisement itself found without the annotation is decided afresh and forgotten"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2", decision="accept", why="ok now"), {},
+                 ("Accepted", "ManuallyAccepted"), {}, id="an acceptance by hand on the new Advertisement lifts the refusal"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2", decision="refuse", why="still no"), {},
+                 ("Refused", "ManuallyRefused"), {"x": by_hand(uid="uid-2", reason="still no", changed=NOW)},
+                 id="a refusal by hand on the new Advertisement replaces the one kept"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2"), {"deniedClusters": ["x"]}, ("Refused", "Denied"),
+                 {"x": by_hand()}, id="the deny list still comes first"),
+    pytest.param({"x": by_hand()}, adv("y", uid="uid-2"), {}, ("Accepted", "WithinMaximum"), {"x": by_hand()},
+                 id="another provider is decided by the policy"),
+    pytest.param({"x": by_hand()}, adv("x", uid="uid-2", name="advertisement-y"), {}, ("Refused", "Invalid"),
+                 {"x": by_hand()}, id="an object claiming the provider's id under another name neither carries nor lifts it"),
+    pytest.param({}, adv("x", uid="uid-1", decision="refuse", why="noisy neighbour", deleting=True), {}, None,
+                 {"x": by_hand(changed=NOW)},
+                 id="a refusal by hand on an Advertisement being deleted is kept: the withdrawal raced the pass"),
+    pytest.param({}, adv("x", uid="uid-1", refused_offer=OFFER, phase="Refused", reason="VirtualNodeNotReady",
+                         message=NOT_READY_MESSAGE), {}, None, {"x": not_ready(changed=NOW)},
+                 id="an offer refused because its virtual node was never Ready is kept with its uid"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-2"), {}, ("Refused", "VirtualNodeNotReady"), {"x": not_ready()},
+                 id="a new Advertisement with the offer whose virtual node was never Ready stays refused"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-2", hard={"cpu": "2", "memory": "1Gi"}), {},
+                 ("Accepted", "WithinMaximum"), {"x": not_ready()},
+                 id="a new Advertisement with a changed offer is decided afresh, the refused offer still kept"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-2", hard={"cpu": "2", "memory": "1Gi"}, phase="Accepted",
+                                         reason="WithinMaximum"), {}, None, {},
+                 id="once its new Advertisement is accepted the refused offer is lifted, as holding one drops the annotation"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-2", decision="accept", why="try again"), {},
+                 ("Accepted", "ManuallyAccepted"), {}, id="an acceptance by hand lifts a refused offer kept"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-1"), {}, ("Accepted", "WithinMaximum"), {},
+                 id="the refused offer's own Advertisement found without the annotation is decided afresh and forgotten"),
+    pytest.param({"x": not_ready()}, adv("x", uid="uid-2", decision="refuse", why="no"), {},
+                 ("Refused", "VirtualNodeNotReady"),
+                 {"x": KeptRefusals(by_hand=RefusalOnRecord(uid="uid-2", detail="no"),
+                                    not_ready=RefusalOnRecord(uid="uid-1", detail=OFFER), changed=NOW)},
+                 id="a refusal by hand on the new Advertisement is kept beside the refused offer, which comes first"),
+])  # fmt: skip
+def test_the_consumer_s_refusals_outlive_the_advertisement_that_carried_them(
+    kept: dict[str, KeptRefusals], advertisement: dict[str, Any], incoming: dict[str, Any],
+    decided: tuple[str, str] | None, kept_next: dict[str, KeptRefusals],
+) -> None:
+    decisions, after = kept_pass(kept, [advertisement], **incoming)
+    provider = advertisement["spec"]["clusterId"]
+    assert decisions.get(provider) == decided
+    assert after == kept_next
+
+
+def test_a_refusal_kept_from_an_earlier_advertisement_says_so_and_how_to_lift_it() -> None:
+    config = ClusterConfig.from_kubernetes({"metadata": {"name": "tidepool"}, "spec": {}})
+    refused = decide(AdmissionSnapshot.from_kubernetes(config=config, advertisements=[adv("x", uid="uid-2")], now=NOW,
+                                                       kept={"x": by_hand()}))  # fmt: skip
+    assert refused[0].message == (
+        "refused by hand on an earlier Advertisement of cluster 'x' (uid uid-1): noisy neighbour; this one stays "
+        "refused until someone accepts it (annotate it tidepool.io/decision=accept, or use the Advertisement "
+        "workflow's accept update)")  # fmt: skip
+    not_ready_again = decide(AdmissionSnapshot.from_kubernetes(config=config, advertisements=[adv("x", uid="uid-2")],
+                                                               now=NOW, kept={"x": not_ready()}))  # fmt: skip
+    assert not_ready_again[0].message == (
+        "the virtual node of an earlier Advertisement of cluster 'x' (uid uid-1) with the same offer was not Ready "
+        "within virtualNodeReadyTimeoutSeconds: refused until the offer changes or someone accepts it by hand "
+        "(annotate it tidepool.io/decision=accept, or use the Advertisement workflow's accept update)")  # fmt: skip
+
+
+def test_a_provider_that_withdraws_and_pushes_again_stays_refused_until_someone_accepts_it() -> None:
+    """Pass after pass, as the admission workflow runs them, handing each the records of the one before."""
+    decisions, kept = kept_pass({}, [adv("x", uid="uid-1", decision="refuse", why="no")], maxAcceptableAdvertisements=1)
+    assert decisions["x"] == ("Refused", "ManuallyRefused")
+    for uid in ("uid-2", "uid-3"):  # withdrawn and pushed again, twice
+        decisions, kept = kept_pass(kept, [adv("x", uid=uid)], maxAcceptableAdvertisements=1)
+        assert decisions["x"] == ("Refused", "ManuallyRefused")
+    decisions, kept = kept_pass(kept, [adv("x", uid="uid-3", decision="accept")], maxAcceptableAdvertisements=1)
+    assert decisions["x"] == ("Accepted", "ManuallyAccepted") and kept == {}
+    decisions, kept = kept_pass(kept, [adv("x", uid="uid-4")], maxAcceptableAdvertisements=1)
+    assert decisions["x"] == ("Accepted", "WithinMaximum")  # an acceptance is not kept: the policy decides
+
+
+def test_the_kept_refusals_are_bounded_the_least_recently_changed_dropped_first() -> None:
+    old = {f"p{i:03d}": by_hand(changed=EARLIER + timedelta(seconds=i)) for i in range(MAX_KEPT_REFUSALS)}
+    _, kept = kept_pass(old, [adv("new", uid="uid-new", decision="refuse", why="no")])
+    assert len(kept) == MAX_KEPT_REFUSALS
+    assert "new" in kept and "p000" not in kept and "p001" in kept
+
+
+def test_admission_states_and_results_from_before_kept_refusals_still_load() -> None:
+    """A run continued as new before the field, and a pass recorded in an older history."""
+    assert AdmissionInput.model_validate({"cluster_id": "b", "reconciles": 3}).refusals == {}
+    assert AdmissionResult.model_validate({"policy": "AutoAcceptMax"}).kept_refusals is None

@@ -31,7 +31,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
-from kube.clients import SecretClients
+from kube.clients import PeerSecretClients
 from kube.identity import revoke_provider_identity
 from kube.objects import (
     apply_cluster_object,
@@ -39,7 +39,7 @@ from kube.objects import (
     patch_cluster_object,
     read_cluster_object,
 )
-from models.admission import AdmissionSnapshot, candidate, decide
+from models.admission import AdmissionSnapshot, Decision, KeptRefusals, candidate, decide, kept_refusals
 from models.api.common import SecretReference
 from models.consumer import EnsureFinalizerInput, ManualDecision, RefuseNotReadyInput
 from models.names import (
@@ -105,7 +105,7 @@ def peering(localenv: EnvState, clusters: Clusters) -> Iterator[Peering]:
                                        settings=worker_settings(localenv, cluster, provider_id)),
             push=PushRequest(foreign_cluster_id=consumer_id, kube_config_ref=ref, peering_request=consumer_id,
                              sharing_percentage=None, phase="Pending"),
-            attacker=SecretClients(home).get(name=ref.name, namespace=ref.namespace),
+            attacker=PeerSecretClients(home).get(name=ref.name, namespace=ref.namespace),
             consumer=ConsumerActivities(home=admin, settings=worker_settings(localenv, clusters.b, consumer_id)),
             admin=admin,
         )  # fmt: skip
@@ -147,6 +147,16 @@ def _admission(p: Peering) -> tuple[str, str]:
                                  now=now)  # fmt: skip
     decided = {d.name: (d.phase, d.reason) for d in decide(snapshot)}
     return decided.get(c.name) or (str(c.phase), str(c.reason))
+
+
+def _auto_pass(p: Peering, kept: dict[str, KeptRefusals]) -> tuple[Decision, dict[str, KeptRefusals]]:
+    """One admission pass over the Advertisement as stored, under AutoAcceptMax with places free, given the
+    refusals the admission workflow kept from the pass before: (its decision, what the workflow keeps next)."""
+    now = datetime.now(UTC)
+    snapshot = AdmissionSnapshot(policy="AutoAcceptMax", maximum=5, allowed=frozenset(), denied=frozenset(),
+                                 candidates=(candidate(_stored(p), now),), now=now, kept=kept)  # fmt: skip
+    (decision,) = decide(snapshot)  # nothing writes its status here: every pass decides it
+    return decision, kept_refusals(snapshot)
 
 
 def _refused_by_the_policy(write: Callable[[], object], *named: str) -> None:
@@ -248,6 +258,30 @@ def test_the_provider_cannot_create_its_advertisement_already_accepted(pushed: P
                 "metadata": {"name": pushed.advertisement, **metadata}}  # fmt: skip
         _refused_by_the_policy(functools.partial(apply_cluster_object, pushed.attacker, ADVERTISEMENTS, body), named)
     assert read_cluster_object(pushed.admin, ADVERTISEMENTS, pushed.advertisement) is None
+
+
+def test_the_provider_cannot_shed_an_operator_s_refusal_by_withdrawing_and_pushing_again(pushed: Peering) -> None:
+    """Withdrawing is the provider's right, and the new Advertisement carries none of the consumer's annotations:
+    the refusal is kept by the admission workflow, by the uid of the Advertisement it was made on."""
+    _refuse_by_hand(pushed)
+    refused, kept = _auto_pass(pushed, {})
+    assert (refused.phase, refused.reason) == ("Refused", "ManuallyRefused")
+    first = _stored(pushed)["metadata"]["uid"]
+    k8s.CustomObjectsApi(pushed.attacker).delete_cluster_custom_object(GROUP, VERSION, ADVERTISEMENTS,
+                                                                       pushed.advertisement)  # fmt: skip
+    wait_for(lambda: read_cluster_object(pushed.admin, ADVERTISEMENTS, pushed.advertisement) is None, timeout=30,
+             what="the refused Advertisement withdrawn")  # fmt: skip
+    ActivityEnvironment().run(pushed.provider.push_advertisement, pushed.push)
+    again = _stored(pushed)["metadata"]
+    assert again["uid"] != first and DECISION_ANNOTATION not in (again.get("annotations") or {})
+    assert _auto_pass(pushed, {})[0].reason == "WithinMaximum"  # the attack, had admission not kept the refusal
+    still, kept = _auto_pass(pushed, kept)
+    assert (still.phase, still.reason) == ("Refused", "ManuallyRefused")
+    assert f"refused by hand on an earlier Advertisement of cluster {pushed.provider_id!r} (uid {first})" in still.message
+    ActivityEnvironment().run(pushed.consumer.record_manual_decision,
+                              ManualDecision(advertisement=pushed.advertisement, decision="accept", reason="lifted"))  # fmt: skip
+    accepted, kept = _auto_pass(pushed, kept)
+    assert (accepted.phase, accepted.reason, kept) == ("Accepted", "ManuallyAccepted", {})
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from temporalio.worker import Worker
 
+from models.admission import KeptRefusals, RefusalOnRecord
 from models.consumer import (
     PROVIDER_CLEAN_TIMEOUT,
     AdmissionInput,
@@ -294,8 +295,49 @@ async def test_a_manual_accept_of_an_accepted_advertisement_is_refused_with_a_re
     assert isinstance(error, ApplicationError)
     assert (error.type, error.non_retryable) == ("InvalidDecision", True)
     assert error.message == (f"cannot decide by hand: {ADVERTISEMENT} is already Accepted; "
-                             "only a Pending one, or one refused as DecisionTimedOut or VirtualNodeNotReady, "
-                             "is decided by hand")  # fmt: skip
+                             "only a Pending one, or one refused as DecisionTimedOut or VirtualNodeNotReady "
+                             "(or by hand, to accept it), is decided by hand")  # fmt: skip
+
+
+class RefusedByHand(ConsumerCluster):
+    """An Advertisement refused by hand (here, or kept from an earlier one of its provider); admission decides
+    an acceptance recorded on it a moment later than the first look."""
+
+    def __init__(self) -> None:
+        super().__init__(phase="Refused", time_to_live=datetime.now(UTC) + timedelta(days=30))
+        self.change(reason="ManuallyRefused")
+        self.recorded: list[ManualDecision] = []
+        self.looks = 0
+
+    @activity.defn(name="observe_advertisement")
+    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
+        if self.recorded:
+            self.looks += 1
+            if self.looks == 2:
+                self.change(phase="Accepted", reason="ManuallyAccepted")
+        return await super().observe_advertisement(name)
+
+    @activity.defn(name="record_manual_decision")
+    async def record_manual_decision(self, decision: ManualDecision) -> None:
+        self.recorded.append(decision)
+
+
+async def test_the_accept_update_lifts_a_refusal_by_hand_and_answers_once_admission_decided_again(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Issue 34: the message of a refusal kept from an earlier Advertisement says the accept update lifts it."""
+    cluster = RefusedByHand()
+    worker = worker_for(cluster.activities())
+    async with worker:
+        handle = await start_advertisement(skipper, worker)
+        await reach(skipper, handle, "refused, waiting", lambda: True)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(AdvertisementWorkflow.refuse, "again")
+        answer = await handle.execute_update(AdvertisementWorkflow.accept, "lifted")
+        await handle.terminate("test over")
+    assert isinstance(refused.value.cause, ApplicationError) and refused.value.cause.type == "InvalidDecision"
+    assert answer == "Accepted" and cluster.looks >= 2
+    assert [(d.decision, d.reason) for d in cluster.recorded] == [("accept", "lifted")]
 
 
 async def test_a_forbidden_step_is_shown_and_waited_out_without_failing_the_run(
@@ -327,7 +369,8 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
 
     @activity.defn(name="admit_advertisements")
     async def admit_advertisements(cluster_id: str, now: datetime | None = None,
-                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None,
+                                   refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
         passes.append(cluster_id)
         return AdmissionResult(accepted=[ADVERTISEMENT] if len(passes) == 2 else [], total_accepted=len(passes) - 1,
                                maximum=3, policy="AutoAcceptMax")  # fmt: skip
@@ -347,6 +390,44 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
     assert passes == [HOME, HOME]
     assert last is not None and last.accepted == [ADVERTISEMENT]
     assert attributes.get(SearchAttributeKey.for_keyword("HomeCluster")) == HOME
+
+
+async def test_the_admission_workflow_keeps_the_refusals_each_pass_returns_for_the_next(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Issue 34: a refusal by hand lives on the Advertisement, which the provider may delete and push again; the
+    workflow keeps what each pass says to keep and hands it to the next (a pass that reports nothing, from an
+    earlier release, leaves it as it was)."""
+    kept = {PROVIDER: KeptRefusals(by_hand=RefusalOnRecord(uid="uid-1", detail="no"),
+                                   changed=datetime(2026, 11, 26, tzinfo=UTC))}  # fmt: skip
+    returns: list[dict[str, KeptRefusals] | None] = [kept, None, {}, {}]
+    given: list[dict[str, KeptRefusals] | None] = []
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None,
+                                   refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
+        given.append(refusals)
+        return AdmissionResult(policy="AutoAcceptMax", kept_refusals=returns[len(given) - 1])
+
+    worker = worker_for([admit_advertisements])
+    async with worker:
+        handle = await skipper.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=HOME), id=f"admission-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+        )  # fmt: skip
+        def passed(count: int) -> Callable[[], bool]:
+            return lambda: len(given) == count
+
+        for done in (1, 2, 3):
+            await reach(skipper, handle, f"pass {done} done", passed(done))
+            if done == 2:
+                metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+                assert f"refusals kept past their Advertisements (1): {PROVIDER}" in metadata.current_details
+            await handle.signal(AdmissionWorkflow.reconcile)
+        await reach(skipper, handle, "pass 4 done", passed(4))
+        await handle.terminate("test over")
+    assert given == [{}, kept, kept, {}]
 
 
 async def status_of(handle: WorkflowHandle[Any, Any]) -> AdvertisementState:
@@ -460,7 +541,8 @@ class UnreachableProvider(ConsumerCluster):
 
     @activity.defn(name="admit_advertisements")
     async def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
-                                   unreachable: dict[str, UnreachableTeardowns] | None = None) -> AdmissionResult:  # fmt: skip
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None,
+                                   refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
         self.backoffs.append(dict(unreachable or {}))
         if self.advertisement is None or self.advertisement.phase == "Accepted":
             return AdmissionResult(policy="AutoAcceptMax")

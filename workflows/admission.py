@@ -16,6 +16,9 @@ Since issue 34: an AdvertisementWorkflow torn down because its provider was unre
 `provider_unreachable`; the workflow keeps, across continue-as-new, each such provider's teardowns in a row,
 hands them to every pass (the provider's re-pushed Advertisement is refused UnreachableBackoff, 1 min doubling
 to 1 h), and passes again when the back-off ends: no teardown → re-push → re-accept loop at full speed.
+Likewise it keeps the consumer's own refusals (by hand, and of an offer whose virtual node was never Ready)
+that each pass returns, and hands them to the next: a provider that deletes its refused Advertisement and
+pushes a new one finds it refused too (models/admission.py kept_refusals).
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ class AdmissionWorkflow:
             self._pending = False
             # The activity's every parameter, always: with fewer arguments than parameters the SDK decodes none
             # by its type (the time would arrive as text).
-            args: list[object] = [input.cluster_id, workflow.now(), self._input.unreachable] if deadlines else [input.cluster_id]
+            args: list[object] = ([input.cluster_id, workflow.now(), self._input.unreachable, self._input.refusals]
+                                  if deadlines else [input.cluster_id])  # fmt: skip
             try:
                 self._last = await workflow.execute_activity_method(
                     ConsumerActivities.admit_advertisements, args=args,
@@ -74,7 +78,10 @@ class AdmissionWorkflow:
                 self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history
                 continue
             self._input.reconciles += 1
-            workflow.set_current_details(_details(self._last, self._input.reconciles, self._backing_off()))
+            if self._last.kept_refusals is not None:
+                self._input.refusals = self._last.kept_refusals
+            workflow.set_current_details(_details(self._last, self._input.reconciles, self._backing_off(),
+                                                  sorted(self._input.refusals)))  # fmt: skip
             backoff_end = min((r.until for r in self._backing_off().values()), default=None)
             if deadlines and backoff_end is not None and (self._last.next_decision_deadline is None
                                                           or backoff_end < self._last.next_decision_deadline):
@@ -143,7 +150,8 @@ class AdmissionWorkflow:
         return self._last
 
 
-def _details(result: AdmissionResult, passes: int, backing_off: dict[str, UnreachableTeardowns] | None = None) -> str:
+def _details(result: AdmissionResult, passes: int, backing_off: dict[str, UnreachableTeardowns] | None = None,
+             refusing: list[str] | None = None) -> str:  # fmt: skip
     lines = [
         f"**Admission** — policy **{result.policy}**, accepted {result.total_accepted}"
         + (f" of at most {result.maximum}" if result.maximum is not None else ""),
@@ -159,6 +167,9 @@ def _details(result: AdmissionResult, passes: int, backing_off: dict[str, Unreac
     if result.next_decision_deadline is not None:
         lines.append(f"- next manual decision deadline: {result.next_decision_deadline:%Y-%m-%d %H:%M:%S} UTC "
                      "(manualDecisionTimeoutSeconds)")  # fmt: skip
+    if refusing:
+        lines.append(f"- refusals kept past their Advertisements ({len(refusing)}): {', '.join(refusing[:10])}"
+                     + (", …" if len(refusing) > 10 else ""))
     if backing_off:
         lines += ["", "| backing off from | torn down as unreachable in a row | not accepted again before |", "|---|---|---|"]
         lines += [f"| {provider} | {r.count} | {r.until:%Y-%m-%d %H:%M:%S} UTC |" for provider, r in sorted(backing_off.items())]

@@ -100,6 +100,9 @@ NO_PROGRESS_BACKOFF_MAX = timedelta(minutes=5)
 PROVIDER_CLEANS_ITSELF = "the provider deletes them itself once this cluster's keepalive there has lapsed"
 # Refusals a person may overturn by hand (issue 20): the accept/refuse updates take them like a Pending one.
 AWAITING_A_PERSON = frozenset({("Refused", "DecisionTimedOut"), ("Refused", "VirtualNodeNotReady")})
+# A refusal by hand, on this Advertisement or kept from an earlier one of its provider (issue 34), is lifted by
+# the accept update as by the annotation; the answer waits until admission has decided again.
+LIFTED_BY_ACCEPT = frozenset({("Refused", "ManuallyRefused")})
 
 
 @workflow.defn
@@ -412,10 +415,11 @@ class AdvertisementWorkflow:
                              summary=f"manual {decision}")  # fmt: skip
         # The admission workflow decides (the decision may still be a refusal, e.g. a denied cluster):
         # look until it has, on our own, so that the answer never waits for the main loop's next wake.
+        undecided = AWAITING_A_PERSON | LIFTED_BY_ACCEPT if decision == "accept" else AWAITING_A_PERSON
         for _ in range(DECISION_CHECKS):
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="decided?")  # fmt: skip
-            if obs.phase not in (None, "Pending") and (obs.phase, obs.reason) not in AWAITING_A_PERSON:
+            if obs.phase not in (None, "Pending") and (obs.phase, obs.reason) not in undecided:
                 self._decided = str(obs.phase)  # the validators refuse a second decision
                 self._changed = True  # the main loop builds on it at once
                 return self._decided
@@ -424,13 +428,13 @@ class AdvertisementWorkflow:
 
     @accept.validator
     def _validate_accept(self, reason: str) -> None:
-        self._validate_decision(reason)
+        self._validate_decision(reason, AWAITING_A_PERSON | LIFTED_BY_ACCEPT)
 
     @refuse.validator
     def _validate_refuse(self, reason: str) -> None:
-        self._validate_decision(reason)
+        self._validate_decision(reason, AWAITING_A_PERSON)
 
-    def _validate_decision(self, reason: str) -> None:
+    def _validate_decision(self, reason: str, overturnable: frozenset[tuple[str, str]]) -> None:
         """Refusals reach the CLI as they are: a non-retryable ApplicationError of type InvalidDecision."""
         if not isinstance(reason, str) or not reason.strip() or len(reason) > 256:
             raise _invalid_decision("give a reason: a non-empty text of at most 256 characters")
@@ -440,10 +444,11 @@ class AdvertisementWorkflow:
         phase = phase or self._state.observed_phase  # a run continued as new has not looked yet
         # One refused because nobody decided in time, or for a virtual node never Ready, awaits a person's word.
         timed_out = self._decided is None and self._observation is not None and \
-            (self._observation.phase, self._observation.reason) in AWAITING_A_PERSON  # fmt: skip
+            (self._observation.phase, self._observation.reason) in overturnable  # fmt: skip
         if phase not in (None, "Pending") and not timed_out:
             raise _invalid_decision(f"{self._input.advertisement} is already {phase}; only a Pending one, or one "
-                                    "refused as DecisionTimedOut or VirtualNodeNotReady, is decided by hand")  # fmt: skip
+                                    "refused as DecisionTimedOut or VirtualNodeNotReady (or by hand, to accept it), "
+                                    "is decided by hand")  # fmt: skip
 
     @workflow.query
     def status(self) -> AdvertisementState:

@@ -374,9 +374,9 @@ MISSING_SECRETS = [
     pytest.param(None, "does not exist", id="a kubeConfigRef to no Secret"),
     pytest.param({"other": base64.b64encode(b"x").decode()}, "has no key 'kubeconfig'", id="a Secret without the key"),
     pytest.param({"kubeconfig": base64.b64encode(b"clusters: [ {token: s3cr3t-t0ken-value").decode()},
-                 "does not hold a usable kubeconfig", id="a kubeconfig that is no YAML"),
+                 "key 'kubeconfig' refused: kubeconfig: not YAML", id="a kubeconfig that is no YAML"),
     pytest.param({"kubeconfig": base64.b64encode(b"apiVersion: v1\nkind: Config\n").decode()},
-                 "does not hold a usable kubeconfig", id="a kubeconfig without a cluster"),
+                 "key 'kubeconfig' refused: clusters: must be a list of one entry", id="a kubeconfig without a cluster"),
 ]  # fmt: skip
 
 

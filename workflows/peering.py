@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -448,7 +448,14 @@ class PeeringWorkflow:
     @workflow.signal
     def withdraw(self, reason: WithdrawReason = "Requested", peering_request_uid: str | None = None) -> None:
         """`peering_request_uid`: the deleted PeeringRequest's, from the watcher; a withdrawal for another request
-        than the one this run serves is stale (that one went before it ever held it) and ignored."""
+        than the one this run serves is stale (that one went before it ever held it) and ignored.
+
+        Checked here, not by the converter: a signal sent with fewer arguments than the handler takes (the
+        `temporal` CLI's one reason) is decoded without the type hints, so a reason outside WithdrawReason
+        would otherwise reach the state."""
+        if reason not in get_args(WithdrawReason) or not isinstance(peering_request_uid, str | None):
+            workflow.logger.warning("ignored withdraw: the reason must be one of %s", ", ".join(get_args(WithdrawReason)))
+            return
         serving = self._input.peering_request_uid
         if peering_request_uid is not None and serving is not None and peering_request_uid != serving:
             workflow.logger.warning("ignored withdraw for PeeringRequest %s: this peering serves %s",

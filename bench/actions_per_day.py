@@ -37,6 +37,7 @@ from temporalio.worker import Worker
 from bench.common import AdvertisementWatch, emit, local_env, log
 from bench.echo import EchoActivities, TickWorkflow
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG
+from kube.identity import mint_provider_identity
 from kube.objects import patch_cluster_object_status
 from models.api.common import SecretReference
 from models.names import ADVERTISEMENTS, SYSTEM_NAMESPACE, advertisement_name, peering_workflow_id
@@ -134,11 +135,12 @@ async def _measure(params: dict[str, Any]) -> None:
         home_api, foreign_api = home.api_client(), foreign.api_client()
         create_node(home_api, "n1", cpu="8", memory="16Gi")
         create_namespace(home_api, SYSTEM_NAMESPACE)
+        home_id, foreign_id = "bench-home", "bench-foreign"
+        handed = mint_provider_identity(foreign_api, provider_id=home_id, lifetime_seconds=3600)  # as `tidepool peer`
         k8s.CoreV1Api(home_api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
             "metadata": {"name": "foreign-credentials"},
-            "data": {"kubeconfig": base64.b64encode(foreign.kubeconfig.read_bytes()).decode()},
+            "data": {"kubeconfig": base64.b64encode(handed.encode()).decode()},
         }))  # fmt: skip
-        home_id, foreign_id = "bench-home", "bench-foreign"
         settings = worker_settings(env, home, home_id)
         client = await connect(settings.temporal)
         skipper = TimeSkipper(client)

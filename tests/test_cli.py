@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 from deploy.localenv.binaries import temporal_cli
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.identity import mint_provider_identity
 from models.credentials import TokenLife
 from models.names import SYSTEM_NAMESPACE, peering_workflow_id, provider_identity_name
 from tests.conftest import Clusters
@@ -46,10 +47,12 @@ async def test_a_user_starts_signals_queries_and_lists_a_peering_with_the_tempor
     api = home.api_client()
     create_node(api, "n1", cpu="10", memory="10Gi")
     create_namespace(api, SYSTEM_NAMESPACE)
-    create_namespace(clusters.b.api_client(), SYSTEM_NAMESPACE)  # a consumer's own install makes it; no `tidepool peer` here
-    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "peer-b"}, "data": {
-        "kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     settings = worker_settings(localenv, home, f"home-{unique}")
+    # What `tidepool peer` hands a provider (its own identity on the consumer), written here by hand: the test is
+    # the temporal CLI's start, not the PeeringRequest's.
+    handed = mint_provider_identity(clusters.b.api_client(), provider_id=settings.cluster.cluster_id, lifetime_seconds=3600)
+    k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "peer-b"}, "data": {
+        "kubeconfig": base64.b64encode(handed.encode()).decode()}}))  # fmt: skip
     foreign = f"b-{unique}"
     workflow_id = peering_workflow_id(settings.cluster.cluster_id, foreign)
     start = ["workflow", "start", "--task-queue", settings.task_queue, "--type", "PeeringWorkflow",

@@ -39,6 +39,7 @@ from models.names import (
     TAINT_VIRTUAL_NODE,
     VERSION,
     advertisement_name,
+    foreign_namespace,
 )
 from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
@@ -91,7 +92,8 @@ async def test_each_side_explains_its_decisions_from_history_even_after_the_obje
     create_node(home, "big", cpu="8", memory="16Gi")
     create_namespace(home, "work")
     create_pod(home, "work", "app", node_name="big", requests={"cpu": "2", "memory": "1Gi"})
-    create_pod(home, "work", "own", node_name="big", requests={"cpu": "1"},
+    create_namespace(home, foreign_namespace(consumer_id))  # the consumer's own pods run there
+    create_pod(home, foreign_namespace(consumer_id), "own", node_name="big", requests={"cpu": "1"},
                labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer_id})  # fmt: skip
     apply_cluster_config(home, outgoing={"sharingPercentage": 50})
     create_namespace(foreign, SYSTEM_NAMESPACE)

@@ -29,6 +29,7 @@ from models.names import (
     VK_CLEAN_ANNOTATION,
     advertisement_name,
     advertisement_workflow_id,
+    foreign_namespace,
     legacy_advertisement_workflow_id,
     legacy_peering_workflow_id,
     peering_workflow_id,
@@ -147,14 +148,15 @@ async def test_three_clusters_peer_all_to_all_through_one_namespace_each_with_wo
                 home_attribute = description.typed_search_attributes.get(HOME_CLUSTER)
                 assert home_attribute == ids[home], f"{workflow_id} says HomeCluster {home_attribute}"
 
-            # Pods consumer b offloaded into a hold 2 CPU / 3Gi and a pod slot of a's node: the offer to c
-            # becomes (3 − 2 CPU, 5 − 3 Gi, 110 − 1 pods) × 30% = 300m, 614.4Mi → 614Mi, 32.7 → 32, pushed
-            # early (the period is 10 minutes); b's own pods leave b's offer as it was.
-            create_namespace(clusters["a"].api_client(), "work")
-            create_pod(clusters["a"].api_client(), "work", "from-b", node_name="n1",
-                       requests={"cpu": "2", "memory": "3Gi"},
+            # Pods consumer b offloaded into a (in b's namespace there, within the quota of b's offer) hold 900m /
+            # 1536Mi and a pod slot of a's node: the offer to c becomes (3 − 0.9 CPU, 5120 − 1536 Mi, 110 − 1
+            # pods) × 30% = 630m, 1075.2Mi → 1075Mi, 32.7 → 32, pushed early (the period is 10 minutes); b's own
+            # pods leave b's offer as it was.
+            create_namespace(clusters["a"].api_client(), foreign_namespace(ids["b"]))  # where b's copies run
+            create_pod(clusters["a"].api_client(), foreign_namespace(ids["b"]), "from-b", node_name="n1",
+                       requests={"cpu": "900m", "memory": "1536Mi"},
                        labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: ids["b"]})  # fmt: skip
-            shrunk = {"cpu": "300m", "memory": "614Mi", "pods": "32"}
+            shrunk = {"cpu": "630m", "memory": "1075Mi", "pods": "32"}
             await eventually(lambda: _advertised(clusters["c"].api_client(), ids["a"]) == shrunk, timeout=60,
                              what="a's offer to c shrunk by b's offloaded pods, before the period")  # fmt: skip
             assert _advertised(clusters["b"].api_client(), ids["a"]) == FEDERATION["a"]["offer"], "b's own pods shrank b's offer"

@@ -15,7 +15,14 @@ from temporalio.client import Client, WorkflowHandle
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
-from models.names import ADVERTISEMENTS, LABEL_CONSUMER, LABEL_OFFLOADED, advertisement_name, peering_workflow_id
+from models.names import (
+    ADVERTISEMENTS,
+    LABEL_CONSUMER,
+    LABEL_OFFLOADED,
+    advertisement_name,
+    foreign_namespace,
+    peering_workflow_id,
+)
 from models.peering import WithdrawResult
 from tests.conftest import Clusters
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
@@ -71,8 +78,9 @@ async def test_pods_offloaded_by_one_consumer_shrink_only_the_offers_to_the_othe
         b_start, c_start = await _pushes(b), await _pushes(c)
 
         # Consumer b's pods, as its virtual kubelet would have offloaded them: 3 CPU / 6Gi and 2 pod slots.
+        create_namespace(api, foreign_namespace(b_id))  # where b's copies run, within the quota of b's offer (all)
         for name, cpu, memory in (("b-1", "2", "4Gi"), ("b-2", "1", "2Gi")):
-            create_pod(api, "work", name, node_name="n1", requests={"cpu": cpu, "memory": memory},
+            create_pod(api, foreign_namespace(b_id), name, node_name="n1", requests={"cpu": cpu, "memory": memory},
                        labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: b_id})  # fmt: skip
         # (4 − 3) CPU, (8 − 6) Gi, 110 − 2 pods: b's pods are used capacity for c.
         await eventually(lambda: _offer(clusters.c, home_id) == {"cpu": "1", "memory": "2Gi", "pods": "108"},

@@ -20,6 +20,7 @@ from temporalio.testing import TimeSkipper
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
+from kube.identity import mint_provider_identity
 from kube.objects import patch_cluster_object_status, read_cluster_object
 from models.api.common import SecretReference
 from models.enforcement import QUOTA_NAME
@@ -103,7 +104,8 @@ def _populate(api: k8s.ApiClient, consumer: str) -> None:
     wait_for(lambda: core.read_namespaced_pod("completed", "work").status.phase == "Running", timeout=30,
              what="kwok to start the pod")
     core.patch_namespaced_pod_status("completed", "work", {"status": {"phase": "Succeeded"}})
-    create_pod(api, "work", "offloaded", node_name="n2", requests={"cpu": "1", "memory": "1Gi"},
+    create_namespace(api, foreign_namespace(consumer))  # where the consumer's copies run
+    create_pod(api, foreign_namespace(consumer), "offloaded", node_name="n2", requests={"cpu": "1", "memory": "1Gi"},
                labels={LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer})
     create_pod(api, "work", "on-virtual", node_name="virtual", requests={"cpu": "3", "memory": "3Gi"})
     # fmt: skip
@@ -296,9 +298,10 @@ async def test_thirty_five_minutes_give_exactly_four_pushes_across_continue_as_n
     home_id, foreign_id = f"home-{unique}", f"b-{unique}"
     secret = "foreign-credentials"
     create_namespace(api, SYSTEM_NAMESPACE)
+    handed = mint_provider_identity(clusters.b.api_client(), provider_id=home_id, lifetime_seconds=3600)
     k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
         "metadata": {"name": secret},
-        "data": {"kubeconfig": base64.b64encode(clusters.b.kubeconfig.read_bytes()).decode()},
+        "data": {"kubeconfig": base64.b64encode(handed.encode()).decode()},
     }))  # fmt: skip
     settings = worker_settings(localenv, home, home_id)
     skipper = TimeSkipper(temporal_client)

@@ -82,7 +82,7 @@ def _crossing_identities() -> list[str]:
         "",
         f"`{provider_sa}`, minted by `tidepool peer` on the consumer (kube/identity.py) and held by the provider's "
         f"worker (the kubeconfig in its Secret `{SYSTEM_NAMESPACE}/{request_secret_name(CONSUMER)}`).",
-        "Narrowed by the admission policy `tidepool-consumer-decisions` (below).",
+        "Narrowed by the admission policies `tidepool-consumer-decisions` and `tidepool-provider-secrets` (below).",
         "",
         *rules_table(provider_cluster_rules(PROVIDER), where="cluster"),
         *rules_table(provider_namespace_rules(PROVIDER), where=f"`{SYSTEM_NAMESPACE}`")[2:],

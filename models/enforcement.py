@@ -5,7 +5,8 @@ and workers/virtual_kubelet.py reads the refusals they cause.
 1. Pod Security Admission: the namespace's `pod-security.kubernetes.io/*` labels at the ClusterConfig's level
    (outgoingConfig.podSecurityLevel, default baseline): enforce, and warn and audit at the same level.
 2. A ResourceQuota equal to the offer the consumer was pushed (`quota_hard`), so that it cannot run more than
-   it accepted, and with no node port or load balancer Service at all.
+   it accepted, with no node port or load balancer Service at all, and with a count of Secrets, ConfigMaps and
+   Services bounded by the offered pods (each may hold about 1 MiB of the provider's etcd).
 3. A LimitRange giving containers without requests a small default request (`DEFAULT_REQUEST`): a quota on
    requests.cpu/memory refuses a pod whose containers name none, and the consumer's own scheduler admitted
    it to the virtual node without any.
@@ -13,6 +14,8 @@ and workers/virtual_kubelet.py reads the refusals they cause.
    ones (headless included), no node port, external IP, external name or load balancer field; on pods, nothing
    that places them past the provider's scheduler (a node name, tolerations of its taints, a runtime class).
    The virtual kubelet's copies never carry any of it (models/virtual_kubelet.safe_pod_spec, service_copy).
+   On Secrets, no service-account token: the token controller would fill it with a never-expiring token of
+   the namespace's ServiceAccount named, the consumer's own included (one that outlives rotation and revocation).
 5. `refusal`: what a 403 on creating a pod's copy says, as the rule that refused it and whether it is final
    for that pod spec (Pod Security, a policy) or may pass later (quota).
 """
@@ -36,6 +39,7 @@ QUOTA_NAME: Final = "tidepool-offer"
 LIMIT_RANGE_NAME: Final = "tidepool-default-requests"
 SERVICES_POLICY_NAME: Final = "tidepool-consumer-services"
 PODS_POLICY_NAME: Final = "tidepool-consumer-pods"
+SECRETS_POLICY_NAME: Final = "tidepool-consumer-secrets"
 
 # A container without requests gets these in the provider. Small: the consumer's scheduler counted such a
 # pod as zero on the virtual node, so many of them must still fit in what it accepted; not zero: a quota on
@@ -49,6 +53,13 @@ NO_EXTERNAL_SERVICES: Final = {"services.nodeports": "0", "services.loadbalancer
 # The quota resource a node resource's requests count against; names not listed and without a "/"
 # (an extended resource) have no quota key and are not limited.
 _REQUESTED = ("cpu", "memory", "ephemeral-storage")
+# Secrets, ConfigMaps and Services a consumer may keep in its namespace: per offered pod (the virtual kubelet
+# copies those its pods use, and the Services that select them), plus a margin. The provider's own token anchor
+# Secrets (activities/credentials.py, tidepool.token.N: at most 2 live) are in the namespace too and count
+# against the Secrets' cap: the margin holds them.
+OBJECTS_PER_POD: Final = 2
+OBJECTS_MARGIN: Final = 20
+_COUNTED = ("count/secrets", "count/configmaps", "services")
 _HUGEPAGES = "hugepages-"
 
 
@@ -63,15 +74,22 @@ def pod_security_labels(level: PodSecurityLevel) -> dict[str, str]:
 
 def quota_hard(offered: Resources) -> dict[str, str]:
     """The ResourceQuota's `hard` for an offer: cpu, memory and ephemeral-storage as requests.*, hugepages
-    and extended resources (a name with a "/") as requests.<name>, pods as pods; plus no node ports or load
-    balancers."""
+    and extended resources (a name with a "/") as requests.<name>, pods as pods; Secrets, ConfigMaps and
+    Services counted (`object_count`); plus no node ports or load balancers."""
     hard: dict[str, str] = {}
     for name, amount in offered.to_kubernetes().items():
         if name == "pods":
             hard["pods"] = amount
         elif name in _REQUESTED or name.startswith(_HUGEPAGES) or "/" in name:
             hard[f"requests.{name}"] = amount
-    return {**hard, **NO_EXTERNAL_SERVICES}
+    count = str(object_count(offered))
+    return {**hard, **{key: count for key in _COUNTED}, **NO_EXTERNAL_SERVICES}
+
+
+def object_count(offered: Resources) -> int:
+    """How many Secrets (the provider's token anchors included), ConfigMaps and Services each, for an offer:
+    OBJECTS_PER_POD per offered pod plus OBJECTS_MARGIN (an offer without pods still holds the anchors)."""
+    return OBJECTS_PER_POD * int(offered.get("pods", 0)) + OBJECTS_MARGIN
 
 
 def resource_quota(namespace: str, offered: Resources, *, labels: dict[str, str]) -> dict[str, Any]:
@@ -112,8 +130,13 @@ _SERVICE_RULES: list[tuple[str, str]] = [
 
 # What the API server itself adds to every pod before validation (DefaultTolerationSeconds): allowed.
 _DEFAULT_TOLERATIONS = "['node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable']"
+# Checked at creation and at every update: an update may add tolerations (Kubernetes allows adding them), and a
+# pod admitted at creation satisfies every rule but the node name, which the scheduler sets by a binding and
+# which is then the provider's. So updates pass for whoever else holds a service-account identity here
+# (the virtual kubelet's label patches; kube-controller-manager, which may run with service-account
+# credentials, updates no toleration and sets no node name at creation).
 _POD_RULES: list[tuple[str, str]] = [
-    ("!has(object.spec.nodeName) || object.spec.nodeName == ''",
+    ("request.operation != 'CREATE' || !has(object.spec.nodeName) || object.spec.nodeName == ''",
      "spec.nodeName is not allowed on a consumer's pod here: the provider's scheduler places it"),
     (f"!has(object.spec.tolerations) || object.spec.tolerations.all(t, has(t.key) && t.key in {_DEFAULT_TOLERATIONS} "
      "&& has(t.effect) && t.effect == 'NoExecute')",
@@ -126,6 +149,17 @@ _POD_RULES: list[tuple[str, str]] = [
     ("!has(object.spec.priorityClassName) || !object.spec.priorityClassName.startsWith('system-')",
      "spec.priorityClassName may not name a system priority class on a consumer's pod here (it would preempt the "
      "provider's own pods)"),
+]  # fmt: skip
+
+
+SERVICE_ACCOUNT_TOKEN_TYPE: Final = "kubernetes.io/service-account-token"
+_SECRET_RULES: list[tuple[str, str]] = [
+    (f"!has(object.type) || object.type != '{SERVICE_ACCOUNT_TOKEN_TYPE}'",
+     f"type {SERVICE_ACCOUNT_TOKEN_TYPE} is not allowed on a consumer's Secret here: the token controller would fill it with a "
+     "never-expiring token of a ServiceAccount of this cluster"),
+    ("!has(object.metadata.annotations) || "
+     "!object.metadata.annotations.exists(k, k.startsWith('kubernetes.io/service-account.'))",
+     "metadata.annotations kubernetes.io/service-account.* are not allowed on a consumer's Secret here"),
 ]  # fmt: skip
 
 
@@ -162,11 +196,14 @@ def consumer_policies() -> list[dict[str, Any]]:
     """The admission policies on what a consumer makes in its namespace here, each followed by its binding.
     Services: ClusterIP only, nothing that opens a port on the provider's nodes or an address outside its
     cluster network (an external IP would also intercept that address's traffic in the cluster,
-    CVE-2020-8554). Pods (at creation: a scheduled pod's node name is the scheduler's): placed by the
-    provider's scheduler, never past it onto a node of its choosing or a tainted one, nor at a system priority."""
+    CVE-2020-8554). Pods (at creation and update; the node name at creation only: a scheduled pod's is the
+    scheduler's): placed by the provider's scheduler, never past it onto a node of its choosing or a tainted
+    one, nor at a system priority. Secrets: no service-account token of this cluster's minted into them."""
     services = _policy(SERVICES_POLICY_NAME, "services", ["CREATE", "UPDATE"], _SERVICE_RULES)
-    pods = _policy(PODS_POLICY_NAME, "pods", ["CREATE"], _POD_RULES)
-    return [services, _binding(SERVICES_POLICY_NAME), pods, _binding(PODS_POLICY_NAME)]
+    pods = _policy(PODS_POLICY_NAME, "pods", ["CREATE", "UPDATE"], _POD_RULES)
+    secrets = _policy(SECRETS_POLICY_NAME, "secrets", ["CREATE", "UPDATE"], _SECRET_RULES)
+    return [services, _binding(SERVICES_POLICY_NAME), pods, _binding(PODS_POLICY_NAME),
+            secrets, _binding(SECRETS_POLICY_NAME)]
 
 
 # ---------------------------------------------------------------------------------------------------

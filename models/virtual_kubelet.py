@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from models.enforcement import SERVICE_ACCOUNT_TOKEN_TYPE
 from models.names import (
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
@@ -170,7 +171,10 @@ def config_copy(source: dict[str, Any], *, kind: Literal["ConfigMap", "Secret"],
         "data": source.get("data") or {},
     }  # fmt: skip
     if kind == "Secret":
-        body["type"] = source.get("type") or "Opaque"
+        # A service-account token's copy is data (Opaque): of that type the provider's token controller would
+        # own it, and the provider refuses the type on a consumer's Secret (models.enforcement).
+        kept = source.get("type") or "Opaque"
+        body["type"] = "Opaque" if kept == SERVICE_ACCOUNT_TOKEN_TYPE else kept
     elif source.get("binaryData"):
         body["binaryData"] = source["binaryData"]
     return body

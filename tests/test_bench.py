@@ -230,8 +230,8 @@ def test_rotations_are_changes_of_the_token_hash_and_the_token_is_never_kept() -
 
 
 def test_a_quota_mismatch_counts_only_when_the_next_sample_still_sees_it() -> None:
-    quota = {"requests.cpu": "1.6", "requests.memory": "2048Mi", "pods": "44",
-             "services.nodeports": "0", "services.loadbalancers": "0"}  # fmt: skip
+    quota = {"requests.cpu": "1.6", "requests.memory": "2048Mi", "pods": "44", "count/secrets": "108",
+             "count/configmaps": "108", "services": "108", "services.nodeports": "0", "services.loadbalancers": "0"}  # fmt: skip
     ledger = QuotaLedger()
     ledger.observe("p", offered={"cpu": "1600m", "memory": "2Gi", "pods": "44"}, quota=quota)  # equal, other units
     ledger.observe("p", offered={"cpu": "2", "memory": "2Gi", "pods": "44"}, quota=quota)  # a push between writes

@@ -91,6 +91,11 @@ def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out()
 def test_the_admission_policies_on_consumers_objects_are_what_the_worker_installs_where_missing() -> None:
     assert documents(DEPLOY / "base" / "consumer-scope.yaml") == consumer_policies()
     assert "consumer-scope.yaml" in documents(DEPLOY / "base" / "kustomization.yaml")[0]["resources"]
+    # The worker looks for each of them by name at a push: its ClusterRole names them all.
+    rules = [r for d in documents(DEPLOY / "base" / "rbac.yaml") if d["kind"] == "ClusterRole" for r in d["rules"]
+             if "validatingadmissionpolicies" in r.get("resources", [])]  # fmt: skip
+    assert [sorted(r["resourceNames"]) for r in rules] == [sorted(d["metadata"]["name"] for d in consumer_policies()
+                                                                  if d["kind"] == "ValidatingAdmissionPolicy")]  # fmt: skip
 
 
 @pytest.mark.deploy
@@ -115,6 +120,21 @@ def test_the_consumer_decisions_policy_is_installed_and_spares_only_the_provider
     assert provider_identity_name("x").startswith(PROVIDER_IDENTITY_PREFIX)
     assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
         f"request.userInfo.username.startsWith('{identities}')"]  # fmt: skip
+
+
+@pytest.mark.deploy
+def test_the_provider_secrets_policy_is_installed_beside_the_decisions_and_matches_the_same_identities() -> None:
+    """The consumer's policy on the provider identities' Secrets (no service-account token) is in the file the
+    local environment and deploy/base install, and matches whom the decisions policy matches."""
+    policies = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "consumer-decisions.yaml")
+                if d["kind"] == "ValidatingAdmissionPolicy"}  # fmt: skip
+    bindings = {d["spec"]["policyName"] for d in documents(DEPLOY / "base" / "consumer-decisions.yaml")
+                if d["kind"] == "ValidatingAdmissionPolicyBinding"}  # fmt: skip
+    assert set(policies) == bindings == {"tidepool-consumer-decisions", "tidepool-provider-secrets"}
+    secrets = policies["tidepool-provider-secrets"]["spec"]
+    assert secrets["matchConditions"] == policies["tidepool-consumer-decisions"]["spec"]["matchConditions"]
+    assert [(r["resources"], r["operations"]) for r in secrets["matchConstraints"]["resourceRules"]] == [
+        (["secrets"], ["CREATE", "UPDATE"])]  # fmt: skip
 
 
 @pytest.mark.env  # the kubectl we build renders the manifests

@@ -22,14 +22,21 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from activities.credentials import VIRTUAL_KUBELET_RULES
+from activities.credentials import SERVICE_ACCOUNT, VIRTUAL_KUBELET_RULES
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.clients import client_from_peer_kubeconfig_text
 from kube.objects import read_cluster_object
 from models.api.conditions import POD_PROVIDER_CONDITION
-from models.enforcement import LIMIT_RANGE_NAME, QUOTA_NAME, quota_hard
+from models.enforcement import (
+    LIMIT_RANGE_NAME,
+    PODS_POLICY_NAME,
+    QUOTA_NAME,
+    SECRETS_POLICY_NAME,
+    SERVICE_ACCOUNT_TOKEN_TYPE,
+    quota_hard,
+)
 from models.names import (
     ADVERTISEMENTS,
     LABEL_PROVIDER,
@@ -93,7 +100,8 @@ async def granted(localenv: EnvState, clusters: Clusters) -> AsyncIterator[Grant
         for attempt in (lambda: core.create_namespaced_pod(namespace, _pod("placed", spec={"nodeName": "n1"}),
                                                            dry_run="All"),
                         lambda: core.create_namespaced_service(namespace, _service("open", type="NodePort"),
-                                                               dry_run="All")):  # fmt: skip
+                                                               dry_run="All"),
+                        lambda: core.create_namespaced_secret(namespace, _token_secret("minted"), dry_run="All")):  # fmt: skip
             await eventually(lambda attempt=attempt: _in_force(attempt), timeout=30, what="the policies in force")
         yield Granted(provider=provider, api=client, namespace=namespace,
                       offered=advertisement["spec"]["resourceQuota"]["hard"])  # fmt: skip
@@ -174,6 +182,71 @@ async def test_a_pod_placed_past_the_providers_scheduler_is_refused(
     assert "tidepool-consumer-pods" in message and field in message, message
     _admitted_without_the_defence(granted, lambda core: core.create_namespaced_pod("default", _pod("placed", spec=spec),
                                                                                 dry_run="All"))  # fmt: skip
+
+
+async def test_tolerations_added_to_a_pod_by_a_patch_are_refused(granted: Granted) -> None:
+    """Kubernetes lets an update add tolerations: a pod created plain (allowed), then patched to tolerate every
+    taint, would be placed by the scheduler on the provider's tainted nodes. Its labels it may still patch
+    (the virtual kubelet does, on its copies)."""
+    core = k8s.CoreV1Api(granted.api)
+    core.create_namespaced_pod(granted.namespace, _pod("tolerated"))
+    try:
+        defaults = core.read_namespaced_pod("tolerated", granted.namespace).spec.tolerations or []
+        every_taint = {"spec": {"tolerations": [*(t.to_dict() for t in defaults), {"operator": "Exists"}]}}
+        message = _refused(lambda: core.patch_namespaced_pod("tolerated", granted.namespace, every_taint))
+        assert PODS_POLICY_NAME in message and "spec.tolerations" in message, message
+        core.patch_namespaced_pod("tolerated", granted.namespace, {"metadata": {"labels": {"seen": "yes"}}})
+    finally:
+        core.delete_namespaced_pod("tolerated", granted.namespace, grace_period_seconds=0)
+    admin = k8s.CoreV1Api(granted.provider.api_client())  # without the policy: the same patch passes
+    admin.create_namespaced_pod("default", _pod("tolerated"))
+    try:
+        defaults = admin.read_namespaced_pod("tolerated", "default").spec.tolerations or []
+        admin.patch_namespaced_pod("tolerated", "default", {"spec": {"tolerations": [
+            *(t.to_dict() for t in defaults), {"operator": "Exists"}]}}, dry_run="All")  # fmt: skip
+    finally:
+        admin.delete_namespaced_pod("tolerated", "default", grace_period_seconds=0)
+
+
+def _token_secret(name: str, service_account: str = SERVICE_ACCOUNT) -> k8s.V1Secret:
+    return k8s.V1Secret.model_validate({"metadata": {"name": name, "annotations": {
+        "kubernetes.io/service-account.name": service_account}}, "type": SERVICE_ACCOUNT_TOKEN_TYPE})  # fmt: skip
+
+
+async def test_a_secret_that_would_mint_a_token_of_the_consumers_identity_is_refused(granted: Granted) -> None:
+    """The token controller would fill it with a never-expiring token of tidepool-virtual-kubelet here, one
+    that outlives every rotation and the anchors' revocation."""
+    message = _refused(lambda: k8s.CoreV1Api(granted.api).create_namespaced_secret(granted.namespace,
+                                                                                     _token_secret("minted")))  # fmt: skip
+    assert SECRETS_POLICY_NAME in message and SERVICE_ACCOUNT_TOKEN_TYPE in message, message
+    _admitted_without_the_defence(granted, lambda admin: admin.create_namespaced_secret(
+        "default", _token_secret("minted", "default"), dry_run="All"))  # fmt: skip
+
+
+async def test_secrets_beyond_the_count_are_refused_by_the_quota(granted: Granted) -> None:
+    """Each Secret may hold about 1 MiB of the provider's etcd: their count is bounded (and ConfigMaps' and
+    Services' the same way, models.enforcement.object_count)."""
+    core, admin = k8s.CoreV1Api(granted.api), k8s.CoreV1Api(granted.provider.api_client())
+
+    def counted() -> k8s.V1ResourceQuota | None:  # once the quota controller has counted what is there
+        quota = admin.read_namespaced_resource_quota(QUOTA_NAME, granted.namespace)
+        return quota if "count/secrets" in ((quota.status and quota.status.used) or {}) else None
+
+    quota = await eventually(counted, timeout=30, what="the Secrets counted")
+    room = int(quota.spec.hard["count/secrets"]) - int(quota.status.used["count/secrets"])
+    assert 0 < room <= 100
+    made: list[str] = []
+    try:
+        for i in range(room):
+            core.create_namespaced_secret(granted.namespace, k8s.V1Secret.model_validate(
+                {"metadata": {"name": f"fill-{i}"}, "stringData": {"x": "y"}}))  # fmt: skip
+            made.append(f"fill-{i}")
+        message = _refused(lambda: core.create_namespaced_secret(granted.namespace, k8s.V1Secret.model_validate(
+            {"metadata": {"name": "one-more"}, "stringData": {"x": "y"}})))  # fmt: skip
+        assert "exceeded quota" in message and "count/secrets" in message, message
+    finally:
+        for name in made:
+            core.delete_namespaced_secret(name, granted.namespace)
 
 
 async def test_the_namespace_enforces_pod_security_and_the_offer_as_a_quota(granted: Granted) -> None:

@@ -35,6 +35,7 @@ from kube.clients import PeerSecretClients
 from kube.identity import revoke_provider_identity
 from kube.objects import (
     apply_cluster_object,
+    apply_core,
     ignore_not_found,
     patch_cluster_object,
     read_cluster_object,
@@ -304,6 +305,38 @@ def test_the_provider_cannot_touch_the_finalizers_of_its_accepted_advertisement(
     _hold_for_teardown(pushed)
     _refused_by_the_policy(write(pushed), named)
     assert _stored(pushed)["metadata"]["finalizers"] == [ADVERTISEMENT_FINALIZER]
+
+
+def test_the_provider_cannot_remake_its_credentials_secret_as_a_service_account_token(pushed: Peering) -> None:
+    """Deleted and made again as a kubernetes.io/service-account-token Secret naming one of the consumer's
+    ServiceAccounts, the consumer's token controller would fill it with a never-expiring token of it, for the
+    provider to read. RBAC alone lets it: the Secret is its own, by name, and RBAC cannot say of which type."""
+    name, core = credentials_secret_name(pushed.provider_id), k8s.CoreV1Api(pushed.attacker)
+    for verb in ("delete", "create", "patch"):
+        review = k8s.AuthorizationV1Api(pushed.attacker).create_self_subject_access_review(
+            k8s.V1SelfSubjectAccessReview.model_validate({"spec": {"resourceAttributes": {
+                "resource": "secrets", "namespace": SYSTEM_NAMESPACE, "name": name, "verb": verb}}}))  # fmt: skip
+        assert review.status.allowed, verb
+    token = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+             "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE,
+                          "annotations": {"kubernetes.io/service-account.name": "tidepool-worker"}}}  # fmt: skip
+    held = k8s.CoreV1Api(pushed.admin).read_namespaced_secret(name, SYSTEM_NAMESPACE)
+    core.delete_namespaced_secret(name, SYSTEM_NAMESPACE)
+    try:
+        # The API server itself takes the Secret: the operator's dry run of it (the policy matches provider
+        # identities only).
+        k8s.CoreV1Api(pushed.admin).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate(token),
+                                                             dry_run="All")  # fmt: skip
+        # By server-side apply, as its worker writes the Secret (a create by name; a POST names none, and RBAC's
+        # names refuse it).
+        with pytest.raises(ApiException) as refused:
+            apply_core(pushed.attacker, token)
+        body = str(refused.value.body)
+        assert refused.value.status == 403 and "tidepool-provider-secrets" in body and "type" in body, body
+        assert ignore_not_found(core.read_namespaced_secret, name, SYSTEM_NAMESPACE) is None
+    finally:
+        k8s.CoreV1Api(pushed.admin).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate(
+            {"metadata": {"name": name, "labels": held.metadata.labels}, "type": held.type, "data": held.data}))
 
 
 def test_the_provider_cannot_write_its_advertisement_s_status(pushed: Peering) -> None:

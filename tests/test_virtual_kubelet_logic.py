@@ -217,6 +217,17 @@ def test_a_config_copy_carries_the_version_it_was_made_from() -> None:
     assert "uid" not in copy["metadata"]
 
 
+def test_a_service_account_tokens_copy_is_opaque_data() -> None:
+    """Of type service-account-token the provider refuses a consumer's Secret (models.enforcement), and its token
+    controller would own it: the copy keeps the data as Opaque, so that pods mounting it by name still run."""
+    source = {"metadata": {"name": "legacy", "namespace": "shop", "resourceVersion": "7",
+                           "annotations": {"kubernetes.io/service-account.name": "builder"}},
+              "type": "kubernetes.io/service-account-token", "data": {"token": "dA==", "ca.crt": "Yw=="}}  # fmt: skip
+    copy = config_copy(source, kind="Secret", consumer_id="b")
+    assert (copy["type"], copy["data"]) == ("Opaque", {"token": "dA==", "ca.crt": "Yw=="})
+    assert not any(k.startswith("kubernetes.io/service-account.") for k in copy["metadata"]["annotations"])
+
+
 @pytest.mark.parametrize(("policy", "action"), [("Always", "recreate"), ("OnFailure", "recreate"), (None, "recreate"),
                                                 ("Never", "fail")])  # fmt: skip
 def test_a_copy_lost_in_the_provider_is_made_again_only_for_a_pod_that_restarts(policy: str | None, action: str) -> None:

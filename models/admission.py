@@ -9,7 +9,9 @@ overshoot the maximum.
 
 Rules, in the order they apply to every Advertisement that is not Accepted and not being deleted:
 
-1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message;
+1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message; among them a
+   spec.network.podCIDR that no pod can have or that is too wide (`network.pod_cidr_problem`: loopback,
+   link-local, multicast, unspecified, reserved, IPv4-mapped; wider than /8 for IPv4, /32 for IPv6);
 2. spec.kubeConfigRef not the Secret the protocol assigns the provider (names.credentials_secret_name in
    names.SYSTEM_NAMESPACE) → Refused/UnexpectedCredentials: a provider must not point its virtual kubelet
    at another provider's credentials (activities/consumer.py never follows the ref either);
@@ -88,6 +90,7 @@ from models.names import (
     advertisement_name,
     credentials_secret_name,
 )
+from models.network import pod_cidr_problem
 from models.prices import format_price, price_unit
 from models.quantities import QuantityError, parse_quantity
 from models.resources import Resources
@@ -297,6 +300,12 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
     else:
         problems += _check_resources(as_mapping(quota).get("hard"))
     problems += _check_prices(spec.get("prices"))
+    network = spec.get("network")
+    if not isinstance(network, Mapping):
+        problems.append("spec.network is missing" if network is None else
+                        f"spec.network must be an object, got {type(network).__name__}")  # fmt: skip
+    elif problem := pod_cidr_problem(network.get("podCIDR")):
+        problems.append(problem)
     ttl = spec.get("timeToLive")
     expires = _time(ttl)
     if ttl is None:

@@ -287,7 +287,8 @@ def status_for_consumer(copy_status: dict[str, Any], *, shape: StatusShape, prov
 def foreign_ip_message(foreign_ips: tuple[str, ...], *, provider_id: str, provider_pod_cidr: str | None) -> str:
     """The Warning on a consumer pod whose copy reported addresses that are not its provider's pods'."""
     return (f"provider {provider_id} reported {', '.join(foreign_ips)} as this pod's IP, outside the PodCIDR it "
-            f"advertised ({provider_pod_cidr or 'none'}): not shown, so no Service sends traffic there")
+            f"advertised and the network module decided for ({provider_pod_cidr or 'none'}): not shown, so no "
+            "Service sends traffic there")
 
 
 def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:

@@ -41,11 +41,12 @@ class Peering:
 
 @asynccontextmanager
 async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
-                 consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = (),
+                 consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = (), provider_pod_cidr: str | None = None,
                  log_dir: Path | None = None) -> AsyncIterator[Peering]:  # fmt: skip
     """The provider has one 8-CPU kwok node and shares half of it; the consumer has `consumer_nodes` of
     its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`. The
-    virtual kubelet writes its log to `log_dir`/<its name>.log."""
+    virtual kubelet writes its log to `log_dir`/<its name>.log. The provider advertises `provider_pod_cidr`, or
+    its worker's default."""
     provider, consumer = make_cluster("prov"), make_cluster("cons")
     provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
@@ -55,7 +56,11 @@ async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster]
     create_namespace(consumer.api_client(), SYSTEM_NAMESPACE)
     network = NetworkModule(consumer.api_client(), local_pod_cidr=consumer_pod_cidr).start()
     async with AsyncExitStack() as stack:
-        await stack.enter_async_context(running_worker(worker_settings(localenv, provider, provider_id)))
+        settings = worker_settings(localenv, provider, provider_id)
+        if provider_pod_cidr:
+            settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(
+                update={"pod_cidr": provider_pod_cidr})})  # fmt: skip
+        await stack.enter_async_context(running_worker(settings))
         await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
         runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig, log_dir=log_dir))
         stack.callback(network.stop)

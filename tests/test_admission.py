@@ -433,6 +433,23 @@ def with_spec(**spec: Any) -> dict[str, Any]:
         pytest.param(adv("Bad_Id", name="advertisement-Bad_Id"), "must be a DNS-1123 label", id="a clusterId that is no DNS label"),
         pytest.param(adv("x", name="advertisement-y"), "metadata.name 'advertisement-y' must be 'advertisement-x'",
                      id="a name that does not match the clusterId"),
+        pytest.param(with_spec(network=None), "spec.network is missing", id="no network"),
+        pytest.param(with_spec(network="10.1.0.0/16"), "spec.network must be an object", id="a network that is a string"),
+        pytest.param(with_spec(network={}), "spec.network.podCIDR must be a CIDR", id="no podCIDR"),
+        pytest.param(with_spec(network={"podCIDR": "10.1.0.1/16"}), "spec.network.podCIDR '10.1.0.1/16' is not a CIDR",
+                     id="a podCIDR with host bits set"),
+        pytest.param(with_spec(network={"podCIDR": "127.0.0.0/8"}), "(loopback)", id="a loopback podCIDR"),
+        pytest.param(with_spec(network={"podCIDR": "169.254.0.0/16"}), "(link-local)",
+                     id="a link-local podCIDR (cloud metadata services)"),
+        pytest.param(with_spec(network={"podCIDR": "0.0.0.0/0"}), "(unspecified)", id="every address at once"),
+        pytest.param(with_spec(network={"podCIDR": "224.0.0.0/8"}), "(multicast)", id="a multicast podCIDR"),
+        pytest.param(with_spec(network={"podCIDR": "240.0.0.0/8"}), "(reserved)", id="a reserved podCIDR"),
+        pytest.param(with_spec(network={"podCIDR": "::1/128"}), "(loopback)", id="the IPv6 loopback"),
+        pytest.param(with_spec(network={"podCIDR": "::ffff:127.0.0.0/104"}), "(IPv4-mapped)",
+                     id="IPv4 loopback written as IPv6"),
+        pytest.param(with_spec(network={"podCIDR": "fe80::/64"}), "(link-local)", id="an IPv6 link-local podCIDR"),
+        pytest.param(with_spec(network={"podCIDR": "8.0.0.0/7"}), "wider than /8", id="an IPv4 podCIDR wider than /8"),
+        pytest.param(with_spec(network={"podCIDR": "2001::/16"}), "wider than /32", id="an IPv6 podCIDR wider than /32"),
         pytest.param({"metadata": {"name": "advertisement-x"}}, "spec is missing", id="no spec"),
         pytest.param({"metadata": {"name": "advertisement-x"}, "spec": "nonsense"}, "spec must be an object",
                      id="a spec that is not an object"),
@@ -444,6 +461,16 @@ def test_invalid_advertisements_are_refused_with_their_reason(advertisement: dic
     decisions = decide(snapshot([advertisement]))
     assert [(d.phase, d.reason) for d in decisions] == [("Refused", "Invalid")]
     assert problem in decisions[0].message
+
+
+@pytest.mark.parametrize("pod_cidr", [
+    pytest.param("10.0.0.0/8", id="the widest IPv4 PodCIDR is accepted"),
+    pytest.param("10.96.0.0/12", id="a consumer's Service CIDR passes admission: the network module remaps it"),
+    pytest.param("fd00:10:244::/48", id="an IPv6 PodCIDR is accepted"),
+    pytest.param("2001:db8::/32", id="the widest IPv6 PodCIDR is accepted"),
+])  # fmt: skip
+def test_usable_pod_cidrs_are_valid(pod_cidr: str) -> None:
+    assert validate_advertisement(with_spec(network={"podCIDR": pod_cidr}), NOW) == []
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -33,21 +33,28 @@ from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluste
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
 from kube.clients import client_from_peer_kubeconfig_text
+from kube.objects import read_cluster_object
 from models.names import (
+    ADVERTISEMENTS,
+    GROUP,
     LABEL_CONSUMER,
     LABEL_OFFLOADED,
     POD_CLUSTER_ANNOTATION,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
+    VERSION,
+    advertisement_name,
     credentials_secret_name,
 )
+from models.network import NO_REMAPPING
 from models.pods import EVENTS_BURST, EVENTS_PER_MINUTE, MAX_MESSAGE_CHARS
 from models.resources import Resources
-from models.virtual_kubelet import ORIGIN_UID, reflected_name
+from models.virtual_kubelet import ORIGIN_UID, reflected_name, remap_ip
 from tests.kube import create_namespace, delete_quietly
 from tests.offload import Peering, peered, ready_node
 from tests.pool import Pool, running_pool
 from tests.running import eventually
+from workers.peer import request_secret_name
 
 pytestmark = [pytest.mark.env, pytest.mark.hostile, pytest.mark.reflection]
 
@@ -115,6 +122,86 @@ async def test_a_provider_cannot_point_a_consumer_pod_at_an_address_outside_its_
     shown = k8s.CoreV1Api(peering.consumer.api_client()).read_namespaced_pod("ip", NAMESPACE).status
     assert shown.pod_ip != target and target not in [entry.ip for entry in shown.pod_ips or []]
     assert pod.status.pod_ip != target  # what it showed before the attack was its copy's, remapped
+
+
+KEPT_POD_CIDR = "10.1.0.0/16"  # overlaps none of the consumer's networks: the network module keeps it as it is
+
+
+@pytest.fixture(scope="module")
+async def unremapped(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Peering]:
+    """A peering whose PodCIDR the consumer's network module keeps ("None"): the provider's pod IPs are shown
+    as they are, inside KEPT_POD_CIDR only."""
+    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
+    suffix = uuid.uuid4().hex[:8]
+
+    def make(role: str) -> LocalCluster:
+        made.append(f"{role}-{suffix}")
+        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
+
+    try:
+        async with peered(localenv, make, suffix, consumer_pod_cidr="10.2.0.0/16", provider_pod_cidr=KEPT_POD_CIDR,
+                          log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
+            core = k8s.CoreV1Api(running.consumer.api_client())
+            await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
+            create_namespace(running.consumer.api_client(), NAMESPACE)
+            yield running
+    finally:
+        for name in made:
+            delete_cluster(name, binaries=binaries, workdir=workdir)
+
+
+def _decision(peering: Peering) -> tuple[str | None, str | None]:
+    """The network module's decision on the provider's Advertisement: (the remapping, the PodCIDR it is for)."""
+    status = (read_cluster_object(peering.consumer.api_client(), ADVERTISEMENTS,
+                                  advertisement_name(peering.provider_id)) or {}).get("status") or {}  # fmt: skip
+    return status.get("remoteRemappedPodCIDR"), status.get("remappedForPodCIDR")
+
+
+async def test_a_provider_that_moves_its_podcidr_after_acceptance_onto_the_consumers_services_reaches_none(
+    unremapped: Peering,
+) -> None:
+    """Accepted with a harmless PodCIDR, which the network module keeps as it is, the provider (its own identity
+    on the consumer, as `tidepool peer` handed it over) moves spec.network.podCIDR onto the consumer's Service
+    CIDR and reports the consumer's `kubernetes` Service IP as its copy's: shown as it is, a consumer Service
+    selecting the pod would send its traffic to the consumer's API server. The virtual kubelet shows IPs only
+    inside the PodCIDR decided for, and the network module, deciding again for the new one, counts the
+    consumer's Service CIDR among its networks: remapped, the address leads to the provider."""
+    peering, name = unremapped, "moved"
+    consumer, provider = peering.consumer.api_client(), peering.provider.api_client()
+    core, remote = k8s.CoreV1Api(consumer), k8s.CoreV1Api(provider)
+    assert await eventually(lambda: _decision(peering) == (NO_REMAPPING, KEPT_POD_CIDR), what="the PodCIDR kept")
+    core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate({"metadata": {"name": name}, "spec": {
+        "nodeName": peering.node, "tolerations": TOLERATE,
+        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}))  # fmt: skip
+    copy = await eventually(lambda: remote.read_namespaced_pod(reflected_name(NAMESPACE, name), peering.remote_namespace),
+                            timeout=60, what=f"the copy of {name}")  # fmt: skip
+    service_cidrs: Any = k8s.NetworkingV1Api(consumer).list_service_cidr()
+    kubernetes: Any = core.read_namespaced_service("kubernetes", "default")
+    service_cidr, target = str(service_cidrs.items[0].spec.cidrs[0]), str(kubernetes.spec.cluster_ip)
+    # Had the virtual kubelet read the spec's PodCIDR beside the old decision, the address would be shown as it is.
+    assert remap_ip(target, provider_pod_cidr=service_cidr, remapped_pod_cidr=NO_REMAPPING) == target
+
+    secret: Any = remote.read_namespaced_secret(request_secret_name(peering.consumer_id), SYSTEM_NAMESPACE)
+    attacker = client_from_peer_kubeconfig_text(base64.b64decode(secret.data["kubeconfig"]))
+    k8s.CustomObjectsApi(attacker).patch_cluster_custom_object(
+        GROUP, VERSION, ADVERTISEMENTS, advertisement_name(peering.provider_id),
+        {"spec": {"network": {"podCIDR": service_cidr}}})  # fmt: skip
+    remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote_namespace, {"status": {
+        "podIP": target, "podIPs": [{"$patch": "replace"}, {"ip": target}]}})  # fmt: skip
+
+    shown: set[str] = set()
+
+    def remapped_and_shown() -> str | None:
+        status = core.read_namespaced_pod(name, NAMESPACE).status
+        shown.update(ip for ip in [status.pod_ip, *(entry.ip for entry in status.pod_ips or [])] if ip)
+        remapped, decided_for = _decision(peering)
+        expected = remap_ip(target, provider_pod_cidr=decided_for, remapped_pod_cidr=remapped)
+        return status.pod_ip if decided_for == service_cidr and status.pod_ip == expected else None
+
+    ip = await eventually(remapped_and_shown, timeout=30, what=f"{name} showing {target} remapped")
+    assert target not in shown, f"{name} showed the consumer's own {target}"
+    remapped, _ = _decision(peering)
+    assert remapped and remapped != NO_REMAPPING and ipaddress.ip_address(ip) in ipaddress.ip_network(remapped)
 
 
 async def test_a_provider_flooding_events_on_a_copy_reaches_the_consumer_pod_only_within_its_budget(

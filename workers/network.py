@@ -1,7 +1,10 @@
 """A minimal network module for clusters that have none (the local environment, the demo): for every
-accepted Advertisement without a remapping it writes status.remoteRemappedPodCIDR ("None" when the
-provider's PodCIDR does not overlap ours). Production clusters run their real network module, which
-writes the same field; tidepool only waits for it.
+accepted Advertisement without a remapping for its current spec.network.podCIDR it writes
+status.remoteRemappedPodCIDR ("None" when the provider's PodCIDR overlaps none of our networks: our
+PodCIDR, our ServiceCIDRs and our nodes' addresses) and status.remappedForPodCIDR, the PodCIDR it decided
+for. A provider that edits its PodCIDR after acceptance gets a new decision; until then the virtual kubelet
+shows no IP outside the old one. Production clusters run their real network module, which writes the same
+fields; tidepool only waits for them.
 
 `python -m workers.network` with TIDEPOOL_CLUSTER_KUBECONFIG and TIDEPOOL_CLUSTER_POD_CIDR."""
 
@@ -46,29 +49,51 @@ class NetworkModule:
         with self._lock:
             if objects is None:
                 objects = list_cluster_objects(self._api, ADVERTISEMENTS)
-            taken = [_effective_cidr(o) for o in objects]
-            for obj in objects:
-                status = obj.get("status") or {}
-                if status.get("phase") != "Accepted" or status.get("remoteRemappedPodCIDR"):
-                    continue
-                advertised = str(((obj.get("spec") or {}).get("network") or {}).get("podCIDR") or "")
+            undecided = [o for o in objects if _needs_decision(o)]
+            if not undecided:
+                return
+            local = self._local_networks()
+            for obj in undecided:
+                name, advertised = obj["metadata"]["name"], _advertised(obj)
+                taken = [_effective_cidr(o) for o in objects if o["metadata"]["name"] != name]
                 try:
-                    remapped = remap_pod_cidr(advertised, local=[self._local], taken=taken)
+                    remapped = remap_pod_cidr(advertised, local=local, taken=taken)
                 except RemapError as e:
                     record_event(self._api, obj, reason="PodCIDRNotRemapped", message=str(e), warning=True)
                     continue
-                patch_cluster_object_status(self._api, ADVERTISEMENTS, obj["metadata"]["name"],
-                                            {"remoteRemappedPodCIDR": remapped})  # fmt: skip
-                taken.append(remapped)
-                log.info("%s: PodCIDR %s remapped to %s", obj["metadata"]["name"], advertised, remapped)
+                decision = {"remoteRemappedPodCIDR": remapped, "remappedForPodCIDR": advertised}
+                patch_cluster_object_status(self._api, ADVERTISEMENTS, name, decision)
+                obj["status"] = {**(obj.get("status") or {}), **decision}  # taken by the next ones
+                log.info("%s: PodCIDR %s remapped to %s", name, advertised, remapped)
+
+    def _local_networks(self) -> list[str]:
+        """Every address range of ours a provider's PodCIDR must not shadow: a pod IP there, shown in one of
+        our EndpointSlices, would send our Services' traffic to our own Services, nodes or pods."""
+        service_cidrs = k8s.NetworkingV1Api(self._api).list_service_cidr().items
+        nodes = k8s.CoreV1Api(self._api).list_node().items
+        return [self._local, *(c for s in service_cidrs for c in ((s.spec.cidrs if s.spec else None) or [])),
+                *(a.address for n in nodes for a in ((n.status.addresses if n.status else None) or [])
+                  if a.type in ("InternalIP", "ExternalIP"))]  # fmt: skip
+
+
+def _advertised(obj: dict[str, Any]) -> str:
+    return str(((obj.get("spec") or {}).get("network") or {}).get("podCIDR") or "")
+
+
+def _needs_decision(obj: dict[str, Any]) -> bool:
+    """Accepted, and without a decision for the PodCIDR it advertises now."""
+    status = obj.get("status") or {}
+    return status.get("phase") == "Accepted" and not (
+        status.get("remoteRemappedPodCIDR") and status.get("remappedForPodCIDR") == _advertised(obj))
 
 
 def _effective_cidr(obj: dict[str, Any]) -> str:
-    """The block a provider's pods are reached at here: its remapping, or its own PodCIDR when none."""
-    remapped = str((obj.get("status") or {}).get("remoteRemappedPodCIDR") or "")
+    """The block a provider's pods are reached at here: its remapping, or, when none, the PodCIDR decided for."""
+    status = obj.get("status") or {}
+    remapped = str(status.get("remoteRemappedPodCIDR") or "")
     if remapped and remapped != NO_REMAPPING:
         return remapped
-    return str(((obj.get("spec") or {}).get("network") or {}).get("podCIDR") or "") if remapped else ""
+    return str(status.get("remappedForPodCIDR") or "") if remapped else ""
 
 
 def main() -> None:

@@ -393,8 +393,13 @@ class VirtualKubelet:
         self._ensure_node(advertisement, reachable=reachable, error=error)
         if reachable:
             self._renew_keepalive()
-        pod_cidrs = ((advertisement["spec"].get("network") or {}).get("podCIDR"),
-                     (advertisement.get("status") or {}).get("remoteRemappedPodCIDR"))  # fmt: skip
+        # The PodCIDR the network module decided for, not the spec's: a provider may edit that after acceptance
+        # (to our own PodCIDR, say), and until a new decision its pods' IPs are shown inside the old one only.
+        status = advertisement.get("status") or {}
+        pod_cidrs = (status.get("remappedForPodCIDR"), status.get("remoteRemappedPodCIDR"))
+        if pod_cidrs != self._pod_cidrs and pod_cidrs[0] != (advertisement["spec"].get("network") or {}).get("podCIDR"):
+            log.warning("provider %s: spec.network.podCIDR is not the %s the network module decided for: no pod IP "
+                        "outside that is shown until it decides again", self.config.provider_id, pod_cidrs[0])
         remapped, self._pod_cidrs = pod_cidrs != self._pod_cidrs, pod_cidrs
         # Every key is queued again when reflection starts, when an optional kind's informers have listed,
         # and every REFLECTION_RESYNC_SECONDS.

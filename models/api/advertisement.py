@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from models.api.common import (
     DNS_LABEL,
@@ -15,6 +15,7 @@ from models.api.common import (
     SecretReference,
 )
 from models.api.conditions import Condition
+from models.network import pod_cidr_problem
 from models.prices import PRICES_DESCRIPTION, Prices
 from models.resources import Resources
 
@@ -43,6 +44,13 @@ class NetworkInfo(ApiModel):
     pod_cidr: str = Field(alias="podCIDR", pattern=CIDR_PATTERN)
     gateway_ip: str | None = Field(default=None, alias="gatewayIP")
 
+    @field_validator("pod_cidr")
+    @classmethod
+    def _usable(cls, value: str) -> str:
+        if problem := pod_cidr_problem(value):
+            raise ValueError(problem)
+        return value
+
 
 class AdvertisementSpec(ApiModel):
     cluster_id: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, alias="clusterId")
@@ -69,6 +77,11 @@ class AdvertisementStatus(ApiModel):
     phase: AdvertisementPhase | None = None
     reason: str | None = None
     remote_remapped_pod_cidr: str | None = Field(default=None, alias="remoteRemappedPodCIDR")
+    remapped_for_pod_cidr: str | None = Field(
+        default=None, alias="remappedForPodCIDR",
+        description="The spec.network.podCIDR the network module's remoteRemappedPodCIDR was decided for; pod IPs "
+        "are shown only inside it, so an edited spec.network.podCIDR counts only once decided again.",
+    )  # fmt: skip
     local_remapped_pod_cidr: str | None = Field(default=None, alias="localRemappedPodCIDR")
     vk_reference: ObjectReference | None = None
     vnode_reference: ObjectReference | None = None

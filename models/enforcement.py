@@ -227,15 +227,22 @@ class Refusal:
         return self.by != "ResourceQuota"
 
 
+def status_message(body: str | bytes | None) -> str | None:
+    """The message of an API server's Status body (its own words, never the exception's text, which carries
+    the response headers); None when the body is no Status."""
+    try:
+        message = json.loads(body or "{}").get("message")
+    except (ValueError, AttributeError):
+        return None
+    return str(message) if message else None
+
+
 def refusal(status: int | None, body: str | bytes | None) -> Refusal | None:
     """The provider's rule in a refused create (403): None for any other answer, including a 403 of RBAC
     (credentials, not the pod). The message comes from the other cluster: printable, one line, bounded."""
     if status != 403 or not body:
         return None
-    try:
-        message = str(json.loads(body).get("message") or "")
-    except (ValueError, AttributeError):
-        return None
+    message = status_message(body) or ""
     message = _FORBIDDEN_PREFIX.sub("", _UNPRINTABLE.sub(" ", message)).strip()
     by: RefusedBy
     if "violates PodSecurity" in message:

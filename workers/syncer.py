@@ -31,6 +31,7 @@ from kube.metadata import served_metadata
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
 from models.api.common import rfc3339
+from models.enforcement import status_message
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
     LABEL_MANAGED_BY,
@@ -333,7 +334,7 @@ class Syncer:
                         pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
                 except ApiException as e:
                     if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
-                        self._refused(pod, tenant_ns, _message_of(e))
+                        self._refused(pod, tenant_ns, status_message(e.body) or str(e.reason))
                     elif e.status != 409:
                         raise
             else:
@@ -363,14 +364,6 @@ class Syncer:
         except ApiException as e:
             if e.status != 409:
                 raise
-
-
-def _message_of(e: ApiException) -> str:
-    """The API server's own words (a Status body's message), never the exception's text (its headers)."""
-    try:
-        return str(json.loads(e.body or "{}").get("message") or e.reason)
-    except (ValueError, AttributeError):
-        return str(e.reason)
 
 
 def _now() -> str:

@@ -21,6 +21,7 @@ from models.api.advertisement import TTL_RULE as ADVERTISEMENT_TTL_RULE
 from models.api.clusterconfig import GRACE_RULE
 from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
 from models.api.common import KubernetesObject
+from models.api.offloading import MAPPING_IMMUTABLE_RULE, NAME_RULE, SELECTED_NAME_RULE
 from models.names import GROUP, VERSION
 
 CRD_DIR = Path(__file__).with_name("crds")
@@ -36,6 +37,15 @@ VALIDATIONS: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
     "PeeringRequest": {
         ("spec", "clusterIdentity"): [{"rule": "self.clusterId == oldSelf.clusterId",
                                        "message": "clusterIdentity.clusterId is immutable"}],
+    },
+    "NamespaceOffloading": {
+        (): [{"rule": "self.metadata.name == 'offloading'", "message": NAME_RULE}],
+        ("spec",): [{"rule": "(self.namespaceMappingStrategy == 'SelectedName') == has(self.remoteNamespaceName)",
+                     "message": SELECTED_NAME_RULE},
+                    {"rule": "self.namespaceMappingStrategy == oldSelf.namespaceMappingStrategy && "
+                             "(has(self.remoteNamespaceName) ? self.remoteNamespaceName : '') == "
+                             "(has(oldSelf.remoteNamespaceName) ? oldSelf.remoteNamespaceName : '')",
+                     "message": MAPPING_IMMUTABLE_RULE}],
     },
     "Advertisement": {
         ("spec",): [{"rule": "self.timeToLive > self.timestamp", "message": ADVERTISEMENT_TTL_RULE},
@@ -70,8 +80,19 @@ PRINTER_COLUMNS: dict[str, list[dict[str, str]]] = {
         {"name": "Memory", "type": "string", "jsonPath": ".status.allocatable.memory"},
         {"name": "Failing Since", "type": "date", "jsonPath": ".status.failingSince"},
     ],
+    "NamespaceOffloading": [
+        {"name": "Pods", "type": "string", "jsonPath": ".spec.podOffloadingStrategy"},
+        {"name": "Mapping", "type": "string", "jsonPath": ".spec.namespaceMappingStrategy"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
+    ],
+    "RemoteNamespace": [
+        {"name": "Consumer Namespace", "type": "string", "jsonPath": ".spec.consumerNamespace"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    ],
 }
-SHORT_NAMES = {"Advertisement": ["adv"], "PeeringRequest": ["pr"], "ClusterConfig": ["cc"], "SuperCluster": ["sc"]}
+SHORT_NAMES = {"Advertisement": ["adv"], "PeeringRequest": ["pr"], "ClusterConfig": ["cc"], "SuperCluster": ["sc"],
+               "NamespaceOffloading": ["nso"], "RemoteNamespace": ["rns"]}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -112,7 +133,11 @@ def _schema_of(kind: type[KubernetesObject], name: str) -> dict[str, Any]:
     raw = kind.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
     properties = {key: _structural(raw["properties"][key], defs) for key in ("spec", "status") if key in raw["properties"]}
+    root_rules: list[dict[str, str]] = []
     for path, rules in VALIDATIONS.get(name, {}).items():
+        if not path:  # on the whole object (metadata.name)
+            root_rules = rules
+            continue
         target = properties
         for i, step in enumerate(path):
             target = target[step] if i == 0 else target["properties"][step]
@@ -128,6 +153,8 @@ def _schema_of(kind: type[KubernetesObject], name: str) -> dict[str, Any]:
     }
     if "spec" in raw.get("required", []):
         schema["required"] = ["spec"]
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
     return schema
 
 
@@ -139,7 +166,7 @@ def crd_for(kind: type[KubernetesObject]) -> dict[str, Any]:
         "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
-            "scope": "Cluster",
+            "scope": kind.SCOPE,
             "names": {"kind": name, "listKind": f"{name}List", "plural": plural, "singular": name.lower(),
                       "shortNames": SHORT_NAMES[name]},
             "versions": [{

@@ -4,6 +4,7 @@ from here so that a renamed key cannot drift between a writer and its reader."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 GROUP: Final = "tidepool.io"
@@ -15,6 +16,8 @@ CLUSTER_CONFIGS: Final = "clusterconfigs"
 PEERING_REQUESTS: Final = "peeringrequests"
 ADVERTISEMENTS: Final = "advertisements"
 SUPER_CLUSTERS: Final = "superclusters"
+NAMESPACE_OFFLOADINGS: Final = "namespaceoffloadings"
+REMOTE_NAMESPACES: Final = "remotenamespaces"
 
 # The one ClusterConfig of a cluster (cluster-scoped, a singleton by name).
 CLUSTER_CONFIG_NAME: Final = "tidepool"
@@ -150,7 +153,9 @@ FOREIGN_NAMESPACE_PREFIX: Final = "tidepool-foreign-"
 
 
 def foreign_namespace(foreign_cluster_id: str) -> str:
-    """The namespace in the provider where a foreign cluster's offloaded pods run."""
+    """A foreign cluster's control namespace in the provider: its quota record, token anchors, keepalive Lease
+    and RemoteNamespace requests. Its offloaded pods run in namespaces of their own (`remote_namespace_name`);
+    copies made here under the single-namespace layout (`<namespace>-<name>`) stay until their pods go or move."""
     return f"{FOREIGN_NAMESPACE_PREFIX}{foreign_cluster_id}"
 
 
@@ -158,6 +163,35 @@ def foreign_cluster_of_namespace(namespace: str) -> str | None:
     """The foreign cluster a provider namespace was made for (`foreign_namespace`'s inverse), or None."""
     consumer = namespace.removeprefix(FOREIGN_NAMESPACE_PREFIX)
     return consumer if consumer != namespace and consumer else None
+
+
+# Namespace offloading (issue 35, Liqo's NamespaceOffloading). A consumer opts a namespace in with a
+# NamespaceOffloading of this name in it (one per namespace); its controller mirrors the pod strategy into the
+# namespace's LABEL_OFFLOADING, which the consumer's admission policies read (deploy/base/consumer-offloading.yaml).
+NAMESPACE_OFFLOADING_NAME: Final = "offloading"
+LABEL_OFFLOADING: Final = "tidepool.io/offloading"
+# On a NamespaceOffloading: its deletion waits until its pods have left the virtual nodes and every remote
+# namespace is gone.
+OFFLOADING_FINALIZER: Final = "tidepool.io/drain"
+# On a RemoteNamespace (provider side): its deletion waits until the provider deleted the namespace it made.
+REMOTE_NAMESPACE_FINALIZER: Final = "tidepool.io/remote-namespace"
+# On a namespace a provider made for a consumer: the consumer's namespace it mirrors (LABEL_CONSUMER names the
+# consumer). The provider owns a namespace for a consumer only when both labels and LABEL_MANAGED_BY say so.
+LABEL_CONSUMER_NAMESPACE: Final = "tidepool.io/consumer-namespace"
+# Namespace names a consumer may never ask a provider for, whatever the mapping: the provider's own.
+RESERVED_NAMESPACES: Final = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+RESERVED_NAMESPACE_PREFIXES: Final = ("kube-", "tidepool-", "openshift-")
+
+
+def remote_namespace_default_name(consumer_cluster_id: str, namespace: str) -> str:
+    """The DefaultName mapping: `<consumer>-<namespace>` and a hash of the pair, so that no two (consumer,
+    namespace) pairs meet (`a` + `b-c` and `a-b` + `c` differ in the hash) and the name still reads."""
+    digest = hashlib.sha256(f"{consumer_cluster_id}/{namespace}".encode()).hexdigest()[:8]
+    return f"{f'{consumer_cluster_id}-{namespace}'[:54].rstrip('-')}-{digest}"
+
+
+def namespace_reserved(name: str) -> bool:
+    return name in RESERVED_NAMESPACES or name.startswith(RESERVED_NAMESPACE_PREFIXES)
 
 
 def virtual_node_name(provider_cluster_id: str) -> str:

@@ -100,3 +100,47 @@ def test_prices_are_written_as_plain_decimals_whatever_form_they_were_given_in()
     assert spec["incoming"]["maxPrices"] == {"cpu": "0.1"}
     assert Advertisement.from_kubernetes(advertisement(prices=spec["outgoing"]["prices"])).spec.prices == {
         "cpu": Decimal("0.04"), "memory": Decimal("0.005"), "nvidia.com/gpu": Decimal(2)}  # fmt: skip
+
+
+# Namespace offloading: the mapping and the selector (models/offloading.py).
+def test_default_remote_names_never_meet_and_fit_a_label() -> None:
+    from models.names import remote_namespace_default_name
+
+    assert remote_namespace_default_name("a", "b-c") != remote_namespace_default_name("a-b", "c")
+    long = remote_namespace_default_name("c" * 63, "n" * 63)
+    assert len(long) <= 63 and long == long.strip("-")
+
+
+def test_selected_name_is_required_only_with_its_strategy() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from models.api.offloading import SELECTED_NAME_RULE, NamespaceOffloadingSpec
+    from models.offloading import remote_namespace_name
+
+    with pytest.raises(ValidationError, match=SELECTED_NAME_RULE):
+        NamespaceOffloadingSpec.model_validate({"namespaceMappingStrategy": "SelectedName"})
+    with pytest.raises(ValidationError, match=SELECTED_NAME_RULE):
+        NamespaceOffloadingSpec.model_validate({"remoteNamespaceName": "x"})
+    chosen = NamespaceOffloadingSpec.model_validate({"namespaceMappingStrategy": "SelectedName", "remoteNamespaceName": "x"})
+    assert remote_namespace_name(chosen, consumer_cluster_id="a", namespace="team") == "x"
+    same = NamespaceOffloadingSpec(namespace_mapping_strategy="EnforceSameName")
+    assert remote_namespace_name(same, consumer_cluster_id="a", namespace="team") == "team"
+    default = remote_namespace_name(NamespaceOffloadingSpec(), consumer_cluster_id="a", namespace="team")
+    assert default.startswith("a-team-") and default != "team"
+
+
+def test_cluster_selector_means_what_a_label_selector_means() -> None:
+    from models.api.offloading import ClusterSelector
+    from models.offloading import selects
+
+    labels = {"tidepool.io/provider": "b", "region": "eu"}
+    assert selects(ClusterSelector(), labels)
+    assert selects(ClusterSelector.model_validate({"matchLabels": {"region": "eu"}}), labels)
+    assert not selects(ClusterSelector.model_validate({"matchLabels": {"region": "us"}}), labels)
+    expressions = [{"key": "tidepool.io/provider", "operator": "In", "values": ["b", "c"]},
+                   {"key": "gpu", "operator": "DoesNotExist"}]  # fmt: skip
+    assert selects(ClusterSelector.model_validate({"matchExpressions": expressions}), labels)
+    assert not selects(ClusterSelector.model_validate({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}), labels)
+    assert not selects(ClusterSelector.model_validate(
+        {"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["eu"]}]}), labels)

@@ -39,6 +39,7 @@ def _walk(node: Any, path: str = "") -> list[str]:
 def test_each_crd_is_a_structural_schema(path: Any) -> None:
     crd = yaml.safe_load(render()[path])
     assert _walk(crd["spec"]["versions"][0]["schema"]) == []
-    assert crd["spec"]["scope"] == "Cluster"
+    namespaced = {"NamespaceOffloading", "RemoteNamespace"}  # one per namespace, and one per consumer's request
+    assert crd["spec"]["scope"] == ("Namespaced" if crd["spec"]["names"]["kind"] in namespaced else "Cluster")
     assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
     assert path.parent == CRD_DIR

@@ -15,6 +15,7 @@ from models.api.clusterconfig import (
 )
 from models.api.common import ObjectMeta, ObjectReference, SecretReference
 from models.api.conditions import Condition
+from models.api.offloading import NamespaceOffloading, RemoteNamespace
 from models.api.peeringrequest import (
     PeeringRequest,
     PeeringRequestSpec,
@@ -22,11 +23,11 @@ from models.api.peeringrequest import (
 )
 from models.api.supercluster import SuperCluster, SuperClusterSpec
 
-KINDS = (ClusterConfig, PeeringRequest, Advertisement, SuperCluster)
+KINDS = (ClusterConfig, PeeringRequest, Advertisement, SuperCluster, NamespaceOffloading, RemoteNamespace)
 
 __all__ = [
     "KINDS", "Advertisement", "AdvertisementSpec", "AdvertisementStatus", "ClusterConfig", "ClusterConfigSpec",
-    "Condition", "IncomingConfig", "KeepaliveConfig", "ObjectMeta", "ObjectReference", "OutgoingConfig",
-    "PeeringRequest", "PeeringRequestSpec", "PeeringRequestStatus", "SecretReference", "SuperCluster",
+    "Condition", "IncomingConfig", "KeepaliveConfig", "NamespaceOffloading", "ObjectMeta", "ObjectReference", "OutgoingConfig",
+    "PeeringRequest", "PeeringRequestSpec", "PeeringRequestStatus", "RemoteNamespace", "SecretReference", "SuperCluster",
     "SuperClusterSpec",
 ]  # fmt: skip

@@ -49,6 +49,7 @@ class KubernetesObject(ApiModel):
 
     KIND: ClassVar[str] = ""
     PLURAL: ClassVar[str] = ""
+    SCOPE: ClassVar[str] = "Cluster"  # or "Namespaced"
 
     api_version: str = "tidepool.io/v1alpha1"
     kind: str = ""

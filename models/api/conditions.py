@@ -55,7 +55,12 @@ PodScheduledReason = Literal["Unschedulable", "SuperClusterRefused"]
 POD_SUPER_CLUSTER_CONDITION: Final = "pool.tidepool.io/SuperClusterReady"
 # A consumer pod bound to a virtual node, as its virtual kubelet writes it: False while the provider's API
 # server refuses the pod's copy (its Pod Security level, its quota, an admission policy); gone once a copy is made.
-ProviderAdmittedReason = Literal["ProviderRefused"]
+ProviderAdmittedReason = Literal["ProviderRefused", "NamespaceNotReady"]
+# NamespaceOffloading.status.conditions[type=Ready], written by the consumer's offloading controller.
+OffloadingReadyReason = Literal["RemoteNamespacesReady", "RemoteNamespacesPending", "RemoteNamespaceRefused",
+                                "NoClusterSelected", "Draining", "DrainBlocked"]  # fmt: skip
+# RemoteNamespace.status.conditions[type=Ready], written by the provider.
+RemoteNamespaceReadyReason = Literal["Created", "NameTaken", "NameReserved", "Deleting"]
 POD_PROVIDER_CONDITION: Final = "tidepool.io/ProviderAdmitted"
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",
@@ -65,7 +70,8 @@ REASONS: dict[str, frozenset[str]] = {
     "Accepted": frozenset(get_args(AcceptedReason) + get_args(RefusedReason) + get_args(PendingReason)),
     "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)
                        + get_args(PeeringCredentialsReason) + get_args(SuperClusterReadyReason)
-                       + get_args(PoolPodReason)),
+                       + get_args(PoolPodReason) + get_args(OffloadingReadyReason)
+                       + get_args(RemoteNamespaceReadyReason)),
     "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
     "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
     "Placed": frozenset(get_args(PlacedReason)),
@@ -91,7 +97,8 @@ EventReason = Literal[
 # Every reason a tidepool Event may carry: what a condition says, or a moment.
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
                  NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason,
-                 SuperClusterReadyReason, PoolPodReason, PodScheduledReason, ProviderAdmittedReason]  # fmt: skip
+                 SuperClusterReadyReason, PoolPodReason, PodScheduledReason, ProviderAdmittedReason,
+                 OffloadingReadyReason, RemoteNamespaceReadyReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

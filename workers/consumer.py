@@ -59,6 +59,7 @@ from models.names import (
     legacy_advertisement_workflow_id,
 )
 from workers.legacy import LegacyRuns
+from workers.offloading import OffloadingController
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers, signal_if_running
 from workflows.admission import AdmissionWorkflow
@@ -274,12 +275,18 @@ class ConsumerWatchers(Watchers):
 
 def consumer_role(ctx: RoleContext) -> Role:
     """The consumer: admission and advertisement workflows and their activities (every replica), and the
-    watchers (the leading replica)."""
+    watchers and the offloading controller (the leading replica)."""
 
     def lead() -> Callable[[], None]:
         watchers = ConsumerWatchers(ctx)
         watchers.start()
-        return watchers.stop
+        offloading = OffloadingController(ctx.home).start()
+
+        def stop() -> None:
+            offloading.stop()
+            watchers.stop()
+
+        return stop
 
     activities = ConsumerActivities(home=ctx.home, settings=ctx.settings)
     return Role(

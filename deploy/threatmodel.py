@@ -145,15 +145,21 @@ def _installed_identities() -> list[str]:
 def _admission_policies() -> list[str]:
     lines: list[str] = []
     for path, d in _documents():
-        if d["kind"] != "ValidatingAdmissionPolicy":
+        if d["kind"] not in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"):
             continue
         spec = d["spec"]
         lines += [f"#### `{d['metadata']['name']}` (deploy/{path})", ""]
         matched = "; ".join(", ".join(r["operations"]) + " of " + ", ".join(r["resources"])
                             for r in spec["matchConstraints"]["resourceRules"])  # fmt: skip
-        when = " and ".join(f"`{c['expression']}`" for c in spec.get("matchConditions", []))
-        lines += [f"Matches {matched}" + (f", made by a request where {when}" if when else "") + ".", "",
-                  "Refuses, saying:", ""]  # fmt: skip
+        when = " and ".join(f"`{' '.join(c['expression'].split())}`" for c in spec.get("matchConditions", []))
+        lines.append(f"Matches {matched}" + (f", made by a request where {when}" if when else "") + ".")
+        if d["kind"] == "MutatingAdmissionPolicy":  # it refuses nothing: what it adds is said in the manifest
+            param = spec.get("paramKind") or {}
+            lines += ["", f"Mutates (failure policy {spec.get('failurePolicy', 'Fail')}), with the "
+                      f"{param.get('kind', 'no')} parameter of the object's namespace: "
+                      + ", ".join(m["patchType"] for m in spec["mutations"]) + " (see the manifest's comments).", ""]  # fmt: skip
+            continue
+        lines += ["", "Refuses, saying:", ""]
         for validation in spec["validations"]:
             said = validation.get("message") or f"`{' '.join(str(validation.get('messageExpression')).split())}`"
             lines.append(f"- {said}")

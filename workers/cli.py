@@ -6,6 +6,10 @@
                 [--token-lifetime SECONDS] [--consumer-server URL]
   tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]    on the provider
   tidepool unpeer --consumer KUBECONFIG --provider-id ID [--force]    on the consumer
+  tidepool offload namespace NS [--selector 'k=v,k2 in (a,b),!k3'] [--pod-strategy LocalAndRemote|Remote|Local]
+                 [--namespace-mapping DefaultName|EnforceSameName|SelectedName[=NAME]] [--remote-namespace NAME]
+                 [--wait] [--kubeconfig FILE]   on a consumer: lets NS's pods run in the selected providers
+  tidepool unoffload namespace NS [--wait] [--kubeconfig FILE]   drains NS's pods home, then unoffloads it
   tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--kubeconfig FILE]
                  [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
@@ -22,6 +26,9 @@ Without --cluster, `status` reads the clusters of the running local environment 
 this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
 a short-lived token of it, never the administrator's credentials. Run it again to renew a token that
 expired while the provider was down.
+
+`offload` and `unoffload` run with a kubeconfig of the consumer (--kubeconfig, else $KUBECONFIG, else
+~/.kube/config) that may write NamespaceOffloadings in NS.
 
 `explain` reads only the cluster's Temporal namespace (TIDEPOOL_TEMPORAL_* as the worker, or the flags):
 `peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
@@ -52,6 +59,7 @@ from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.api.common import DNS_LABEL
+from models.api.offloading import NamespaceOffloadingSpec
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
@@ -61,7 +69,9 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     POOL_SCHEDULER_WORKFLOW_ID,
     VIRTUAL_NODE_TYPE,
+    namespace_reserved,
 )
+from models.offloading import parse_selector
 from models.pool.namespaces import POLICIES
 from models.settings import WorkerSettings
 from models.sharing import offloaded_by
@@ -77,6 +87,13 @@ from workers.explain import (
     simulate_admission_history,
     simulate_peering_history,
     simulate_pool_history,
+)
+from workers.offload_command import (
+    OffloadError,
+    offload_namespace,
+    offloaded_namespace_rows,
+    unoffload_namespace,
+    virtual_node_pod_rows,
 )
 from workers.peer import cancel_peering, leave_provider, request_peering
 
@@ -103,6 +120,7 @@ def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
 
 def status(clusters: dict[str, Path]) -> str:
     peerings, adverts, nodes, offloaded, placements, pool_pods = [], [], [], [], [], []
+    offloaded_namespaces, virtual_node_pods = [], []
     for name, kubeconfig in clusters.items():
         api = client_from_own_kubeconfig_file(str(kubeconfig))
         for request in _list(api, PEERING_REQUESTS):
@@ -118,6 +136,8 @@ def status(clusters: dict[str, Path]) -> str:
         # One list of the cluster's pods serves the virtual nodes' counts, the offloaded and the pool pods.
         pods = core.list_pod_for_all_namespaces().items
         pods_per_node = Counter(pod.spec.node_name if pod.spec else None for pod in pods)
+        offloaded_namespaces += offloaded_namespace_rows(name, api)
+        virtual_node_pods += virtual_node_pod_rows(name, pods)
         for node in core.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items:
             node_name, node_status = (node.metadata or k8s.V1ObjectMeta()).name, node.status or k8s.V1NodeStatus()
             ready = next((c for c in node_status.conditions or [] if c.type == "Ready"), None)
@@ -146,6 +166,10 @@ def status(clusters: dict[str, Path]) -> str:
         _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],
                adverts),
         _table("Virtual nodes", ["cluster", "node", "ready", "cpu", "memory", "pods"], nodes),
+        _table("Offloaded namespaces (consumer side)", ["cluster", "namespace", "pods", "clusters selected",
+                                                        "remote namespaces", "ready"], offloaded_namespaces),
+        _table("Pods on virtual nodes (consumer side)", ["cluster", "pod", "node", "phase", "why not running"],
+               virtual_node_pods),
         _table("Offloaded pods", ["consumer", "pod", "runs in", "as", "phase there"], offloaded),
         _table("Pool placements", ["tenant", "namespace", "slices per super cluster"], placements),
         _table("Pool pods", ["tenant", "pod", "super cluster", "phase"], pool_pods),
@@ -204,6 +228,44 @@ def _dns_label(name: str) -> bool:
 
 
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"
+
+
+def _selector(text: str) -> NamespaceOffloadingSpec:
+    """--selector as the NamespaceOffloading's clusterSelector (carried in a spec: argparse keeps the value)."""
+    try:
+        return NamespaceOffloadingSpec(cluster_selector=parse_selector(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).splitlines()[0]) from None
+
+
+def _offloading_spec(args: argparse.Namespace) -> tuple[NamespaceOffloadingSpec | None, str | None]:
+    """The spec `offload namespace` asks for, or what is wrong with its arguments (the argument and the rule)."""
+    if not _dns_label(args.namespace):
+        return None, f"NS {args.namespace!r} is not a namespace name (a DNS-1123 label: lowercase letters, digits, '-')"
+    mapping, _, named = args.namespace_mapping.partition("=")
+    remote = args.remote_namespace or named or None
+    if mapping not in MAPPINGS:
+        return None, f"--namespace-mapping {args.namespace_mapping!r} is not one of {', '.join(MAPPINGS)}"
+    if (mapping == "SelectedName") != (remote is not None) or (named and args.remote_namespace):
+        return None, ("--remote-namespace NAME (or --namespace-mapping SelectedName=NAME) is required with "
+                      "SelectedName, and only with it, once")
+    asked = {"EnforceSameName": args.namespace, "SelectedName": remote}.get(mapping)
+    if asked is not None and not _dns_label(asked):
+        return None, f"remote namespace {asked!r} is not a namespace name (a DNS-1123 label)"
+    if asked is not None and namespace_reserved(asked):
+        return None, (f"remote namespace {asked!r} is reserved in every provider (default, kube-*, tidepool-*, "
+                      "openshift-*): use --namespace-mapping DefaultName or another name")
+    selector = (args.selector or NamespaceOffloadingSpec()).cluster_selector
+    return NamespaceOffloadingSpec(pod_offloading_strategy=args.pod_strategy, namespace_mapping_strategy=mapping,
+                                   remote_namespace_name=remote, cluster_selector=selector), None  # fmt: skip
+
+
+MAPPINGS = ("DefaultName", "EnforceSameName", "SelectedName")
+STRATEGIES = ("LocalAndRemote", "Remote", "Local")
+
+
+def _default_kubeconfig() -> str:
+    return os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
 
 
 def _percentage(text: str) -> int:
@@ -267,6 +329,26 @@ async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSim
     return await explain_pod(client, namespace=namespace, pod=pod, at=args.at, workflow_id=args.workflow_id)
 
 
+def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    spec: NamespaceOffloadingSpec | None = None
+    if args.command == "offload":
+        spec, problem = _offloading_spec(args)
+    else:
+        problem = None if _dns_label(args.namespace) else f"NS {args.namespace!r} is not a namespace name"
+    if problem:
+        parser.error(f"{args.command} namespace: {problem}")
+    try:
+        api = _kubeconfig(args.kubeconfig or _default_kubeconfig())
+        if spec is not None:
+            offload_namespace(api, args.namespace, spec, wait=args.wait, timeout=args.timeout, say=print)
+        else:
+            unoffload_namespace(api, args.namespace, wait=args.wait, timeout=args.timeout, say=print)
+    except (LookupError, OffloadError, OSError) as e:
+        print(f"tidepool {args.command}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tidepool", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -293,6 +375,25 @@ def main(argv: list[str] | None = None) -> int:
     unpeer.add_argument("--provider-id")
     unpeer.add_argument("--force", action="store_true",
                         help="the other side may be gone: finish this side at once, clean there afterwards if it answers")
+    offload = sub.add_parser("offload", help="let a namespace's pods run in providers (a NamespaceOffloading)")
+    offload_kinds = offload.add_subparsers(dest="kind", required=True)
+    offload_ns = offload_kinds.add_parser("namespace", help="offload NS (run again to change how)")
+    offload_ns.add_argument("--selector", type=_selector, metavar="SELECTOR",
+                            help="the providers, by their virtual nodes' labels (e.g. 'tidepool.io/provider in (a,b)'); "
+                                 "default: every provider")  # fmt: skip
+    offload_ns.add_argument("--pod-strategy", choices=STRATEGIES, default="LocalAndRemote",
+                            help="where NS's pods may run: here or in a provider, only in a provider, only here")
+    offload_ns.add_argument("--namespace-mapping", default="DefaultName", metavar="|".join(MAPPINGS) + "[=NAME]",
+                            help="the namespace's name in each provider (immutable: unoffload to change it)")
+    offload_ns.add_argument("--remote-namespace", metavar="NAME", help="the name SelectedName asks for")
+    unoffload = sub.add_parser("unoffload", help="drain a namespace's pods home and unoffload it")
+    unoffload_ns = unoffload.add_subparsers(dest="kind", required=True).add_parser("namespace", help="unoffload NS")
+    for command in (offload_ns, unoffload_ns):
+        command.add_argument("namespace", metavar="NS")
+        command.add_argument("--wait", action="store_true", help="until Ready (offload) or drained (unoffload)")
+        command.add_argument("--timeout", type=float, default=300, metavar="SECONDS", help="of --wait")
+        command.add_argument("--kubeconfig", metavar="FILE", default=None,
+                             help="the consumer's (default: $KUBECONFIG, else ~/.kube/config)")
     explain = sub.add_parser("explain", help="why a peering, an Advertisement or a pool placement is as it is")
     explain.add_argument("kind", choices=["peering", "advertisement", "namespace", "pod"])
     explain.add_argument("subject", metavar="NAME",
@@ -329,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         if all(on_provider) == all(on_consumer) or (any(on_provider) and any(on_consumer)):
             parser.error("unpeer: give either --provider and --consumer-id (on the provider) or --consumer and "
                          "--provider-id (on the consumer)")  # fmt: skip
+    if args.command in ("offload", "unoffload"):
+        return _offload(parser, args)
     if args.command in ("explain", "simulate"):
         problem = _history_arguments_problem(args)
         if problem:

@@ -29,6 +29,7 @@ NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
 # on every local cluster, as deploy/base installs it in production, so that the providers of tests and of
 # `make demo` meet it as they would there.
 CONSUMER_DECISIONS = Path(__file__).resolve().parents[1] / "base" / "consumer-decisions.yaml"
+CONSUMER_OFFLOADING = Path(__file__).resolve().parents[1] / "base" / "consumer-offloading.yaml"
 CREATE_ATTEMPTS = 3
 
 
@@ -269,13 +270,14 @@ def _log_tails(logs: Path, *, lines: int = 8) -> str:
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:
     """Server-side apply of deploy/crds, of tidepool's namespace (where its workers hold their Lease) and of
-    the consumer's decisions policy, as a production install does (deploy/base), then wait until the API
-    server serves the CRDs."""
+    the consumer's decisions and offloading policies, as a production install does (deploy/base), then wait
+    until the API server serves the CRDs (the offloading MutatingAdmissionPolicy's paramKind is one of them)."""
     if not any(CRD_DIR.glob("*.yaml")):
         return
     kubectl = [str(binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR), "-f", str(NAMESPACE),
-                    "-f", str(CONSUMER_DECISIONS)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+                    "-f", str(CONSUMER_DECISIONS), "-f", str(CONSUMER_OFFLOADING)], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
     subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_DIR)],
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
 

@@ -49,6 +49,15 @@ def _ready(obj: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
 
 
+def _applied(spec: NamespaceOffloadingSpec) -> dict[str, Any]:
+    """The spec as applied: empty parts of the selector left out, so that a run without --selector takes back
+    what an earlier one set (server-side apply removes what its manager no longer sends; an emptied map would
+    be stored as null, which the schema refuses)."""
+    body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    selector = {k: v for k, v in body.pop("clusterSelector").items() if v}
+    return {**body, "clusterSelector": selector} if selector else body
+
+
 def offload_namespace(api: k8s.ApiClient, namespace: str, spec: NamespaceOffloadingSpec, *, wait: bool,
                       timeout: float, say: Say) -> None:  # fmt: skip
     custom = k8s.CustomObjectsApi(api)
@@ -58,7 +67,7 @@ def offload_namespace(api: k8s.ApiClient, namespace: str, spec: NamespaceOffload
                            f"NamespaceOffloading is gone (`tidepool unoffload namespace {namespace} --wait`)")
     body = {"apiVersion": API_VERSION, "kind": NamespaceOffloading.KIND,
             "metadata": {"name": NAMESPACE_OFFLOADING_NAME, "namespace": namespace},
-            "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)}  # fmt: skip
+            "spec": _applied(spec)}  # fmt: skip
     try:
         custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME,
                                               body, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip

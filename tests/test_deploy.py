@@ -222,6 +222,10 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         *[("get", f"{kind}.admissionregistration.k8s.io/{name}") for name in (SERVICES_POLICY_NAME, PODS_POLICY_NAME)
           for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")],
         ("create", f"rolebindings/{CREDENTIALS_BINDING}", "-n", foreign),
+        # The offloading controller (workers/offloading.py): NamespaceOffloadings, the namespace label, the drain.
+        ("watch", "namespaceoffloadings.tidepool.io", "-A"), ("patch", "namespaceoffloadings.tidepool.io", "-n", "shop"),
+        ("patch", "namespaceoffloadings.tidepool.io", "--subresource=status", "-n", "shop"), ("watch", "namespaces"),
+        ("delete", "pods", "-n", "shop"),
         *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
     ]  # fmt: skip
     worker_may_not = [
@@ -238,6 +242,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         # The quota and LimitRange of a foreign namespace only through that binding too.
         ("patch", "resourcequotas", "-n", foreign), ("create", "limitranges", "-n", foreign),
         ("patch", f"validatingadmissionpolicies.admissionregistration.k8s.io/{SERVICES_POLICY_NAME}"),
+        ("create", "namespaceoffloadings.tidepool.io", "-n", "shop"), ("delete", "namespaceoffloadings.tidepool.io", "-n", "shop"),
         ("delete", f"validatingadmissionpolicybindings.admissionregistration.k8s.io/{SERVICES_POLICY_NAME}"),
     ]  # fmt: skip
     assert [a for a in worker_may if not can(WORKER, *a)] == []

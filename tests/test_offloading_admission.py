@@ -44,7 +44,7 @@ def create_virtual_node(api: k8s.ApiClient, provider: str, **labels: str) -> str
     node = fake_node(name, cpu="8", memory="16Gi", labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE, LABEL_PROVIDER: provider,
                                                           **labels})  # fmt: skip
     node["spec"] = {"taints": [{"key": TAINT_VIRTUAL_NODE, "value": "true", "effect": "NoExecute"}]}
-    k8s.CoreV1Api(api).create_node(node)
+    k8s.CoreV1Api(api).create_node(k8s.V1Node.model_validate(node))
     return name
 
 
@@ -57,15 +57,17 @@ def offload(api: k8s.ApiClient, namespace: str, **spec: Any) -> None:
         field_manager="test", force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
 
 
-def pod(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}}
+def pod(name: str, *, finalizers: list[str] | None = None, **spec: Any) -> k8s.V1Pod:
+    return k8s.V1Pod.model_validate({"metadata": {"name": name, "finalizers": finalizers or []},
+                                     "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}})
 
 
-def bind(core: k8s.CoreV1Api, namespace: str, name: str, node: str) -> None:
+def bind(core: k8s.CoreV1Api, namespace: str, name: str, node: str) -> bool:
     """What the scheduler does: a Binding (pods/binding). Read raw: the client cannot parse its Status answer."""
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
-    core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+    core.create_namespaced_pod_binding(name, namespace, k8s.V1Binding.model_validate(body), _preload_content=False)
+    return True
 
 
 def refusal(call: Callable[[], Any]) -> str:
@@ -80,18 +82,19 @@ async def labelled(core: k8s.CoreV1Api, namespace: str, value: str | None) -> No
                      timeout=20, what=f"namespace {namespace} labelled {value}")  # fmt: skip
 
 
-async def created_as(core: k8s.CoreV1Api, namespace: str, body: dict[str, Any],
+async def created_as(core: k8s.CoreV1Api, namespace: str, body: k8s.V1Pod,
                      done: Callable[[k8s.V1Pod], bool]) -> k8s.V1Pod:  # fmt: skip
     """Creates the pod until admission made it as `done` says: the policy reads its parameter through an
     informer, which may not have seen a NamespaceOffloading written a moment ago (a pod made before is
     deleted and made again under a new name)."""
 
     def attempt() -> k8s.V1Pod | None:
-        made = core.create_namespaced_pod(namespace, {**body, "metadata": {
-            "name": f"{body['metadata']['name']}-{next(_names)}"}})  # fmt: skip
+        named = body.model_copy(deep=True)
+        named.metadata.name = f"{body.metadata.name}-{next(_names)}"
+        made = core.create_namespaced_pod(namespace, named)
         if done(made):
             return made
-        core.delete_namespaced_pod(made.metadata.name, namespace, grace_period_seconds=0)
+        core.delete_namespaced_pod(str(made.metadata.name), namespace, grace_period_seconds=0)
         return None
 
     made: k8s.V1Pod = await eventually(attempt, timeout=20, interval=0.5, what=f"a pod of {namespace} mutated")
@@ -147,7 +150,7 @@ async def test_a_namespace_not_offloaded_keeps_its_pods_off_virtual_nodes_whatev
 
     offload(consumer, "team", podOffloadingStrategy="LocalAndRemote")
     await labelled(core, "team", "LocalAndRemote")
-    await eventually(lambda: bind(core, "team", "web", node) or True, timeout=10, what="the binding allowed")
+    await eventually(lambda: bind(core, "team", "web", node), timeout=10, what="the binding allowed")
     assert core.read_namespaced_pod("web", "team").spec.node_name == node
 
 
@@ -167,9 +170,9 @@ async def test_remote_pods_tolerate_and_go_only_to_the_selected_virtual_node_wit
     # The scheduler, with a home node free, places it on the selected virtual node only.
     for _ in range(3):
         placed = await created_as(core, "shop", pod("web"), tolerates)
-        await eventually(lambda name=placed.metadata.name: core.read_namespaced_pod(name, "shop").spec.node_name,
+        await eventually(lambda name=str(placed.metadata.name): core.read_namespaced_pod(name, "shop").spec.node_name,
                          timeout=30, what="the pod scheduled")  # fmt: skip
-        assert core.read_namespaced_pod(placed.metadata.name, "shop").spec.node_name == chosen_node
+        assert core.read_namespaced_pod(str(placed.metadata.name), "shop").spec.node_name == chosen_node
 
     # Its own required terms are kept and ANDed with ours: each of its terms gains ours.
     own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -182,9 +185,9 @@ async def test_remote_pods_tolerate_and_go_only_to_the_selected_virtual_node_wit
     ]
     # Neither the other virtual node nor home is a selected virtual node: it stays unscheduled.
     await eventually(lambda: any(c.type == "PodScheduled" and c.status == "False" for c in
-                                 core.read_namespaced_pod(pinned.metadata.name, "shop").status.conditions or []),
+                                 core.read_namespaced_pod(str(pinned.metadata.name), "shop").status.conditions or []),
                      timeout=30, what="the pinned pod unschedulable")  # fmt: skip
-    assert core.read_namespaced_pod(pinned.metadata.name, "shop").spec.node_name is None
+    assert core.read_namespaced_pod(str(pinned.metadata.name), "shop").spec.node_name is None
 
 
 async def test_local_and_remote_pods_tolerate_and_may_go_home_or_to_a_selected_virtual_node(

@@ -45,8 +45,8 @@ async def tidepool(*args: str) -> tuple[int, str, str]:
 
 
 def read(custom: k8s.CustomObjectsApi, namespace: str) -> dict[str, Any]:
-    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS,
-                                                              NAMESPACE_OFFLOADING_NAME)  # fmt: skip
+    obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME)
+    assert isinstance(obj, dict)
     return obj
 
 
@@ -108,14 +108,14 @@ async def test_offload_labels_and_readies_the_namespace_and_unoffload_drains_it_
 
         # A pod on the virtual node, held by a finalizer of the test's: it stays Terminating until let go.
         # (Refused while the API server's informer of the policy's parameter starts: made again, as a controller would.)
-        await eventually(lambda: core.create_namespaced_pod("team", {**pod("web"), "metadata": {
-            "name": "web", "finalizers": ["test.io/hold"]}}), timeout=20, what="the pod created")  # fmt: skip
+        await eventually(lambda: core.create_namespaced_pod("team", pod("web", finalizers=["test.io/hold"])), timeout=20,
+                         what="the pod created")  # fmt: skip
         await eventually(lambda: core.read_namespaced_pod("web", "team").spec.node_name == node, timeout=30,
                          what="the pod scheduled on the virtual node")  # fmt: skip
         code, out, err = await tidepool("status", "--cluster", f"cons={kubeconfig}")
         assert code == 0, err
         assert f"cons     team       Remote  tidepool.io/provider={provider}" in out, out
-        assert f"team-r (Ready)" in out and f"cons     team/web  {node}" in out, out
+        assert "team-r (Ready)" in out and f"cons     team/web  {node}" in out, out
 
         code, out, err = await tidepool("unoffload", "namespace", "team", "--kubeconfig", kubeconfig)
         assert code == 0 and "namespace team unoffloading" in out, err
@@ -140,4 +140,5 @@ async def test_offload_labels_and_readies_the_namespace_and_unoffload_drains_it_
                                         "--kubeconfig", kubeconfig)  # fmt: skip
         assert code == 0, err
         assert "namespace team drained" in out or "namespace team is not offloaded" in out, out
-        assert custom.list_namespaced_custom_object(GROUP, VERSION, "team", NAMESPACE_OFFLOADINGS)["items"] == []
+        left = custom.list_namespaced_custom_object(GROUP, VERSION, "team", NAMESPACE_OFFLOADINGS)
+        assert isinstance(left, dict) and left["items"] == []

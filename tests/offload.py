@@ -4,15 +4,17 @@ module and the stand-in that runs the real virtual kubelet: what the virtual kub
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 
-from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from models.names import SYSTEM_NAMESPACE, foreign_namespace, virtual_node_name
@@ -37,6 +39,24 @@ class Peering:
     @property
     def remote_namespace(self) -> str:
         return foreign_namespace(self.consumer_id)
+
+
+@contextmanager
+def own_clusters(localenv: EnvState) -> Iterator[tuple[Callable[[str], LocalCluster], str]]:
+    """`make_cluster` for a module-scoped fixture (which cannot use that function-scoped one): a maker of
+    clusters named <role>-<suffix>, and the suffix; the clusters it made are deleted at the end."""
+    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
+    suffix = uuid.uuid4().hex[:8]
+
+    def make(role: str) -> LocalCluster:
+        made.append(f"{role}-{suffix}")
+        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
+
+    try:
+        yield make, suffix
+    finally:
+        for name in made:
+            delete_cluster(name, binaries=binaries, workdir=workdir)
 
 
 @asynccontextmanager

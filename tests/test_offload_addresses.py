@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster, node_pod_cidrs
+from deploy.localenv.clusters import node_pod_cidrs
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, TAINT_VIRTUAL_NODE, advertisement_name
 from models.network import NO_REMAPPING
 from models.virtual_kubelet import ORIGIN_UID, remap_ip
 from tests.kube import create_namespace, create_node
-from tests.offload import Peering, peered, ready_node
+from tests.offload import Peering, own_clusters, peered, ready_node
 from tests.running import eventually
 
 
@@ -60,14 +58,7 @@ TOLERATE = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecu
 async def peering(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Peering]:
     """One peering for the module, on clusters of its own, its virtual node Ready, the consumer's two nodes
     and the provider's one each with a block of its cluster's PodCIDR."""
-    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
-    suffix = uuid.uuid4().hex[:8]
-
-    def make(role: str) -> LocalCluster:
-        made.append(f"{role}-{suffix}")
-        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
-
-    try:
+    with own_clusters(localenv) as (make, suffix):
         async with peered(localenv, make, suffix, consumer_pod_cidr=POD_CIDR, provider_pod_cidr=POD_CIDR,
                           provider_node_pod_cidr=node_pod_cidrs(POD_CIDR, 1)[0],
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
@@ -77,10 +68,6 @@ async def peering(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) 
             await eventually(lambda: ready_node(k8s.CoreV1Api(api), running.node), timeout=90,
                              what="the virtual node Ready")  # fmt: skip
             yield running
-    finally:
-        for name in made:
-            delete_cluster(name, binaries=binaries, workdir=workdir)
-
 
 def _web() -> dict[str, Any]:
     labels = {"app": "web"}

@@ -69,7 +69,9 @@ PRINTER_COLUMNS: dict[str, list[dict[str, str]]] = {
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "CPU", "type": "string", "jsonPath": ".spec.resourceQuota.hard.cpu"},
         {"name": "Memory", "type": "string", "jsonPath": ".spec.resourceQuota.hard.memory"},
-        {"name": "Expires", "type": "date", "jsonPath": ".spec.timeToLive"},
+        # A string, not a date: the API server shows a date column as the time since it (an age), and the
+        # age of a time still to come, as every live Advertisement's timeToLive is, prints `<invalid>`.
+        {"name": "Expires", "type": "string", "jsonPath": ".spec.timeToLive"},
     ],
     # The prober's verdict (models/pool/health.py): the reason tells Suspect (ProbeFailing, Ready still
     # True) from Unreachable; the allocatable is of the last good probe.

@@ -25,8 +25,10 @@ def apply_cluster_config(api: k8s.ApiClient, **spec: dict[str, Any]) -> None:
 
 
 def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: str = "110",
-                labels: dict[str, str] | None = None) -> None:  # fmt: skip
-    k8s.CoreV1Api(api).create_node(k8s.V1Node.model_validate(fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels)))
+                labels: dict[str, str] | None = None, pod_cidr: str | None = None) -> None:  # fmt: skip
+    """A kwok node; its pods get IPs from `pod_cidr`, or from kwok's default block (see `fake_node`)."""
+    body = fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels, pod_cidr=pod_cidr)
+    k8s.CoreV1Api(api).create_node(k8s.V1Node.model_validate(body))
 
 
 def create_runtime_class(api: k8s.ApiClient, name: str, *, overhead: dict[str, str]) -> None:

@@ -18,10 +18,8 @@ import ipaddress
 import math
 import subprocess
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +27,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
+from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.capacity import HomeCapacity
 from kube.clients import client_from_peer_kubeconfig_text
@@ -51,7 +49,7 @@ from models.pods import EVENTS_BURST, EVENTS_PER_MINUTE, MAX_MESSAGE_CHARS
 from models.resources import Resources
 from models.virtual_kubelet import ORIGIN_UID, reflected_name, remap_ip
 from tests.kube import create_namespace, delete_quietly
-from tests.offload import Peering, peered, ready_node
+from tests.offload import Peering, own_clusters, peered, ready_node
 from tests.pool import Pool, running_pool
 from tests.running import eventually
 from workers.peer import request_secret_name
@@ -66,23 +64,13 @@ TOLERATE = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecu
 @pytest.fixture(scope="module")
 async def peering(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Peering]:
     """One peering for the module's attacks, on clusters of its own, its virtual node Ready."""
-    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
-    suffix = uuid.uuid4().hex[:8]
-
-    def make(role: str) -> LocalCluster:
-        made.append(f"{role}-{suffix}")
-        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
-
-    try:
+    with own_clusters(localenv) as (make, suffix):
         async with peered(localenv, make, suffix, consumer_pod_cidr=PROVIDER_POD_CIDR,
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
             core = k8s.CoreV1Api(running.consumer.api_client())
             await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
             create_namespace(running.consumer.api_client(), NAMESPACE)
             yield running
-    finally:
-        for name in made:
-            delete_cluster(name, binaries=binaries, workdir=workdir)
 
 
 async def _offloaded_pod(peering: Peering, name: str) -> tuple[Any, Any]:
@@ -131,23 +119,13 @@ KEPT_POD_CIDR = "10.1.0.0/16"  # overlaps none of the consumer's networks: the n
 async def unremapped(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Peering]:
     """A peering whose PodCIDR the consumer's network module keeps ("None"): the provider's pod IPs are shown
     as they are, inside KEPT_POD_CIDR only."""
-    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
-    suffix = uuid.uuid4().hex[:8]
-
-    def make(role: str) -> LocalCluster:
-        made.append(f"{role}-{suffix}")
-        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
-
-    try:
+    with own_clusters(localenv) as (make, suffix):
         async with peered(localenv, make, suffix, consumer_pod_cidr="10.2.0.0/16", provider_pod_cidr=KEPT_POD_CIDR,
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
             core = k8s.CoreV1Api(running.consumer.api_client())
             await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
             create_namespace(running.consumer.api_client(), NAMESPACE)
             yield running
-    finally:
-        for name in made:
-            delete_cluster(name, binaries=binaries, workdir=workdir)
 
 
 def _decision(peering: Peering) -> tuple[str | None, str | None]:

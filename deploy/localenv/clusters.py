@@ -6,6 +6,8 @@ Used by the local environment (demo and tests)."""
 from __future__ import annotations
 
 import base64
+import ipaddress
+import itertools
 import os
 import socket
 import subprocess
@@ -31,6 +33,8 @@ NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
 CONSUMER_DECISIONS = Path(__file__).resolve().parents[1] / "base" / "consumer-decisions.yaml"
 CONSUMER_OFFLOADING = Path(__file__).resolve().parents[1] / "base" / "consumer-offloading.yaml"
 CREATE_ATTEMPTS = 3
+# Each fake node's share of its cluster's PodCIDR (node IPAM's default for IPv4, 254 pods).
+NODE_POD_CIDR_PREFIX = 24
 
 
 @dataclass(frozen=True)
@@ -290,11 +294,14 @@ def _wait_default_service_account(cluster: LocalCluster, *, binaries: Binaries) 
 
 
 def fake_node(
-    name: str, *, cpu: str, memory: str, pods: str = "110", labels: dict[str, str] | None = None
+    name: str, *, cpu: str, memory: str, pods: str = "110", labels: dict[str, str] | None = None,
+    pod_cidr: str | None = None,
 ) -> dict[str, Any]:
-    """A Node that the kwok controller keeps Ready (it manages nodes annotated kwok.x-k8s.io/node=fake)."""
+    """A Node that the kwok controller keeps Ready (it manages nodes annotated kwok.x-k8s.io/node=fake).
+    kwok gives its pods IPs from `pod_cidr` (spec.podCIDR), or, without one, from its own default
+    10.0.0.0/24, the same in every cluster (`node_pod_cidrs` gives a cluster's nodes blocks of its own)."""
     allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
-    return {
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -304,6 +311,29 @@ def fake_node(
         },
         "status": {"allocatable": allocatable, "capacity": allocatable, "phase": "Running"},
     }
+    if pod_cidr:
+        node["spec"] = {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]}
+    return node
+
+
+def node_pod_cidrs(cluster_pod_cidr: str, count: int, *, prefix: int = NODE_POD_CIDR_PREFIX) -> list[str]:
+    """The first `count` blocks of size /`prefix` of the cluster's PodCIDR, one per fake node, in order: what
+    the controller-manager's node IPAM would give them. Set at the nodes' creation rather than left to node
+    IPAM (--allocate-node-cidrs): kwok reads a node's podCIDR when a pod starts, and a pod scheduled before
+    the allocation would get kwok's default block; node IPAM would also give the virtual nodes blocks their
+    pods never use (their IPs are the provider's, remapped)."""
+    try:
+        network = ipaddress.ip_network(cluster_pod_cidr, strict=True)
+    except ValueError as e:
+        raise ValueError(f"cluster_pod_cidr {cluster_pod_cidr!r} is not a CIDR: {e}") from None
+    if prefix < network.prefixlen:
+        raise ValueError(f"prefix /{prefix} is wider than the cluster's PodCIDR {network}")
+    if count < 0:
+        raise ValueError(f"count must be 0 or more, got {count}")
+    cidrs = [str(block) for block in itertools.islice(network.subnets(new_prefix=prefix), count)]
+    if len(cidrs) < count:
+        raise ValueError(f"count {count}: the cluster's PodCIDR {network} holds only {len(cidrs)} /{prefix} blocks")
+    return cidrs
 
 
 def wait_for(predicate: Any, *, timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -3,8 +3,9 @@
 It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
 a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
 namespace), peers them (b consumes from a and from c, which share different percentages), deploys a
-sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, runs the super
-cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
+sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, behind a Service whose
+EndpointSlice addresses it prints (each cluster's pods have IPs of its own PodCIDR; a and c share one, so b
+remaps one of them), runs the super cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
 running in its super cluster), and prints a table.
 Everything keeps running for exploring; `make demo-down` (python -m deploy.localenv.demo down) stops it all.
 """
@@ -12,6 +13,7 @@ Everything keeps running for exploring; `make demo-down` (python -m deploy.local
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import subprocess
@@ -22,7 +24,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from deploy.localenv.clusters import fake_node, join_pool
+from deploy.localenv.clusters import fake_node, join_pool, node_pod_cidrs
 from deploy.localenv.env import (
     DEFAULT_STATE_DIR,
     EnvState,
@@ -32,7 +34,7 @@ from deploy.localenv.env import (
 )
 from deploy.localenv.temporal import free_port, stop_process_group
 from kube.clients import client_from_own_kubeconfig_file
-from kube.objects import apply_cluster_object, list_cluster_objects
+from kube.objects import apply_cluster_object, list_cluster_objects, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -42,7 +44,10 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     TAINT_VIRTUAL_NODE,
     VIRTUAL_NODE_TYPE,
+    advertisement_name,
+    virtual_node_name,
 )
+from models.network import NO_REMAPPING
 from workers.cli import status
 from workers.peer import request_peering
 
@@ -50,11 +55,14 @@ CLUSTERS = ["a", "b", "c", "tenant"]
 PEER_CLUSTERS = ["a", "b", "c"]
 # Each provider shares a different part of what it has.
 SHARING = {"a": 40, "b": 30, "c": 60}
-POD_CIDRS = {"a": "10.1.0.0/16", "b": "10.2.0.0/16", "c": "10.1.0.0/16"}  # c overlaps a: b remaps one of them
+# What each worker advertises and its network module keeps clear of, and the blocks its nodes' pods get
+# (node_pod_cidrs). c overlaps a: b's network module remaps whichever it decides for second.
+POD_CIDRS = {"a": "10.1.0.0/16", "b": "10.2.0.0/16", "c": "10.1.0.0/16"}
 NODES = {"a": [("a-node-1", "8", "32Gi"), ("a-node-2", "8", "32Gi")],
          "b": [("b-node-1", "4", "8Gi")],
          "c": [("c-node-1", "16", "64Gi")],
          "tenant": []}  # fmt: skip
+REPLICAS = 6
 
 
 def say(message: str) -> None:
@@ -120,8 +128,10 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     say("adding fake nodes and ClusterConfigs")
     for name, nodes in NODES.items():
-        for node, cpu, memory in nodes:
-            k8s.CoreV1Api(apis[name]).create_node(k8s.V1Node.model_validate(fake_node(node, cpu=cpu, memory=memory)))
+        blocks = node_pod_cidrs(POD_CIDRS[name], len(nodes)) if nodes else []
+        for (node, cpu, memory), block in zip(nodes, blocks, strict=True):
+            body = fake_node(node, cpu=cpu, memory=memory, pod_cidr=block)
+            k8s.CoreV1Api(apis[name]).create_node(k8s.V1Node.model_validate(body))
     for name in PEER_CLUSTERS:  # SYSTEM_NAMESPACE is there: created with the CRDs (clusters.install_crds)
         apply_cluster_object(apis[name], CLUSTER_CONFIGS, {
             "apiVersion": API_VERSION, "kind": "ClusterConfig", "metadata": {"name": CLUSTER_CONFIG_NAME},
@@ -156,18 +166,24 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     say("Advertisements accepted; waiting for the virtual nodes")
     _wait("two Ready virtual nodes on b", virtual_nodes_ready)
 
-    say("deploying a sample workload in b: 6 pods, of which the ones that fit nowhere else run in a and c")
+    say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that fit nowhere else run in a and c")
     core_b.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "shop"}}))
     k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
-        "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}}, "template": {
+        "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx",
                                      "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
                      "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
     }))  # fmt: skip
     _wait("the sample workload Running", lambda: sum(
-        _phase(p) == "Running" for p in core_b.list_namespaced_pod("shop").items) == 6, timeout=180)
+        _phase(p) == "Running" for p in core_b.list_namespaced_pod("shop").items) == REPLICAS, timeout=180)
+    core_b.create_namespaced_service("shop", k8s.V1Service.model_validate({"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))  # fmt: skip
+    endpoints = _wait(f"the Service's EndpointSlices listing {REPLICAS} replicas at distinct addresses",
+                      lambda: _distinct_endpoints(apis["b"], "shop", "web", count=REPLICAS), timeout=60)
+    say("the Service shop/web on b, its EndpointSlice addresses (local and offloaded replicas):")
+    print(_endpoints_table(apis["b"], endpoints), flush=True)
 
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
@@ -237,6 +253,32 @@ def main(argv: list[str] | None = None) -> int:
         bring_up(args.state_dir)
     return 0
 
+
+
+def _distinct_endpoints(api: k8s.ApiClient, namespace: str, service: str, *, count: int) -> dict[str, str] | None:
+    """The ready addresses of the Service's EndpointSlices, each with the node of its pod, once there are
+    `count` of them and no two share an address (a collision would leave one pod unreachable); else None."""
+    slices = k8s.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={service}").items  # fmt: skip
+    ready = [(address, e.node_name or "?") for s in slices for e in s.endpoints or []
+             if e.conditions and e.conditions.ready for address in e.addresses]  # fmt: skip
+    distinct = dict(ready)
+    return distinct if len(ready) == count and len(distinct) == count else None
+
+
+def _endpoints_table(api: k8s.ApiClient, endpoints: dict[str, str]) -> str:
+    """One line per address: where its pod runs, and for an offloaded one, how b shows its provider's IPs."""
+    own = NODES["b"]
+    where = {node: f"on b's own {node} ({block})"
+             for (node, _, _), block in zip(own, node_pod_cidrs(POD_CIDRS["b"], len(own)), strict=True)}  # fmt: skip
+    for provider in ("a", "c"):
+        status = (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(f"cluster-{provider}")) or {}).get("status") or {}
+        remapped = status.get("remoteRemappedPodCIDR") or "?"
+        shown = "shown as they are" if remapped == NO_REMAPPING else f"remapped into {remapped}"
+        where[virtual_node_name(f"cluster-{provider}")] = (
+            f"offloaded to {provider} (PodCIDR {POD_CIDRS[provider]}, {shown})")
+    return "\n".join(f"    {address:<15} {where.get(node, node)}"
+                     for address, node in sorted(endpoints.items(), key=lambda item: ipaddress.ip_address(item[0])))
 
 
 def _phase(pod: k8s.V1Pod) -> str | None:

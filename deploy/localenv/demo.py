@@ -2,8 +2,9 @@
 
 It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
 a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
-namespace), peers them (b consumes from a and from c, which share different percentages), deploys a
-sample workload in b of which some pods run on the virtual nodes, i.e. in a and c, behind a Service whose
+namespace), peers them (b consumes from a and from c, which share different percentages), offloads the
+namespace `shop` of b (`tidepool offload namespace shop`) and deploys a sample workload there of which some
+pods run on the virtual nodes, i.e. in a and c (each in a namespace of its own there), behind a Service whose
 EndpointSlice addresses it prints (each cluster's pods have IPs of its own PodCIDR; a and c share one, so b
 remaps one of them), runs the super cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
 running in its super cluster), and prints a table.
@@ -42,7 +43,6 @@ from models.names import (
     CLUSTER_CONFIGS,
     LABEL_NODE_TYPE,
     PLACEMENTS_ANNOTATION,
-    TAINT_VIRTUAL_NODE,
     VIRTUAL_NODE_TYPE,
     advertisement_name,
     virtual_node_name,
@@ -168,13 +168,18 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that fit nowhere else run in a and c")
     core_b.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "shop"}}))
+    # As a user would: the namespace is offloaded (to every provider, pods local and remote), and its pods get
+    # the virtual nodes' toleration at admission; a namespace not offloaded never reaches a virtual node.
+    offload = [sys.executable, "-m", "workers.cli", "offload", "namespace", "shop", "--wait",
+               "--kubeconfig", state.kubeconfigs["b"]]  # fmt: skip
+    say(f"$ tidepool offload namespace shop --wait --kubeconfig {state.kubeconfigs['b']}")
+    subprocess.run(offload, check=True, timeout=180)
     k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
         "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {
             "metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx",
-                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
-                     "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}]}}},
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}},
     }))  # fmt: skip
     _wait("the sample workload Running", lambda: sum(
         _phase(p) == "Running" for p in core_b.list_namespaced_pod("shop").items) == REPLICAS, timeout=180)

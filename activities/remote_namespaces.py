@@ -99,12 +99,6 @@ def delete_remote_namespaces(home: k8s.ApiClient, consumer: str) -> list[str]:
     return names
 
 
-def delete_remote_namespace_requests(home: k8s.ApiClient, consumer: str) -> None:
-    """A consumer gone silent: its requests go, and with them (the controller's finalizer) the namespaces."""
-    ignore_not_found(k8s.CustomObjectsApi(home).delete_collection_namespaced_custom_object, GROUP, VERSION,
-                     foreign_namespace(consumer), REMOTE_NAMESPACES)  # fmt: skip
-
-
 def patch_remote_namespace(home: k8s.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> None:
     """Merge patch (a finalizer list with the resourceVersion read: compare-and-swap)."""
     k8s.CustomObjectsApi(home).patch_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES, name, patch)

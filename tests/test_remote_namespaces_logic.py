@@ -13,6 +13,7 @@ from models.names import LABEL_CONSUMER, LABEL_CONSUMER_NAMESPACE, LABEL_MANAGED
 from models.quantities import parse_quantity
 from models.remote_namespaces import namespace_labels, owned_by, pod_security_level, refusal
 from models.resources import Resources
+from models.sharing import offloaded_by
 
 pytestmark = [pytest.mark.offloading]
 
@@ -104,3 +105,17 @@ def test_the_offer_recorded_for_the_split_reads_back_and_a_bad_record_is_none() 
     assert offer_of(offer_annotation(quota_hard(offered))) == quota_hard(offered)
     assert offer_of({}) is None and offer_of({"tidepool.io/offer": "{"}) is None
     assert offer_of({"tidepool.io/offer": '{"pods": 5}'}) is None
+
+
+@pytest.mark.parametrize(
+    ("namespace", "consumer"),
+    [
+        pytest.param("tidepool-foreign-b", "b", id="the control namespace"),
+        pytest.param("shop-b", "b", id="a namespace made for b's RemoteNamespace"),
+        pytest.param("shop", None, id="the provider's own namespace"),
+    ],
+)
+def test_a_pod_in_a_namespace_made_for_a_consumer_is_that_consumer_s(namespace: str, consumer: str | None) -> None:
+    """The offer to b leaves b's own pods out, wherever the provider made their namespace for b."""
+    pod = {"metadata": {"namespace": namespace, "labels": {LABEL_CONSUMER: "c"}}}  # what a pod says is not read
+    assert offloaded_by(pod, {"shop-b": "b"}) == consumer

@@ -37,8 +37,7 @@ from models.enforcement import QUOTA_NAME
 from models.names import (
     GROUP,
     LABEL_CONSUMER,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
+    MADE_FOR_CONSUMERS_SELECTOR,
     PEERING_REQUESTS,
     REMOTE_NAMESPACE_FINALIZER,
     REMOTE_NAMESPACES,
@@ -54,7 +53,6 @@ RequestKey = tuple[str, str]  # (control namespace, name)
 # Few: a request is a handful of calls, and a consumer asks for a namespace per offloaded namespace.
 REQUEST_WORKERS = 2
 SPLIT_WORKERS = 1
-_MADE_FOR_CONSUMERS = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CONSUMER}"
 
 
 def _request_key(obj: Obj) -> RequestKey | None:
@@ -105,10 +103,10 @@ class RemoteNamespaces:
             Informer("remotenamespaces", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
                      plural=REMOTE_NAMESPACES, on_sync=self.requests.sync, on_event=self.requests.event,
                      transform=_request),
-            Informer("consumer-namespaces", core.list_namespace, label_selector=_MADE_FOR_CONSUMERS,
+            Informer("consumer-namespaces", core.list_namespace, label_selector=MADE_FOR_CONSUMERS_SELECTOR,
                      on_sync=self.namespaces.sync, on_event=self.namespaces.event, transform=_namespace),
             Informer("consumer-quotas", core.list_resource_quota_for_all_namespaces,
-                     label_selector=_MADE_FOR_CONSUMERS, field_selector=f"metadata.name={QUOTA_NAME}",
+                     label_selector=MADE_FOR_CONSUMERS_SELECTOR, field_selector=f"metadata.name={QUOTA_NAME}",
                      on_sync=self.quotas.sync, on_event=self.quotas.event, transform=_quota),
             Informer("remote-namespace-peerings", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
                      plural=PEERING_REQUESTS, on_sync=self.peerings.sync, on_event=self.peerings.event,

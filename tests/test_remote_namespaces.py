@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from activities.credentials import BINDING, CLUSTER_ROLE, SERVICE_ACCOUNT
+from activities.credentials import BINDING, CLUSTER_ROLE, SERVICE_ACCOUNT, VIRTUAL_KUBELET_RULES
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
@@ -151,8 +151,15 @@ async def test_a_remote_namespace_becomes_a_namespace_with_pod_security_limits_q
     binding = rbac.read_namespaced_role_binding(BINDING, "shop-granted")
     assert (binding.role_ref.kind, binding.role_ref.name) == ("ClusterRole", CLUSTER_ROLE)
     assert [(s.name, s.namespace) for s in binding.subjects] == [(SERVICE_ACCOUNT, granted.control)]
-    # The consumer's own identity works there: its virtual kubelet can list and make its copies.
-    k8s.CoreV1Api(granted.consumer).list_namespaced_pod("shop-granted")
+    # The consumer's own identity may do there exactly what its virtual kubelet needs (no RemoteNamespaces).
+    review = k8s.AuthorizationV1Api(granted.consumer).create_self_subject_rules_review(
+        k8s.V1SelfSubjectRulesReview.model_validate({"spec": {"namespace": "shop-granted"}}))
+    held = {(group, resource, verb, name) for r in review.status.resource_rules for group in r.api_groups or []
+            for resource in r.resources or [] for verb in r.verbs for name in r.resource_names or [""]
+            if group not in ("authorization.k8s.io", "authentication.k8s.io")}  # fmt: skip
+    assert held == {(group, resource, verb, name) for rule in VIRTUAL_KUBELET_RULES for group in rule["apiGroups"]
+                    for resource in rule["resources"] for verb in rule["verbs"]
+                    for name in rule.get("resourceNames") or [""]}  # fmt: skip
     # A privileged pod is refused there as in the control namespace (Pod Security, the consumer-scope policies).
     with pytest.raises(ApiException) as refused:
         k8s.CoreV1Api(granted.consumer).create_namespaced_pod("shop-granted", _pod("root", privileged=True))

@@ -90,10 +90,26 @@ async def granted(localenv: EnvState, clusters: Clusters) -> AsyncIterator[Grant
             advertisement = await eventually(
                 lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider_id)),
                 what="the Advertisement on the consumer")  # fmt: skip
+            # The admission policies the first push installed take effect within a second or so: asked by a dry run.
+            await eventually(lambda: _policy_in_force(client, foreign_namespace(consumer_id)), timeout=30,
+                             what="the consumer-scope policies in force")  # fmt: skip
             yield Granted(provider=provider, admin=admin, consumer=client, consumer_id=consumer_id,
                           control=foreign_namespace(consumer_id), offered=advertisement["spec"]["resourceQuota"]["hard"])  # fmt: skip
     finally:
         delete_cluster(provider.name, binaries=binaries, workdir=workdir)
+
+
+def _open_service() -> k8s.V1Service:
+    return k8s.V1Service.model_validate({"metadata": {"name": "open"},
+                                         "spec": {"externalIPs": ["192.0.2.1"], "ports": [{"port": 80}]}})  # fmt: skip
+
+
+def _policy_in_force(api: k8s.ApiClient, namespace: str) -> bool:
+    try:
+        k8s.CoreV1Api(api).create_namespaced_service(namespace, _open_service(), dry_run="All")
+    except ApiException as e:
+        return e.status == 403 and "ValidatingAdmissionPolicy" in str(e.body)
+    return False
 
 
 def _ask(api: k8s.ApiClient, namespace: str, name: str, consumer_namespace: str = "shop") -> None:
@@ -164,6 +180,9 @@ async def test_a_remote_namespace_becomes_a_namespace_with_pod_security_limits_q
     with pytest.raises(ApiException) as refused:
         k8s.CoreV1Api(granted.consumer).create_namespaced_pod("shop-granted", _pod("root", privileged=True))
     assert refused.value.status == 403 and "PodSecurity" in str(refused.value.body)
+    with pytest.raises(ApiException) as refused:  # the consumer-scope policies select it by its labels
+        k8s.CoreV1Api(granted.consumer).create_namespaced_service("shop-granted", _open_service())
+    assert refused.value.status == 403 and "ValidatingAdmissionPolicy" in str(refused.value.body)
 
 
 @pytest.mark.hostile
@@ -316,7 +335,9 @@ async def test_withdrawal_deletes_every_remote_namespace_of_the_consumer(granted
 
     def all_gone() -> bool:
         left = core.list_namespace(label_selector=f"{LABEL_CONSUMER}={granted.consumer_id}").items
-        return not left
+        if left:
+            raise LookupError(f"left: {[(ns.metadata.name, ns.status.phase) for ns in left]}")
+        return True
 
-    await eventually(all_gone, timeout=120, what="every namespace of the consumer gone")
+    await eventually(all_gone, timeout=240, what="every namespace of the consumer gone")
     assert _gone(core.read_namespace, granted.control)

@@ -317,7 +317,9 @@ class ConsumerActivities:
             raise
         try:
             going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC)).going
-            going += delete_remote_namespace_requests(remote, namespace)  # and the namespaces made for them
+            # Its RemoteNamespaces too: the provider's controller deletes the namespace made for each, whatever
+            # the keepalive says.
+            delete_remote_namespace_requests(remote, namespace)
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:

@@ -263,8 +263,8 @@ class PeeringActivities:
                 return
             cleaning = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
             # Its remote namespaces too: their requests go, and the controller deletes each namespace with them.
-            requests = delete_remote_namespace_requests(self._home, namespace)
-            if not cleaning.going and not requests:
+            delete_remote_namespace_requests(self._home, namespace)
+            if not cleaning.going:
                 drop_keepalive(self._home, namespace)
             if not cleaning.deleted:  # nothing left but pods already terminating: said when they were deleted
                 return

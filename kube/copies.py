@@ -65,8 +65,8 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
 
 def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:
     """Deletes every RemoteNamespace in a consumer's control namespace (the provider's controller then deletes
-    the namespace made for each, its copies with it, and releases the request). Returns how many are still
-    there, being released: 0 is clean. One at a time: the consumer's identity may delete, not by collection.
+    the namespace made for each, its copies with it, and releases the request, keepalive or not). Returns how
+    many were there, being released or not. One at a time: the consumer's identity may delete, not by collection.
     A provider of an earlier release has no RemoteNamespaces (404) or grants none (403): nothing to delete."""
     custom = k8s.CustomObjectsApi(api)
     try:

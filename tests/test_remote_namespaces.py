@@ -26,7 +26,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.clients import client_from_peer_kubeconfig_text
-from kube.objects import list_cluster_objects, read_cluster_object
+from kube.objects import ignore_not_found, list_cluster_objects, read_cluster_object
 from models.enforcement import LIMIT_RANGE_NAME, QUOTA_NAME
 from models.names import (
     ADVERTISEMENTS,
@@ -321,6 +321,22 @@ async def test_deleting_the_remote_namespace_deletes_the_namespace(granted: Gran
     await eventually(lambda: _gone(core.read_namespace, "short-lived"), timeout=60, what="the namespace gone")
     await eventually(lambda: _request(granted.admin, granted.control, "short-lived") is None, timeout=30,
                      what="the request released")  # fmt: skip
+
+
+async def test_a_remote_namespace_deleted_behind_the_controller_s_back_is_made_again(granted: Granted) -> None:
+    _ask(granted.consumer, granted.control, "resilient")
+    await _answered(granted, "resilient", "Ready")
+    core = k8s.CoreV1Api(granted.admin)
+    uid = core.read_namespace("resilient").metadata.uid
+    core.delete_namespace("resilient")
+
+    def made_again() -> bool:
+        namespace = ignore_not_found(core.read_namespace, "resilient")
+        return namespace is not None and namespace.metadata.uid != uid and namespace.status.phase == "Active"
+
+    await eventually(made_again, timeout=90, what="the namespace made again")
+    await eventually(lambda: ignore_not_found(core.read_namespaced_resource_quota, QUOTA_NAME, "resilient"),
+                     timeout=30, what="its quota")  # fmt: skip
 
 
 async def test_withdrawal_deletes_every_remote_namespace_of_the_consumer(granted: Granted) -> None:

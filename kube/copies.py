@@ -1,6 +1,7 @@
 """What a consumer's virtual kubelet makes in its provider namespace, and the one way it is cleaned.
 
-Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
+Its remote namespaces (issue 35) go with their RemoteNamespaces (`delete_remote_namespace_requests`): the
+provider deletes the namespace it made for each. Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
 --force`, retrying while the provider was out of reach; and the provider, once the virtual kubelet's
 keepalive Lease there has lapsed (its consumer is gone: nobody else would ever delete the copies).
 
@@ -18,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kube.lease import renew_lease
 from kube.objects import ignore_not_found
-from models.names import CONSUMER_KEEPALIVE_LEASE, LABEL_CONSUMER, LABEL_OFFLOADED
+from models.names import CONSUMER_KEEPALIVE_LEASE, GROUP, LABEL_CONSUMER, LABEL_OFFLOADED, REMOTE_NAMESPACES, VERSION
 from models.virtual_kubelet import overdue_for_force_delete
 
 # The virtual kubelet renews its keepalive this often (a write a consumer makes on its provider twice a
@@ -60,6 +61,26 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
             ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
     return Cleaning(deleted=deleted, going=len(remaining))
+
+
+def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:
+    """Deletes every RemoteNamespace in a consumer's control namespace (the provider's controller then deletes
+    the namespace made for each, its copies with it, and releases the request, keepalive or not). Returns how
+    many were there, being released or not. One at a time: the consumer's identity may delete, not by collection.
+    A provider of an earlier release has no RemoteNamespaces (404) or grants none (403): nothing to delete."""
+    custom = k8s.CustomObjectsApi(api)
+    try:
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES)
+    except ApiException as e:
+        if e.status in (403, 404):
+            return 0
+        raise
+    items = listed.get("items", []) if isinstance(listed, dict) else []
+    for item in items:
+        if not (item.get("metadata") or {}).get("deletionTimestamp"):
+            ignore_not_found(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, REMOTE_NAMESPACES,
+                             item["metadata"]["name"])  # fmt: skip
+    return len(items)
 
 
 def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:

@@ -28,6 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
+from kube.clients import client_from_peer_kubeconfig_text
 from kube.copies import copies_selector, keepalive_grace
 from kube.objects import ignore_not_found, read_cluster_object
 from models.consumer import AdvertisementState
@@ -35,10 +36,13 @@ from models.names import (
     ADVERTISEMENTS,
     CONSUMER_KEEPALIVE_LEASE,
     FOREIGN_CLEANUP_FINALIZER,
+    GROUP,
     LABEL_PROVIDER,
     PEERING_REQUESTS,
+    REMOTE_NAMESPACES,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
+    VERSION,
     advertisement_name,
     advertisement_workflow_id,
     credentials_secret_name,
@@ -164,6 +168,16 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         held = core.read_namespaced_secret(credentials_secret_name(provider_id), SYSTEM_NAMESPACE)
         secrets.add_kubeconfig("the provider's credentials", base64.b64decode((held.data or {})["kubeconfig"]).decode())
         assert any("token" in label for label in secrets.values), "no token read: the scan would prove nothing"
+        # A namespace of its own asked for with those credentials (issue 35): it goes with the copies, either way.
+        granted = client_from_peer_kubeconfig_text(base64.b64decode((held.data or {})["kubeconfig"]))
+        k8s.CustomObjectsApi(granted).create_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "RemoteNamespace", "metadata": {"name": f"shop-{unique}"},
+            "spec": {"consumerNamespace": "shop"}})  # fmt: skip
+
+        def remote_namespace() -> Any:
+            return ignore_not_found(k8s.CoreV1Api(peering.provider.api_client()).read_namespace, f"shop-{unique}")
+
+        await eventually(remote_namespace, timeout=30, what="the remote namespace made")
 
         stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
         leave_provider(home, provider_id=provider_id, force=True)
@@ -194,13 +208,14 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
             start_cluster(peering.provider, binaries=binaries, workdir=workdir)
             # Its periodic push finds the keepalive lapsed (the push itself fails: its identity was revoked).
             grace = keepalive_grace(ttl).total_seconds()
-            await eventually(lambda: not copies() and keepalive() is None, timeout=grace + 60,
-                             what="the provider's own cleaning")  # fmt: skip
+            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
+                             timeout=grace + 60, what="the provider's own cleaning")  # fmt: skip
             events = k8s.CoreV1Api(there).list_namespaced_event("default", field_selector=f"involvedObject.name={consumer_id}")
             assert any(e.reason == "ConsumerSilent" and "copies here were deleted" in (e.message or "") for e in events.items)
         else:  # deleted: the provider's kwok ends the pods; the keepalive goes with the last of them, or by the
             # provider's own check
-            await eventually(lambda: not copies() and keepalive() is None,
-                             timeout=keepalive_grace(ttl).total_seconds() + 30, what="the copies and keepalive gone")  # fmt: skip
+            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
+                             timeout=keepalive_grace(ttl).total_seconds() + 30,
+                             what="the copies, the remote namespace and the keepalive gone")  # fmt: skip
     await replay_all_runs(temporal_client, handle.id)
     assert scan_history((await handle.fetch_history()).events, secrets) == []

@@ -63,6 +63,7 @@ from models.api.offloading import NamespaceOffloadingSpec
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
+    LABEL_CONSUMER,
     LABEL_NODE_TYPE,
     PEERING_REQUESTS,
     PLACEMENTS_ANNOTATION,
@@ -73,6 +74,7 @@ from models.names import (
 )
 from models.offloading import parse_selector
 from models.pool.namespaces import POLICIES
+from models.remote_namespaces import owned_by
 from models.settings import WorkerSettings
 from models.sharing import offloaded_by
 from models.simulate import AdmissionSimulation, PoolSimulation, Simulation
@@ -145,18 +147,25 @@ def status(clusters: dict[str, Path]) -> str:
             nodes.append([name, node_name, f"{ready.status} ({ready.reason})" if ready else "Unknown",
                           allocatable.get("cpu", "—"), allocatable.get("memory", "—"),
                           str(pods_per_node[node_name])])  # fmt: skip
+        namespaces = core.list_namespace().items
+        # The namespaces this cluster made for its consumers' RemoteNamespaces: their pods are those consumers'.
+        made_for = {}
+        for ns in namespaces:
+            labels = (ns.metadata.labels if ns.metadata else None) or {}
+            if ns.metadata and ns.metadata.name and owned_by(labels, labels.get(LABEL_CONSUMER, "")):
+                made_for[ns.metadata.name] = labels[LABEL_CONSUMER]
         for pod in pods:
             meta = pod.metadata or k8s.V1ObjectMeta()
             annotations = meta.annotations or {}
             where, phase = f"{meta.namespace}/{meta.name}", (pod.status.phase if pod.status else None) or "Pending"
-            consumer = offloaded_by({"metadata": {"namespace": meta.namespace}})
+            consumer = offloaded_by({"metadata": {"namespace": meta.namespace}}, made_for)
             if consumer is not None:  # a reflected pod: where a consumer's pod really runs (whose: where it runs)
                 offloaded.append([consumer,
                                   f"{annotations.get(ORIGIN_NAMESPACE, '?')}/{annotations.get(ORIGIN_NAME, '?')}", name,
                                   where, phase])  # fmt: skip
             if POD_CLUSTER_ANNOTATION in annotations:
                 pool_pods.append([name, where, annotations[POD_CLUSTER_ANNOTATION], phase])
-        for ns in core.list_namespace().items:
+        for ns in namespaces:
             ns_meta = ns.metadata or k8s.V1ObjectMeta()
             annotation = (ns_meta.annotations or {}).get(PLACEMENTS_ANNOTATION)
             if annotation:

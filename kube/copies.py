@@ -1,4 +1,6 @@
-"""What a consumer's virtual kubelet makes in its provider namespace, and the one way it is cleaned.
+"""What a consumer's virtual kubelet makes in its provider, and the one way it is cleaned: the copies in its
+control namespace (the single-namespace layout's) and in each remote namespace it asked for (a RemoteNamespace
+in the control namespace, issue 35), then those RemoteNamespaces (the provider deletes their namespaces).
 
 Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
 --force`, retrying while the provider was out of reach; and the provider, once the virtual kubelet's
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kube.lease import renew_lease
 from kube.objects import ignore_not_found
-from models.names import CONSUMER_KEEPALIVE_LEASE, LABEL_CONSUMER, LABEL_OFFLOADED
+from models.names import CONSUMER_KEEPALIVE_LEASE, GROUP, LABEL_CONSUMER, LABEL_OFFLOADED, REMOTE_NAMESPACES, VERSION
 from models.virtual_kubelet import overdue_for_force_delete
 
 # The virtual kubelet renews its keepalive this often (a write a consumer makes on its provider twice a
@@ -60,6 +63,42 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
             ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
     return Cleaning(deleted=deleted, going=len(remaining))
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    going: int  # pods still terminating, in the control namespace and the remote namespaces
+    remote_namespaces: tuple[str, ...]  # RemoteNamespaces still there (deleted: the provider deletes their namespace)
+
+    @property
+    def clean(self) -> bool:
+        return not self.going and not self.remote_namespaces
+
+
+def delete_offloaded(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Offloaded:
+    """Deletes every copy of `consumer_id`, in its control namespace and in every remote namespace it asked for,
+    then, once no pod is left, its RemoteNamespaces. A provider of an earlier release serves no RemoteNamespaces
+    (404), and a remote namespace already gone leaves us no rights there (403): nothing of ours is left there."""
+    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+    try:
+        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, control_namespace, REMOTE_NAMESPACES)
+        requests = tuple(str(item["metadata"]["name"]) for item in listed.get("items") or [])
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
+        requests = ()
+    going = delete_copies(core, control_namespace, consumer_id, now=now).going
+    for namespace in requests:
+        try:
+            going += delete_copies(core, namespace, consumer_id, now=now).going
+        except ApiException as e:
+            if e.status not in (403, 404):
+                raise
+    if going:
+        return Offloaded(going=going, remote_namespaces=requests)
+    for name in requests:
+        ignore_not_found(custom.delete_namespaced_custom_object, GROUP, VERSION, control_namespace, REMOTE_NAMESPACES, name)
+    return Offloaded(going=0, remote_namespaces=requests)
 
 
 def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:

@@ -436,7 +436,7 @@ def remote_target(request: Mapping[str, Any] | None, *, remote: str, consumer_na
     if meta.get("deletionTimestamp"):
         return RemoteTarget(remote, "Deleting", f"remote namespace {remote} is being deleted")
     said = str(status.get("phase") or "Pending")
-    phase = next((p for p in get_args(RemoteNamespacePhase) if p == said), "Pending")
+    phase: RemoteNamespacePhase = next((p for p in get_args(RemoteNamespacePhase) if p == said), "Pending")
     return RemoteTarget(remote, phase, str(status.get("message") or ("requested" if phase == "Pending" else "")))
 
 

@@ -66,7 +66,7 @@ from pydantic import ValidationError
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
-from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies, drop_keepalive, renew_keepalive
+from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
@@ -1178,39 +1178,17 @@ class VirtualKubelet:
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        requests = self._listed_requests()
-        going = 0
-        for namespace in [self.remote_namespace, *requests]:
-            try:
-                going += delete_copies(self.remote, namespace, self.config.consumer_id, now=datetime.now(UTC)).going
-            except ApiException as e:
-                if e.status not in (403, 404):  # its namespace (and our rights there) gone already
-                    raise
-        if going:
-            log.info("teardown: %d pods still going in the provider", going)
+        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
+        if cleaning.going:
+            log.info("teardown: %d pods still going in the provider", cleaning.going)
             return False
-        for name in requests:
-            ignore_not_found(k8s.CustomObjectsApi(self.provider).delete_namespaced_custom_object,
-                             GROUP, VERSION, self.remote_namespace, REMOTE_NAMESPACES, name)  # fmt: skip
-        if requests:
+        if cleaning.remote_namespaces:
             log.info("teardown: waiting for provider %s to delete remote namespaces %s", self.config.provider_id,
-                     ", ".join(sorted(requests)))  # fmt: skip
+                     ", ".join(sorted(cleaning.remote_namespaces)))  # fmt: skip
             return False
         self._drop_entries()
         drop_keepalive(self.provider, self.remote_namespace)
         return self._report_clean()
-
-    def _listed_requests(self) -> list[str]:
-        """This consumer's RemoteNamespaces, as the provider lists them now; none from a provider of an earlier
-        release, which serves none."""
-        try:
-            listed: Any = k8s.CustomObjectsApi(self.provider).list_namespaced_custom_object(
-                GROUP, VERSION, self.remote_namespace, REMOTE_NAMESPACES)  # fmt: skip
-        except ApiException as e:
-            if e.status not in (403, 404):
-                raise
-            return []
-        return [str(item["metadata"]["name"]) for item in listed.get("items") or []]
 
     def _drop_entries(self) -> None:
         """This provider is gone for every NamespaceOffloading: its entries go (their drains wait for no one)."""

@@ -19,7 +19,6 @@ from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
 from models.api.offloading import NamespaceOffloadingSpec
 from models.names import (
-    API_VERSION,
     GROUP,
     NAMESPACE_OFFLOADING_NAME,
     NAMESPACE_OFFLOADINGS,
@@ -29,7 +28,7 @@ from models.names import (
     virtual_node_name,
 )
 from models.offloading import remote_namespace_name
-from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import request_peering
@@ -92,15 +91,6 @@ def ready_node(core: k8s.CoreV1Api, name: str) -> Any:
     """The node if it is Ready, else None."""
     node = core.read_node(name)
     return node if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) else None
-
-
-def offload_namespace(api: k8s.ApiClient, namespace: str, spec: dict[str, Any] | None = None) -> None:
-    """`tidepool offload namespace NAMESPACE` as the cluster's admin: its NamespaceOffloading, created or updated."""
-    body = {"apiVersion": API_VERSION, "kind": "NamespaceOffloading",
-            "metadata": {"name": NAMESPACE_OFFLOADING_NAME, "namespace": namespace}, "spec": spec or {}}  # fmt: skip
-    k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME, body,
-        field_manager="tidepool-test", force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
 
 
 def offloading_entry_of(api: k8s.ApiClient, namespace: str, provider_id: str) -> dict[str, Any] | None:

@@ -50,7 +50,7 @@ from models.names import (
 from models.peering import WithdrawResult
 from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
-from tests.offload import peered, ready_node
+from tests.offload import offloaded_namespace, peered, ready_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import cancel_peering, leave_provider, request_peering, request_secret_name
@@ -146,14 +146,17 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         namespace, selector = foreign_namespace(consumer_id), copies_selector(consumer_id)
 
         def copies() -> list[Any]:
-            return list(k8s.CoreV1Api(peering.provider.api_client()).list_namespaced_pod(namespace, label_selector=selector).items)
+            """In the control namespace and in the offloaded namespace's remote namespace."""
+            core = k8s.CoreV1Api(peering.provider.api_client())
+            return [p for ns in (namespace, peering.remote("shop"))
+                    for p in core.list_namespaced_pod(ns, label_selector=selector).items]  # fmt: skip
 
         def keepalive() -> Any:
             return ignore_not_found(k8s.CoordinationV1Api(peering.provider.api_client()).read_namespaced_lease,
                                     CONSUMER_KEEPALIVE_LEASE, namespace)  # fmt: skip
 
         await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
-        create_namespace(home, "shop")
+        await offloaded_namespace(peering, "shop")
         create_pod(home, "shop", "web", requests={"cpu": "1"}, node_selector={LABEL_PROVIDER: provider_id},
                    tolerations=[{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}])  # fmt: skip
         await eventually(copies, timeout=60, what="the pod's copy in the provider")

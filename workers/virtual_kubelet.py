@@ -908,6 +908,9 @@ class VirtualKubelet:
             self._report(pod, legacy)  # the old layout's copy runs on: until it moves, or its pod goes
             return
         if remote is None:
+            if target is None and (self._node_labels is None or self._wanted_remote(key[0], self.offloadings.get(key[0]))):
+                self.namespace_queue.add(key[0])  # not reconciled yet (a restart): it queues its pods when it is
+                return
             self._namespace_not_ready(pod, target)
             return
         if copy is None:
@@ -946,6 +949,9 @@ class VirtualKubelet:
         current = {k: shown.get(k) for k in wanted}
         if wanted and current != wanted:
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], status_patch(wanted))
+        if condition_of(shown, POD_PROVIDER_CONDITION) is not None:  # said before its copy ran (or was adopted)
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {"conditions": [
+                {"$patch": "delete", "type": POD_PROVIDER_CONDITION}]}})  # fmt: skip
 
     def _copy_missing(self, pod: Obj, remote: str, *, moving: bool) -> None:
         meta = pod["metadata"]

@@ -302,8 +302,8 @@ class ConsumerActivities:
 
     @activity.defn
     def clean_provider(self, request: CleanProviderInput) -> CleanProviderResult:
-        """After `tidepool unpeer --force`: the copies of this cluster's pods in the provider, deleted with the
-        credentials it gave us, then our keepalive there once none is left (pods still terminating keep it:
+        """After `tidepool unpeer --force`: the copies of this cluster's pods in the provider and its
+        RemoteNamespaces there (the provider deletes their namespaces), deleted with the credentials it gave us, then our keepalive there once none is left (pods still terminating keep it:
         should one hang, the provider's own check force-deletes it once the keepalive lapses). A failure the
         workflow should try again after is raised; a provider refusing these credentials (expired, revoked)
         is not tried again."""

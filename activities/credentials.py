@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
+from activities.remote_namespaces import delete_remote_namespaces, split_consumer_offer
 from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
@@ -37,7 +38,6 @@ from models.enforcement import (
     consumer_policies,
     limit_range,
     pod_security_labels,
-    resource_quota,
 )
 from models.names import (
     CONSUMER_KEEPALIVE_LEASE,
@@ -61,6 +61,10 @@ CLUSTER_ROLE = "tidepool-foreign-virtual-kubelet"
 # `bind` verb), so that it holds no Secret rights anywhere else.
 CREDENTIALS_CLUSTER_ROLE = "tidepool-foreign-credentials"
 CREDENTIALS_BINDING = "tidepool-worker-credentials"
+# The consumer's requests for namespaces of their own (issue 35): bound in its control namespace alone, so that
+# a RemoteNamespace anywhere else cannot be made by it (and would be ignored: workers/remote_namespaces.py).
+REMOTE_NAMESPACES_CLUSTER_ROLE = "tidepool-foreign-remote-namespaces"
+REMOTE_NAMESPACES_BINDING = "tidepool-remote-namespaces"
 WORKER_SERVICE_ACCOUNT = "tidepool-worker"
 # The token generation annotations are written by a manager of their own: the namespace's server-side
 # apply (manager "tidepool", every push) does not carry them, and so must not own them.
@@ -109,6 +113,12 @@ CREDENTIALS_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "delete"]},
     {"apiGroups": [""], "resources": ["resourcequotas", "limitranges"], "verbs": ["create", "patch"]},
 ]  # fmt: skip
+# What a consumer's identity may do with RemoteNamespaces in its control namespace: ask (create), follow (get,
+# list, watch) and give up (delete) its requests; never write their status (the provider's answer) nor update
+# them (a name and a consumer namespace, immutable in effect: ask again).
+REMOTE_NAMESPACES_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["tidepool.io"], "resources": ["remotenamespaces"], "verbs": ["get", "list", "watch", "create", "delete"]},
+]  # fmt: skip
 
 
 def _labels(foreign_cluster_id: str) -> dict[str, str]:
@@ -131,6 +141,7 @@ def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *, offer
     which must run single API calls only (the caller waits for them)."""
     _ensure_cluster_role(home, CLUSTER_ROLE, VIRTUAL_KUBELET_RULES)
     _ensure_cluster_role(home, CREDENTIALS_CLUSTER_ROLE, CREDENTIALS_RULES)
+    _ensure_cluster_role(home, REMOTE_NAMESPACES_CLUSTER_ROLE, REMOTE_NAMESPACES_RULES)
     _ensure_consumer_policies(home)
     namespace = foreign_namespace(foreign_cluster_id)
     labels = _labels(foreign_cluster_id)
@@ -138,17 +149,17 @@ def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *, offer
     applied = apply_core(home, _namespace(foreign_cluster_id, pod_security))
     in_namespace: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "name": SERVICE_ACCOUNT}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": namespace}]},
-        _credentials_binding(namespace),
+        *namespace_bindings(namespace, foreign_cluster_id),
+        _binding(REMOTE_NAMESPACES_BINDING, namespace, REMOTE_NAMESPACES_CLUSTER_ROLE, consumer=foreign_cluster_id),
     ]  # fmt: skip
     for applying in [calls.submit(apply_core, home, body) for body in in_namespace]:
         applying.result()
-    # Through the worker's own binding, just made: the quota is there before any credentials are.
-    limits = [limit_range(namespace, labels=labels), resource_quota(namespace, offered, labels=labels)]
-    for applying in [calls.submit(_while_forbidden, apply_core, home, body) for body in limits]:
-        applying.result()
+    # Through the worker's own binding, just made: the quota is there before any credentials are. The offer is
+    # split over the consumer's namespaces (this one and those made for its RemoteNamespaces).
+    limiting = calls.submit(while_forbidden, apply_core, home, limit_range(namespace, labels=labels))
+    splitting = calls.submit(split_consumer_offer, home, foreign_cluster_id, offered=offered)
+    limiting.result()
+    splitting.result()
     return namespace, TokenGeneration.from_annotations(applied["metadata"].get("annotations"))
 
 
@@ -156,31 +167,43 @@ def enforce_offer(home: k8s.ApiClient, foreign_cluster_id: str, *, offered: Reso
                   pod_security: PodSecurityLevel | None, calls: Executor) -> None:  # fmt: skip
     """At a push that does not ensure the access: the quota equal to the offer pushed, and, when the
     ClusterConfig changed since the last push (`pod_security` given), the namespace's Pod Security labels."""
-    namespace = foreign_namespace(foreign_cluster_id)
-    bodies = [resource_quota(namespace, offered, labels=_labels(foreign_cluster_id))]
+    splitting = calls.submit(split_consumer_offer, home, foreign_cluster_id, offered=offered)
     if pod_security is not None:
-        bodies.append(_namespace(foreign_cluster_id, pod_security))
-    for applying in [calls.submit(apply_core, home, body) for body in bodies]:
-        applying.result()
+        apply_core(home, _namespace(foreign_cluster_id, pod_security))
+    splitting.result()
 
 
-def _credentials_binding(namespace: str) -> dict[str, Any]:
+def _binding(name: str, namespace: str, cluster_role: str, *, consumer: str | None) -> dict[str, Any]:
+    """A RoleBinding of `cluster_role` in `namespace`: to the consumer's ServiceAccount (in its control
+    namespace), or with `consumer` None to the worker itself."""
+    subject = ({"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": foreign_namespace(consumer)}
+               if consumer is not None else
+               {"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE})  # fmt: skip
+    labels = _labels(consumer) if consumer is not None else {LABEL_MANAGED_BY: MANAGED_BY}
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": CREDENTIALS_BINDING, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CREDENTIALS_CLUSTER_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": WORKER_SERVICE_ACCOUNT, "namespace": SYSTEM_NAMESPACE}],
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [subject],
     }  # fmt: skip
 
 
-def _while_forbidden(call: Callable[..., Any], *args: Any) -> Any:
+def namespace_bindings(namespace: str, consumer: str) -> list[dict[str, Any]]:
+    """In a namespace made for `consumer` (its control namespace or a remote one): its virtual kubelet's rights,
+    and the worker's own (the anchors, the quota and LimitRange, the clean-up after a silent consumer)."""
+    return [_binding(BINDING, namespace, CLUSTER_ROLE, consumer=consumer),
+            _binding(CREDENTIALS_BINDING, namespace, CREDENTIALS_CLUSTER_ROLE, consumer=None)]  # fmt: skip
+
+
+def while_forbidden(call: Callable[..., Any], *args: Any) -> Any:
     """A binding just made takes effect once the API server's authorizer has seen it (milliseconds): wait for
-    that here rather than fail the whole push over it."""
+    that here rather than fail the whole push over it. A namespace being deleted refuses for good: not waited."""
     for attempt in range(ANCHOR_FORBIDDEN_ATTEMPTS):
         try:
             return call(*args)
         except ApiException as e:
-            if e.status != 403 or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
+            terminating = "being terminated" in str(e.body)
+            if e.status != 403 or terminating or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
                 raise
             time.sleep(ANCHOR_FORBIDDEN_WAIT_SECONDS)
     raise AssertionError("unreachable")
@@ -298,5 +321,7 @@ def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int, ca
 
 def revoke_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> None:
     """Deleting the namespace deletes the ServiceAccount (so every token it issued stops working), the
-    Role, the binding, and whatever the foreign cluster still ran here."""
+    Role, the binding, and whatever the foreign cluster still ran here; every namespace made for its
+    RemoteNamespaces goes too (the RemoteNamespaces' finalizers are released once they are gone)."""
+    delete_remote_namespaces(home, foreign_cluster_id)
     ignore_not_found(k8s.CoreV1Api(home).delete_namespace, foreign_namespace(foreign_cluster_id))

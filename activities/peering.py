@@ -27,7 +27,13 @@ from activities.credentials import (
 )
 from kube.capacity import HomeCapacity
 from kube.clients import PeerSecretClients
-from kube.copies import delete_copies, drop_keepalive, keepalive_grace, keepalive_lapsed_since
+from kube.copies import (
+    delete_copies,
+    delete_remote_namespace_requests,
+    drop_keepalive,
+    keepalive_grace,
+    keepalive_lapsed_since,
+)
 from kube.errors import CREDENTIALS_EXPIRED, INVALID_CREDENTIALS
 from kube.identity import bearer_token_life, renew_provider_token
 from kube.metrics import Metrics
@@ -248,7 +254,7 @@ class PeeringActivities:
         """A consumer whose virtual kubelet has not renewed its keepalive here for an Advertisement's time to
         live is gone (its cluster deleted, or unpeered with --force while this one was out of its reach):
         nobody else would ever delete its copies, which hold this cluster's capacity. Delete them, then the
-        keepalive, and say so. Its access stays: a consumer that comes back gets a virtual kubelet that
+        keepalive, and say so; its RemoteNamespaces too (the namespaces made for them go). Its access stays: a consumer that comes back gets a virtual kubelet that
         makes the copies again."""
         namespace = foreign_namespace(foreign_cluster_id)
         try:
@@ -256,7 +262,9 @@ class PeeringActivities:
             if silent_since is None:
                 return
             cleaning = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
-            if not cleaning.going:
+            # Its remote namespaces too: their requests go, and the controller deletes each namespace with them.
+            requests = delete_remote_namespace_requests(self._home, namespace)
+            if not cleaning.going and not requests:
                 drop_keepalive(self._home, namespace)
             if not cleaning.deleted:  # nothing left but pods already terminating: said when they were deleted
                 return

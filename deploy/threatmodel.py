@@ -22,6 +22,9 @@ from activities.credentials import (
     CREDENTIALS_BINDING,
     CREDENTIALS_CLUSTER_ROLE,
     CREDENTIALS_RULES,
+    REMOTE_NAMESPACES_BINDING,
+    REMOTE_NAMESPACES_CLUSTER_ROLE,
+    REMOTE_NAMESPACES_RULES,
     SERVICE_ACCOUNT,
     VIRTUAL_KUBELET_RULES,
     WORKER_SERVICE_ACCOUNT,
@@ -38,6 +41,8 @@ END = "<!-- END GENERATED -->"
 MANIFESTS = ("base/*.yaml", "pool/*/*.yaml")
 # Placeholders for the cluster ids an identity is minted for.
 PROVIDER, CONSUMER = "<provider>", "<consumer>"
+# Where else the consumer's identity and the worker's own binding hold (issue 35): the namespaces made for it.
+_REMOTE = "each namespace made for one of its RemoteNamespaces"
 
 
 def _cell(values: Iterable[str] | None) -> str:
@@ -92,16 +97,19 @@ def _crossing_identities() -> list[str]:
         f"`{service_account_subject(SERVICE_ACCOUNT, foreign)}`, made by the provider's worker at each push "
         f"(activities/credentials.py: the ClusterRole `{CLUSTER_ROLE}` bound in `{foreign}` alone) and held by the "
         f"consumer's virtual kubelet and worker (the kubeconfig in the consumer's Secret "
-        f"`{SYSTEM_NAMESPACE}/tidepool-kubeconfig-{PROVIDER}`).",
+        f"`{SYSTEM_NAMESPACE}/tidepool-kubeconfig-{PROVIDER}`). The same ClusterRole is bound to it in "
+        f"{_REMOTE} (workers/remote_namespaces.py), and `{REMOTE_NAMESPACES_CLUSTER_ROLE}` (RoleBinding "
+        f"`{REMOTE_NAMESPACES_BINDING}`) in `{foreign}` alone: it asks for namespaces there.",
         "",
-        *rules_table(VIRTUAL_KUBELET_RULES, where=f"`{foreign}`"),
+        *rules_table(VIRTUAL_KUBELET_RULES, where=f"`{foreign}` and {_REMOTE}"),
+        *rules_table(REMOTE_NAMESPACES_RULES, where=f"`{foreign}`")[2:],
         "",
         "### On the provider: its own worker in each foreign namespace",
         "",
         f"`{service_account_subject(WORKER_SERVICE_ACCOUNT)}`, bound by itself (RoleBinding `{CREDENTIALS_BINDING}` of "
-        f"the ClusterRole `{CREDENTIALS_CLUSTER_ROLE}`) in each `{foreign_namespace('*')}` namespace alone.",
+        f"the ClusterRole `{CREDENTIALS_CLUSTER_ROLE}`) in each `{foreign_namespace('*')}` namespace and {_REMOTE} alone.",
         "",
-        *rules_table(CREDENTIALS_RULES, where=f"`{foreign}`"),
+        *rules_table(CREDENTIALS_RULES, where=f"`{foreign}` and {_REMOTE}"),
     ]  # fmt: skip
     return lines
 
@@ -131,8 +139,8 @@ def _installed_identities() -> list[str]:
             # A ClusterRole bound by RoleBindings only applies in their namespaces.
             wheres = {f"`{ns}`" if ns is not None else "cluster" for _, ns in holders}
             where = f"`{namespace}`" if namespace else ("cluster" if "cluster" in wheres else ", ".join(sorted(wheres)))
-        elif name in (CLUSTER_ROLE, CREDENTIALS_CLUSTER_ROLE):  # their rules are in the tables above
-            lines += ["Bound at run time by the worker, in each foreign namespace alone: its rules are above "
+        elif name in (CLUSTER_ROLE, CREDENTIALS_CLUSTER_ROLE, REMOTE_NAMESPACES_CLUSTER_ROLE):  # in the tables above
+            lines += ["Bound at run time by the worker, in the namespaces made for consumers alone: its rules are above "
                       "(tests/test_deploy.py keeps them equal to activities/credentials.py's).", ""]  # fmt: skip
             continue
         else:

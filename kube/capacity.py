@@ -14,6 +14,7 @@ from kubernetes import client as k8s
 from temporalio.exceptions import ApplicationError
 
 from kube.informer import Informer
+from models.names import LABEL_CONSUMER, MADE_FOR_CONSUMERS_SELECTOR
 from models.resources import Resources
 from models.sharing import CapacityAggregate, PodHold, node_fields, pod_hold, spare
 
@@ -41,16 +42,43 @@ class HomeCapacity:
         self._nodes = Informer("nodes", core.list_node, on_sync=self._sync_nodes, on_event=self._node_event,
                                transform=node_fields)  # fmt: skip
         self._pods = Informer("pods", core.list_pod_for_all_namespaces, on_sync=self._sync_pods,
-                              on_event=self._pod_event, transform=pod_hold)  # fmt: skip
+                              on_event=self._pod_event, transform=lambda pod: pod_hold(pod, self._made_for))  # fmt: skip
+        # The namespaces made for consumers' RemoteNamespaces (issue 35), name -> consumer: a pod there is that
+        # consumer's, as one in its control namespace is. Listed before the pods (a namespace exists before
+        # its pods do), so that no pod is counted as the provider's own for want of it.
+        self._made_for: dict[str, str] = {}
+        self._namespaces = Informer("consumer-namespaces", core.list_namespace, on_sync=self._sync_namespaces,
+                                    on_event=self._namespace_event, label_selector=MADE_FOR_CONSUMERS_SELECTOR)  # fmt: skip
+        self._pods_started = threading.Event()
 
     def start(self) -> HomeCapacity:
         self._nodes.start()
-        self._pods.start()
+        self._namespaces.start()  # the pods' informer starts once they are listed
         return self
 
     def stop(self) -> None:
         self._nodes.stop()
+        self._namespaces.stop()
         self._pods.stop()
+
+    def _sync_namespaces(self, namespaces: list[dict[str, Any]]) -> None:
+        self._made_for = {name: consumer for ns in namespaces if (name := (ns.get("metadata") or {}).get("name"))
+                          and (consumer := ((ns.get("metadata") or {}).get("labels") or {}).get(LABEL_CONSUMER))}  # fmt: skip
+        if not self._pods_started.is_set():
+            self._pods_started.set()
+            self._pods.start()
+
+    def _namespace_event(self, kind: str, namespace: dict[str, Any]) -> None:
+        meta = namespace.get("metadata") or {}
+        name, consumer = meta.get("name"), (meta.get("labels") or {}).get(LABEL_CONSUMER)
+        if not name:
+            return
+        made_for = dict(self._made_for)  # replaced whole: the pods' informer thread reads it without a lock
+        if kind == "DELETED" or not consumer:
+            made_for.pop(name, None)
+        else:
+            made_for[name] = consumer
+        self._made_for = made_for
 
     def snapshot(self, consumer: str) -> OfferInputs:
         """What the offer to `consumer` is computed from, read at one instant."""

@@ -1,8 +1,8 @@
-"""What a consumer's virtual kubelet makes in its provider, and the one way it is cleaned: the copies in its
-control namespace (the single-namespace layout's) and in each remote namespace it asked for (a RemoteNamespace
-in the control namespace, issue 35), then those RemoteNamespaces (the provider deletes their namespaces).
-
-Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
+"""What a consumer's virtual kubelet makes in its provider, and the one way it is cleaned (`delete_offloaded`):
+the copies in its control namespace (the single-namespace layout's) and in each remote namespace it asked for
+(a RemoteNamespace in the control namespace, issue 35), then those RemoteNamespaces
+(`delete_remote_namespace_requests`: the provider deletes the namespace it made for each). Three cleaners
+share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
 --force`, retrying while the provider was out of reach; and the provider, once the virtual kubelet's
 keepalive Lease there has lapsed (its consumer is gone: nobody else would ever delete the copies).
 
@@ -96,9 +96,28 @@ def delete_offloaded(api: k8s.ApiClient, control_namespace: str, consumer_id: st
                 raise
     if going:
         return Offloaded(going=going, remote_namespaces=requests)
-    for name in requests:
-        ignore_not_found(custom.delete_namespaced_custom_object, GROUP, VERSION, control_namespace, REMOTE_NAMESPACES, name)
-    return Offloaded(going=0, remote_namespaces=requests)
+    left = delete_remote_namespace_requests(api, control_namespace)
+    return Offloaded(going=0, remote_namespaces=requests if left else ())
+
+
+def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:
+    """Deletes every RemoteNamespace in a consumer's control namespace (the provider's controller then deletes
+    the namespace made for each, its copies with it, and releases the request). Returns how many are still
+    there, being released: 0 is clean. One at a time: the consumer's identity may delete, not by collection.
+    A provider of an earlier release has no RemoteNamespaces (404) or grants none (403): nothing to delete."""
+    custom = k8s.CustomObjectsApi(api)
+    try:
+        listed = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES)
+    except ApiException as e:
+        if e.status in (403, 404):
+            return 0
+        raise
+    items = listed.get("items", []) if isinstance(listed, dict) else []
+    for item in items:
+        if not (item.get("metadata") or {}).get("deletionTimestamp"):
+            ignore_not_found(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, REMOTE_NAMESPACES,
+                             item["metadata"]["name"])  # fmt: skip
+    return len(items)
 
 
 def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:

@@ -16,7 +16,10 @@ and workers/virtual_kubelet.py reads the refusals they cause.
    The virtual kubelet's copies never carry any of it (models/virtual_kubelet.safe_pod_spec, service_copy).
    On Secrets, no service-account token: the token controller would fill it with a never-expiring token of
    the namespace's ServiceAccount named, the consumer's own included (one that outlives rotation and revocation).
-5. `refusal`: what a 403 on creating a pod's copy says, as the rule that refused it and whether it is final
+5. `split_offer`: the offer spread over one consumer's namespaces (its control namespace and each namespace
+   made for a RemoteNamespace, models/remote_namespaces.py), one ResourceQuota each, re-split at each push and
+   whenever a quota's usage moves, so that together they never hold more than the offer.
+6. `refusal`: what a 403 on creating a pod's copy says, as the rule that refused it and whether it is final
    for that pod spec (Pod Security, a policy) or may pass later (quota).
 """
 
@@ -24,10 +27,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Final, Literal, get_args
 
-from models.names import LABEL_CONSUMER, LABEL_MANAGED_BY, MANAGED_BY
+from models.names import LABEL_CONSUMER, LABEL_MANAGED_BY, MANAGED_BY, OFFER_ANNOTATION
+from models.quantities import format_quantity, parse_quantity
 from models.resources import Resources
 
 PodSecurityLevel = Literal["baseline", "restricted", "privileged"]
@@ -256,3 +262,70 @@ def refusal(status: int | None, body: str | bytes | None) -> Refusal | None:
     if len(message) > MAX_REFUSAL_MESSAGE:
         message = message[: MAX_REFUSAL_MESSAGE - 1] + "…"
     return Refusal(by=by, message=message)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The offer spread over one consumer's namespaces (issue 35): its control namespace (the single-namespace
+# layout's copies, the token anchors) and each remote namespace made for it hold one ResourceQuota each.
+
+# Quota keys counted in thousandths (the API server's own precision for cpu); every other key in whole units
+# (bytes, pods, objects): a share is never a fraction of what it counts.
+_MILLI_KEYS = ("requests.cpu",)
+
+
+def _unit(key: str) -> Decimal:
+    return Decimal("0.001") if key in _MILLI_KEYS else Decimal(1)
+
+
+def split_offer(offer: Mapping[str, str], used: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """Each namespace's `hard` (by namespace, for every namespace of `used`): per key of the offer's quota
+    (`quota_hard`), hard_i = used_i + (offer − Σ used) / n, the free part split evenly in whole units (the
+    remainder's units to the first namespaces by name, so that the split is the same wherever it is computed).
+
+    Invariants: Σ hard ≤ offer for every key while Σ used ≤ offer (they are equal but for less than one unit
+    per namespace); no namespace's hard is below its used (an offer that shrank below what runs leaves each at
+    its used: nothing new is admitted anywhere, nothing running is refused); a key the offer holds at 0 (node
+    ports, load balancers) is 0 everywhere. Keys `used` has and the offer has not are not limited."""
+    names = sorted(used)
+    result: dict[str, dict[str, str]] = {name: {} for name in names}
+    if not names:
+        return result
+    for key, total_text in offer.items():
+        total = parse_quantity(total_text)
+        unit = _unit(key)
+        held = {name: parse_quantity(used[name].get(key, "0")) for name in names}
+        free = max(total - sum(held.values(), Decimal(0)), Decimal(0))
+        units = int((free / unit).to_integral_value(rounding=ROUND_FLOOR))
+        share, remainder = divmod(units, len(names))
+        for index, name in enumerate(names):
+            extra = share + (1 if index < remainder else 0)
+            result[name][key] = format_quantity(held[name] + extra * unit) if total else "0"
+    return result
+
+
+def quota_for(namespace: str, hard: Mapping[str, str], *, labels: dict[str, str],
+              annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One namespace's ResourceQuota with its share of the offer (`split_offer`)."""
+    metadata: dict[str, Any] = {"name": QUOTA_NAME, "namespace": namespace, "labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata, "spec": {"hard": dict(hard)}}
+
+
+def offer_annotation(offer: Mapping[str, str]) -> dict[str, str]:
+    """The whole offer's quota (`quota_hard`), kept on the control namespace's quota (whose hard is only its
+    share): what the provider's worker splits again whenever a quota's usage moves between pushes. Written with
+    every write of that quota (a server-side apply without it would remove it)."""
+    return {OFFER_ANNOTATION: json.dumps(dict(offer), sort_keys=True)}
+
+
+def offer_of(annotations: Mapping[str, str] | None) -> dict[str, str] | None:
+    """`offer_annotation`'s inverse; None when absent or unreadable (no push recorded one yet)."""
+    text = (annotations or {}).get(OFFER_ANNOTATION)
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        return None
+    return dict(value)

@@ -178,6 +178,11 @@ REMOTE_NAMESPACE_FINALIZER: Final = "tidepool.io/remote-namespace"
 # On a namespace a provider made for a consumer: the consumer's namespace it mirrors (LABEL_CONSUMER names the
 # consumer). The provider owns a namespace for a consumer only when both labels and LABEL_MANAGED_BY say so.
 LABEL_CONSUMER_NAMESPACE: Final = "tidepool.io/consumer-namespace"
+# The namespaces a provider made for consumers (control namespaces and remote ones), as a label selector.
+MADE_FOR_CONSUMERS_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CONSUMER}"
+# On the ResourceQuota of a consumer's control namespace: the whole offer's quota (JSON), which the provider's
+# worker splits over the consumer's namespaces (models/enforcement.split_offer).
+OFFER_ANNOTATION: Final = "tidepool.io/offer"
 # Namespace names a consumer may never ask a provider for, whatever the mapping: the provider's own.
 RESERVED_NAMESPACES: Final = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 RESERVED_NAMESPACE_PREFIXES: Final = ("kube-", "tidepool-", "openshift-")

@@ -191,7 +191,7 @@ def counts_against_capacity(pod: Obj, virtual_node_names: Set[str] = frozenset()
     return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
-def offloaded_by(pod: Obj) -> str | None:
+def offloaded_by(pod: Obj, made_for: Mapping[str, str] | None = None) -> str | None:
     """The consumer that offloaded this pod here, or None: the one whose foreign namespace it runs in.
 
     The offer to that consumer leaves its own pods out: counting them made the advertised size change
@@ -200,8 +200,12 @@ def offloaded_by(pod: Obj) -> str | None:
     pod, and a consumer labelling its copies `tidepool.io/consumer: b` would otherwise shrink what b's
     offer subtracts. Only the provider's tidepool makes the namespace, and a consumer's identity writes
     in its own namespace only.
+
+    `made_for`: the namespaces the provider made for consumers' RemoteNamespaces (issue 35), by name, with
+    the consumer each was made for (read off the labels only the provider's worker writes).
     """
-    return foreign_cluster_of_namespace(str((pod.get("metadata") or {}).get("namespace") or ""))
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    return foreign_cluster_of_namespace(namespace) or (made_for or {}).get(namespace)
 
 
 def spare(*, allocatable: Resources, used: Resources) -> Resources:
@@ -286,7 +290,7 @@ class PodHold(NamedTuple):
     consumer: str | None
 
 
-def pod_hold(pod: Obj) -> PodHold:
+def pod_hold(pod: Obj, made_for: Mapping[str, str] | None = None) -> PodHold:
     key = _pod_key(pod)
     if not counts_against_capacity(pod):
         return PodHold(key, None, {}, None)
@@ -294,7 +298,7 @@ def pod_hold(pod: Obj) -> PodHold:
         holds = _pod_amounts(pod)
         _shift(holds, POD_SLOT, 1)
     # Whether its node is virtual is the node's business (apply_node), not the pod's.
-    return PodHold(key, str((pod.get("spec") or {}).get("nodeName")), holds, offloaded_by(pod))
+    return PodHold(key, str((pod.get("spec") or {}).get("nodeName")), holds, offloaded_by(pod, made_for))
 
 
 class CapacityAggregate:

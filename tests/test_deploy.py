@@ -23,6 +23,8 @@ from activities.credentials import (
     CREDENTIALS_BINDING,
     CREDENTIALS_CLUSTER_ROLE,
     CREDENTIALS_RULES,
+    REMOTE_NAMESPACES_CLUSTER_ROLE,
+    REMOTE_NAMESPACES_RULES,
     SERVICE_ACCOUNT,
     VIRTUAL_KUBELET_RULES,
     ensure_foreign_access,
@@ -30,6 +32,7 @@ from activities.credentials import (
     revoke_foreign_access,
     revoke_older_tokens,
 )
+from activities.remote_namespaces import ensure_remote_namespace
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
 from kube.objects import apply_cluster_object, apply_core, read_cluster_object
@@ -39,7 +42,10 @@ from models.names import (
     CONSUMER_ADVERTISEMENT_ANNOTATIONS,
     CONSUMER_KEEPALIVE_LEASE,
     GROUP,
+    LABEL_CONSUMER,
+    LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
+    MANAGED_BY,
     PROVIDER_ADVERTISEMENT_ANNOTATIONS,
     PROVIDER_IDENTITY_PREFIX,
     SUPER_CLUSTERS,
@@ -85,6 +91,7 @@ def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out()
     roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "virtual-kubelet-rbac.yaml")
              if d["kind"] == "ClusterRole"}  # fmt: skip
     assert roles[CLUSTER_ROLE]["rules"] == VIRTUAL_KUBELET_RULES
+    assert roles[REMOTE_NAMESPACES_CLUSTER_ROLE]["rules"] == REMOTE_NAMESPACES_RULES
 
 
 @pytest.mark.deploy
@@ -223,6 +230,11 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
           for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")],
         ("create", f"rolebindings/{CREDENTIALS_BINDING}", "-n", foreign),
         *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
+        # The RemoteNamespace controller (workers/remote_namespaces.py) and the offer split.
+        ("watch", "remotenamespaces.tidepool.io", "-A"), ("patch", "remotenamespaces.tidepool.io", "-n", foreign),
+        ("patch", "remotenamespaces.tidepool.io", "--subresource=status", "-n", foreign),
+        ("delete", "remotenamespaces.tidepool.io", "-n", foreign), ("get", "namespaces"), ("watch", "namespaces"),
+        ("watch", "resourcequotas", "-A"), ("bind", f"clusterroles/{REMOTE_NAMESPACES_CLUSTER_ROLE}"),
     ]  # fmt: skip
     worker_may_not = [
         ("update", "leases.coordination.k8s.io", "-n", "kube-system"), ("delete", "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE),
@@ -306,6 +318,14 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     foreign_vk_may_not = [("update", "pods"), ("patch", "pods", "--subresource=status"), ("create", "events"), ("patch", "services"),
                           ("deletecollection", "services"), ("patch", "resourcequotas"), ("delete", "limitranges")]
     assert [a for a in foreign_vk_may_not if can(foreign_vk, *a, "-n", foreign)] == []
+    # Its requests for namespaces of its own: asked, followed and given up in its control namespace alone; never
+    # answered (status) nor changed by it.
+    asks = [(verb, "remotenamespaces.tidepool.io") for verb in ("create", "get", "list", "watch", "delete")]
+    assert [a for a in asks if not can(foreign_vk, *a, "-n", foreign)] == []
+    assert [a for a in asks if can(foreign_vk, *a, "-n", "elsewhere")] == []
+    answers = [("patch", "remotenamespaces.tidepool.io", "--subresource=status"), ("update", "remotenamespaces.tidepool.io"),
+               ("patch", "remotenamespaces.tidepool.io"), ("deletecollection", "remotenamespaces.tidepool.io")]
+    assert [a for a in answers if can(foreign_vk, *a, "-n", foreign)] == []
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
     admin = k8s.CoreV1Api(cluster.api_client())
@@ -344,6 +364,13 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         # RBAC lets it delete them too; the policy keeps that to the peering kubeconfigs and a provider's credentials.
         "temporal credentials deleted": lambda: worker.delete_namespaced_secret("temporal-credentials", SYSTEM_NAMESPACE),
         "a peering kubeconfig deleted": lambda: worker.delete_namespaced_secret("tidepool-peer-somewhere", SYSTEM_NAMESPACE),
+        # A namespace for a consumer is any name but a reserved one, and only one it labels as made for one.
+        "an unlabelled namespace": lambda: worker.create_namespace(k8s.V1Namespace.model_validate(
+            {"metadata": {"name": "unlabelled"}})),
+        "a reserved namespace": lambda: worker.create_namespace(k8s.V1Namespace.model_validate(
+            {"metadata": {"name": "kube-made", "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: "somewhere"}}})),
+        "labels put on a namespace not made": lambda: worker.patch_namespace("victim", {"metadata": {"labels": {
+            LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: "somewhere"}}}),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:
@@ -355,7 +382,13 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         {"metadata": {"name": credentials_secret_name("somewhere")}}))  # fmt: skip
     worker.delete_namespaced_secret(credentials_secret_name("somewhere"), SYSTEM_NAMESPACE)  # after a forced unpeer
     worker.delete_node("tidepool-somewhere")  # a virtual node: the consumer's teardown
-    revoke_foreign_access(as_worker, "somewhere")  # its own namespace: the provider's withdrawal
+    # A namespace made for the consumer's RemoteNamespace, as the controller makes it, with its share of the offer.
+    ensure_remote_namespace(as_worker, consumer="somewhere", name="made-for-somewhere", consumer_namespace="shop",
+                            level="baseline")  # fmt: skip
+    shares = {ns: (admin.read_namespaced_resource_quota(QUOTA_NAME, ns).spec.hard or {}).get("pods") for ns in (foreign, "made-for-somewhere")}
+    assert shares == {foreign: "5", "made-for-somewhere": "5"}
+    revoke_foreign_access(as_worker, "somewhere")  # its own namespaces: the provider's withdrawal
+    assert admin.read_namespace("made-for-somewhere").metadata.deletion_timestamp is not None
     assert admin.read_namespace("victim").status.phase == "Active"
 
 

@@ -169,10 +169,11 @@ async def test_unoffloading_deletes_the_copies_then_the_remote_namespace_then_th
     def state() -> tuple[int, bool, str | None]:
         """(copies left, RemoteNamespace there, the entry's phase or None)."""
         copies = len(remote.list_namespaced_pod(remote_namespace).items)
-        request = ignore_not_found(provider_custom.get_namespaced_custom_object, GROUP, VERSION,
-                                   peering.control_namespace, REMOTE_NAMESPACES, remote_namespace)  # fmt: skip
+        request: Any = ignore_not_found(provider_custom.get_namespaced_custom_object, GROUP, VERSION,
+                                        peering.control_namespace, REMOTE_NAMESPACES, remote_namespace)  # fmt: skip
         entry = offloading_entry_of(api, namespace, peering.provider_id)
-        return copies, request is not None and not request["metadata"].get("deletionTimestamp"), entry and entry["phase"]
+        requested = request is not None and not request["metadata"].get("deletionTimestamp")
+        return copies, requested, None if entry is None else str(entry["phase"])
 
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME)
     seen = [state()]
@@ -238,8 +239,8 @@ async def test_a_copy_of_the_single_namespace_layout_keeps_running_until_its_pod
 
     def observe() -> bool:
         """(the old copy's phase or None once deleted, the new copy's, the pod's phase, its restarts)."""
-        old_copy = ignore_not_found(remote.read_namespaced_pod, "shop-web", peering.control_namespace)
-        new_copy = ignore_not_found(remote.read_namespaced_pod, "web", remote_namespace)
+        old_copy: Any = ignore_not_found(remote.read_namespaced_pod, "shop-web", peering.control_namespace)
+        new_copy: Any = ignore_not_found(remote.read_namespaced_pod, "web", remote_namespace)
         current: Any = core.read_namespaced_pod("web", namespace)
         restarts = sum(s.restart_count for s in current.status.container_statuses or [])
         seen.append((old_copy and ("Terminating" if old_copy.metadata.deletion_timestamp else old_copy.status.phase),

@@ -10,7 +10,8 @@
   which re-reads it in its next push; while it disables the broadcaster (every push withdraws) no
   peering starts, and enabling it again starts one for every live PeeringRequest;
 - a consumer's spare capacity that moves by more than the ClusterConfig's threshold signals
-  `capacity_changed` to that consumer's peering (workers/early_push.py).
+  `capacity_changed` to that consumer's peering (workers/early_push.py);
+- consumers' RemoteNamespaces become namespaces of their own (workers/remote_namespaces.py, no workflow).
 
 Level-triggered: every (re)list replays the whole state, and the workflows drop what they already know
 (an unchanged generation, a peering that already runs).
@@ -54,6 +55,7 @@ from models.settings import WorkerSettings
 from workers.decision_watch import DecisionWatch
 from workers.early_push import EarlyPushWatch
 from workers.legacy import LegacyRuns
+from workers.remote_namespaces import RemoteNamespaces
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers, signal_if_running
 from workflows.peering import PeeringWorkflow
@@ -289,7 +291,7 @@ class ProviderWatchers(Watchers):
 
 def provider_role(ctx: RoleContext) -> Role:
     """The provider: peering workflows and their activities, the capacity aggregate they read (every
-    replica), and the watchers and early pushes (the leading replica)."""
+    replica), and the watchers, early pushes and the RemoteNamespace controller (the leading replica)."""
     capacity_dirty = threading.Event()
     capacity = HomeCapacity(ctx.home, on_change=capacity_dirty.set)
     peering = PeeringActivities(home=ctx.home, capacity=capacity, settings=ctx.settings)
@@ -302,10 +304,13 @@ def provider_role(ctx: RoleContext) -> Role:
                                     capacity=capacity, foreign_clients=peering.foreign_clients)  # fmt: skip
         early_pushes = EarlyPushWatch(capacity=capacity, dirty=capacity_dirty, live_consumers=watchers.live_consumers,
                                       outgoing=watchers.outgoing, signal=watchers.push_early)  # fmt: skip
+        remote_namespaces = RemoteNamespaces(ctx.home)
         watchers.start()
         early_pushes.start()
+        remote_namespaces.start()
 
         def stop() -> None:
+            remote_namespaces.stop()
             early_pushes.stop()
             watchers.stop()
 

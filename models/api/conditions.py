@@ -60,7 +60,7 @@ ProviderAdmittedReason = Literal["ProviderRefused", "NamespaceNotReady"]
 OffloadingReadyReason = Literal["RemoteNamespacesReady", "RemoteNamespacesPending", "RemoteNamespaceRefused",
                                 "NoClusterSelected", "Draining", "DrainBlocked"]  # fmt: skip
 # RemoteNamespace.status.conditions[type=Ready], written by the provider.
-RemoteNamespaceReadyReason = Literal["Created", "NameTaken", "NameReserved", "Deleting"]
+RemoteNamespaceReadyReason = Literal["Created", "NameTaken", "NameReserved", "NameInvalid", "Pending", "Deleting"]
 POD_PROVIDER_CONDITION: Final = "tidepool.io/ProviderAdmitted"
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",

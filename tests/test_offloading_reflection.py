@@ -117,9 +117,8 @@ async def test_two_namespaces_whose_names_collided_run_side_by_side_each_with_it
         assert (executed.returncode, executed.stdout) == (0, f"{peering.provider.name}\n"), executed.stderr
     # Each NamespaceOffloading lists this provider with its remote namespace, Ready.
     for namespace in pods:
-        entry = offloading_entry_of(api, namespace, peering.provider_id)
-        assert entry == {"clusterId": peering.provider_id, "remoteNamespace": remotes[namespace], "phase": "Ready",
-                         "message": ""}  # fmt: skip
+        entry = offloading_entry_of(api, namespace, peering.provider_id) or {}
+        assert (entry["remoteNamespace"], entry["phase"]) == (remotes[namespace], "Ready"), entry
 
 
 async def test_a_pod_whose_namespace_has_no_ready_remote_namespace_stays_pending_and_says_why(peering: Peering) -> None:

@@ -695,7 +695,9 @@ class VirtualKubelet:
     def _offloading_changed(self, namespace: str, _old: Obj | None, _new: Obj | None) -> None:
         self.namespace_queue.add(namespace)
 
-    def _request_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+    def _request_changed(self, name: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None:  # the provider deleted its namespace: nothing more to watch there
+            self._watches.drop(name)
         for request in (old, new):
             if (namespace := _consumer_namespace(request)) is not None:
                 self.namespace_queue.add(namespace)

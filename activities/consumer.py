@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import PeerSecretClients
-from kube.copies import delete_offloaded, drop_keepalive
+from kube.copies import delete_copies, delete_remote_namespace_requests, drop_keepalive
 from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
 from kube.objects import (
@@ -316,9 +316,11 @@ class ConsumerActivities:
                 return CleanProviderResult(cleaned=False, note="the credentials Secret it gave us is gone")
             raise
         try:
-            cleaning = delete_offloaded(remote, namespace, consumer_id, now=datetime.now(UTC))
-            going = cleaning.going
-            if cleaning.clean:
+            going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC)).going
+            # Its RemoteNamespaces too: the provider's controller deletes the namespace made for each, whatever
+            # the keepalive says.
+            delete_remote_namespace_requests(remote, namespace)
+            if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:
             if e.status == 404:  # the provider removed the namespace: nothing of ours is left there

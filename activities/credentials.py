@@ -10,8 +10,11 @@ authentication cache). The generation, its times and where it was written are an
 namespace, so that a push knows without reading anything more whether to renew.
 
 What the provider enforces there (models/enforcement.py) is applied with the namespace: its Pod Security
-labels, a LimitRange, and a ResourceQuota equal to the offer, which `enforce_offer` keeps equal at the pushes
-that do not ensure the access; the admission policy on Services is installed like the ClusterRoles."""
+labels, a LimitRange, and a ResourceQuota holding its share of the offer (the offer split over the consumer's
+namespaces: this one and those made for its RemoteNamespaces, activities/remote_namespaces.py), which
+`enforce_offer` splits again at the pushes that do not ensure the access; the admission policy on Services is
+installed like the ClusterRoles. The consumer asks for namespaces of its own here (RemoteNamespaces, through
+REMOTE_NAMESPACES_RULES bound in this namespace alone); withdrawal deletes them with this one."""
 
 from __future__ import annotations
 
@@ -165,7 +168,7 @@ def ensure_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str, *, offer
 
 def enforce_offer(home: k8s.ApiClient, foreign_cluster_id: str, *, offered: Resources,
                   pod_security: PodSecurityLevel | None, calls: Executor) -> None:  # fmt: skip
-    """At a push that does not ensure the access: the quota equal to the offer pushed, and, when the
+    """At a push that does not ensure the access: the offer pushed split again over the consumer's quotas, and, when the
     ClusterConfig changed since the last push (`pod_security` given), the namespace's Pod Security labels."""
     splitting = calls.submit(split_consumer_offer, home, foreign_cluster_id, offered=offered)
     if pod_security is not None:

@@ -166,8 +166,9 @@ def _split(home: k8s.ApiClient, consumer: str, *, offered: Resources | None, new
         try:
             while_forbidden(apply_core, home, body)
         except ApiException as e:
-            # A remote namespace deleted (404) or terminating (403: no new object in it) since the list: its
-            # quota goes with it, and its share comes back at the next split (its quota's deletion).
-            if namespace == control or not (e.status == 404 or (e.status == 403 and "being terminated" in str(e.body))):
+            # A namespace deleted (404) or terminating (403: no new object in it) since the list: its quota goes
+            # with it, and its share comes back at the next split (its quota's deletion). The control namespace
+            # goes only with the consumer's access (withdrawal): nothing is left to split then.
+            if not (e.status == 404 or (e.status == 403 and "being terminated" in str(e.body))):
                 raise
     return len(writes)

@@ -65,45 +65,56 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
     return Cleaning(deleted=deleted, going=len(remaining))
 
 
-@dataclass(frozen=True)
-class Offloaded:
-    going: int  # pods still terminating, in the control namespace and the remote namespaces
-    remote_namespaces: tuple[str, ...]  # RemoteNamespaces still there (deleted: the provider deletes their namespace)
-
-    @property
-    def clean(self) -> bool:
-        return not self.going and not self.remote_namespaces
-
-
-def delete_offloaded(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Offloaded:
-    """Deletes every copy of `consumer_id`, in its control namespace and in every remote namespace it asked for,
-    then, once no pod is left, its RemoteNamespaces. A provider of an earlier release serves no RemoteNamespaces
-    (404), and a remote namespace already gone leaves us no rights there (403): nothing of ours is left there."""
-    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+def remote_namespaces_requested(api: k8s.ApiClient, control_namespace: str) -> tuple[str, ...]:
+    """The namespaces a consumer asked for (its RemoteNamespaces in its control namespace); none from a provider
+    of an earlier release, which serves none (404) or grants none (403)."""
     try:
-        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, control_namespace, REMOTE_NAMESPACES)
-        requests = tuple(str(item["metadata"]["name"]) for item in listed.get("items") or [])
+        listed: Any = k8s.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, control_namespace,
+                                                                              REMOTE_NAMESPACES)  # fmt: skip
     except ApiException as e:
         if e.status not in (403, 404):
             raise
-        requests = ()
-    going = delete_copies(core, control_namespace, consumer_id, now=now).going
-    for namespace in requests:
+        return ()
+    return tuple(str(item["metadata"]["name"]) for item in listed.get("items") or [])
+
+
+def delete_all_copies(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Cleaning:
+    """`delete_copies` in the control namespace (the single-namespace layout's copies) and in every namespace
+    made for the consumer's RemoteNamespaces, summed; a remote namespace already gone (403: the consumer's
+    rights there went with it; 404) has none left."""
+    core = k8s.CoreV1Api(api)
+    total = delete_copies(core, control_namespace, consumer_id, now=now)
+    deleted, going = total.deleted, total.going
+    for namespace in remote_namespaces_requested(api, control_namespace):
         try:
-            going += delete_copies(core, namespace, consumer_id, now=now).going
+            cleaning = delete_copies(core, namespace, consumer_id, now=now)
         except ApiException as e:
             if e.status not in (403, 404):
                 raise
+            continue
+        deleted, going = deleted + cleaning.deleted, going + cleaning.going
+    return Cleaning(deleted=deleted, going=going)
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    going: int  # pods still terminating, in the control namespace and the remote namespaces
+    remote_namespaces: int  # RemoteNamespaces still there (deleted: the provider deletes their namespaces)
+
+
+def delete_offloaded(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Offloaded:
+    """The virtual kubelet's teardown, in order: every copy (`delete_all_copies`), then, once no pod is left, its
+    RemoteNamespaces."""
+    going = delete_all_copies(api, control_namespace, consumer_id, now=now).going
     if going:
-        return Offloaded(going=going, remote_namespaces=requests)
-    left = delete_remote_namespace_requests(api, control_namespace)
-    return Offloaded(going=0, remote_namespaces=requests if left else ())
+        return Offloaded(going=going, remote_namespaces=len(remote_namespaces_requested(api, control_namespace)))
+    return Offloaded(going=0, remote_namespaces=delete_remote_namespace_requests(api, control_namespace))
 
 
 def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:
     """Deletes every RemoteNamespace in a consumer's control namespace (the provider's controller then deletes
-    the namespace made for each, its copies with it, and releases the request). Returns how many are still
-    there, being released: 0 is clean. One at a time: the consumer's identity may delete, not by collection.
+    the namespace made for each, its copies with it, and releases the request, keepalive or not). Returns how
+    many were there, being released or not. One at a time: the consumer's identity may delete, not by collection.
     A provider of an earlier release has no RemoteNamespaces (404) or grants none (403): nothing to delete."""
     custom = k8s.CustomObjectsApi(api)
     try:

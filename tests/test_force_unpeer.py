@@ -167,6 +167,12 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         held = core.read_namespaced_secret(credentials_secret_name(provider_id), SYSTEM_NAMESPACE)
         secrets.add_kubeconfig("the provider's credentials", base64.b64decode((held.data or {})["kubeconfig"]).decode())
         assert any("token" in label for label in secrets.values), "no token read: the scan would prove nothing"
+        # `shop`'s namespace in the provider, which the virtual kubelet asked for (issue 35): it goes with the
+        # copies, either way.
+        def remote_namespace() -> Any:
+            return ignore_not_found(k8s.CoreV1Api(peering.provider.api_client()).read_namespace, peering.remote("shop"))
+
+        assert remote_namespace() is not None
 
         stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
         leave_provider(home, provider_id=provider_id, force=True)
@@ -197,13 +203,14 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
             start_cluster(peering.provider, binaries=binaries, workdir=workdir)
             # Its periodic push finds the keepalive lapsed (the push itself fails: its identity was revoked).
             grace = keepalive_grace(ttl).total_seconds()
-            await eventually(lambda: not copies() and keepalive() is None, timeout=grace + 60,
-                             what="the provider's own cleaning")  # fmt: skip
+            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
+                             timeout=grace + 60, what="the provider's own cleaning")  # fmt: skip
             events = k8s.CoreV1Api(there).list_namespaced_event("default", field_selector=f"involvedObject.name={consumer_id}")
             assert any(e.reason == "ConsumerSilent" and "copies here were deleted" in (e.message or "") for e in events.items)
         else:  # deleted: the provider's kwok ends the pods; the keepalive goes with the last of them, or by the
             # provider's own check
-            await eventually(lambda: not copies() and keepalive() is None,
-                             timeout=keepalive_grace(ttl).total_seconds() + 30, what="the copies and keepalive gone")  # fmt: skip
+            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
+                             timeout=keepalive_grace(ttl).total_seconds() + 30,
+                             what="the copies, the remote namespace and the keepalive gone")  # fmt: skip
     await replay_all_runs(temporal_client, handle.id)
     assert scan_history((await handle.fetch_history()).events, secrets) == []

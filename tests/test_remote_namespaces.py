@@ -26,7 +26,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.clients import client_from_peer_kubeconfig_text
-from kube.objects import list_cluster_objects, read_cluster_object
+from kube.objects import ignore_not_found, list_cluster_objects, read_cluster_object
 from models.enforcement import LIMIT_RANGE_NAME, QUOTA_NAME
 from models.names import (
     ADVERTISEMENTS,
@@ -90,10 +90,26 @@ async def granted(localenv: EnvState, clusters: Clusters) -> AsyncIterator[Grant
             advertisement = await eventually(
                 lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(provider_id)),
                 what="the Advertisement on the consumer")  # fmt: skip
+            # The admission policies the first push installed take effect within a second or so: asked by a dry run.
+            await eventually(lambda: _policy_in_force(client, foreign_namespace(consumer_id)), timeout=30,
+                             what="the consumer-scope policies in force")  # fmt: skip
             yield Granted(provider=provider, admin=admin, consumer=client, consumer_id=consumer_id,
                           control=foreign_namespace(consumer_id), offered=advertisement["spec"]["resourceQuota"]["hard"])  # fmt: skip
     finally:
         delete_cluster(provider.name, binaries=binaries, workdir=workdir)
+
+
+def _open_service() -> k8s.V1Service:
+    return k8s.V1Service.model_validate({"metadata": {"name": "open"},
+                                         "spec": {"externalIPs": ["192.0.2.1"], "ports": [{"port": 80}]}})  # fmt: skip
+
+
+def _policy_in_force(api: k8s.ApiClient, namespace: str) -> bool:
+    try:
+        k8s.CoreV1Api(api).create_namespaced_service(namespace, _open_service(), dry_run="All")
+    except ApiException as e:
+        return e.status == 403 and "ValidatingAdmissionPolicy" in str(e.body)
+    return False
 
 
 def _ask(api: k8s.ApiClient, namespace: str, name: str, consumer_namespace: str = "shop") -> None:
@@ -164,6 +180,9 @@ async def test_a_remote_namespace_becomes_a_namespace_with_pod_security_limits_q
     with pytest.raises(ApiException) as refused:
         k8s.CoreV1Api(granted.consumer).create_namespaced_pod("shop-granted", _pod("root", privileged=True))
     assert refused.value.status == 403 and "PodSecurity" in str(refused.value.body)
+    with pytest.raises(ApiException) as refused:  # the consumer-scope policies select it by its labels
+        k8s.CoreV1Api(granted.consumer).create_namespaced_service("shop-granted", _open_service())
+    assert refused.value.status == 403 and "ValidatingAdmissionPolicy" in str(refused.value.body)
 
 
 @pytest.mark.hostile
@@ -304,6 +323,22 @@ async def test_deleting_the_remote_namespace_deletes_the_namespace(granted: Gran
                      what="the request released")  # fmt: skip
 
 
+async def test_a_remote_namespace_deleted_behind_the_controller_s_back_is_made_again(granted: Granted) -> None:
+    _ask(granted.consumer, granted.control, "resilient")
+    await _answered(granted, "resilient", "Ready")
+    core = k8s.CoreV1Api(granted.admin)
+    uid = core.read_namespace("resilient").metadata.uid
+    core.delete_namespace("resilient")
+
+    def made_again() -> bool:
+        namespace = ignore_not_found(core.read_namespace, "resilient")
+        return namespace is not None and namespace.metadata.uid != uid and namespace.status.phase == "Active"
+
+    await eventually(made_again, timeout=90, what="the namespace made again")
+    await eventually(lambda: ignore_not_found(core.read_namespaced_resource_quota, QUOTA_NAME, "resilient"),
+                     timeout=30, what="its quota")  # fmt: skip
+
+
 async def test_withdrawal_deletes_every_remote_namespace_of_the_consumer(granted: Granted) -> None:
     """Last in the module: the peering ends."""
     for name in ("leaving-a", "leaving-b"):
@@ -316,7 +351,9 @@ async def test_withdrawal_deletes_every_remote_namespace_of_the_consumer(granted
 
     def all_gone() -> bool:
         left = core.list_namespace(label_selector=f"{LABEL_CONSUMER}={granted.consumer_id}").items
-        return not left
+        if left:
+            raise LookupError(f"left: {[(ns.metadata.name, ns.status.phase) for ns in left]}")
+        return True
 
-    await eventually(all_gone, timeout=120, what="every namespace of the consumer gone")
+    await eventually(all_gone, timeout=240, what="every namespace of the consumer gone")
     assert _gone(core.read_namespace, granted.control)

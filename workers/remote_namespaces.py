@@ -16,6 +16,7 @@ handlers re-read what they decide on. Four informers:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
@@ -99,18 +100,23 @@ class RemoteNamespaces:
         self.request_queue: WorkQueue[RequestKey] = WorkQueue("remote-namespaces", self._reconcile,
                                                               workers=REQUEST_WORKERS)  # fmt: skip
         self.split_queue: WorkQueue[str] = WorkQueue("offer-split", self._split, workers=SPLIT_WORKERS)
+        # What a request's answer reads besides the request: until both are listed, no answer is given (a Pending
+        # said at each start-up for want of a list would flap every request's status). Their first list brings
+        # every request concerned back.
+        self._listed_kinds: set[str] = set()
         self._informers: list[Informer[Any]] = [
             Informer("remotenamespaces", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
                      plural=REMOTE_NAMESPACES, on_sync=self.requests.sync, on_event=self.requests.event,
                      transform=_request),
             Informer("consumer-namespaces", core.list_namespace, label_selector=MADE_FOR_CONSUMERS_SELECTOR,
-                     on_sync=self.namespaces.sync, on_event=self.namespaces.event, transform=_namespace),
+                     on_sync=self._listed("namespaces", self.namespaces), on_event=self.namespaces.event,
+                     transform=_namespace),
             Informer("consumer-quotas", core.list_resource_quota_for_all_namespaces,
                      label_selector=MADE_FOR_CONSUMERS_SELECTOR, field_selector=f"metadata.name={QUOTA_NAME}",
                      on_sync=self.quotas.sync, on_event=self.quotas.event, transform=_quota),
             Informer("remote-namespace-peerings", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
-                     plural=PEERING_REQUESTS, on_sync=self.peerings.sync, on_event=self.peerings.event,
-                     transform=_peering_request),
+                     plural=PEERING_REQUESTS, on_sync=self._listed("peerings", self.peerings),
+                     on_event=self.peerings.event, transform=_peering_request),
         ]  # fmt: skip
 
     def start(self) -> RemoteNamespaces:
@@ -125,6 +131,13 @@ class RemoteNamespaces:
             informer.stop()
         self.request_queue.stop()
         self.split_queue.stop()
+
+    def _listed(self, kind: str, store: Store[str, Obj]) -> Callable[[list[Obj]], None]:
+        def sync(objects: list[Obj]) -> None:
+            self._listed_kinds.add(kind)  # before the store's callbacks, which bring the requests back
+            store.sync(objects)
+
+        return sync
 
     # What wakes whom --------------------------------------------------------------------------------------
     def _request_changed(self, key: RequestKey, old: Obj | None, new: Obj | None) -> None:
@@ -168,6 +181,8 @@ class RemoteNamespaces:
         consumer = foreign_cluster_of_namespace(control)
         if obj is None or consumer is None:
             return  # gone: its namespace went before its finalizer was released
+        if self._listed_kinds != {"namespaces", "peerings"}:
+            return  # their first list brings it back
         meta = obj["metadata"]
         if meta.get("deletionTimestamp"):
             self._release(obj, consumer)

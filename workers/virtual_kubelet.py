@@ -1191,8 +1191,8 @@ class VirtualKubelet:
             log.info("teardown: %d pods still going in the provider", cleaning.going)
             return False
         if cleaning.remote_namespaces:
-            log.info("teardown: waiting for provider %s to delete remote namespaces %s", self.config.provider_id,
-                     ", ".join(sorted(cleaning.remote_namespaces)))  # fmt: skip
+            log.info("teardown: waiting for provider %s to delete %d remote namespaces", self.config.provider_id,
+                     cleaning.remote_namespaces)  # fmt: skip
             return False
         self._drop_entries()
         drop_keepalive(self.provider, self.remote_namespace)

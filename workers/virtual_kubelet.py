@@ -850,6 +850,12 @@ class VirtualKubelet:
             return None
         return target.remote
 
+    def _draining_copies(self, key: PodKey) -> list[Obj]:
+        """The pod's copies in remote namespaces of its namespace other than its target (being drained)."""
+        target = self._target(key[0])
+        return [copy for remote, _ in self._requests_of(key[0]) if target is None or remote != target.remote
+                if (copy := self.copies.get((remote, key[1]))) is not None and _origin(copy) == key]
+
     def _legacy_copy(self, key: PodKey) -> Obj | None:
         """The pod's copy of the single-namespace layout, in the control namespace, if there is one."""
         copy = self.copies.get((self.remote_namespace, reflected_name(*key)))
@@ -886,21 +892,20 @@ class VirtualKubelet:
         copy = self.copies.get((remote, key[1])) if remote is not None else None
         if copy is not None and _origin(copy) != key:
             copy = None  # not a copy of this pod's (the provider's own, or from a namespace there before)
-        if pod is None:  # the consumer pod is gone: so go its copies
-            self._event_budget.forget(key)
-            self._foreign_ip_warnings.forget(key)
-            for going in (copy, legacy):
-                if going is not None:
-                    self._delete_remote(self.remote.delete_namespaced_pod, going)
-            return
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            for going in (copy, legacy):
-                if going is not None:
-                    self._delete_remote(self.remote.delete_namespaced_pod, going)
-            if copy is None and legacy is None:  # the provider side is gone: finish the deletion, as a kubelet would
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            # Its copies go, wherever they are: a namespace being drained has its copies in a remote namespace that
+            # is no longer its target. A pod being deleted is finished once none is left, as a kubelet would.
+            copies = [c for c in (copy, legacy, *self._draining_copies(key)) if c is not None]
+            for going in copies:
+                self._delete_remote(self.remote.delete_namespaced_pod, going)
+            if pod is None:
+                self._event_budget.forget(key)
+                self._foreign_ip_warnings.forget(key)
+            elif not copies:
+                meta = pod["metadata"]
                 ignore_not_found(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], grace_period_seconds=0)
             return
+        meta = pod["metadata"]
         stale = [c for c in (copy, legacy) if c is not None and (c["metadata"].get("annotations") or {}).get(ORIGIN_UID) != meta["uid"]]
         for c in stale:  # an earlier pod's of the same name
             self._delete_remote(self.remote.delete_namespaced_pod, c)

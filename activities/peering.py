@@ -28,7 +28,7 @@ from activities.credentials import (
 from kube.capacity import HomeCapacity
 from kube.clients import PeerSecretClients
 from kube.copies import (
-    delete_copies,
+    delete_all_copies,
     delete_remote_namespace_requests,
     drop_keepalive,
     keepalive_grace,
@@ -261,7 +261,7 @@ class PeeringActivities:
             silent_since = keepalive_lapsed_since(self._home, namespace, grace=grace, now=now)
             if silent_since is None:
                 return
-            cleaning = delete_copies(k8s.CoreV1Api(self._home), namespace, foreign_cluster_id, now=now)
+            cleaning = delete_all_copies(self._home, namespace, foreign_cluster_id, now=now)  # its remote namespaces' too
             # Its remote namespaces too: their requests go, and the controller deletes each namespace with them.
             delete_remote_namespace_requests(self._home, namespace)
             if not cleaning.going:

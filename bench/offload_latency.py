@@ -29,7 +29,7 @@ from models.names import (
     LABEL_PROVIDER,
     TAINT_VIRTUAL_NODE,
     advertisement_name,
-    foreign_namespace,
+    remote_namespace_default_name,
     virtual_node_name,
 )
 from tests.faults import prepare_pair
@@ -111,7 +111,7 @@ async def _measure(params: dict[str, Any]) -> None:
                 await _until(lambda: read_cluster_object(c_api, ADVERTISEMENTS, adv) is None, "the Advertisement gone")
                 await _until(lambda: not _ready(c_core, node), "the virtual node gone")
 
-            remote = foreign_namespace(consumer_id)
+            remote = remote_namespace_default_name(consumer_id, "app")  # prepare_pair offloads `app`
             for j in range(pods):
                 started = time.perf_counter()
                 c_core.create_namespaced_pod("app", k8s.V1Pod.model_validate(_pod(f"local-{j}", selector={"kubernetes.io/hostname": "local-0"},
@@ -124,7 +124,7 @@ async def _measure(params: dict[str, Any]) -> None:
                     "app", k8s.V1Pod.model_validate(_pod(f"off-{j}", selector={LABEL_PROVIDER: provider_id}, tolerate=True))
                 )
                 on_provider = asyncio.create_task(
-                    _until(lambda j=j: _running(p_core, remote, f"app-off-{j}"), "provider copy")
+                    _until(lambda j=j: _running(p_core, remote, f"off-{j}"), "provider copy")
                 )
                 on_consumer = await _until(lambda j=j: _running(c_core, "app", f"off-{j}"), "offloaded pod Running")
                 samples["consumer"].append(on_consumer - started)

@@ -2,8 +2,10 @@
 provider and a consumer of the benchmark's own with their real workers, the consumer's network module and
 the local stand-in that runs the virtual kubelet Deployment as a process (as bench/offload_latency.py).
 
-Each pod has a ConfigMap of its own (envFrom: the virtual kubelet reflects each one to the provider), and
-one Service selects them all. The pods are POSTed over `threads` connections at once, as
+The pods are spread over `namespaces` offloaded namespaces (1 by default: `app`; more: `app-0`, `app-1`, ...,
+each with its NamespaceOffloading and so its own remote namespace in the provider, issue 35). Each pod has a
+ConfigMap of its own in its namespace (envFrom: the virtual kubelet reflects each one to the provider), and
+one Service in each namespace selects its pods. The pods are POSTed over `threads` connections at once, as
 bench/resource_compute.py fills. The provider gets kwok nodes enough for every copy and shares 100%, so
 that the virtual node (whose capacity is the Advertisement's) has room for `pods`.
 
@@ -49,15 +51,23 @@ from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from deploy.localenv.clusters import LocalCluster, wait_for
 from deploy.localenv.deployments import DeploymentRunner
 from kube.informer import Informer
-from models.names import LABEL_PROVIDER, TAINT_VIRTUAL_NODE, virtual_kubelet_name, virtual_node_name
+from models.names import (
+    GROUP,
+    LABEL_PROVIDER,
+    NAMESPACE_OFFLOADINGS,
+    TAINT_VIRTUAL_NODE,
+    VERSION,
+    virtual_kubelet_name,
+    virtual_node_name,
+)
 from tests.faults import prepare_pair
-from tests.kube import apply_cluster_config, create_node, pod_spec
+from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace, pod_spec
 from tests.running import running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import request_peering
 
-DEFAULTS: dict[str, Any] = {"pods": 1000, "threads": 32, "seconds_per_pod": 0.5}
-NAMESPACE = "app"  # made by prepare_pair
+DEFAULTS: dict[str, Any] = {"pods": 1000, "namespaces": 1, "threads": 32, "seconds_per_pod": 0.5}
+NAMESPACE = "app"  # made and offloaded by prepare_pair
 SERVICE = "offload-scale"
 APP_LABEL = "app"
 PHASE_LABEL = "offload-scale/phase"
@@ -125,6 +135,23 @@ class _ProcessSampler:
         self._cpu[pid] = (self._cpu.get(pid, (cpu, cpu))[0], cpu)
 
 
+def _namespaces(count: int) -> list[str]:
+    return [NAMESPACE] if count <= 1 else [f"{NAMESPACE}-{k}" for k in range(count)]
+
+
+def _namespace_of(i: int, namespaces: list[str]) -> str:
+    return namespaces[i % len(namespaces)]
+
+
+def _offloaded_here(api: k8s.ApiClient, namespaces: list[str], provider_id: str) -> bool:
+    """Every namespace's remote namespace Ready in the provider (the virtual kubelet's entry says so)."""
+    listed: Any = k8s.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, NAMESPACE_OFFLOADINGS)
+    ready = {item["metadata"]["namespace"] for item in listed.get("items") or []
+             if any(c.get("clusterId") == provider_id and c.get("phase") == "Ready"
+                    for c in (item.get("status") or {}).get("clusters") or [])}  # fmt: skip
+    return set(namespaces) <= ready
+
+
 class _PhaseWatch:
     """One phase's pods and the Service's EndpointSlices in the consumer, followed by informers: when each
     pod was first seen Running, and when the slices first listed every pod as ready."""
@@ -138,10 +165,11 @@ class _PhaseWatch:
         self._ready_by_slice: dict[str, set[str]] = {}
         self._changed = threading.Condition()
         self._informers: list[Informer[dict[str, Any]]] = [
-            Informer(f"offload-scale-pods-{phase}", k8s.CoreV1Api(api).list_namespaced_pod, namespace=NAMESPACE,
+            # Pod names are unique across the namespaces (their index is in them): watched in all at once.
+            Informer(f"offload-scale-pods-{phase}", k8s.CoreV1Api(api).list_pod_for_all_namespaces,
                      label_selector=f"{PHASE_LABEL}={phase}", on_sync=self._pods_listed, on_event=self._pod_event),
-            Informer(f"offload-scale-slices-{phase}", k8s.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
-                     namespace=NAMESPACE, label_selector=f"kubernetes.io/service-name={SERVICE}",
+            Informer(f"offload-scale-slices-{phase}", k8s.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+                     label_selector=f"kubernetes.io/service-name={SERVICE}",
                      on_sync=self._slices_listed, on_event=self._slice_event),
         ]  # fmt: skip
 
@@ -186,13 +214,13 @@ class _PhaseWatch:
         with self._changed:
             self._ready_by_slice.clear()
             for endpoint_slice in slices:
-                self._ready_by_slice[endpoint_slice["metadata"]["name"]] = self._ready_in(endpoint_slice)
+                self._ready_by_slice[_slice_key(endpoint_slice)] = self._ready_in(endpoint_slice)
             self._check_endpoints(time.perf_counter())
 
     def _slice_event(self, kind: str, endpoint_slice: dict[str, Any]) -> None:
         at = time.perf_counter()
         with self._changed:
-            name = endpoint_slice["metadata"]["name"]
+            name = _slice_key(endpoint_slice)
             if kind == "DELETED":
                 self._ready_by_slice.pop(name, None)
             else:
@@ -251,6 +279,10 @@ class PhaseResult:
     agent_restarts: int
 
 
+def _slice_key(endpoint_slice: dict[str, Any]) -> str:
+    return f"{endpoint_slice['metadata']['namespace']}/{endpoint_slice['metadata']['name']}"
+
+
 def _config_map(i: int) -> k8s.V1ConfigMap:
     return k8s.V1ConfigMap.model_validate({"metadata": {"name": f"cfg-{i}"}, "data": {"INDEX": str(i)}})
 
@@ -263,10 +295,10 @@ def _pod(name: str, i: int, *, phase: str, node_selector: dict[str, str], tolera
                                      "spec": spec})  # fmt: skip
 
 
-def _create(call: Callable[..., Any], body: Any) -> bool:
+def _create(call: Callable[..., Any], namespace: str, body: Any) -> bool:
     for attempt in range(CREATE_ATTEMPTS):
         try:
-            call(NAMESPACE, body, _preload_content=False)
+            call(namespace, body, _preload_content=False)
             return True
         except ApiException as e:
             if e.status == 409:
@@ -278,15 +310,16 @@ def _create(call: Callable[..., Any], body: Any) -> bool:
     return False
 
 
-def _run_phase(api: k8s.ApiClient, *, phase: str, pods: dict[str, k8s.V1Pod], threads: int, timeout: float,
-               agent_pid: Callable[[], int | None]) -> PhaseResult:  # fmt: skip
+def _run_phase(api: k8s.ApiClient, *, phase: str, pods: dict[str, tuple[str, k8s.V1Pod]], threads: int,
+               timeout: float, agent_pid: Callable[[], int | None]) -> PhaseResult:  # fmt: skip
+    """`pods`: name -> (namespace, pod)."""
     core = k8s.CoreV1Api(api)
     names = set(pods)
     posted_at: dict[str, float] = {}
 
     def post(name: str) -> None:
         posted_at[name] = time.perf_counter()
-        _create(core.create_namespaced_pod, pods[name])
+        _create(core.create_namespaced_pod, *pods[name])
 
     with _PhaseWatch(api, phase=phase, names=names) as watch:
         sampler = _ProcessSampler(agent_pid).start()
@@ -315,12 +348,13 @@ def _run_phase(api: k8s.ApiClient, *, phase: str, pods: dict[str, k8s.V1Pod], th
     )  # fmt: skip
 
 
-def _delete_phase(api: k8s.ApiClient, phase: str) -> None:
+def _delete_phase(api: k8s.ApiClient, phase: str, namespaces: list[str]) -> None:
     """Deletes a phase's pods at once and waits until none is left, so that the next phase starts from an
-    idle cluster and the Service selects only its pods."""
+    idle cluster and the Services select only its pods."""
     with _PhaseWatch(api, phase=phase, names=set()) as watch:
-        k8s.CoreV1Api(api).delete_collection_namespaced_pod(NAMESPACE, label_selector=f"{PHASE_LABEL}={phase}",
-                                                            grace_period_seconds=0)  # fmt: skip
+        for namespace in namespaces:
+            k8s.CoreV1Api(api).delete_collection_namespaced_pod(namespace, label_selector=f"{PHASE_LABEL}={phase}",
+                                                                grace_period_seconds=0)  # fmt: skip
         if not watch.wait(lambda: not watch.present, deadline=time.perf_counter() + SETUP_TIMEOUT_SECONDS,
                           what=f"deleting the {phase} pods"):  # fmt: skip
             raise TimeoutError(f"{len(watch.present)} {phase} pods still there after {SETUP_TIMEOUT_SECONDS} s")
@@ -345,6 +379,7 @@ def _kwok_controller_pid(cluster: LocalCluster) -> int | None:
 
 async def _measure(params: dict[str, Any]) -> None:
     count, threads = int(params["pods"]), int(params["threads"])
+    namespaces = _namespaces(int(params["namespaces"]))
     timeout = TIMEOUT_BASE_SECONDS + float(params["seconds_per_pod"]) * count
     provider_id, consumer_id = "bench-provider", "bench-consumer"
     vk_logs = Path(tempfile.mkdtemp(prefix="tidepool-offload-scale-"))
@@ -358,11 +393,15 @@ async def _measure(params: dict[str, Any]) -> None:
         for k in range(math.ceil(count / PROVIDER_NODE_PODS)):
             create_node(p_api, f"pods-{k}", cpu="64", memory="256Gi", pods=str(PROVIDER_NODE_PODS))
         create_node(c_api, PLAIN_NODE, cpu="64", memory="256Gi", pods=str(count + 110))
+        for namespace in namespaces:
+            create_namespace(c_api, namespace)
+            offload_namespace(c_api, namespace)
+            c_core.create_namespaced_service(namespace, k8s.V1Service.model_validate({
+                "metadata": {"name": SERVICE},
+                "spec": {"selector": {APP_LABEL: SERVICE}, "ports": [{"port": 80, "targetPort": 8080}]}}))  # fmt: skip
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda i: _create(c_core.create_namespaced_config_map, _config_map(i)), range(count)))
-        c_core.create_namespaced_service(NAMESPACE, k8s.V1Service.model_validate({
-            "metadata": {"name": SERVICE},
-            "spec": {"selector": {APP_LABEL: SERVICE}, "ports": [{"port": 80, "targetPort": 8080}]}}))  # fmt: skip
+            list(pool.map(lambda i: _create(c_core.create_namespaced_config_map, _namespace_of(i, namespaces),
+                                            _config_map(i)), range(count)))  # fmt: skip
         network = NetworkModule(c_api, local_pod_cidr="10.2.0.0/16").start()
         async with AsyncExitStack() as stack:
             stack.callback(network.stop)
@@ -374,26 +413,29 @@ async def _measure(params: dict[str, Any]) -> None:
             for name in (PLAIN_NODE, node):
                 await asyncio.to_thread(wait_for, lambda name=name: _node_ready_with_room(c_core, name, count),
                                         timeout=SETUP_TIMEOUT_SECONDS, what=f"node {name} Ready with room for {count} pods")  # fmt: skip
+            await asyncio.to_thread(wait_for, lambda: _offloaded_here(c_api, namespaces, provider_id),
+                                    timeout=SETUP_TIMEOUT_SECONDS, what=f"{len(namespaces)} remote namespaces Ready")  # fmt: skip
             vk_pid = runner.pid(virtual_kubelet_name(provider_id))
             if vk_pid is None:
                 raise RuntimeError("the virtual node is Ready but its virtual kubelet does not run")
             vk_rss_idle = rss_mb(vk_pid)
-            log(f"{count} ConfigMaps and the Service made; both nodes Ready; virtual kubelet at {vk_rss_idle:.0f} MiB")
+            log(f"{count} ConfigMaps and {len(namespaces)} Services made; both nodes Ready; {len(namespaces)} namespaces "
+                f"offloaded; virtual kubelet at {vk_rss_idle:.0f} MiB")  # fmt: skip
 
             # The threads block: the workers share this event loop, so the phases run beside it.
             baseline = await asyncio.to_thread(
                 _run_phase, c_api, phase="baseline", threads=threads, timeout=timeout,
-                pods={f"plain-{i}": _pod(f"plain-{i}", i, phase="baseline", tolerate=False,
-                                         node_selector={"kubernetes.io/hostname": PLAIN_NODE}) for i in range(count)},
+                pods={f"plain-{i}": (_namespace_of(i, namespaces), _pod(f"plain-{i}", i, phase="baseline", tolerate=False,
+                      node_selector={"kubernetes.io/hostname": PLAIN_NODE})) for i in range(count)},
                 agent_pid=lambda: _kwok_controller_pid(consumer))  # fmt: skip
-            await asyncio.to_thread(_delete_phase, c_api, "baseline")
+            await asyncio.to_thread(_delete_phase, c_api, "baseline", namespaces)
             offloaded = await asyncio.to_thread(
                 _run_phase, c_api, phase="offloaded", threads=threads, timeout=timeout,
-                pods={f"off-{i}": _pod(f"off-{i}", i, phase="offloaded", node_selector={LABEL_PROVIDER: provider_id},
-                                       tolerate=True) for i in range(count)},
+                pods={f"off-{i}": (_namespace_of(i, namespaces), _pod(f"off-{i}", i, phase="offloaded", tolerate=True,
+                      node_selector={LABEL_PROVIDER: provider_id})) for i in range(count)},
                 agent_pid=lambda: runner.pid(virtual_kubelet_name(provider_id)))  # fmt: skip
     log(f"virtual kubelet log in {vk_logs}")
-    _report(offloaded, baseline, params={**params, "pods": count, "timeout_seconds": timeout,
+    _report(offloaded, baseline, params={**params, "pods": count, "namespaces": len(namespaces), "timeout_seconds": timeout,
                                          "virtual_kubelet_rss_before_pods_mib": round(vk_rss_idle, 1)})  # fmt: skip
 
 
@@ -403,7 +445,7 @@ def _report(offloaded: PhaseResult, baseline: PhaseResult, *, params: dict[str, 
               "missed_by_phase": offloaded.missed_by_phase, "baseline_missed_by_phase": baseline.missed_by_phase,
               "missed_names": offloaded.missed_names,
               "post_seconds": round(offloaded.post_seconds, 2), "baseline_post_seconds": round(baseline.post_seconds, 2),
-              "baseline": "the same pods, ConfigMaps and Service on a plain kwok node of the consumer"}  # fmt: skip
+              "baseline": "the same pods, ConfigMaps and Services on a plain kwok node of the consumer"}  # fmt: skip
     emit("pods_running_seconds", offloaded.running_seconds, "s", baseline=baseline.running_seconds,
          params={**common, "from": "first POST", "to": "every pod Running in the consumer"})  # fmt: skip
     for p in (50, 99):

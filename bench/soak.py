@@ -75,6 +75,7 @@ from models.names import (
 )
 from models.resources import Resources
 from models.virtual_kubelet import ORIGIN_UID
+from tests.kube import offload_namespace
 
 DEFAULTS: dict[str, Any] = {"minutes": 45.0, "warmup_minutes": 10.0, "churn_per_minute": 4.0, "sample_seconds": 5.0}
 TOKEN_LIFETIME_SECONDS = 1200  # twice the advertisement period: a rotation on every push
@@ -465,6 +466,7 @@ async def _run_window(params: dict[str, Any], state: EnvState) -> None:
     sample_every, churn_every = float(params["sample_seconds"]), 60 / float(params["churn_per_minute"])
     apis = {name: client_from_own_kubeconfig_file(path) for name, path in state.kubeconfigs.items()}
     k8s.CoreV1Api(apis[CONSUMER]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": CHURN_NAMESPACE}}))
+    offload_namespace(apis[CONSUMER], CHURN_NAMESPACE)  # its pods may run on the virtual nodes
     observer = Observer(apis=apis, processes=demo.processes(state))
     churn = Churn(apis[CONSUMER], observer.ledger)
     default = await Client.connect(state.temporal_address, namespace="default")

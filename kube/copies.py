@@ -1,7 +1,8 @@
-"""What a consumer's virtual kubelet makes in its provider namespace, and the one way it is cleaned.
-
-Its remote namespaces (issue 35) go with their RemoteNamespaces (`delete_remote_namespace_requests`): the
-provider deletes the namespace it made for each. Three cleaners share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
+"""What a consumer's virtual kubelet makes in its provider, and the one way it is cleaned (`delete_offloaded`):
+the copies in its control namespace (the single-namespace layout's) and in each remote namespace it asked for
+(a RemoteNamespace in the control namespace, issue 35), then those RemoteNamespaces
+(`delete_remote_namespace_requests`: the provider deletes the namespace it made for each). Three cleaners
+share it: the virtual kubelet's own teardown; the consumer's workflow after `tidepool unpeer
 --force`, retrying while the provider was out of reach; and the provider, once the virtual kubelet's
 keepalive Lease there has lapsed (its consumer is gone: nobody else would ever delete the copies).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -61,6 +63,52 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
             ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
     return Cleaning(deleted=deleted, going=len(remaining))
+
+
+def remote_namespaces_requested(api: k8s.ApiClient, control_namespace: str) -> tuple[str, ...]:
+    """The namespaces a consumer asked for (its RemoteNamespaces in its control namespace); none from a provider
+    of an earlier release, which serves none (404) or grants none (403)."""
+    try:
+        listed: Any = k8s.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, control_namespace,
+                                                                              REMOTE_NAMESPACES)  # fmt: skip
+    except ApiException as e:
+        if e.status not in (403, 404):
+            raise
+        return ()
+    return tuple(str(item["metadata"]["name"]) for item in listed.get("items") or [])
+
+
+def delete_all_copies(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Cleaning:
+    """`delete_copies` in the control namespace (the single-namespace layout's copies) and in every namespace
+    made for the consumer's RemoteNamespaces, summed; a remote namespace already gone (403: the consumer's
+    rights there went with it; 404) has none left."""
+    core = k8s.CoreV1Api(api)
+    total = delete_copies(core, control_namespace, consumer_id, now=now)
+    deleted, going = total.deleted, total.going
+    for namespace in remote_namespaces_requested(api, control_namespace):
+        try:
+            cleaning = delete_copies(core, namespace, consumer_id, now=now)
+        except ApiException as e:
+            if e.status not in (403, 404):
+                raise
+            continue
+        deleted, going = deleted + cleaning.deleted, going + cleaning.going
+    return Cleaning(deleted=deleted, going=going)
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    going: int  # pods still terminating, in the control namespace and the remote namespaces
+    remote_namespaces: int  # RemoteNamespaces still there (deleted: the provider deletes their namespaces)
+
+
+def delete_offloaded(api: k8s.ApiClient, control_namespace: str, consumer_id: str, *, now: datetime) -> Offloaded:
+    """The virtual kubelet's teardown, in order: every copy (`delete_all_copies`), then, once no pod is left, its
+    RemoteNamespaces."""
+    going = delete_all_copies(api, control_namespace, consumer_id, now=now).going
+    if going:
+        return Offloaded(going=going, remote_namespaces=len(remote_namespaces_requested(api, control_namespace)))
+    return Offloaded(going=0, remote_namespaces=delete_remote_namespace_requests(api, control_namespace))
 
 
 def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:

@@ -156,10 +156,18 @@ class Store(Generic[K, T]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def sync(self, objects: list[T]) -> None:
+    def sync(self, objects: list[T], *, within: Callable[[K], bool] | None = None) -> None:
+        """The full set of objects, after a list; with `within`, of the part of the store whose keys it
+        accepts (one of several lists that share a store, each of its own namespace), the rest kept."""
         fresh = {key: obj for obj in objects if (key := self._key(obj)) is not None}
         with self._lock:
-            old, self._items = self._items, fresh
+            if within is None:
+                old, self._items = self._items, fresh
+            else:
+                old = {key: obj for key, obj in self._items.items() if within(key)}
+                for key in old:
+                    del self._items[key]
+                self._items.update(fresh)
         for key in old.keys() - fresh.keys():
             self._on_change(key, old[key], None)
         for key, obj in fresh.items():

@@ -8,12 +8,14 @@ import copy
 import hashlib
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
+from models.api.offloading import RemoteNamespacePhase
 from models.enforcement import SERVICE_ACCOUNT_TOKEN_TYPE
 from models.names import (
+    API_VERSION,
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
@@ -100,13 +102,19 @@ MAX_NAME = 63
 
 
 def reflected_name(namespace: str, name: str) -> str:
-    """`<namespace>-<name>`, shortened with a hash of the whole when too long: two consumer namespaces
-    share one provider namespace, so the namespace must be part of the name."""
+    """The single-namespace layout's name (`<namespace>-<name>`, shortened with a hash of the whole when too
+    long): every consumer namespace shared one provider namespace, the control namespace. Copies are made
+    under their own names in their namespace's remote namespace now; this names the copies an earlier
+    release made there, which the virtual kubelet adopts until they move (or their pods go)."""
     full = f"{namespace}-{name}"
     if len(full) <= MAX_NAME:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:10]
     return f"{full[: MAX_NAME - 11].rstrip('-.')}-{digest}"
+
+
+def _copy_name(namespace: str, name: str, *, legacy: bool) -> str:
+    return reflected_name(namespace, name) if legacy else name
 
 
 def referenced_objects(pod_spec: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -146,25 +154,28 @@ def copy_labels(*, consumer_id: str, namespace: str, labels: Mapping[str, str] |
     return {**(labels or {}), LABEL_OFFLOADED: "true", LABEL_CONSUMER: consumer_id, ORIGIN_NAMESPACE: namespace}
 
 
-def pod_copy(pod: dict[str, Any], *, consumer_id: str) -> dict[str, Any]:
+def pod_copy(pod: dict[str, Any], *, consumer_id: str, legacy: bool = False) -> dict[str, Any]:
+    """A pod's copy, under its own name in its namespace's remote namespace (`legacy`: the single-namespace
+    layout's, which only tests still make, as an earlier release did)."""
     meta = pod["metadata"]
     namespace = meta["namespace"]
     return {
         "metadata": {
-            "name": reflected_name(namespace, meta["name"]),
+            "name": _copy_name(namespace, meta["name"], legacy=legacy),
             "labels": copy_labels(consumer_id=consumer_id, namespace=namespace, labels=meta.get("labels")),
             "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: meta["name"], ORIGIN_UID: meta["uid"]},
         },
-        "spec": safe_pod_spec(pod["spec"], namespace),
+        "spec": safe_pod_spec(pod["spec"], legacy_namespace=namespace if legacy else None),
     }
 
 
-def config_copy(source: dict[str, Any], *, kind: Literal["ConfigMap", "Secret"], consumer_id: str) -> dict[str, Any]:
-    """A ConfigMap's or Secret's copy, marked with the version of the source it was made from."""
+def config_copy(source: dict[str, Any], *, kind: Literal["ConfigMap", "Secret"], consumer_id: str,
+                legacy: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A ConfigMap's or Secret's copy under its own name, marked with the version of the source it was made from."""
     meta = source["metadata"]
     body: dict[str, Any] = {
         "apiVersion": "v1", "kind": kind,
-        "metadata": {"name": reflected_name(meta["namespace"], meta["name"]),
+        "metadata": {"name": _copy_name(meta["namespace"], meta["name"], legacy=legacy),
                      "labels": copy_labels(consumer_id=consumer_id, namespace=meta["namespace"]),
                      "annotations": {ORIGIN_NAMESPACE: meta["namespace"], ORIGIN_NAME: meta["name"],
                                      ORIGIN_VERSION: meta["resourceVersion"]}},
@@ -180,7 +191,7 @@ def config_copy(source: dict[str, Any], *, kind: Literal["ConfigMap", "Secret"],
     return body
 
 
-def service_copy(service: dict[str, Any], *, consumer_id: str) -> dict[str, Any] | None:
+def service_copy(service: dict[str, Any], *, consumer_id: str, legacy: bool = False) -> dict[str, Any] | None:
     """The Service the provider gets for a consumer Service, or None when it is not reflected: one without a
     selector (its endpoints are someone's hand-made list, of the consumer's addresses) or an ExternalName.
     The copy selects the pods' copies from the same consumer namespace, and the provider allocates its own
@@ -202,7 +213,7 @@ def service_copy(service: dict[str, Any], *, consumer_id: str) -> dict[str, Any]
     digest = hashlib.sha256(json.dumps(copied, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": reflected_name(namespace, meta["name"]),
+        "metadata": {"name": _copy_name(namespace, meta["name"], legacy=legacy),
                      "labels": copy_labels(consumer_id=consumer_id, namespace=namespace),
                      "annotations": {ORIGIN_NAMESPACE: namespace, ORIGIN_NAME: meta["name"], SOURCE_DIGEST: digest}},
         "spec": copied,
@@ -291,37 +302,43 @@ def foreign_ip_message(foreign_ips: tuple[str, ...], *, provider_id: str, provid
             "Service sends traffic there")
 
 
-def safe_pod_spec(pod_spec: dict[str, Any], namespace: str) -> dict[str, Any]:
+def safe_pod_spec(pod_spec: dict[str, Any], *, legacy_namespace: str | None = None) -> dict[str, Any]:
     """The spec the provider runs: unbound (its scheduler places it), without the consumer's service
-    account and its token, without what only makes sense in the consumer (tolerations for the virtual
-    node, selectors, affinity, priority class), and with ConfigMaps and Secrets renamed to their
-    reflections."""
+    account and its token, and without what only makes sense in the consumer (tolerations for the virtual
+    node, selectors, affinity, priority class). ConfigMaps and Secrets keep their names (their copies have
+    them in the same remote namespace); under the single-namespace layout (`legacy_namespace`, the pod's
+    namespace) they were renamed to their reflections."""
     spec = copy.deepcopy(pod_spec)
     for key in ("nodeName", "nodeSelector", "affinity", "tolerations", "priorityClassName", "priority",
                 "serviceAccountName", "serviceAccount", "schedulerName", "preemptionPolicy", "runtimeClassName",
                 "overhead", "topologySpreadConstraints"):  # fmt: skip
         spec.pop(key, None)
     strip_service_account_token(spec)
+    if legacy_namespace is not None:
+        _rename_references(spec, lambda name: reflected_name(legacy_namespace, name))
+    return spec
+
+
+def _rename_references(spec: dict[str, Any], rename: Callable[[str], str]) -> None:
     for volume in spec.get("volumes") or []:
         if (volume.get("configMap") or {}).get("name"):
-            volume["configMap"]["name"] = reflected_name(namespace, volume["configMap"]["name"])
+            volume["configMap"]["name"] = rename(volume["configMap"]["name"])
         if (volume.get("secret") or {}).get("secretName"):
-            volume["secret"]["secretName"] = reflected_name(namespace, volume["secret"]["secretName"])
+            volume["secret"]["secretName"] = rename(volume["secret"]["secretName"])
         for source in (volume.get("projected") or {}).get("sources") or []:
             for kind in ("configMap", "secret"):
                 if (source.get(kind) or {}).get("name"):
-                    source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
+                    source[kind]["name"] = rename(source[kind]["name"])
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         for env in container.get("env") or []:
             for kind in ("configMapKeyRef", "secretKeyRef"):
                 ref = (env.get("valueFrom") or {}).get(kind)
                 if ref and ref.get("name"):
-                    ref["name"] = reflected_name(namespace, ref["name"])
+                    ref["name"] = rename(ref["name"])
         for source in container.get("envFrom") or []:
             for kind in ("configMapRef", "secretRef"):
                 if (source.get(kind) or {}).get("name"):
-                    source[kind]["name"] = reflected_name(namespace, source[kind]["name"])
-    return spec
+                    source[kind]["name"] = rename(source[kind]["name"])
 
 
 # How long past its grace period a copy may stay Terminating in the provider before teardown force-deletes
@@ -380,3 +397,87 @@ def node_status_report_due(
 def _without_heartbeat(status: dict[str, Any]) -> dict[str, Any]:
     conditions = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"} for c in status.get("conditions") or []]
     return {**status, "conditions": conditions}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Namespace offloading (issue 35): each offloaded consumer namespace has a remote namespace of its own in
+# the provider, which the virtual kubelet asks for (a RemoteNamespace in its control namespace) and reports
+# on (its entry in the NamespaceOffloading's status.clusters).
+
+
+class RemoteTarget(NamedTuple):
+    """A consumer namespace's remote namespace in this provider, as the virtual kubelet last saw it."""
+
+    remote: str
+    phase: RemoteNamespacePhase
+    message: str = ""
+
+
+def remote_namespace_request(*, remote: str, consumer_namespace: str, consumer_id: str) -> dict[str, Any]:
+    """The RemoteNamespace a virtual kubelet creates in its control namespace for one consumer namespace."""
+    return {
+        "apiVersion": API_VERSION, "kind": "RemoteNamespace",
+        "metadata": {"name": remote, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: consumer_id}},
+        "spec": {"consumerNamespace": consumer_namespace},
+    }  # fmt: skip
+
+
+def remote_target(request: Mapping[str, Any] | None, *, remote: str, consumer_namespace: str) -> RemoteTarget:
+    """What the RemoteNamespace `remote` says for `consumer_namespace`: the provider's phase and message; Pending
+    before the provider answered; Refused when the name is another namespace's request of this consumer (two
+    namespaces offloaded under one SelectedName); Deleting while a former request of the name goes."""
+    if request is None:
+        return RemoteTarget(remote, "Pending", "requested")
+    meta, status = request.get("metadata") or {}, request.get("status") or {}
+    asked_for = (request.get("spec") or {}).get("consumerNamespace")
+    if asked_for != consumer_namespace:
+        return RemoteTarget(remote, "Refused", f"remote namespace {remote} is already requested for namespace "
+                                               f"{asked_for} of this cluster")  # fmt: skip
+    if meta.get("deletionTimestamp"):
+        return RemoteTarget(remote, "Deleting", f"remote namespace {remote} is being deleted")
+    said = str(status.get("phase") or "Pending")
+    phase: RemoteNamespacePhase = next((p for p in get_args(RemoteNamespacePhase) if p == said), "Pending")
+    return RemoteTarget(remote, phase, str(status.get("message") or ("requested" if phase == "Pending" else "")))
+
+
+def offloading_entry(*, provider_id: str, target: RemoteTarget) -> dict[str, str]:
+    """This provider's entry in a NamespaceOffloading's status.clusters (NamespaceOffloadingStatus.clusters)."""
+    return {"clusterId": provider_id, "remoteNamespace": target.remote, "phase": target.phase,
+            "message": target.message[:1024]}  # fmt: skip
+
+
+def namespace_not_ready_message(namespace: str, *, provider_id: str, target: RemoteTarget | None,
+                                offloaded: bool) -> str:  # fmt: skip
+    """Why a pod of `namespace` bound to this provider's virtual node gets no copy (reason NamespaceNotReady)."""
+    if target is None and not offloaded:
+        return f"namespace {namespace} is not offloaded: run `tidepool offload namespace {namespace}`"
+    if target is None:
+        return f"namespace {namespace} is offloaded, but its cluster selector does not select provider {provider_id}"
+    where = f"remote namespace {target.remote} of namespace {namespace} in provider {provider_id}"
+    match target.phase:
+        case "Refused":
+            return (f"provider {provider_id} refused remote namespace {target.remote} for namespace {namespace}: "
+                    f"{target.message}")
+        case "Deleting":
+            return f"{where} is being deleted"
+        case "Ready":
+            return f"{where} is ready"
+        case _:
+            return f"{where} is pending" + (f": {target.message}" if target.message else "")
+
+
+def legacy_copy_may_go(new_copy_status: Mapping[str, Any], *, restart_policy: str | None) -> bool:
+    """Whether a pod's copy of the single-namespace layout may be deleted, its pod having a copy in its remote
+    namespace too: only once that one runs (phase Running and Ready), so the pod is never without a running
+    copy. A pod that runs to completion (restartPolicy Never or OnFailure, a Job's) never moves: a second copy
+    would do its work a second time; it keeps its old copy until it is done."""
+    if (restart_policy or "Always") != "Always":
+        return False
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in new_copy_status.get("conditions") or [])
+    return new_copy_status.get("phase") == "Running" and ready
+
+
+def moves_to_remote_namespace(restart_policy: str | None) -> bool:
+    """A pod with a copy of the single-namespace layout gets a second copy in its remote namespace (and then
+    loses the old one) only if it restarts for ever (`legacy_copy_may_go`)."""
+    return (restart_policy or "Always") == "Always"

@@ -27,6 +27,7 @@ from deploy.localenv.clusters import LocalCluster
 from kube.objects import list_cluster_objects, read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
+    LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_OFFLOADED,
     MANAGED_BY,
@@ -37,7 +38,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
-from tests.kube import apply_cluster_config, create_namespace, create_node
+from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace
 from tests.replay import run_histories
 
 # The sequence of kill points is drawn from this seed (printed by the tests, overridable to replay one).
@@ -133,7 +134,7 @@ class Pair:
 
 def new_pair(make_cluster: Callable[[str], LocalCluster], unique: str) -> Pair:
     """Two clusters of the test's own: a provider with one 8-CPU node sharing 50%, and a consumer with
-    tidepool's system namespace and an `app` namespace for workloads."""
+    tidepool's system namespace and an `app` namespace for workloads, offloaded."""
     pair = Pair(make_cluster("prov"), make_cluster("cons"), f"prov-{unique}", f"cons-{unique}")
     prepare_pair(pair.provider.api_client(), pair.consumer.api_client())
     return pair
@@ -145,6 +146,7 @@ def prepare_pair(provider: k8s.ApiClient, consumer: k8s.ApiClient) -> None:
     apply_cluster_config(provider, outgoing={"sharingPercentage": 50})
     create_namespace(consumer, SYSTEM_NAMESPACE)
     create_namespace(consumer, "app")
+    offload_namespace(consumer, "app")  # its pods may run on virtual nodes
 
 
 def _names(items: Iterable[Any]) -> list[str]:
@@ -157,7 +159,8 @@ def convergence_problems(pair: Pair, *, peered: bool) -> list[str]:
     Always: at most one Advertisement of the provider on the consumer, and at most one copy of each
     offloaded pod in the provider. Peered: exactly one, Accepted, with its credentials Secret, its virtual
     kubelet and its virtual node. Torn down: nothing left on either side — no Advertisement, credentials
-    Secret, virtual kubelet Deployment, virtual node, PeeringRequest, foreign namespace or reflected pod."""
+    Secret, virtual kubelet Deployment, virtual node, PeeringRequest, foreign namespace, remote namespace or
+    reflected pod."""
     consumer, provider = pair.consumer.api_client(), pair.provider.api_client()
     c_core, p_core = k8s.CoreV1Api(consumer), k8s.CoreV1Api(provider)
     problems: list[str] = []
@@ -200,6 +203,8 @@ def convergence_problems(pair: Pair, *, peered: bool) -> list[str]:
         problems.append(f"orphaned foreign namespace {foreign} (phase {namespace.status.phase}, "
                         f"deletion requested: {namespace.metadata.deletion_timestamp is not None}, pods: {left})")  # fmt: skip
     problems += [f"orphaned reflected pod {p.metadata.namespace}/{p.metadata.name}" for p in reflected]
+    remote = p_core.list_namespace(label_selector=f"{LABEL_CONSUMER}={pair.consumer_id}").items
+    problems += [f"orphaned remote namespace {n.metadata.name} (phase {n.status.phase})" for n in remote]
     return problems
 
 

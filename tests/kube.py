@@ -12,10 +12,18 @@ from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.clusters import fake_node, wait_for
 from kube.objects import apply_cluster_object
-from models.names import API_VERSION, CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS
+from models.names import (
+    API_VERSION,
+    CLUSTER_CONFIG_NAME,
+    CLUSTER_CONFIGS,
+    GROUP,
+    NAMESPACE_OFFLOADING_NAME,
+    NAMESPACE_OFFLOADINGS,
+    VERSION,
+)
 
 __all__ = ["apply_cluster_config", "create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",
-           "flattened_kubeconfig", "pod_spec", "wait_for"]
+           "flattened_kubeconfig", "offload_namespace", "pod_spec", "wait_for"]
 
 
 def apply_cluster_config(api: k8s.ApiClient, **spec: dict[str, Any]) -> None:
@@ -97,3 +105,12 @@ def flattened_kubeconfig(path: Path) -> str:
             if key in section:
                 section[f"{key}-data"] = base64.b64encode(Path(section.pop(key)).read_bytes()).decode()
     return str(yaml.safe_dump(config))
+
+
+def offload_namespace(api: k8s.ApiClient, namespace: str, spec: dict[str, Any] | None = None) -> None:
+    """`tidepool offload namespace NAMESPACE` as the cluster's admin: its NamespaceOffloading, created or updated."""
+    body = {"apiVersion": API_VERSION, "kind": "NamespaceOffloading",
+            "metadata": {"name": NAMESPACE_OFFLOADING_NAME, "namespace": namespace}, "spec": spec or {}}  # fmt: skip
+    k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME, body,
+        field_manager="tidepool-test", force=True, _content_type="application/apply-patch+yaml")  # fmt: skip

@@ -1,6 +1,8 @@
 """A provider and a consumer of a test's own, peered, each with its real worker, the consumer's network
 module and the stand-in that runs the real virtual kubelet: what the virtual kubelet's end-to-end tests
-(tests/test_virtual_kubelet.py, tests/test_reflection.py) start from."""
+(tests/test_virtual_kubelet.py, tests/test_reflection.py) start from. A pod reaches a virtual node only in
+a namespace offloaded first (`offload_namespace`, as the cluster's admin runs `tidepool offload namespace`);
+its copy is then in the namespace's remote namespace (`Peering.remote`), under its own name."""
 
 from __future__ import annotations
 
@@ -17,9 +19,19 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
-from models.names import SYSTEM_NAMESPACE, foreign_namespace, virtual_node_name
-from tests.kube import apply_cluster_config, create_namespace, create_node
-from tests.running import running_worker, worker_settings
+from models.api.offloading import NamespaceOffloadingSpec
+from models.names import (
+    GROUP,
+    NAMESPACE_OFFLOADING_NAME,
+    NAMESPACE_OFFLOADINGS,
+    SYSTEM_NAMESPACE,
+    VERSION,
+    foreign_namespace,
+    virtual_node_name,
+)
+from models.offloading import remote_namespace_name
+from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace
+from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import request_peering
 
@@ -37,8 +49,15 @@ class Peering:
         return virtual_node_name(self.provider_id)
 
     @property
-    def remote_namespace(self) -> str:
+    def control_namespace(self) -> str:
+        """The consumer's namespace in the provider: its quota, keepalive, RemoteNamespaces, and the copies of
+        the single-namespace layout."""
         return foreign_namespace(self.consumer_id)
+
+    def remote(self, namespace: str, spec: NamespaceOffloadingSpec | None = None) -> str:
+        """The remote namespace in the provider of a consumer namespace offloaded with `spec` (the default)."""
+        return remote_namespace_name(spec or NamespaceOffloadingSpec(), consumer_cluster_id=self.consumer_id,
+                                     namespace=namespace)  # fmt: skip
 
 
 @contextmanager
@@ -92,3 +111,23 @@ def ready_node(core: k8s.CoreV1Api, name: str) -> Any:
     """The node if it is Ready, else None."""
     node = core.read_node(name)
     return node if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []) else None
+
+
+def offloading_entry_of(api: k8s.ApiClient, namespace: str, provider_id: str) -> dict[str, Any] | None:
+    """A provider's entry in the namespace's NamespaceOffloading's status.clusters, None without one."""
+    offloading: Any = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME)  # fmt: skip
+    clusters = (offloading.get("status") or {}).get("clusters") or []
+    return next((c for c in clusters if c.get("clusterId") == provider_id), None)
+
+
+async def offloaded_namespace(peering: Peering, namespace: str, spec: dict[str, Any] | None = None, *,
+                    timeout: float = 60) -> str:  # fmt: skip
+    """The namespace created if need be and offloaded, and its remote namespace Ready in the provider (the
+    virtual kubelet's entry says so): its name there."""
+    api = peering.consumer.api_client()
+    create_namespace(api, namespace)
+    offload_namespace(api, namespace, spec)
+    entry = await eventually(lambda: (e := offloading_entry_of(api, namespace, peering.provider_id)) and e["phase"] == "Ready" and e,
+                             timeout=timeout, what=f"namespace {namespace}'s remote namespace Ready")  # fmt: skip
+    return str(entry["remoteNamespace"])

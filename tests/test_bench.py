@@ -324,7 +324,7 @@ OFFLOAD_SCALE_FIGURES = {"pods_running_seconds", "pod_running_p50_seconds", "pod
 def test_a_small_offload_scale_run_prints_every_figure_and_misses_no_pod(capsys: pytest.CaptureFixture[str]) -> None:
     from bench.offload_scale import run
 
-    run({"pods": 20, "threads": 8, "seconds_per_pod": 3.0})
+    run({"pods": 20, "namespaces": 4, "threads": 8, "seconds_per_pod": 3.0})  # spread over offloaded namespaces
     figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
                for f in [json.loads(line)]}  # fmt: skip
     assert set(figures) == OFFLOAD_SCALE_FIGURES
@@ -335,3 +335,4 @@ def test_a_small_offload_scale_run_prints_every_figure_and_misses_no_pod(capsys:
     assert figures["virtual_kubelet_rss_mib"]["value"] > 0
     assert figures["virtual_kubelet_cpu_seconds_per_pod"]["value"] > 0
     assert figures["pods_running_seconds"]["params"]["pods"] == 20
+    assert figures["pods_running_seconds"]["params"]["namespaces"] == 4

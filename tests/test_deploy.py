@@ -264,10 +264,15 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
                            ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease"), ("get", "pods", "-n", "shop"),
                            ("watch", "configmaps", "-A"), ("watch", "services", "-A"), ("create", "events", "-n", "shop"),
                            ("patch", "events", "-n", "shop"), ("create", "subjectaccessreviews.authorization.k8s.io"),
-                           ("get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")]  # fmt: skip
+                           ("get", "configmaps/extension-apiserver-authentication", "-n", "kube-system"),
+                           # namespace offloading: which namespaces to reflect, and its own status entry
+                           ("watch", "namespaceoffloadings.tidepool.io", "-A"),
+                           ("patch", "namespaceoffloadings.tidepool.io", "--subresource=status", "-n", "shop")]  # fmt: skip
     virtual_kubelet_may_not = [("delete", "nodes"), ("list", "secrets", "-A"), ("watch", "secrets", "-n", "shop"),
                                ("create", "pods", "-n", "shop"), ("create", "services", "-n", "shop"),
-                               ("patch", "advertisements.tidepool.io", "--subresource=status")]  # fmt: skip
+                               ("patch", "advertisements.tidepool.io", "--subresource=status"),
+                               ("patch", "namespaceoffloadings.tidepool.io", "-n", "shop"),
+                               ("delete", "namespaceoffloadings.tidepool.io", "-n", "shop")]  # fmt: skip
     assert [a for a in virtual_kubelet_may if not can(VIRTUAL_KUBELET, *a)] == []
     assert [a for a in virtual_kubelet_may_not if can(VIRTUAL_KUBELET, *a)] == []
 

@@ -43,7 +43,7 @@ from models.names import (
 )
 from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
-from tests.offload import peered, ready_node
+from tests.offload import offloaded_namespace, peered, ready_node
 from tests.pool import running_pool
 from tests.running import eventually, running_worker, worker_settings
 from tests.test_consumer import advertisement
@@ -279,7 +279,7 @@ async def test_a_consumer_pod_pending_in_the_provider_is_explained_by_its_copys_
                       log_dir=tmp_path) as peering:  # fmt: skip
         core, remote = k8s.CoreV1Api(peering.consumer.api_client()), k8s.CoreV1Api(peering.provider.api_client())
         await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
-        create_namespace(peering.consumer.api_client(), "shop")
+        await offloaded_namespace(peering, "shop")
         remote.patch_node("big", {"spec": {"unschedulable": True}})  # the provider cannot run the copy
         core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "stuck"}, "spec": {
             "containers": [{"name": "main", "image": "busybox"}], "nodeSelector": {LABEL_PROVIDER: peering.provider_id},

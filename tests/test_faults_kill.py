@@ -30,15 +30,15 @@ from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
-    LABEL_OFFLOADED,
+    LABEL_CONSUMER,
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
-    foreign_namespace,
     peering_workflow_id,
+    remote_namespace_default_name,
     worker_lease_name,
 )
 from tests.faults import (
@@ -159,9 +159,10 @@ def _offload(pair: Pair, name: str) -> None:
 
 
 def _reflected(pair: Pair) -> list[str]:
-    pods = k8s.CoreV1Api(pair.provider.api_client()).list_namespaced_pod(
-        foreign_namespace(pair.consumer_id), label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
-    return sorted(p.metadata.name for p in pods if p.metadata.name)
+    """The copies in the provider, as namespace/name: `app`'s are in its remote namespace, under their own names."""
+    pods = k8s.CoreV1Api(pair.provider.api_client()).list_pod_for_all_namespaces(
+        label_selector=f"{LABEL_CONSUMER}={pair.consumer_id}").items  # fmt: skip
+    return sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods if p.metadata.name)
 
 
 @pytest.mark.timeout(720)
@@ -192,6 +193,7 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
     try:
         for worker in every_worker:
             worker.start()
+        remote = remote_namespace_default_name(pair.consumer_id, "app")  # `app` is offloaded (new_pair)
         with DeploymentRunner(pair.consumer.kubeconfig, log_dir=tmp_path):
             for cycle in range(CYCLES):
                 # The peering: the provider's worker dies while it starts the workflow and pushes.
@@ -216,7 +218,7 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} acceptance")
                 await _converged(pair, peered=True, what=f"cycle {cycle}: accepted with its virtual kubelet and node")
                 _offload(pair, f"job-{cycle}")
-                await eventually(lambda c=cycle: _reflected(pair) == [f"app-job-{c}"], timeout=CONVERGE_TIMEOUT,
+                await eventually(lambda c=cycle: _reflected(pair) == [f"{remote}/job-{c}"], timeout=CONVERGE_TIMEOUT,
                                  what="the offloaded pod reflected in the provider, once")  # fmt: skip
 
                 # The teardown: both workers die while the provider withdraws and the consumer tears down.

@@ -28,7 +28,6 @@ from temporalio.client import Client, WorkflowHandle
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
-from kube.clients import client_from_peer_kubeconfig_text
 from kube.copies import copies_selector, keepalive_grace
 from kube.objects import ignore_not_found, read_cluster_object
 from models.consumer import AdvertisementState
@@ -36,13 +35,10 @@ from models.names import (
     ADVERTISEMENTS,
     CONSUMER_KEEPALIVE_LEASE,
     FOREIGN_CLEANUP_FINALIZER,
-    GROUP,
     LABEL_PROVIDER,
     PEERING_REQUESTS,
-    REMOTE_NAMESPACES,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    VERSION,
     advertisement_name,
     advertisement_workflow_id,
     credentials_secret_name,
@@ -54,7 +50,7 @@ from models.names import (
 from models.peering import WithdrawResult
 from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
-from tests.offload import peered, ready_node
+from tests.offload import offloaded_namespace, peered, ready_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import cancel_peering, leave_provider, request_peering, request_secret_name
@@ -150,14 +146,17 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         namespace, selector = foreign_namespace(consumer_id), copies_selector(consumer_id)
 
         def copies() -> list[Any]:
-            return list(k8s.CoreV1Api(peering.provider.api_client()).list_namespaced_pod(namespace, label_selector=selector).items)
+            """In the control namespace and in the offloaded namespace's remote namespace."""
+            core = k8s.CoreV1Api(peering.provider.api_client())
+            return [p for ns in (namespace, peering.remote("shop"))
+                    for p in core.list_namespaced_pod(ns, label_selector=selector).items]  # fmt: skip
 
         def keepalive() -> Any:
             return ignore_not_found(k8s.CoordinationV1Api(peering.provider.api_client()).read_namespaced_lease,
                                     CONSUMER_KEEPALIVE_LEASE, namespace)  # fmt: skip
 
         await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
-        create_namespace(home, "shop")
+        await offloaded_namespace(peering, "shop")
         create_pod(home, "shop", "web", requests={"cpu": "1"}, node_selector={LABEL_PROVIDER: provider_id},
                    tolerations=[{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}])  # fmt: skip
         await eventually(copies, timeout=60, what="the pod's copy in the provider")
@@ -168,16 +167,12 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         held = core.read_namespaced_secret(credentials_secret_name(provider_id), SYSTEM_NAMESPACE)
         secrets.add_kubeconfig("the provider's credentials", base64.b64decode((held.data or {})["kubeconfig"]).decode())
         assert any("token" in label for label in secrets.values), "no token read: the scan would prove nothing"
-        # A namespace of its own asked for with those credentials (issue 35): it goes with the copies, either way.
-        granted = client_from_peer_kubeconfig_text(base64.b64decode((held.data or {})["kubeconfig"]))
-        k8s.CustomObjectsApi(granted).create_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "RemoteNamespace", "metadata": {"name": f"shop-{unique}"},
-            "spec": {"consumerNamespace": "shop"}})  # fmt: skip
-
+        # `shop`'s namespace in the provider, which the virtual kubelet asked for (issue 35): it goes with the
+        # copies, either way.
         def remote_namespace() -> Any:
-            return ignore_not_found(k8s.CoreV1Api(peering.provider.api_client()).read_namespace, f"shop-{unique}")
+            return ignore_not_found(k8s.CoreV1Api(peering.provider.api_client()).read_namespace, peering.remote("shop"))
 
-        await eventually(remote_namespace, timeout=30, what="the remote namespace made")
+        assert remote_namespace() is not None
 
         stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
         leave_provider(home, provider_id=provider_id, force=True)

@@ -48,8 +48,8 @@ from models.names import (
 )
 from models.resources import Resources
 from tests.conftest import Clusters
-from tests.kube import apply_cluster_config, create_namespace, create_node, create_runtime_class
-from tests.offload import Peering, peered, ready_node
+from tests.kube import apply_cluster_config, create_node, create_runtime_class
+from tests.offload import Peering, offloaded_namespace, peered, ready_node
 from tests.running import eventually, running_worker, worker_settings
 from workers.peer import request_peering
 
@@ -368,7 +368,7 @@ def _refusal_events(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[k8s.C
 
 
 def _copies(provider: k8s.CoreV1Api, peering: Peering) -> list[str]:
-    return sorted(str(p.metadata.name) for p in provider.list_namespaced_pod(peering.remote_namespace).items)
+    return sorted(str(p.metadata.name) for p in provider.list_namespaced_pod(peering.remote("team")).items)
 
 
 def _said(pod: k8s.V1Pod) -> Any:
@@ -381,7 +381,7 @@ async def test_a_pod_the_provider_refuses_fails_on_the_consumer_with_the_rule_an
     core = k8s.CoreV1Api(peering.consumer.api_client())
     provider = k8s.CoreV1Api(peering.provider.api_client())
     await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
-    create_namespace(peering.consumer.api_client(), "team")
+    remote = await offloaded_namespace(peering, "team")  # Pod Security and the quota hold in its remote namespace
     core.create_namespaced_pod("team", _on_virtual_node(peering, "root", {"securityContext": {"privileged": True}}))
     pod = await eventually(lambda: (p := core.read_namespaced_pod("root", "team")).status.phase == "Failed" and p,
                            timeout=60, what="the refused pod Failed")  # fmt: skip
@@ -399,16 +399,14 @@ async def test_a_pod_the_provider_refuses_fails_on_the_consumer_with_the_rule_an
 
     # The quota: refused while the offer is used up (here: an operator lowered it by hand), Pending with the
     # condition, tried again with a backoff; once it fits, the copy is made and the condition goes.
-    provider.patch_namespaced_resource_quota(QUOTA_NAME, peering.remote_namespace,
-                                             {"spec": {"hard": {"requests.cpu": "1"}}})  # fmt: skip
+    provider.patch_namespaced_resource_quota(QUOTA_NAME, remote, {"spec": {"hard": {"requests.cpu": "1"}}})
     core.create_namespaced_pod("team", _on_virtual_node(peering, "big", {"resources": {"requests": {"cpu": "2"}}}))
     pod = await eventually(lambda: _said(p := core.read_namespaced_pod("big", "team")) and p, timeout=60,
                            what="the quota refusal on the pod")  # fmt: skip
     assert pod.status.phase == "Pending" and "exceeded quota" in _said(pod).message
     await asyncio.sleep(3)
     assert len(_refusal_events(core, "team", "big")) == 1  # said once, not at each attempt
-    provider.patch_namespaced_resource_quota(QUOTA_NAME, peering.remote_namespace,
-                                             {"spec": {"hard": {"requests.cpu": "4"}}})  # fmt: skip
-    await eventually(lambda: _copies(provider, peering) == ["team-big"], timeout=90,
+    provider.patch_namespaced_resource_quota(QUOTA_NAME, remote, {"spec": {"hard": {"requests.cpu": "4"}}})
+    await eventually(lambda: _copies(provider, peering) == ["big"], timeout=90,
                      what="the copy made once the quota allows it")  # fmt: skip
     await eventually(lambda: _said(core.read_namespaced_pod("big", "team")) is None, what="the condition gone")

@@ -47,9 +47,9 @@ from models.names import (
 from models.network import NO_REMAPPING
 from models.pods import EVENTS_BURST, EVENTS_PER_MINUTE, MAX_MESSAGE_CHARS
 from models.resources import Resources
-from models.virtual_kubelet import ORIGIN_UID, reflected_name, remap_ip
-from tests.kube import create_namespace, delete_quietly
-from tests.offload import Peering, own_clusters, peered, ready_node
+from models.virtual_kubelet import ORIGIN_UID, remap_ip
+from tests.kube import delete_quietly
+from tests.offload import Peering, offloaded_namespace, own_clusters, peered, ready_node
 from tests.pool import Pool, running_pool
 from tests.running import eventually
 from workers.peer import request_secret_name
@@ -69,7 +69,7 @@ async def peering(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) 
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
             core = k8s.CoreV1Api(running.consumer.api_client())
             await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
-            create_namespace(running.consumer.api_client(), NAMESPACE)
+            await offloaded_namespace(running, NAMESPACE)
             yield running
 
 
@@ -79,8 +79,8 @@ async def _offloaded_pod(peering: Peering, name: str) -> tuple[Any, Any]:
     core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate({"metadata": {"name": name}, "spec": {
         "nodeName": peering.node, "tolerations": TOLERATE,
         "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}))  # fmt: skip
-    copy = await eventually(lambda: (c := remote.read_namespaced_pod(reflected_name(NAMESPACE, name),
-                                                                     peering.remote_namespace)).status.pod_ip and c,
+    copy = await eventually(lambda: (c := remote.read_namespaced_pod(name,
+                                                                     peering.remote(NAMESPACE))).status.pod_ip and c,
                             timeout=60, what=f"the copy of {name} running with an IP")  # fmt: skip
     pod = await eventually(lambda: (p := core.read_namespaced_pod(name, NAMESPACE)).status.pod_ip and p,
                            timeout=30, what=f"{name} showing its copy's IP")  # fmt: skip
@@ -101,9 +101,9 @@ async def test_a_provider_cannot_point_a_consumer_pod_at_an_address_outside_its_
     target = api_server.endpoints[0].addresses[0]
     assert ipaddress.ip_address(target) not in ipaddress.ip_network(PROVIDER_POD_CIDR)
     remote = k8s.CoreV1Api(peering.provider.api_client())
-    remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote_namespace, {"status": {
+    remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote(NAMESPACE), {"status": {
         "podIP": target, "podIPs": [{"$patch": "replace"}, {"ip": target}]}})  # fmt: skip
-    assert remote.read_namespaced_pod(copy.metadata.name, peering.remote_namespace).status.pod_ip == target  # the attack
+    assert remote.read_namespaced_pod(copy.metadata.name, peering.remote(NAMESPACE)).status.pod_ip == target  # the attack
     warnings = await eventually(lambda: _events(peering, "ip", "ProviderReportedForeignIP"), timeout=30,
                                 what=f"a Warning naming the foreign address {target}")  # fmt: skip
     assert warnings[0].type == "Warning" and target in warnings[0].message and PROVIDER_POD_CIDR in warnings[0].message
@@ -124,7 +124,7 @@ async def unremapped(localenv: EnvState, tmp_path_factory: pytest.TempPathFactor
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
             core = k8s.CoreV1Api(running.consumer.api_client())
             await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
-            create_namespace(running.consumer.api_client(), NAMESPACE)
+            await offloaded_namespace(running, NAMESPACE)
             yield running
 
 
@@ -151,7 +151,7 @@ async def test_a_provider_that_moves_its_podcidr_after_acceptance_onto_the_consu
     core.create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate({"metadata": {"name": name}, "spec": {
         "nodeName": peering.node, "tolerations": TOLERATE,
         "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}))  # fmt: skip
-    copy = await eventually(lambda: remote.read_namespaced_pod(reflected_name(NAMESPACE, name), peering.remote_namespace),
+    copy = await eventually(lambda: remote.read_namespaced_pod(name, peering.remote(NAMESPACE)),
                             timeout=60, what=f"the copy of {name}")  # fmt: skip
     service_cidrs: Any = k8s.NetworkingV1Api(consumer).list_service_cidr()
     kubernetes: Any = core.read_namespaced_service("kubernetes", "default")
@@ -164,7 +164,7 @@ async def test_a_provider_that_moves_its_podcidr_after_acceptance_onto_the_consu
     k8s.CustomObjectsApi(attacker).patch_cluster_custom_object(
         GROUP, VERSION, ADVERTISEMENTS, advertisement_name(peering.provider_id),
         {"spec": {"network": {"podCIDR": service_cidr}}})  # fmt: skip
-    remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote_namespace, {"status": {
+    remote.patch_namespaced_pod_status(copy.metadata.name, peering.remote(NAMESPACE), {"status": {
         "podIP": target, "podIPs": [{"$patch": "replace"}, {"ip": target}]}})  # fmt: skip
 
     shown: set[str] = set()
@@ -190,11 +190,11 @@ async def test_a_provider_flooding_events_on_a_copy_reaches_the_consumer_pod_onl
     flood = 3 * EVENTS_BURST
     started = time.monotonic()
     for i in range(flood):
-        remote.create_namespaced_event(peering.remote_namespace, k8s.CoreV1Event.model_validate({
+        remote.create_namespaced_event(peering.remote(NAMESPACE), k8s.CoreV1Event.model_validate({
             "metadata": {"name": f"flood.{i}"}, "reason": "Flood", "type": "Warning",
             "message": f"{i} " + "x" * 100_000,  # a hundred kilobytes each: bounded too
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": copy.metadata.name,
-                               "namespace": peering.remote_namespace, "uid": copy.metadata.uid},
+                               "namespace": peering.remote(NAMESPACE), "uid": copy.metadata.uid},
             "source": {"component": "provider"}, "count": 1}))  # fmt: skip
     summary = await eventually(lambda: _events(peering, "flood", "ReflectedEventsDropped"), timeout=60,
                                what="the Event counting what was dropped")  # fmt: skip
@@ -218,12 +218,12 @@ async def test_a_consumer_labelling_its_pods_as_another_consumers_changes_no_off
     by the labels, b's offer would stop subtracting it."""
     other = "cluster-b"
     remote = k8s.CoreV1Api(_consumer_identity_in_provider(peering))
-    remote.create_namespaced_pod(peering.remote_namespace, k8s.V1Pod.model_validate({
+    remote.create_namespaced_pod(peering.control_namespace, k8s.V1Pod.model_validate({
         "metadata": {"name": "spoof", "labels": {LABEL_OFFLOADED: "true", LABEL_CONSUMER: other}},
         "spec": {"containers": [{"name": "main", "image": "busybox",  # placed by the provider's scheduler
                                  "resources": {"requests": {"cpu": "700m"}}}]}}))  # fmt: skip
     admin = k8s.CoreV1Api(peering.provider.api_client())
-    spoof: Any = admin.read_namespaced_pod("spoof", peering.remote_namespace)
+    spoof: Any = admin.read_namespaced_pod("spoof", peering.control_namespace)
     assert spoof.metadata.labels[LABEL_CONSUMER] == other  # the attack: written with the consumer's credentials
     # The provider's own accounting (kube/capacity.py), as its pushes read it.
     capacity = HomeCapacity(peering.provider.api_client()).start()
@@ -257,17 +257,17 @@ async def test_exec_and_logs_never_reach_a_pod_the_provider_put_under_a_copys_na
 
     def swap() -> bool:
         """Deleted and created at once; the virtual kubelet may recreate its copy in between: then again."""
-        delete_quietly(remote.delete_namespaced_pod, copy.metadata.name, peering.remote_namespace, grace_period_seconds=0)
+        delete_quietly(remote.delete_namespaced_pod, copy.metadata.name, peering.remote(NAMESPACE), grace_period_seconds=0)
         try:
-            remote.create_namespaced_pod(peering.remote_namespace, impostor)
+            remote.create_namespaced_pod(peering.remote(NAMESPACE), impostor)
         except ApiException as e:
             if e.status != 409:
                 raise
-        held = remote.read_namespaced_pod(copy.metadata.name, peering.remote_namespace)
+        held = remote.read_namespaced_pod(copy.metadata.name, peering.remote(NAMESPACE))
         return not (held.metadata.labels or {}).get(LABEL_CONSUMER)
 
     await eventually(swap, timeout=30, interval=1, what="the impostor under the copy's name")
-    await eventually(lambda: remote.read_namespaced_pod(copy.metadata.name, peering.remote_namespace).status.phase
+    await eventually(lambda: remote.read_namespaced_pod(copy.metadata.name, peering.remote(NAMESPACE)).status.phase
                      == "Running", timeout=30, what="the impostor running under the copy's name")  # fmt: skip
     executed = _kubectl(peering, "exec", "victim", "--", "true")
     assert executed.returncode != 0 and "not this pod's" in executed.stderr, executed.stderr

@@ -24,9 +24,9 @@ from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
-from models.virtual_kubelet import ORIGIN_UID, reflected_name
+from models.virtual_kubelet import ORIGIN_UID
 from tests.kube import create_namespace, create_node, create_pod, wait_for
-from workers.kubelet_api import KubeletApi
+from workers.kubelet_api import CopyRef, KubeletApi
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
 
@@ -66,14 +66,16 @@ def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[
     provider_api = provider.api_client()
     create_namespace(provider_api, remote_namespace)
     create_node(provider_api, "fake", cpu="4", memory="8Gi")
-    create_pod(provider_api, remote_namespace, reflected_name(NAMESPACE, POD), node_name="fake")
+    create_pod(provider_api, remote_namespace, POD, node_name="fake")
     provider_core = k8s.CoreV1Api(provider_api)
-    wait_for(lambda: provider_core.read_namespaced_pod(reflected_name(NAMESPACE, POD), remote_namespace).status.phase
+    wait_for(lambda: provider_core.read_namespaced_pod(POD, remote_namespace).status.phase
              == "Running", timeout=60, what="the copy to run")  # fmt: skip
 
     consumer_api = consumer.api_client()
-    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, remote_namespace=remote_namespace,
-                     consumer=consumer_api, node_name=NODE).start()  # fmt: skip
+    # The copy is in its namespace's remote namespace, under the pod's own name (the virtual kubelet knows where).
+    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, consumer=consumer_api, node_name=NODE,
+                     locate=lambda namespace, pod: [CopyRef(remote_namespace, pod)] if namespace == NAMESPACE else [],
+                     ).start()  # fmt: skip
     core = k8s.CoreV1Api(consumer_api)
     core.create_node(k8s.V1Node.model_validate({"metadata": {"name": NODE}}))
     now = datetime.datetime.now(datetime.UTC).isoformat()
@@ -85,7 +87,7 @@ def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[
     }})  # fmt: skip
     create_pod(consumer_api, NAMESPACE, POD, node_name=NODE)
     # What the virtual kubelet writes on a copy it makes: whose copy it is (the kubelet API checks it).
-    provider_core.patch_namespaced_pod(reflected_name(NAMESPACE, POD), remote_namespace, {"metadata": {"annotations": {
+    provider_core.patch_namespaced_pod(POD, remote_namespace, {"metadata": {"annotations": {
         ORIGIN_UID: core.read_namespaced_pod(POD, NAMESPACE).metadata.uid}}})  # fmt: skip
     # What the virtual kubelet reports for a running copy (kubectl port-forward asks for a running pod).
     core.patch_namespaced_pod_status(POD, NAMESPACE, {"status": {"phase": "Running"}})

@@ -62,7 +62,7 @@ SPEC: dict[str, Any] = {
 def _copies() -> list[pytest.ParameterSet]:
     tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": copy.deepcopy(SPEC)}
     return [
-        pytest.param(safe_pod_spec(SPEC, "shop"), id="the virtual kubelet's copy in the provider"),
+        pytest.param(safe_pod_spec(SPEC), id="the virtual kubelet's copy in the provider"),
         pytest.param(pod_for_super(tenant_pod, target_namespace="t-shop", tenant_namespace="shop")["spec"],
                      id="the syncer's copy in a super cluster"),
     ]  # fmt: skip

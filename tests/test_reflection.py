@@ -28,7 +28,7 @@ from models.names import (
 from models.pods import status_patch
 from models.virtual_kubelet import ORIGIN_NAMESPACE, remap_ip
 from tests.kube import create_namespace
-from tests.offload import Peering, peered, ready_node
+from tests.offload import Peering, offloaded_namespace, peered, ready_node
 from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
@@ -86,7 +86,8 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     core, remote = k8s.CoreV1Api(api), k8s.CoreV1Api(remote_api)
     await eventually(lambda: ready_node(core, peering.node), timeout=90, what="the virtual node Ready")
 
-    create_namespace(api, "shop")
+    remote_namespace = await offloaded_namespace(peering, "shop")  # its pods' copies run there, under their own names
+    assert remote_namespace == peering.remote("shop")
     core.create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate(
         {"metadata": {"name": "settings"}, "data": {"MODE": "v1"}}))  # fmt: skip
     core.create_namespaced_secret("shop", k8s.V1Secret.model_validate(
@@ -103,10 +104,10 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     advertisement = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(peering.provider_id)) or {}
     remapped = advertisement["status"]["remoteRemappedPodCIDR"]
     assert remapped != "None"
-    listed: list[Any] = remote.list_namespaced_pod(peering.remote_namespace, label_selector="app=web").items
+    listed: Any = remote.list_namespaced_pod(remote_namespace, label_selector="app=web").items
     copies = {f"{c.metadata.annotations[ORIGIN_NAMESPACE]}/{c.metadata.name}": c for c in listed}
     for pod in offloaded:
-        copy = copies[f"shop/shop-{pod.metadata.name}"]
+        copy = copies[f"shop/{pod.metadata.name}"]
         assert pod.status.pod_ip == remap_ip(copy.status.pod_ip, provider_pod_cidr=PROVIDER_POD_CIDR,
                                              remapped_pod_cidr=remapped)  # fmt: skip
         assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(remapped)
@@ -116,17 +117,17 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     await eventually(lambda: _ready_endpoints(api, "shop", "web") == everyone, timeout=30,
                      what="the consumer Service's EndpointSlices listing all four replicas")  # fmt: skip
     # In the provider, the Service's copy selects the copies of this namespace, and its endpoints are theirs.
-    service_copy = await eventually(lambda: remote.read_namespaced_service("shop-web", peering.remote_namespace),
+    service_copy = await eventually(lambda: remote.read_namespaced_service("web", remote_namespace),
                                     what="the Service's copy")  # fmt: skip
     assert service_copy.spec.selector == {"app": "web", LABEL_CONSUMER: peering.consumer_id, ORIGIN_NAMESPACE: "shop"}
     copy_ips = {c.status.pod_ip for c in copies.values()}
-    await eventually(lambda: _ready_endpoints(remote_api, peering.remote_namespace, "shop-web") == copy_ips,
+    await eventually(lambda: _ready_endpoints(remote_api, remote_namespace, "web") == copy_ips,
                      timeout=30, what="the copy's EndpointSlices listing the pods' copies")  # fmt: skip
 
     # An edit of the ConfigMap reaches its copy; so does the Secret's (read again within a minute).
     core.patch_namespaced_config_map("settings", "shop", {"data": {"MODE": "v2"}})
     core.patch_namespaced_secret("token", "shop", {"stringData": {"token": "second"}})
-    await eventually(lambda: remote.read_namespaced_config_map("shop-settings", peering.remote_namespace).data == {"MODE": "v2"},
+    await eventually(lambda: remote.read_namespaced_config_map("settings", remote_namespace).data == {"MODE": "v2"},
                      timeout=30, what="the ConfigMap's copy edited")  # fmt: skip
 
     # kubectl on the consumer reaches the copy through the virtual kubelet's kubelet API: logs and exec.
@@ -139,9 +140,9 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
 
     # A copy deleted in the provider behind our back: a Deployment's pod runs again (a new copy), ...
     lost = offloaded[0]
-    lost_copy: Any = copies[f"shop/shop-{lost.metadata.name}"]
-    remote.delete_namespaced_pod(lost_copy.metadata.name, peering.remote_namespace, grace_period_seconds=0)
-    await eventually(lambda: (c := remote.read_namespaced_pod(lost_copy.metadata.name, peering.remote_namespace))
+    lost_copy: Any = copies[f"shop/{lost.metadata.name}"]
+    remote.delete_namespaced_pod(lost_copy.metadata.name, remote_namespace, grace_period_seconds=0)
+    await eventually(lambda: (c := remote.read_namespaced_pod(lost_copy.metadata.name, remote_namespace))
                      .metadata.uid != lost_copy.metadata.uid and c.status.phase == "Running", timeout=60,
                      what="the lost copy made again")  # fmt: skip
     assert core.read_namespaced_pod(lost.metadata.name, "shop").status.phase == "Running"
@@ -151,7 +152,7 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
         "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}}))  # fmt: skip
     await eventually(lambda: core.read_namespaced_pod("once", "shop").status.phase == "Running", timeout=60,
                      what="the Never pod Running")  # fmt: skip
-    remote.delete_namespaced_pod("shop-once", peering.remote_namespace, grace_period_seconds=0)
+    remote.delete_namespaced_pod("once", remote_namespace, grace_period_seconds=0)
     failed = await eventually(lambda: (p := core.read_namespaced_pod("once", "shop")).status.phase == "Failed" and p,
                               timeout=60, what="the Never pod Failed")  # fmt: skip
     assert failed.status.reason == "ProviderPodDeleted"
@@ -169,20 +170,20 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
 
     # A Service tidepool did not make in the provider is never overwritten; deleting one that it made
     # deletes the copy.
-    remote.create_namespaced_service(peering.remote_namespace, k8s.V1Service.model_validate({
-        "metadata": {"name": "shop-theirs"}, "spec": {"selector": {"owner": "provider"}, "ports": [{"port": 81}]}}))  # fmt: skip
+    remote.create_namespaced_service(remote_namespace, k8s.V1Service.model_validate({
+        "metadata": {"name": "theirs"}, "spec": {"selector": {"owner": "provider"}, "ports": [{"port": 81}]}}))  # fmt: skip
     core.create_namespaced_service("shop", k8s.V1Service.model_validate({"metadata": {"name": "theirs"}, "spec": {
         "selector": {"app": "web"}, "ports": [{"port": 80}]}}))  # fmt: skip
     core.delete_namespaced_service("web", "shop")
-    await eventually(lambda: "shop-web" not in {s.metadata.name for s in remote.list_namespaced_service(
-        peering.remote_namespace).items}, timeout=30, what="the deleted Service's copy gone")  # fmt: skip
-    assert remote.read_namespaced_service("shop-theirs", peering.remote_namespace).spec.selector == {"owner": "provider"}
+    await eventually(lambda: "web" not in {s.metadata.name for s in remote.list_namespaced_service(
+        remote_namespace).items}, timeout=30, what="the deleted Service's copy gone")  # fmt: skip
+    assert remote.read_namespaced_service("theirs", remote_namespace).spec.selector == {"owner": "provider"}
 
-    await eventually(lambda: _secret_copy(remote, peering.remote_namespace) == "second", timeout=90,
+    await eventually(lambda: _secret_copy(remote, remote_namespace) == "second", timeout=90,
                      what="the Secret's copy edited")  # fmt: skip
     # Nothing of the consumer's was copied twice: one copy per replica, per used ConfigMap and Secret.
     assert sorted(str(c.metadata.name) for c in remote.list_namespaced_config_map(
-        peering.remote_namespace, label_selector=f"{LABEL_CONSUMER}={peering.consumer_id}").items) == ["shop-settings"]  # fmt: skip
+        remote_namespace, label_selector=f"{LABEL_CONSUMER}={peering.consumer_id}").items) == ["settings"]  # fmt: skip
 
 
 def _kubectl(peering: Peering, *args: str) -> subprocess.CompletedProcess[str]:
@@ -191,7 +192,7 @@ def _kubectl(peering: Peering, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _secret_copy(remote: k8s.CoreV1Api, namespace: str) -> str:
-    data = remote.read_namespaced_secret("shop-token", namespace).data or {}
+    data = remote.read_namespaced_secret("token", namespace).data or {}
     return base64.b64decode(data.get("token", "")).decode()
 
 

@@ -29,6 +29,7 @@ from models.names import (
     TAINT_VIRTUAL_NODE,
     credentials_secret_name,
     foreign_namespace,
+    remote_namespace_default_name,
     virtual_kubelet_name,
     virtual_node_name,
 )
@@ -132,9 +133,9 @@ def _offloaded_pod(name: str, provider_id: str) -> dict[str, Any]:
 
 
 def _copies(run: Running) -> dict[str | None, tuple[str | None, int]]:
-    """The provider's copies: name -> (uid, restarts)."""
+    """The provider's copies, in `app`'s remote namespace (new_pair offloads it): name -> (uid, restarts)."""
     pods = k8s.CoreV1Api(run.pair.provider.api_client()).list_namespaced_pod(
-        run.namespace, label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
+        remote_namespace_default_name(run.pair.consumer_id, "app"), label_selector=f"{LABEL_OFFLOADED}=true").items  # fmt: skip
     return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in (p.status.container_statuses if p.status else None) or []))
             for p in pods}  # fmt: skip
 

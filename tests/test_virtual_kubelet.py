@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -24,8 +25,8 @@ from models.names import (
     advertisement_name,
     virtual_kubelet_name,
 )
-from tests.kube import apply_cluster_config, create_namespace
-from tests.offload import Peering, peered, ready_node
+from tests.kube import apply_cluster_config
+from tests.offload import Peering, offloaded_namespace, offloading_entry_of, peered, ready_node
 from tests.running import eventually
 from tests.scraping import scrape, value
 
@@ -39,11 +40,12 @@ async def peering(localenv: EnvState, make_cluster: Callable[[str], LocalCluster
         yield peering
 
 
-def _remote(peering: Peering, kind: str) -> list[str]:
+def _remote(peering: Peering, kind: str, namespace: str = "app") -> list[str]:
+    """The copies in the namespace's remote namespace, under their own names."""
     core = k8s.CoreV1Api(peering.provider.api_client())
     listers: dict[str, Callable[..., k8s.V1PodList | k8s.V1ConfigMapList]] = {
         "pods": core.list_namespaced_pod, "configmaps": core.list_namespaced_config_map}
-    listed = listers[kind](peering.remote_namespace, label_selector=f"{LABEL_OFFLOADED}=true").items
+    listed = listers[kind](peering.remote(namespace), label_selector=f"{LABEL_OFFLOADED}=true").items
     return sorted(o.metadata.name for o in listed if o.metadata.name)
 
 
@@ -53,7 +55,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     assert node.status.allocatable["cpu"] == "4"  # 50% of the provider's 8 CPU
     assert TAINT_VIRTUAL_NODE in [t.key for t in node.spec.taints]
 
-    create_namespace(peering.consumer.api_client(), "app")
+    await offloaded_namespace(peering, "app")
     core.create_namespaced_config_map("app", k8s.V1ConfigMap.model_validate({"metadata": {"name": "settings"}, "data": {"mode": "offloaded"}}))
     core.create_namespaced_pod("app", k8s.V1Pod.model_validate({
         "metadata": {"name": "job"},
@@ -69,8 +71,8 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
                            timeout=60, what="the pod Running in the consumer")  # fmt: skip
     assert pod.spec.node_name == peering.node  # bound by kube-scheduler
     assert pod.status.pod_ip  # the provider's pod IP, brought back
-    assert _remote(peering, "pods") == ["app-job"]
-    assert _remote(peering, "configmaps") == ["app-settings"]
+    assert _remote(peering, "pods") == ["job"]
+    assert _remote(peering, "configmaps") == ["settings"]
 
     # A crash of the virtual kubelet: the stand-in restarts it; it adopts what exists.
     pid = await eventually(lambda: peering.runner.pid(virtual_kubelet_name(peering.provider_id)), what="vk pid")
@@ -82,8 +84,8 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
         "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
         "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}}))  # fmt: skip
     await eventually(lambda: core.read_namespaced_pod("second", "app").status.phase == "Running", what="second pod")
-    assert _remote(peering, "pods") == ["app-job", "app-second"]  # exactly one copy of each
-    assert _remote(peering, "configmaps") == ["app-settings"]
+    assert _remote(peering, "pods") == ["job", "second"]  # exactly one copy of each
+    assert _remote(peering, "configmaps") == ["settings"]
     # Its Prometheus endpoint counts them (the stand-in gives each process a port of its own).
     port = await eventually(lambda: peering.runner.metrics_port(virtual_kubelet_name(peering.provider_id)),
                             what="the virtual kubelet's metrics port")  # fmt: skip
@@ -104,7 +106,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
 
     # Deleting in the consumer deletes in the provider.
     core.delete_namespaced_pod("job", "app")
-    await eventually(lambda: _remote(peering, "pods") == ["app-second"], what="the provider copy gone")
+    await eventually(lambda: _remote(peering, "pods") == ["second"], what="the provider copy gone")
     await eventually(lambda: "job" not in {p.metadata.name for p in core.list_namespaced_pod("app").items},
                      what="the consumer pod gone")  # fmt: skip
     await eventually(lambda: _remote(peering, "configmaps") == [], what="the unused ConfigMap collected")
@@ -122,6 +124,11 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
     await eventually(lambda: (a := read_cluster_object(api, ADVERTISEMENTS, name)) is None or a["metadata"]["uid"] != accepted_uid,
                      timeout=90, what="the accepted Advertisement gone after teardown")  # fmt: skip
     assert _remote(peering, "pods") == [] and _remote(peering, "configmaps") == []
+    # Its remote namespace went too (the provider deleted it with its RemoteNamespace), and its entry.
+    requests: Any = k8s.CustomObjectsApi(peering.provider.api_client()).list_namespaced_custom_object(
+        "tidepool.io", "v1alpha1", peering.control_namespace, "remotenamespaces")  # fmt: skip
+    assert requests["items"] == []
+    assert offloading_entry_of(api, "app", peering.provider_id) is None
     assert peering.node not in {n.metadata.name for n in core.list_node().items}
     deployments = k8s.AppsV1Api(api).list_namespaced_deployment(SYSTEM_NAMESPACE).items
     assert [d.metadata.name for d in deployments] == []

@@ -7,16 +7,25 @@ from typing import Any
 
 import pytest
 
+from models.api.offloading import OffloadingCluster
 from models.pods import StatusShape
 from models.settings import VirtualKubeletSettings
 from models.virtual_kubelet import (
     ORIGIN_VERSION,
+    RemoteTarget,
     config_copy,
     foreign_ip_message,
+    legacy_copy_may_go,
+    moves_to_remote_namespace,
+    namespace_not_ready_message,
+    offloading_entry,
     overdue_for_force_delete,
+    pod_copy,
     referenced_objects,
     reflected_name,
     remap_ip,
+    remote_namespace_request,
+    remote_target,
     safe_pod_spec,
     service_copy,
     status_for_consumer,
@@ -54,17 +63,21 @@ def test_a_pod_uses_its_config_maps_and_secrets_but_not_the_service_account_toke
     assert referenced_objects(SPEC) == ({"settings", "env"}, {"db"})
 
 
-def test_the_provider_copy_is_unbound_tokenless_and_renamed() -> None:
-    spec = safe_pod_spec(SPEC, "shop")
+@pytest.mark.parametrize(("legacy", "prefix"), [
+    pytest.param(False, "", id="in its remote namespace, the pod's ConfigMaps and Secrets keep their names"),
+    pytest.param(True, "shop-", id="under the single-namespace layout, they were renamed to their reflections"),
+])  # fmt: skip
+def test_the_provider_copy_is_unbound_and_tokenless(legacy: bool, prefix: str) -> None:
+    spec = safe_pod_spec(SPEC, legacy_namespace="shop" if legacy else None)
     for gone in ("nodeName", "serviceAccountName", "priorityClassName", "tolerations", "nodeSelector"):
         assert gone not in spec
     assert spec["automountServiceAccountToken"] is False
     assert [v["name"] for v in spec["volumes"]] == ["settings"]
-    assert spec["volumes"][0]["configMap"]["name"] == "shop-settings"
+    assert spec["volumes"][0]["configMap"]["name"] == f"{prefix}settings"
     container = spec["containers"][0]
     assert [m["name"] for m in container["volumeMounts"]] == ["settings"]
-    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "shop-db"
-    assert container["envFrom"][0]["configMapRef"]["name"] == "shop-env"
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == f"{prefix}db"
+    assert container["envFrom"][0]["configMapRef"]["name"] == f"{prefix}env"
     assert SPEC["nodeName"] == "tidepool-a"  # the consumer's spec is untouched
 
 
@@ -185,7 +198,7 @@ def test_a_services_copy_selects_this_consumers_copies_of_its_namespace_and_take
         "sessionAffinity": "ClientIP"}}  # fmt: skip
     copy = service_copy(service, consumer_id="b")
     assert copy is not None
-    assert copy["metadata"]["name"] == "shop-web"
+    assert copy["metadata"]["name"] == "web"  # its own name, in the namespace's remote namespace
     assert copy["metadata"]["labels"] == {"tidepool.io/offloaded": "true", "tidepool.io/consumer": "b",
                                           "tidepool.io/origin-namespace": "shop"}  # fmt: skip
     assert copy["spec"] == {"type": "ClusterIP", "selector": {"app": "web", "tidepool.io/consumer": "b",
@@ -212,7 +225,7 @@ def test_a_config_copy_carries_the_version_it_was_made_from() -> None:
     source = {"metadata": {"name": "db", "namespace": "shop", "resourceVersion": "41", "uid": "x"},
               "type": "kubernetes.io/basic-auth", "data": {"password": "cw=="}}  # fmt: skip
     copy = config_copy(source, kind="Secret", consumer_id="b")
-    assert copy["metadata"]["name"] == "shop-db" and copy["metadata"]["annotations"][ORIGIN_VERSION] == "41"
+    assert copy["metadata"]["name"] == "db" and copy["metadata"]["annotations"][ORIGIN_VERSION] == "41"
     assert (copy["type"], copy["data"]) == ("kubernetes.io/basic-auth", {"password": "cw=="})
     assert "uid" not in copy["metadata"]
 
@@ -239,3 +252,78 @@ def test_the_node_publishes_its_kubelet_endpoint_at_its_internal_ip_only() -> No
                         transition="t", address="10.1.2.3", kubelet_port=10250)  # fmt: skip
     assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "10.1.2.3"}]  # no unresolvable Hostname
     assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}
+
+
+# Namespace offloading (issue 35): the remote namespace a virtual kubelet asks for, what it reports, and when
+# a copy of the single-namespace layout may go.
+@pytest.mark.parametrize(("request_", "target"), [
+    pytest.param(None, RemoteTarget("r", "Pending", "requested"), id="not answered yet: Pending"),
+    pytest.param({"metadata": {"name": "r"}, "spec": {"consumerNamespace": "team"}},
+                 RemoteTarget("r", "Pending", "requested"), id="created, no status yet: Pending"),
+    pytest.param({"metadata": {"name": "r"}, "spec": {"consumerNamespace": "team"},
+                  "status": {"phase": "Ready", "message": ""}}, RemoteTarget("r", "Ready", ""), id="Ready"),
+    pytest.param({"metadata": {"name": "r"}, "spec": {"consumerNamespace": "team"},
+                  "status": {"phase": "Refused", "message": "namespace r exists and is not yours"}},
+                 RemoteTarget("r", "Refused", "namespace r exists and is not yours"), id="refused by the provider"),
+    pytest.param({"metadata": {"name": "r"}, "spec": {"consumerNamespace": "team"}, "status": {"phase": "Odd"}},
+                 RemoteTarget("r", "Pending", "requested"), id="a phase it does not know is Pending"),
+    pytest.param({"metadata": {"name": "r"}, "spec": {"consumerNamespace": "other"}, "status": {"phase": "Ready"}},
+                 RemoteTarget("r", "Refused", "remote namespace r is already requested for namespace other of this cluster"),
+                 id="the name is another namespace's request: Refused"),
+    pytest.param({"metadata": {"name": "r", "deletionTimestamp": "t"}, "spec": {"consumerNamespace": "team"},
+                  "status": {"phase": "Ready"}}, RemoteTarget("r", "Deleting", "remote namespace r is being deleted"),
+                 id="a former request going: Deleting"),
+])  # fmt: skip
+def test_a_remote_namespace_requests_phase_is_the_providers_word(request_: dict[str, Any] | None,
+                                                                 target: RemoteTarget) -> None:  # fmt: skip
+    assert remote_target(request_, remote="r", consumer_namespace="team") == target
+
+
+def test_the_request_and_the_status_entry_name_the_namespaces() -> None:
+    request = remote_namespace_request(remote="r", consumer_namespace="team", consumer_id="b")
+    assert (request["kind"], request["metadata"]["name"], request["spec"]) == ("RemoteNamespace", "r",
+                                                                               {"consumerNamespace": "team"})  # fmt: skip
+    assert request["metadata"]["labels"]["tidepool.io/consumer"] == "b"
+    entry = offloading_entry(provider_id="a", target=RemoteTarget("r", "Refused", "x" * 2000))
+    assert entry["clusterId"] == "a" and entry["remoteNamespace"] == "r" and len(entry["message"]) == 1024
+    OffloadingCluster.model_validate(entry)  # the CRD's shape
+
+
+@pytest.mark.parametrize(("target", "offloaded", "says"), [
+    pytest.param(None, False, "namespace team is not offloaded: run `tidepool offload namespace team`",
+                 id="not offloaded: names the command"),
+    pytest.param(None, True, "does not select provider a", id="offloaded elsewhere: the selector"),
+    pytest.param(RemoteTarget("r", "Pending", "requested"), True, "remote namespace r of namespace team in provider a "
+                 "is pending: requested", id="pending in the provider"),
+    pytest.param(RemoteTarget("r", "Refused", "namespace r exists"), True,
+                 "provider a refused remote namespace r for namespace team: namespace r exists",
+                 id="refused: the provider's message"),
+])  # fmt: skip
+def test_a_pod_whose_namespace_is_not_ready_says_why(target: RemoteTarget | None, offloaded: bool, says: str) -> None:
+    assert says in namespace_not_ready_message("team", provider_id="a", target=target, offloaded=offloaded)
+
+
+RUNNING_READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+@pytest.mark.parametrize(("status", "restart_policy", "may_go"), [
+    pytest.param(RUNNING_READY, "Always", True, id="new copy Running and Ready: the old one goes"),
+    pytest.param(RUNNING_READY, None, True, id="restartPolicy defaults to Always"),
+    pytest.param({"phase": "Pending"}, "Always", False, id="new copy Pending: the old one stays"),
+    pytest.param({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}, "Always", False,
+                 id="new copy Running, not Ready: the old one stays"),
+    pytest.param(RUNNING_READY, "Never", False, id="a pod that runs to completion never moves"),
+    pytest.param(RUNNING_READY, "OnFailure", False, id="nor one that restarts on failure only"),
+])  # fmt: skip
+def test_an_old_layouts_copy_goes_only_once_the_new_one_runs(status: dict[str, Any], restart_policy: str | None,
+                                                             may_go: bool) -> None:  # fmt: skip
+    assert legacy_copy_may_go(status, restart_policy=restart_policy) is may_go
+    assert moves_to_remote_namespace(restart_policy) is (restart_policy in (None, "Always"))
+
+
+def test_a_legacy_pod_copy_is_named_and_renamed_as_the_old_layout_did() -> None:
+    pod = {"metadata": {"name": "web", "namespace": "shop", "uid": "u"}, "spec": SPEC}
+    assert pod_copy(pod, consumer_id="b")["metadata"]["name"] == "web"
+    legacy = pod_copy(pod, consumer_id="b", legacy=True)
+    assert legacy["metadata"]["name"] == "shop-web"
+    assert legacy["spec"]["volumes"][0]["configMap"]["name"] == "shop-settings"

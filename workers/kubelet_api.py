@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
@@ -48,7 +48,7 @@ from kubernetes.stream import portforward as provider_portforward
 from kubernetes.stream import stream as provider_stream
 
 from kube import spdy
-from models.virtual_kubelet import ORIGIN_UID, reflected_name
+from models.virtual_kubelet import ORIGIN_UID
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,24 @@ STREAM_OF_CHANNEL = {v: k for k, v in CHANNEL_OF_STREAM.items()}
 ApiClientSource = k8s.ApiClient | Callable[[], k8s.ApiClient]
 
 
+class CopyRef(NamedTuple):
+    """Where a consumer pod's copy is in the provider."""
+
+    namespace: str
+    name: str
+
+
+# Where to look for a consumer pod's copy, in order (the virtual kubelet knows: its remote namespace, or the
+# control namespace while the single-namespace layout's copy is there).
+Locate = Callable[[str, str], list[CopyRef]]
+
+
 class KubeletApi:
     """The server; `start()` binds and serves in a thread, `stop()` closes it and its connections."""
 
-    def __init__(self, *, host: str, port: int, provider: ApiClientSource, remote_namespace: str,
+    def __init__(self, *, host: str, port: int, provider: ApiClientSource, locate: Locate,
                  consumer: k8s.ApiClient, node_name: str) -> None:  # fmt: skip
-        self.host, self.node_name, self.remote_namespace = host, node_name, remote_namespace
+        self.host, self.node_name, self.locate = host, node_name, locate
         self._provider, self._consumer = provider, consumer
         self._requested_port = port
         self._server: _Server | None = None
@@ -134,12 +146,12 @@ class KubeletApi:
         )
         return bool(result.status and result.status.allowed)
 
-    def copy_of(self, namespace: str, pod: str, uid: str | None) -> str | None:
-        """The name of the provider copy of a consumer pod bound to this node; None for any other pod, and
-        for a copy that is not this pod's. A name is not a pod: the provider may have put another pod under
-        the copy's name (a pod it made, another consumer pod's copy, one of an earlier pod of the same name),
-        and two consumer pods may share one reflected name (`a-b`/`c` and `a`/`b-c`), so the copy is read
-        and must carry this pod's uid (ORIGIN_UID, which the virtual kubelet writes at creation)."""
+    def copy_of(self, namespace: str, pod: str, uid: str | None) -> CopyRef | None:
+        """Where the provider copy of a consumer pod bound to this node is; None for any other pod, and for a
+        copy that is not this pod's. A name is not a pod: the provider may have put another pod under the
+        copy's name (a pod it made, one of an earlier pod of the same name; under the single-namespace layout,
+        another consumer pod's copy, `a-b`/`c` and `a`/`b-c` sharing one name), so the copy is read and must
+        carry this pod's uid (ORIGIN_UID, which the virtual kubelet writes at creation)."""
         try:
             bound = k8s.CoreV1Api(self._consumer).read_namespaced_pod(pod, namespace,
                                                                       _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
@@ -151,20 +163,20 @@ class KubeletApi:
             return None
         if uid is not None and bound.metadata.uid != uid:
             return None
-        name = reflected_name(namespace, pod)
-        try:
-            copy = k8s.CoreV1Api(self.provider()).read_namespaced_pod(name, self.remote_namespace,
-                                                                      _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        origin = ((copy.metadata.annotations if copy.metadata else None) or {}).get(ORIGIN_UID)
-        if origin != bound.metadata.uid:
+        for where in self.locate(namespace, pod):
+            try:
+                copy = k8s.CoreV1Api(self.provider()).read_namespaced_pod(where.name, where.namespace,
+                                                                          _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
+            except ApiException as e:
+                if e.status in (403, 404):  # not there (nor, 403, its namespace any more)
+                    continue
+                raise
+            origin = ((copy.metadata.annotations if copy.metadata else None) or {}).get(ORIGIN_UID)
+            if origin == bound.metadata.uid:
+                return where
             log.warning("kubelet API: the provider's pod %s/%s is not the copy of %s/%s (origin uid %s): refused",
-                        self.remote_namespace, name, namespace, pod, origin)  # fmt: skip
-            return None
-        return name
+                        where.namespace, where.name, namespace, pod, origin)  # fmt: skip
+        return None
 
 
 def _identity(peer_cert: dict[str, Any]) -> tuple[str, list[str]]:
@@ -389,12 +401,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 # --- logs ---
 
 
-def _relay_logs(handler: _Handler, api: KubeletApi, *, copy: str, container: str, query: dict[str, list[str]]) -> None:
+def _relay_logs(handler: _Handler, api: KubeletApi, *, copy: CopyRef, container: str,
+                query: dict[str, list[str]]) -> None:  # fmt: skip
     provider = api.provider()
     params = [("container", container)] + [(k, query[k][0]) for k in LOG_QUERY if k in query]
     method, url, headers, _, _ = provider.param_serialize(
         "GET", "/api/v1/namespaces/{namespace}/pods/{name}/log",
-        path_params={"namespace": api.remote_namespace, "name": copy}, query_params=params,
+        path_params={"namespace": copy.namespace, "name": copy.name}, query_params=params,
         auth_settings=["BearerToken"],
     )  # fmt: skip
     try:
@@ -564,7 +577,7 @@ class _RemoteCommandSession:
     """exec and attach: the streams kubectl asked for (by the API server) on one side, a WebSocket channel
     session with the provider's API server on the other."""
 
-    def __init__(self, handler: _Handler, api: KubeletApi, *, kind: str, copy: str, container: str,
+    def __init__(self, handler: _Handler, api: KubeletApi, *, kind: str, copy: CopyRef, container: str,
                  query: dict[str, list[str]]) -> None:  # fmt: skip
         self.handler, self.api, self.kind, self.copy, self.container = handler, api, kind, copy, container
         self.stdin, self.stdout, self.tty = _flag(query, "input"), _flag(query, "output"), _flag(query, "tty")
@@ -618,7 +631,7 @@ class _RemoteCommandSession:
                                    "stderr": self.stderr, "tty": self.tty}  # fmt: skip
         if self.kind == "exec":
             options["command"] = self.command
-        return provider_stream(call, self.copy, self.api.remote_namespace, **options, binary=True,
+        return provider_stream(call, self.copy.name, self.copy.namespace, **options, binary=True,
                                _preload_content=False)  # fmt: skip
 
     def _pump_client(self, connection: _SpdyConnection, remote: Any) -> None:
@@ -671,7 +684,7 @@ class _PortForwardSession:
     """port-forward: each forwarded connection is a pair of streams (data, error) sharing a requestid; each
     gets a provider port-forward WebSocket of its own."""
 
-    def __init__(self, handler: _Handler, api: KubeletApi, *, copy: str) -> None:
+    def __init__(self, handler: _Handler, api: KubeletApi, *, copy: CopyRef) -> None:
         self.handler, self.api, self.copy = handler, api, copy
         self.pairs: dict[str, dict[str, int]] = {}
         self.forwards: dict[int, _Forward] = {}  # by data stream id
@@ -727,7 +740,7 @@ class _PortForwardSession:
 class _Forward(threading.Thread):
     """One forwarded connection: a provider port-forward WebSocket for one port, pumped both ways."""
 
-    def __init__(self, api: KubeletApi, *, copy: str, port: int, connection: _SpdyConnection, data_stream: int,
+    def __init__(self, api: KubeletApi, *, copy: CopyRef, port: int, connection: _SpdyConnection, data_stream: int,
                  error_stream: int) -> None:  # fmt: skip
         super().__init__(daemon=True, name=f"kubelet-api-forward-{port}")
         self.api, self.copy, self.port, self.connection = api, copy, port, connection
@@ -741,8 +754,8 @@ class _Forward(threading.Thread):
         error = b""
         try:
             core = k8s.CoreV1Api(_session_client(self.api))
-            self._remote = provider_portforward(core.connect_get_namespaced_pod_portforward, self.copy,
-                                                self.api.remote_namespace, ports=str(self.port))  # fmt: skip
+            self._remote = provider_portforward(core.connect_get_namespaced_pod_portforward, self.copy.name,
+                                                self.copy.namespace, ports=str(self.port))  # fmt: skip
             self._pod_side = self._remote.socket(self.port)
             self._pod_side.settimeout(None)
             self._opened.set()

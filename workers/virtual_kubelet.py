@@ -12,13 +12,25 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   that file: only its server, CA, token and namespace are used (models/kubeconfig.py); one that says more
   is refused, the last accepted credentials kept, and a Warning Event InvalidCredentials on the node names
   the field (with none accepted yet, the node is NotReady, InvalidCredentials);
-- reflects, in the provider's namespace for this consumer: the pods bound to its node (and brings their
-  status back, their IPs through the PodCIDR remapping, so that the consumer's EndpointSlices list them
-  beside local pods); the ConfigMaps and Secrets those pods use, edits and deletions included; the
-  Services of the namespaces those pods are in (the provider's own controllers give each copy the pods'
-  copies as endpoints). The provider's Events about the pods' copies come back as Events on the pods, within
-  a budget per pod (models/pods.py: EventBudget); what the provider reports is bounded, and a pod IP outside
-  its advertised PodCIDR is never shown (models/virtual_kubelet.py: status_for_consumer);
+- offloads namespaces (issue 35): for each NamespaceOffloading whose cluster selector selects its node, asks
+  the provider for the namespace's remote namespace (a RemoteNamespace in its control namespace
+  `tidepool-foreign-<consumer>`, named by the mapping strategy) and writes this provider's entry in the
+  NamespaceOffloading's status.clusters (server-side apply, field manager tidepool-vk-<provider>); a
+  namespace no longer offloaded here is drained: its copies (pods first), then its RemoteNamespace, then
+  the entry;
+- reflects, into each namespace's remote namespace and under their own names: the pods bound to its node
+  (and brings their status back, their IPs through the PodCIDR remapping, so that the consumer's
+  EndpointSlices list them beside local pods); the ConfigMaps and Secrets those pods use, edits and
+  deletions included; the namespace's Services (the provider's own controllers give each copy the pods'
+  copies as endpoints). A pod whose namespace has no Ready remote namespace gets no copy and says why
+  (condition tidepool.io/ProviderAdmitted False, NamespaceNotReady). The provider's Events about the pods'
+  copies come back as Events on the pods, within a budget per pod (models/pods.py: EventBudget); what the
+  provider reports is bounded, and a pod IP outside its advertised PodCIDR is never shown
+  (models/virtual_kubelet.py: status_for_consumer);
+- adopts the copies an earlier release made in the control namespace (`<namespace>-<name>`): each keeps
+  running and stands for its pod until the pod's copy in its remote namespace runs, and is deleted only
+  then; a pod whose namespace is not offloaded, or that runs to completion, keeps it until the pod goes
+  (models/virtual_kubelet.py: legacy_copy_may_go);
 - serves the kubelet API (workers/kubelet_api.py) at the node's InternalIP and kubelet port: the consumer's
   `kubectl logs`, `exec`, `attach` and `port-forward` on its pods reach their copies;
 - on teardown (the Advertisement Deleting, its node deleted) deletes all it created in the provider (its
@@ -31,7 +43,8 @@ is compared), every change queues its key on the kind's work queue, and the kind
 key at a time from the caches, level-triggered, so that a restart never leaves a duplicate or an orphan.
 A kind's workers (settings: TIDEPOOL_VK_<KIND>_WORKERS) are its own: a burst of one kind does not hold up
 another; 0 Service or Event workers reflect no Service or Event. It never touches an object in the
-provider that does not carry its labels (models/virtual_kubelet.copy_labels).
+provider that does not carry its labels (models/virtual_kubelet.copy_labels). The provider side is watched
+per provider namespace, on one thread whatever their number (workers/provider_watches.py).
 """
 
 from __future__ import annotations
@@ -43,38 +56,46 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
-from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_copies, drop_keepalive, renew_keepalive
+from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue
-from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, condition
+from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, ProviderAdmittedReason, condition
+from models.api.offloading import NamespaceOffloadingSpec
 from models.enforcement import Refusal, refusal
 from models.names import (
     ADVERTISEMENTS,
+    API_VERSION,
+    GROUP,
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,
     MANAGED_BY,
+    NAMESPACE_OFFLOADING_NAME,
+    NAMESPACE_OFFLOADINGS,
     PROVIDER_WITHDRAWN_ANNOTATION,
+    REMOTE_NAMESPACES,
     SYSTEM_NAMESPACE,
+    VERSION,
     VK_CLEAN_ANNOTATION,
     credentials_secret_name,
     foreign_namespace,
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.offloading import remote_namespace_name, selects
 from models.pods import (
     COPIED_STATUS,
     EventBudget,
@@ -95,20 +116,28 @@ from models.virtual_kubelet import (
     ORIGIN_VERSION,
     REFLECTED_ANNOTATION,
     SOURCE_DIGEST,
+    RemoteTarget,
     config_copy,
     copy_labels,
     foreign_ip_message,
+    legacy_copy_may_go,
+    moves_to_remote_namespace,
+    namespace_not_ready_message,
     node_status_report_due,
+    offloading_entry,
     pod_copy,
     referenced_objects,
     reflected_name,
+    remote_namespace_request,
+    remote_target,
     service_copy,
     status_for_consumer,
     virtual_node,
     when_copy_lost,
 )
-from workers.kubelet_api import KubeletApi
+from workers.kubelet_api import CopyRef, KubeletApi
 from workers.metrics import metrics_runtime
+from workers.provider_watches import ProviderWatches, Watched
 
 log = logging.getLogger("tidepool.virtual_kubelet")
 RESYNC_SECONDS = 10
@@ -131,6 +160,7 @@ UNREFLECTED_EVENT_REASONS = {"Scheduled"}
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str]  # the consumer pod's (namespace, name)
+RemoteKey = tuple[str, str]  # a copy's (provider namespace, name)
 ConfigKind = Literal["ConfigMap", "Secret"]
 ConfigKey = tuple[ConfigKind, str, str]  # (kind, namespace, name) in the consumer
 CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
@@ -159,6 +189,7 @@ class Config:
     config_workers: int = 4
     service_workers: int = 2
     event_workers: int = 2
+    namespace_workers: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -181,6 +212,7 @@ class Config:
             config_workers=max(number("CONFIG_WORKERS", 4), 1),
             service_workers=number("SERVICE_WORKERS", 2),
             event_workers=number("EVENT_WORKERS", 2),
+            namespace_workers=max(number("NAMESPACE_WORKERS", 2), 1),
         )
 
 
@@ -200,7 +232,8 @@ def _consumer_pod(pod: Obj) -> Obj:
 
 def _provider_copy(obj: Obj) -> Obj:
     meta = obj["metadata"]
-    return {"metadata": {k: meta[k] for k in ("name", "labels", "annotations", "deletionTimestamp") if k in meta}}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "deletionTimestamp")
+                         if k in meta}}  # fmt: skip
 
 
 def _provider_pod(pod: Obj) -> Obj:
@@ -237,6 +270,16 @@ def _event(obj: Obj) -> Obj:
 
 def _key(obj: Obj) -> tuple[str, str]:
     return obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+def _remote_request(obj: Obj) -> Obj:
+    meta, status = obj["metadata"], obj.get("status") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "deletionTimestamp") if k in meta}, "spec": obj.get("spec") or {},
+            "status": {k: status[k] for k in ("phase", "message") if k in status}}  # fmt: skip
+
+
+def _consumer_namespace(request: Obj | None) -> str | None:
+    return ((request or {}).get("spec") or {}).get("consumerNamespace")
 
 
 def _origin(obj: Obj | None) -> tuple[str, str] | None:
@@ -276,61 +319,76 @@ class VirtualKubelet:
         self._pod_cidrs: tuple[str | None, str | None] = (None, None)  # (the provider's, as remapped here)
         self._index_lock = threading.Lock()
         self._refs: dict[ConfigKey, set[PodKey]] = {}  # which pods use each ConfigMap and Secret
-        self._pods_in: Counter[str] = Counter()  # pods per consumer namespace: its Services are reflected
         self._events_reflected = ReflectedEvents()
         # What the provider reports is bounded per consumer pod (forgotten when the pod goes): Events reflected
         # (models/pods.py: EventBudget), and Warnings about addresses outside its PodCIDR.
         self._event_budget: EventBudget[PodKey] = EventBudget()
         self._foreign_ip_warnings: Throttle[PodKey] = Throttle(FOREIGN_IP_WARNING_SECONDS)
         self.pods: Store[PodKey, Obj] = Store(_key, self._pod_changed)
-        self.copies: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_changed)
+        self.copies: Store[RemoteKey, Obj] = Store(_key, self._copy_changed)
         self.config_maps: Store[PodKey, Obj] = Store(_key, self._config_map_changed)
-        self.config_copies = {kind: Store(lambda o: o["metadata"]["name"], self._config_copy_changed(kind))
-                              for kind in CONFIG_KINDS}  # fmt: skip
+        self.config_copies = {kind: Store(_key, self._config_copy_changed(kind)) for kind in CONFIG_KINDS}
         self.services: Store[PodKey, Obj] = Store(_key, lambda key, _old, _new: self.service_queue.add(key))
-        self.service_copies: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._service_copy_changed)
-        self.events: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._event_changed)
+        self.service_copies: Store[RemoteKey, Obj] = Store(_key, self._service_copy_changed)
+        self.events: Store[RemoteKey, Obj] = Store(_key, self._event_changed)
+        # Namespace offloading: the consumer's NamespaceOffloadings (by namespace) and this consumer's
+        # RemoteNamespaces in the provider's control namespace (by name), and what each offloaded namespace's
+        # remote namespace is now (`_targets`, by consumer namespace; the pods' reconcilers read it).
+        self.offloadings: Store[str, Obj] = Store(self._offloading_key, self._offloading_changed)
+        self.remote_namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._request_changed)
+        self._targets: dict[str, RemoteTarget] = {}
+        self._request_errors: dict[str, str] = {}  # consumer namespace -> why its RemoteNamespace was not created
+        self._node_labels: dict[str, str] | None = None  # as its watch last saw them; None while it is missing
         self.pod_queue: WorkQueue[PodKey] = WorkQueue("pods", self._reconcile_pod, workers=config.pod_workers)
         self.config_queue: WorkQueue[ConfigKey] = WorkQueue("config", self._reconcile_config,
                                                             workers=config.config_workers)  # fmt: skip
         self.service_queue: WorkQueue[PodKey] = WorkQueue("services", self._reconcile_service,
                                                           workers=config.service_workers)  # fmt: skip
-        self.event_queue: WorkQueue[str] = WorkQueue("events", self._reconcile_event, workers=config.event_workers)
+        self.event_queue: WorkQueue[RemoteKey] = WorkQueue("events", self._reconcile_event, workers=config.event_workers)
+        self.namespace_queue: WorkQueue[str] = WorkQueue("namespaces", self._reconcile_namespace,
+                                                         workers=config.namespace_workers)  # fmt: skip
 
-        mine = copies_selector(config.consumer_id)
-        remote_ns = {"namespace": self.remote_namespace}
+        mine = {"labelSelector": copies_selector(config.consumer_id)}
+        custom = k8s.CustomObjectsApi(self.consumer)
         self._informers: list[Informer[Any]] = [
             self._informer("vk-consumer-pods", self.pods, self.core.list_pod_for_all_namespaces, _consumer_pod,
                            field_selector=f"spec.nodeName={self.node}"),
-            self._informer("vk-provider-pods", self.copies, self.remote.list_namespaced_pod, _provider_pod,
-                           label_selector=mine, **remote_ns),
             self._informer("vk-consumer-configmaps", self.config_maps, self.core.list_config_map_for_all_namespaces,
                            _version_only),
-            self._informer("vk-provider-configmaps", self.config_copies["ConfigMap"],
-                           self.remote.list_namespaced_config_map, _provider_copy, label_selector=mine, **remote_ns),
-            self._informer("vk-provider-secrets", self.config_copies["Secret"], self.remote.list_namespaced_secret,
-                           _provider_copy, label_selector=mine, **remote_ns),
+            self._informer("vk-namespace-offloadings", self.offloadings, custom.list_cluster_custom_object,
+                           self._offloading, group=GROUP, version=VERSION, plural=NAMESPACE_OFFLOADINGS),
             # Its own node: one deleted by hand is registered again at once (its pods would otherwise be
-            # garbage-collected as orphans before the next periodic status report).
+            # garbage-collected as orphans before the next periodic status report); its labels are what
+            # NamespaceOffloadings' cluster selectors select.
             Informer("vk-node", self.core.list_node, field_selector=f"metadata.name={self.node}",
                      on_sync=self._node_listed, on_event=self._node_event),
         ]  # fmt: skip
-        # Pods wait for none of these: a provider whose tidepool is older may not let this one list Events,
-        # and its Services and Events follow as soon as their own informers have listed.
+        # A provider of an earlier release serves no RemoteNamespaces: the copies already there keep running,
+        # and pods wait (NamespaceNotReady) rather than the whole reflection.
+        self._request_informer = self._informer(
+            "vk-remote-namespaces", self.remote_namespaces, k8s.CustomObjectsApi(self.provider).list_namespaced_custom_object,
+            _remote_request, group=GROUP, version=VERSION, namespace=self.remote_namespace, plural=REMOTE_NAMESPACES)  # fmt: skip
+        # What it made in the provider, per provider namespace (workers/provider_watches.py): the control
+        # namespace always (the single-namespace layout's copies), each Ready remote namespace while it is.
+        # Pods wait for none but their own kinds: a provider whose tidepool is older may not let this one list
+        # Events, and its Services and Events follow as soon as they have listed.
+        kinds = [Watched("pods", self.copies, _provider_pod, mine),
+                 Watched("configmaps", self.config_copies["ConfigMap"], _provider_copy, mine),
+                 Watched("secrets", self.config_copies["Secret"], _provider_copy, mine)]  # fmt: skip
+        if config.service_workers:
+            kinds.append(Watched("services", self.service_copies, _provider_copy, mine))
+        if config.event_workers:
+            kinds.append(Watched("events", self.events, _event, {"fieldSelector": "involvedObject.kind=Pod"}))
+        self._watches = ProviderWatches(self.provider, kinds, on_listed=self._provider_listed)
         self._service_informers = [
             self._informer("vk-consumer-services", self.services, self.core.list_service_for_all_namespaces, _service),
-            self._informer("vk-provider-services", self.service_copies, self.remote.list_namespaced_service,
-                           _provider_copy, label_selector=mine, **remote_ns),
         ] if config.service_workers else []  # fmt: skip
-        self._event_informers = [
-            self._informer("vk-provider-events", self.events, self.remote.list_namespaced_event, _event,
-                           field_selector="involvedObject.kind=Pod", **remote_ns),
-        ] if config.event_workers else []  # fmt: skip
         self._config_apis = {kind: _ConfigApi(self.core, self.remote, kind) for kind in CONFIG_KINDS}
-        self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue]
+        self._queues: list[WorkQueue[Any]] = [self.pod_queue, self.config_queue, self.service_queue, self.event_queue,
+                                              self.namespace_queue]  # fmt: skip
         # The kubelet API (kubectl logs, exec, attach, port-forward), where the node says it is.
         self._kubelet_api = KubeletApi(host=config.node_ip, port=config.kubelet_port, provider=self.provider,
-                                       remote_namespace=self.remote_namespace, consumer=self.consumer,
+                                       locate=self.copy_locations, consumer=self.consumer,
                                        node_name=self.node) if config.node_ip and config.kubelet_port else None  # fmt: skip
 
     @staticmethod
@@ -340,19 +398,30 @@ class VirtualKubelet:
     def _node_listed(self, nodes: list[dict[str, Any]]) -> None:
         if not nodes:
             self._node_event("DELETED", {})
+        else:
+            self._node_event("ADDED", nodes[0])
 
-    def _node_event(self, kind: str, _node: dict[str, Any]) -> None:
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
+        labels = None if kind == "DELETED" else dict((node.get("metadata") or {}).get("labels") or {})
         if kind == "DELETED":
             self._node_missing = True
             self._wake.set()
+        # While the node is missing, no namespace is judged unselected (its copies would be deleted): the
+        # selectors are read again once it is back.
+        if labels is not None and labels != self._node_labels:
+            self._node_labels = labels
+            self.namespace_queue.add_all(self._namespaces_known())
+        elif labels is None:
+            self._node_labels = None
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
 
     def run(self) -> int:
-        for informer in [*self._informers, *self._service_informers, *self._event_informers]:
+        for informer in [*self._informers, self._request_informer, *self._service_informers]:
             informer.start()
+        self._watches.ensure(self.remote_namespace)  # the single-namespace layout's copies
         for queue in self._queues:
             queue.start()
         if self._kubelet_api is not None:
@@ -373,8 +442,9 @@ class VirtualKubelet:
                 self._kubelet_api.stop()
             for queue in self._queues:
                 queue.stop()
-            for informer in [*self._informers, *self._service_informers, *self._event_informers]:
+            for informer in [*self._informers, self._request_informer, *self._service_informers]:
                 informer.stop()
+            self._watches.stop()
 
     # One pass -----------------------------------------------------------------------------------------
     def reconcile(self) -> bool:
@@ -403,8 +473,11 @@ class VirtualKubelet:
         remapped, self._pod_cidrs = pod_cidrs != self._pod_cidrs, pod_cidrs
         # Every key is queued again when reflection starts, when an optional kind's informers have listed,
         # and every REFLECTION_RESYNC_SECONDS.
-        state = tuple(all(i.wait_synced(0) for i in informers)
-                      for informers in (self._informers, self._service_informers, self._event_informers))  # fmt: skip
+        control = self.remote_namespace
+        state = (all(i.wait_synced(0) for i in self._informers)
+                 and all(self._watches.listed(control, kind) for kind in ("pods", "configmaps", "secrets")),
+                 all(i.wait_synced(0) for i in self._service_informers) and self._watches.listed(control, "services"),
+                 self._watches.listed(control, "events"), self._request_informer.wait_synced(0))  # fmt: skip
         if not (reachable and state[0]):
             self._reflecting.clear()
         elif (not self._reflecting.is_set() or state != self._synced_kinds
@@ -420,12 +493,15 @@ class VirtualKubelet:
                 with self._index_lock:
                     secrets = [ref for ref in self._refs if ref[0] == "Secret"]
                 self.config_queue.add_all(secrets)
+        if self._reflecting.is_set():
+            self._collect_legacy_copies()
         self._metrics.reflected_pods(provider=self.config.provider_id, count=sum(
-            1 for key in self.pods.keys() if self.copies.get(reflected_name(*key)) is not None))  # fmt: skip
+            1 for key in self.pods.keys() if self._copy_of(key) is not None))  # fmt: skip
         return False
 
     def _resync(self) -> None:
         self._resynced_at = time.monotonic()
+        self.namespace_queue.add_all(self._namespaces_known())
         self.pod_queue.add_all([*self.pods.keys(), *filter(None, map(_origin, self.copies.values()))])
         for kind in CONFIG_KINDS:
             with self._index_lock:
@@ -436,6 +512,13 @@ class VirtualKubelet:
             self.service_queue.add_all([*self.services.keys(), *filter(None, map(_origin, self.service_copies.values()))])
         if self.config.event_workers:
             self.event_queue.add_all(self.events.keys())
+
+    def _namespaces_known(self) -> set[str]:
+        """Every consumer namespace offloaded, or with a RemoteNamespace of ours (one going too)."""
+        requested = {ns for r in self.remote_namespaces.values() if (ns := _consumer_namespace(r))}
+        with self._index_lock:
+            targeted = set(self._targets)
+        return {*self.offloadings.keys(), *requested, *targeted}
 
     def _provider_reachable(self) -> tuple[bool, str]:
         try:
@@ -563,24 +646,18 @@ class VirtualKubelet:
                     self._refs.pop(ref, None)
             for ref in after - before:
                 self._refs.setdefault(ref, set()).add(key)
-            namespace_changed, first_or_last = (old is None) != (new is None), False
-            if namespace_changed:
-                self._pods_in[key[0]] += 1 if new is not None else -1
-                first_or_last = self._pods_in[key[0]] in (0, 1)
-                if self._pods_in[key[0]] <= 0:
-                    del self._pods_in[key[0]]
         self.config_queue.add_all(before ^ after)
-        if namespace_changed and first_or_last and self.config.service_workers:
-            self.service_queue.add_all([k for k in self.services.keys() if k[0] == key[0]])
         self.pod_queue.add(key)
 
     @staticmethod
     def _references(namespace: str, pod: Obj | None) -> set[ConfigKey]:
         return {(kind, namespace, name) for kind, name in (pod or {}).get("uses") or []}
 
-    def _copy_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+    def _copy_changed(self, key: RemoteKey, old: Obj | None, new: Obj | None) -> None:
         if (origin := _origin(new or old)) is not None:
             self.pod_queue.add(origin)
+            if new is None and key[0] != self.remote_namespace:  # a drain waits for its pods' copies to go
+                self.namespace_queue.add(origin[0])
 
     def _config_map_changed(self, key: PodKey, _old: Obj | None, _new: Obj | None) -> None:
         with self._index_lock:
@@ -589,47 +666,282 @@ class VirtualKubelet:
             self.config_queue.add(("ConfigMap", *key))
 
     def _config_copy_changed(self, kind: ConfigKind) -> Any:
-        def changed(_name: str, old: Obj | None, new: Obj | None) -> None:
+        def changed(_key: RemoteKey, old: Obj | None, new: Obj | None) -> None:
             if (origin := _origin(new or old)) is not None:
                 self.config_queue.add((kind, *origin))
         return changed
 
-    def _event_changed(self, name: str, _old: Obj | None, new: Obj | None) -> None:
+    def _event_changed(self, key: RemoteKey, _old: Obj | None, new: Obj | None) -> None:
         if new is not None:  # an Event that expires in the provider stays in the consumer until it expires there
-            self.event_queue.add(name)
+            self.event_queue.add(key)
 
-    def _service_copy_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+    def _service_copy_changed(self, _key: RemoteKey, old: Obj | None, new: Obj | None) -> None:
         if (origin := _origin(new or old)) is not None:
             self.service_queue.add(origin)
+
+    @staticmethod
+    def _offloading_key(obj: Obj) -> str | None:
+        meta = obj["metadata"]
+        return meta["namespace"] if meta.get("name") == NAMESPACE_OFFLOADING_NAME else None  # one per namespace
+
+    def _offloading(self, obj: Obj) -> Obj:
+        """What is kept of a NamespaceOffloading: its spec, whether it is going, and this provider's entry."""
+        meta = obj["metadata"]
+        clusters = (obj.get("status") or {}).get("clusters") or []
+        entry = next((c for c in clusters if c.get("clusterId") == self.config.provider_id), None)
+        return {"metadata": {k: meta[k] for k in ("name", "namespace", "deletionTimestamp") if k in meta},
+                "spec": obj.get("spec") or {}, "entry": entry}  # fmt: skip
+
+    def _offloading_changed(self, namespace: str, _old: Obj | None, _new: Obj | None) -> None:
+        self.namespace_queue.add(namespace)
+
+    def _request_changed(self, name: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None:  # the provider deleted its namespace: nothing more to watch there
+            self._watches.drop(name)
+        for request in (old, new):
+            if (namespace := _consumer_namespace(request)) is not None:
+                self.namespace_queue.add(namespace)
+
+    def _provider_listed(self, namespace: str, resource: str) -> None:
+        """A provider namespace's copies of one kind are known: what waited for them is queued."""
+        if namespace == self.remote_namespace:
+            self._wake.set()  # the pass starts reflecting once the control namespace has listed
+            return
+        request = self.remote_namespaces.get(namespace)
+        consumer_namespace = _consumer_namespace(request)
+        if consumer_namespace is None:
+            return
+        match resource:
+            case "pods":
+                self.pod_queue.add_all([k for k in self.pods.keys() if k[0] == consumer_namespace])
+                self.namespace_queue.add(consumer_namespace)
+            case "configmaps" | "secrets":
+                kind: ConfigKind = "ConfigMap" if resource == "configmaps" else "Secret"
+                with self._index_lock:
+                    refs = [ref for ref in self._refs if ref[0] == kind and ref[1] == consumer_namespace]
+                self.config_queue.add_all(refs)
+            case "services":
+                self.service_queue.add_all([k for k in self.services.keys() if k[0] == consumer_namespace])
+
+    # Offloaded namespaces -----------------------------------------------------------------------------
+    def _reconcile_namespace(self, namespace: str) -> None:
+        """A consumer namespace offloaded to this provider has its RemoteNamespace asked for and this provider's
+        entry in its NamespaceOffloading's status; one no longer offloaded here (its NamespaceOffloading
+        deleted, or no longer selecting this node) is drained: its pods' copies deleted, then its
+        RemoteNamespace, then the entry."""
+        if not (self._reflecting.is_set() and self._request_informer.wait_synced(0)) or self._node_labels is None:
+            return  # queued again, all of them, once both are known
+        offloading = self.offloadings.get(namespace)
+        wanted = self._wanted_remote(namespace, offloading)
+        target: RemoteTarget | None = None
+        if wanted is not None:
+            request = self.remote_namespaces.get(wanted)
+            if request is None:
+                self._request_remote(namespace, wanted)
+            target = remote_target(request, remote=wanted, consumer_namespace=namespace)
+            if request is None and (error := self._request_errors.get(namespace)):
+                target = target._replace(message=error)
+            if target.phase in ("Ready", "Deleting") and _consumer_namespace(request) == namespace:
+                self._watches.ensure(wanted)
+        self._set_target(namespace, target)  # first: nothing is copied any more where the namespace is going
+        going = [self._drain(name, request) for name, request in self._requests_of(namespace) if name != wanted]
+        draining = next((t for t in going if t is not None), None)
+        entry_target = target or draining
+        entry = None if entry_target is None else offloading_entry(provider_id=self.config.provider_id,
+                                                                   target=entry_target)  # fmt: skip
+        if offloading is not None and offloading.get("entry") != entry:
+            self._write_entry(namespace, entry)
+
+    def _wanted_remote(self, namespace: str, offloading: Obj | None) -> str | None:
+        if offloading is None or offloading["metadata"].get("deletionTimestamp"):
+            return None
+        try:
+            spec = NamespaceOffloadingSpec.model_validate(offloading["spec"])
+        except ValidationError as e:  # the CRD's schema refuses it; an older one may not
+            log.warning("namespace %s: its NamespaceOffloading is not valid, not offloaded here: %s", namespace,
+                        str(e).splitlines()[0])  # fmt: skip
+            return None
+        if not selects(spec.cluster_selector, self._node_labels or {}):
+            return None
+        return remote_namespace_name(spec, consumer_cluster_id=self.config.consumer_id, namespace=namespace)
+
+    def _requests_of(self, namespace: str) -> list[tuple[str, Obj]]:
+        return [(r["metadata"]["name"], r) for r in self.remote_namespaces.values() if _consumer_namespace(r) == namespace]
+
+    def _request_remote(self, namespace: str, remote: str) -> None:
+        body = remote_namespace_request(remote=remote, consumer_namespace=namespace, consumer_id=self.config.consumer_id)
+        try:
+            k8s.CustomObjectsApi(self.provider).create_namespaced_custom_object(
+                GROUP, VERSION, self.remote_namespace, REMOTE_NAMESPACES, body)  # fmt: skip
+            self._request_errors.pop(namespace, None)
+            log.info("namespace %s: asked provider %s for remote namespace %s", namespace, self.config.provider_id,
+                     remote)  # fmt: skip
+        except ApiException as e:
+            if e.status == 409:
+                return  # there already: its watch tells whose it is
+            # A provider of an earlier release serves no RemoteNamespaces (404), or does not let us ask (403).
+            said = refusal(e.status, e.body)
+            self._request_errors[namespace] = (f"provider {self.config.provider_id} did not take the request: "
+                                               f"{said.message if said else f'{e.status} {e.reason}'}")  # fmt: skip
+            if e.status not in (403, 404):
+                raise
+
+    def _set_target(self, namespace: str, target: RemoteTarget | None) -> None:
+        with self._index_lock:
+            before = self._targets.get(namespace)
+            if target is None:
+                self._targets.pop(namespace, None)
+            else:
+                self._targets[namespace] = target
+        if before == target:
+            return
+        # What the namespace's pods, ConfigMaps, Secrets and Services do follows: queued.
+        self.pod_queue.add_all([k for k in self.pods.keys() if k[0] == namespace])
+        with self._index_lock:
+            refs = [ref for ref in self._refs if ref[1] == namespace]
+        self.config_queue.add_all(refs)
+        if self.config.service_workers:
+            self.service_queue.add_all([k for k in self.services.keys() if k[0] == namespace])
+
+    def _drain(self, remote: str, request: Obj) -> RemoteTarget | None:
+        """One step of a remote namespace's removal, pods' copies first, gracefully (the consumer's controller
+        deletes their pods, which their own controllers make again at home); then its RemoteNamespace, after
+        which the provider deletes the namespace with what is left in it. What it waits for, or None once the
+        RemoteNamespace is gone."""
+        where = f"remote namespace {remote} in provider {self.config.provider_id}"
+        if request["status"].get("phase") in ("Ready", "Deleting"):  # a namespace there, maybe copies in it
+            self._watches.ensure(remote)
+            if not self._watches.listed(remote):
+                return RemoteTarget(remote, "Deleting", f"listing the pods' copies in {where}")
+            copies = [c for key, c in self._items_in(self.copies, remote)]
+            for copy in copies:
+                self._delete_remote(self.remote.delete_namespaced_pod, copy)
+            if copies:
+                return RemoteTarget(remote, "Deleting", f"deleting {len(copies)} pods' copies in {where}")
+        if not request["metadata"].get("deletionTimestamp"):
+            ignore_not_found(k8s.CustomObjectsApi(self.provider).delete_namespaced_custom_object,
+                             GROUP, VERSION, self.remote_namespace, REMOTE_NAMESPACES, remote)  # fmt: skip
+            log.info("remote namespace %s: deleted its RemoteNamespace", remote)
+        return RemoteTarget(remote, "Deleting", f"waiting for provider {self.config.provider_id} to delete {where}")
+
+    def _write_entry(self, namespace: str, entry: dict[str, str] | None) -> None:
+        """This provider's entry in the NamespaceOffloading's status.clusters, by server-side apply under a field
+        manager of its own: an apply without it removes it, and no other provider's entry is touched."""
+        body = {"apiVersion": API_VERSION, "kind": "NamespaceOffloading",
+                "metadata": {"name": NAMESPACE_OFFLOADING_NAME, "namespace": namespace},
+                "status": {"clusters": [entry] if entry else []}}  # fmt: skip
+        ignore_not_found(k8s.CustomObjectsApi(self.consumer).patch_namespaced_custom_object_status,
+                         GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME, body,
+                         field_manager=f"tidepool-vk-{self.config.provider_id}", force=True,
+                         _content_type="application/apply-patch+yaml")  # fmt: skip
+
+    @staticmethod
+    def _items_in(store: Store[RemoteKey, Obj], namespace: str) -> list[tuple[RemoteKey, Obj]]:
+        return [(key, obj) for key in store.keys() if key[0] == namespace and (obj := store.get(key)) is not None]
+
+    def _target(self, namespace: str) -> RemoteTarget | None:
+        with self._index_lock:
+            return self._targets.get(namespace)
+
+    def _ready_remote(self, namespace: str, resource: str = "pods") -> str | None:
+        """The namespace's remote namespace if it is Ready and its copies of `resource` are known; else None."""
+        target = self._target(namespace)
+        if target is None or target.phase != "Ready" or not self._watches.listed(target.remote, resource):
+            return None
+        return target.remote
+
+    def _draining_copies(self, key: PodKey) -> list[Obj]:
+        """The pod's copies in remote namespaces of its namespace other than its target (being drained)."""
+        target = self._target(key[0])
+        return [copy for remote, _ in self._requests_of(key[0]) if target is None or remote != target.remote
+                if (copy := self.copies.get((remote, key[1]))) is not None and _origin(copy) == key]
+
+    def _legacy_copy(self, key: PodKey) -> Obj | None:
+        """The pod's copy of the single-namespace layout, in the control namespace, if there is one."""
+        copy = self.copies.get((self.remote_namespace, reflected_name(*key)))
+        return copy if copy is not None and _origin(copy) == key else None
+
+    def _copy_of(self, key: PodKey) -> Obj | None:
+        """The copy that stands for the pod now: the old layout's while there is one, else its remote namespace's."""
+        if (legacy := self._legacy_copy(key)) is not None:
+            return legacy
+        target = self._target(key[0])
+        return None if target is None else self.copies.get((target.remote, key[1]))
+
+    def copy_locations(self, namespace: str, pod: str) -> list[CopyRef]:
+        """Where the kubelet API looks for a pod's copy, in order: the old layout's (which the pod reports while
+        it is there), then its remote namespace's."""
+        found = []
+        if self._legacy_copy((namespace, pod)) is not None:
+            found.append(CopyRef(self.remote_namespace, reflected_name(namespace, pod)))
+        if (target := self._target(namespace)) is not None:
+            found.append(CopyRef(target.remote, pod))
+        return found
 
     # Pods ---------------------------------------------------------------------------------------------
     def _reconcile_pod(self, key: PodKey) -> None:
         if not self._reflecting.is_set():
             return  # queued again, all of them, when reflection resumes
-        pod, copy = self.pods.get(key), self.copies.get(reflected_name(*key))
-        if pod is None:  # the consumer pod is gone: so goes its copy
-            self._event_budget.forget(key)
-            self._foreign_ip_warnings.forget(key)
-            if copy is not None:
-                self._delete_remote(self.remote.delete_namespaced_pod, copy)
-            return
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            if copy is not None:
-                self._delete_remote(self.remote.delete_namespaced_pod, copy)
-            else:  # the provider side is gone: finish the deletion, as a kubelet would
+        pod, legacy = self.pods.get(key), self._legacy_copy(key)
+        target = self._target(key[0])
+        remote = target.remote if target is not None and target.phase == "Ready" else None
+        if remote is not None and not self._watches.listed(remote):
+            if legacy is None:
+                return  # queued again once its copies are listed
+            remote = None  # the old copy is reported meanwhile
+        copy = self.copies.get((remote, key[1])) if remote is not None else None
+        if copy is not None and _origin(copy) != key:
+            copy = None  # not a copy of this pod's (the provider's own, or from a namespace there before)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            # Its copies go, wherever they are: a namespace being drained has its copies in a remote namespace that
+            # is no longer its target. A pod being deleted is finished once none is left, as a kubelet would.
+            copies = [c for c in (copy, legacy, *self._draining_copies(key)) if c is not None]
+            for going in copies:
+                self._delete_remote(self.remote.delete_namespaced_pod, going)
+            if pod is None:
+                self._event_budget.forget(key)
+                self._foreign_ip_warnings.forget(key)
+            elif not copies:
+                meta = pod["metadata"]
                 ignore_not_found(self.core.delete_namespaced_pod, meta["name"], meta["namespace"], grace_period_seconds=0)
             return
-        if copy is not None and (copy["metadata"].get("annotations") or {}).get(ORIGIN_UID) != meta["uid"]:
-            self._delete_remote(self.remote.delete_namespaced_pod, copy)  # an earlier pod's of the same name
+        meta = pod["metadata"]
+        stale = [c for c in (copy, legacy) if c is not None and (c["metadata"].get("annotations") or {}).get(ORIGIN_UID) != meta["uid"]]
+        for c in stale:  # an earlier pod's of the same name
+            self._delete_remote(self.remote.delete_namespaced_pod, c)
+        if stale:
+            return
+        if legacy is not None and (remote is None or copy is None and not moves_to_remote_namespace(pod["restartPolicy"])):
+            self._report(pod, legacy)  # the old layout's copy runs on: until it moves, or its pod goes
+            return
+        if remote is None:
+            if target is None and (self._node_labels is None or self._wanted_remote(key[0], self.offloadings.get(key[0]))):
+                self.namespace_queue.add(key[0])  # not reconciled yet (a restart): it queues its pods when it is
+                return
+            self._namespace_not_ready(pod, target)
             return
         if copy is None:
-            self._copy_missing(pod)
+            self._copy_missing(pod, remote, moving=legacy is not None)
+            if legacy is not None:
+                self._report(pod, legacy)
             return
+        if legacy is not None:
+            if not legacy_copy_may_go(_status(copy), restart_policy=pod["restartPolicy"]):
+                self._report(pod, legacy)  # its new copy does not run yet: the old one stands for the pod
+                return
+            self._delete_remote(self.remote.delete_namespaced_pod, legacy)
+            log.info("pod %s/%s moved to remote namespace %s: its old copy %s deleted", *key, remote,
+                     legacy["metadata"]["name"])  # fmt: skip
+        self._report(pod, copy)
+
+    def _report(self, pod: Obj, copy: Obj) -> None:
+        """The copy's labels follow the pod's; the pod shows the copy's status."""
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
         labels = copy_labels(consumer_id=self.config.consumer_id, namespace=key[0], labels=meta.get("labels"))
         have = copy["metadata"].get("labels") or {}
         if have != labels:  # the consumer's labels changed (Services select by them), or an older copy's
-            self.remote.patch_namespaced_pod(copy["metadata"]["name"], self.remote_namespace, {"metadata": {
+            self.remote.patch_namespaced_pod(copy["metadata"]["name"], copy["metadata"]["namespace"], {"metadata": {
                 "labels": {**{k: None for k in have if k not in labels}, **labels}}})  # fmt: skip
         provider_cidr, remapped_cidr = self._pod_cidrs
         wanted, foreign = status_for_consumer(_status(copy), shape=pod["shape"], provider_pod_cidr=provider_cidr,
@@ -644,35 +956,37 @@ class VirtualKubelet:
         current = {k: shown.get(k) for k in wanted}
         if wanted and current != wanted:
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], status_patch(wanted))
+        if condition_of(shown, POD_PROVIDER_CONDITION) is not None:  # said before its copy ran (or was adopted)
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {"conditions": [
+                {"$patch": "delete", "type": POD_PROVIDER_CONDITION}]}})  # fmt: skip
 
-    def _copy_missing(self, pod: Obj) -> None:
+    def _copy_missing(self, pod: Obj, remote: str, *, moving: bool) -> None:
         meta = pod["metadata"]
         if _status(pod).get("phase") in ("Succeeded", "Failed"):
             return  # done: nothing runs again
         never_restarts = when_copy_lost(pod["restartPolicy"]) == "fail"
-        if not never_restarts:  # first or lost: a pod that restarts gets a copy either way
-            self._create_copy(pod, mark=False)
+        if not never_restarts or moving:  # first or lost: a pod that restarts gets a copy either way
+            self._create_copy(pod, remote, mark=False)
             return
         # A pod that never restarts is marked once its copy is made, so that a lost copy fails it.
         if not (meta.get("annotations") or {}).get(REFLECTED_ANNOTATION):
-            self._create_copy(pod, mark=True)
+            self._create_copy(pod, remote, mark=True)
             return
         # The cache may lag behind a copy just made: only the provider's word says it is gone.
-        name = reflected_name(meta["namespace"], meta["name"])
-        if ignore_not_found(self.remote.read_namespaced_pod, name, self.remote_namespace) is None:
+        if ignore_not_found(self.remote.read_namespaced_pod, meta["name"], remote) is None:
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
                 "phase": "Failed", "reason": "ProviderPodDeleted", "message": "the pod was deleted in the provider cluster"}})  # fmt: skip
 
-    def _create_copy(self, pod: Obj, *, mark: bool) -> None:
+    def _create_copy(self, pod: Obj, remote: str, *, mark: bool) -> None:
         meta = pod["metadata"]
         namespace = meta["namespace"]
         for ref in self._references(namespace, pod):  # what it mounts must be there before it starts
             self._reconcile_config(ref)
         body = pod_copy({**pod, "spec": json.loads(pod["spec"])}, consumer_id=self.config.consumer_id)
         try:
-            created: Any = self.remote.create_namespaced_pod(self.remote_namespace, k8s.V1Pod.model_validate(body),
+            created: Any = self.remote.create_namespaced_pod(remote, k8s.V1Pod.model_validate(body),
                                                              _preload_content=False)  # fmt: skip
-            self.copies.add_if_absent(body["metadata"]["name"], _provider_pod(raw_json(created)))
+            self.copies.add_if_absent((remote, body["metadata"]["name"]), _provider_pod(raw_json(created)))
         except ApiException as e:
             if (refused := refusal(e.status, e.body)) is not None:
                 self._refused(pod, refused)
@@ -685,41 +999,61 @@ class VirtualKubelet:
         if mark:
             self.core.patch_namespaced_pod(meta["name"], namespace,
                                            {"metadata": {"annotations": {REFLECTED_ANNOTATION: "true"}}})  # fmt: skip
-        log.info("pod %s/%s runs in provider %s", namespace, meta["name"], self.config.provider_id)
+        log.info("pod %s/%s runs in provider %s, namespace %s", namespace, meta["name"], self.config.provider_id, remote)
 
     def _refused(self, pod: Obj, refused: Refusal) -> None:
         """The provider's API server refused the pod's copy: the pod says why (a condition, and a Warning Event
         when what it says changes). A final refusal (Pod Security, an admission policy) fails the pod, as a
         kubelet fails a pod it rejects at admission; a quota refusal leaves it Pending, and is tried again
         after the work queue's backoff (doubling to a minute), not at once."""
-        meta, status = pod["metadata"], _status(pod)
         message = f"provider {self.config.provider_id} refused the pod: {refused.message}"
-        said = condition_of(status, POD_PROVIDER_CONDITION)
-        news = said is None or said.get("status") != "False" or said.get("message") != message
-        written = with_condition(condition(POD_PROVIDER_CONDITION, False, "ProviderRefused", message),
-                                 [said] if said else [])  # fmt: skip
-        patch: Obj = {"conditions": written}
-        if refused.final:
-            patch.update(phase="Failed", reason="ProviderRefused", message=message)
-        if news or refused.final:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": patch})
-        if news:
-            record_event(self.consumer, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason="ProviderRefused",
-                         message=message, warning=True)  # fmt: skip
-            log.warning("pod %s/%s: %s", meta["namespace"], meta["name"], message)
+        self._not_admitted(pod, "ProviderRefused", message, fail=refused.final)
         if not refused.final:
             raise ProviderRefusedPod(message)
 
+    def _namespace_not_ready(self, pod: Obj, target: RemoteTarget | None) -> None:
+        """A pod bound to the node whose namespace has no Ready remote namespace here: no copy; it stays Pending
+        and says why (not offloaded, not selecting this provider, pending or refused in the provider)."""
+        if _status(pod).get("phase") in ("Succeeded", "Failed"):
+            return
+        namespace = pod["metadata"]["namespace"]
+        offloading = self.offloadings.get(namespace)
+        offloaded = offloading is not None and not offloading["metadata"].get("deletionTimestamp")
+        message = namespace_not_ready_message(namespace, provider_id=self.config.provider_id, target=target,
+                                              offloaded=offloaded)  # fmt: skip
+        self._not_admitted(pod, "NamespaceNotReady", message, fail=False)
+
+    def _not_admitted(self, pod: Obj, reason: ProviderAdmittedReason, message: str, *, fail: bool) -> None:
+        """Condition tidepool.io/ProviderAdmitted False with the reason, written when what it says changes (and a
+        Warning Event then); `fail` fails the pod as well."""
+        meta, status = pod["metadata"], _status(pod)
+        said = condition_of(status, POD_PROVIDER_CONDITION)
+        news = said is None or said.get("status") != "False" or (said.get("reason"), said.get("message")) != (reason, message)
+        written = with_condition(condition(POD_PROVIDER_CONDITION, False, reason, message), [said] if said else [])
+        patch: Obj = {"conditions": written}
+        if fail:
+            patch.update(phase="Failed", reason=reason, message=message)
+        if news or fail:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": patch})
+        if news:
+            record_event(self.consumer, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason=reason,
+                         message=message, warning=True)  # fmt: skip
+            log.warning("pod %s/%s: %s", meta["namespace"], meta["name"], message)
+
     # ConfigMaps and Secrets ---------------------------------------------------------------------------
     def _reconcile_config(self, key: ConfigKey) -> None:
-        """A ConfigMap or Secret an offloaded pod uses has a copy made from its current version; one no pod
-        uses any more, or deleted in the consumer, has none (pods running there keep what they mounted)."""
+        """A ConfigMap or Secret an offloaded pod uses has a copy, under its own name in its namespace's remote
+        namespace, made from its current version; one no pod uses any more, or deleted in the consumer, has
+        none (pods running there keep what they mounted)."""
         if not self._reflecting.is_set():
             return
         kind, namespace, name = key
+        remote = self._ready_remote(namespace, "configmaps" if kind == "ConfigMap" else "secrets")
+        if remote is None:
+            return  # queued again when it is Ready and listed; a namespace going is drained whole
         with self._index_lock:
             used = key in self._refs
-        copy = self.config_copies[kind].get(reflected_name(namespace, name))
+        copy = self.config_copies[kind].get((remote, name))
         api = self._config_apis[kind]
         source: Obj | None = None
         if used and kind == "Secret":  # no watch of Secrets (see SECRET_REREAD_SECONDS): read it
@@ -738,17 +1072,34 @@ class VirtualKubelet:
             if source is None:
                 return  # deleted meanwhile: its watch event queues it again
         body = config_copy(source, kind=kind, consumer_id=self.config.consumer_id)
-        self._write_remote(api.create, api.replace, api.read_copy, body, exists=copy is not None)
-        self.config_copies[kind].add_if_absent(body["metadata"]["name"], _provider_copy(body))
+        self._write_remote(api.create, api.replace, api.read_copy, body, namespace=remote, exists=copy is not None)
+        self.config_copies[kind].add_if_absent((remote, body["metadata"]["name"]), _provider_copy(body))
+
+    def _collect_legacy_copies(self) -> None:
+        """The single-namespace layout's ConfigMaps, Secrets and Services in the control namespace serve its pods'
+        copies there (not kept current any more): each goes once no pod copy of its namespace is left there."""
+        control = self.remote_namespace
+        pods_of = {origin[0] for _, c in self._items_in(self.copies, control) if (origin := _origin(c))}
+        stores = [(self.config_copies["ConfigMap"], self._config_apis["ConfigMap"].delete),
+                  (self.config_copies["Secret"], self._config_apis["Secret"].delete),
+                  (self.service_copies, self.remote.delete_namespaced_service)]  # fmt: skip
+        for store, delete in stores:
+            for _, copy in self._items_in(store, control):
+                origin = _origin(copy)
+                if origin is not None and origin[0] not in pods_of:
+                    self._delete_remote(delete, copy)
 
     # Services -----------------------------------------------------------------------------------------
     def _reconcile_service(self, key: PodKey) -> None:
+        """Every Service of an offloaded namespace has its copy under its own name in the remote namespace (its
+        DNS name works there unchanged), selecting the pods' copies."""
         if not (self._reflecting.is_set() and all(i.wait_synced(0) for i in self._service_informers)):
             return  # every Service is queued again once both sides have listed
-        with self._index_lock:
-            offloaded = self._pods_in.get(key[0], 0) > 0
-        service, copy = self.services.get(key), self.service_copies.get(reflected_name(*key))
-        desired = service_copy(service, consumer_id=self.config.consumer_id) if service and offloaded else None
+        remote = self._ready_remote(key[0], "services")
+        if remote is None:
+            return  # queued again when it is Ready and listed
+        service, copy = self.services.get(key), self.service_copies.get((remote, key[1]))
+        desired = service_copy(service, consumer_id=self.config.consumer_id) if service else None
         if desired is None:
             if copy is not None:
                 self._delete_remote(self.remote.delete_namespaced_service, copy)
@@ -757,18 +1108,20 @@ class VirtualKubelet:
         if copy is None or (copy["metadata"].get("annotations") or {}).get(SOURCE_DIGEST) != digest:
             # A PUT without a resourceVersion: the API server keeps the ClusterIP it allocated.
             self._write_remote(self.remote.create_namespaced_service, self.remote.replace_namespaced_service,
-                               self.remote.read_namespaced_service, desired, exists=copy is not None)  # fmt: skip
-            self.service_copies.add_if_absent(desired["metadata"]["name"], _provider_copy(desired))
+                               self.remote.read_namespaced_service, desired, namespace=remote,
+                               exists=copy is not None)  # fmt: skip
+            self.service_copies.add_if_absent((remote, desired["metadata"]["name"]), _provider_copy(desired))
 
     # Events -------------------------------------------------------------------------------------------
-    def _reconcile_event(self, name: str) -> None:
+    def _reconcile_event(self, key: RemoteKey) -> None:
         """An Event about a pod's copy becomes an Event on the pod, once per change of the source Event."""
         if not self._reflecting.is_set():
             return
-        event = self.events.get(name)
+        event = self.events.get(key)
         if event is None or event.get("reason") in UNREFLECTED_EVENT_REASONS or not self._events_reflected.is_new(event):
             return
-        origin = _origin(self.copies.get((event.get("involvedObject") or {}).get("name") or ""))
+        involved = (event.get("involvedObject") or {}).get("name") or ""
+        origin = _origin(self.copies.get((key[0], involved)))
         pod = self.pods.get(origin) if origin else None
         if origin is None or pod is None:
             return  # not a copy of ours, or its pod is gone
@@ -793,32 +1146,34 @@ class VirtualKubelet:
                                              {k: body[k] for k in ("count", "message", "lastTimestamp") if k in body})  # fmt: skip
 
     # Writes in the provider that never touch what is not ours -----------------------------------------
-    def _write_remote(self, create: Any, replace: Any, read: Any, body: Obj, *, exists: bool) -> None:
+    def _write_remote(self, create: Any, replace: Any, read: Any, body: Obj, *, namespace: str, exists: bool) -> None:
         name = body["metadata"]["name"]
         if exists:
-            replace(name, self.remote_namespace, body)
+            replace(name, namespace, body)
             return
         try:
-            create(self.remote_namespace, body)
+            create(namespace, body)
         except ApiException as e:
             if e.status != 409:
                 raise
-            current = read(name, self.remote_namespace)
+            current = read(name, namespace)
             labels = (current.metadata.labels if current.metadata else None) or {}
             if labels.get(LABEL_CONSUMER) != self.config.consumer_id:
-                log.warning("%s %s/%s exists in the provider and is not ours: left alone", body["kind"],
-                            self.remote_namespace, name)  # fmt: skip
+                log.warning("%s %s/%s exists in the provider and is not ours: left alone", body["kind"], namespace,
+                            name)  # fmt: skip
                 return
-            replace(name, self.remote_namespace, body)
+            replace(name, namespace, body)
 
     def _delete_remote(self, delete: Any, copy: Obj) -> None:
         if not copy["metadata"].get("deletionTimestamp"):
-            ignore_not_found(delete, copy["metadata"]["name"], self.remote_namespace)
+            ignore_not_found(delete, copy["metadata"]["name"], copy["metadata"]["namespace"])
 
     # Teardown -----------------------------------------------------------------------------------------
     def _teardown(self, advertisement: dict[str, Any] | None) -> bool:
         """Seed 000's order: the node goes first (the consumer's workflow deletes it); then everything
-        this virtual kubelet made in the provider goes; then it says so on its Deployment."""
+        this virtual kubelet made in the provider goes (the copies in the control namespace and in every
+        remote namespace, then the RemoteNamespaces, the provider deleting their namespaces); then it says so
+        on its Deployment, its entries gone from the NamespaceOffloadings' status."""
         if ignore_not_found(self.core.read_node, self.node) is not None:
             log.info("teardown: waiting for node %s to be deleted", self.node)
             return False
@@ -829,18 +1184,31 @@ class VirtualKubelet:
                 raise
             annotations = ((advertisement or {}).get("metadata") or {}).get("annotations") or {}
             if PROVIDER_WITHDRAWN_ANNOTATION in annotations:
-                # The provider withdrew first: it revoked these credentials and removed the namespace.
+                # The provider withdrew first: it revoked these credentials and removed the namespaces.
+                self._drop_entries()
                 return self._report_clean()
             # Refused without a withdrawal (expired or revoked credentials): the copies may still run there.
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        going = delete_copies(self.remote, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC)).going
-        if going:
-            log.info("teardown: %d pods still going in the provider", going)
+        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
+        if cleaning.going:
+            log.info("teardown: %d pods still going in the provider", cleaning.going)
             return False
+        if cleaning.remote_namespaces:
+            log.info("teardown: waiting for provider %s to delete %d remote namespaces", self.config.provider_id,
+                     cleaning.remote_namespaces)  # fmt: skip
+            return False
+        self._drop_entries()
         drop_keepalive(self.provider, self.remote_namespace)
         return self._report_clean()
+
+    def _drop_entries(self) -> None:
+        """This provider is gone for every NamespaceOffloading: its entries go (their drains wait for no one)."""
+        for namespace in self.offloadings.keys():
+            offloading = self.offloadings.get(namespace)
+            if offloading is not None and offloading.get("entry") is not None:
+                self._write_entry(namespace, None)
 
     def _report_clean(self) -> bool:
         ignore_not_found(k8s.AppsV1Api(self.consumer).patch_namespaced_deployment,

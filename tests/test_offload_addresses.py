@@ -21,8 +21,8 @@ from kube.objects import read_cluster_object
 from models.names import ADVERTISEMENTS, TAINT_VIRTUAL_NODE, advertisement_name
 from models.network import NO_REMAPPING
 from models.virtual_kubelet import ORIGIN_UID, remap_ip
-from tests.kube import create_namespace, create_node
-from tests.offload import Peering, own_clusters, peered, ready_node
+from tests.kube import create_node
+from tests.offload import Peering, offloaded_namespace, own_clusters, peered, ready_node
 from tests.running import eventually
 
 
@@ -104,7 +104,7 @@ async def test_local_and_offloaded_replicas_have_distinct_addresses_of_their_clu
 ) -> None:
     api, remote_api = peering.consumer.api_client(), peering.provider.api_client()
     core, remote = k8s.CoreV1Api(api), k8s.CoreV1Api(remote_api)
-    create_namespace(api, "shop")
+    remote_namespace = await offloaded_namespace(peering, "shop")
     k8s.AppsV1Api(api).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate(_web()))
     core.create_namespaced_service("shop", k8s.V1Service.model_validate({"metadata": {"name": "web"}, "spec": {
         "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))  # fmt: skip
@@ -121,7 +121,7 @@ async def test_local_and_offloaded_replicas_have_distinct_addresses_of_their_clu
         assert _inside(pod.status.pod_ip, blocks[pod.spec.node_name]), (pod.metadata.name, pod.status.pod_ip)
 
     # Their copies in the provider: addresses of its node's block, inside the PodCIDR it advertised.
-    listed: list[Any] = remote.list_namespaced_pod(peering.remote_namespace, label_selector="app=web").items
+    listed: list[Any] = remote.list_namespaced_pod(remote_namespace, label_selector="app=web").items
     copies = {c.metadata.annotations[ORIGIN_UID]: c for c in listed if c.status.pod_ip}
     copy_ips = [copies[p.metadata.uid].status.pod_ip for p in offloaded]
     assert len(set(copy_ips)) == len(copy_ips), copy_ips

@@ -166,7 +166,6 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     say("Advertisements accepted; waiting for the virtual nodes")
     _wait("two Ready virtual nodes on b", virtual_nodes_ready)
 
-    say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that fit nowhere else run in a and c")
     core_b.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "shop"}}))
     # As a user would: the namespace is offloaded (to every provider, pods local and remote), and its pods get
     # the virtual nodes' toleration at admission; a namespace not offloaded never reaches a virtual node.
@@ -174,6 +173,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                "--kubeconfig", state.kubeconfigs["b"]]  # fmt: skip
     say(f"$ tidepool offload namespace shop --wait --kubeconfig {state.kubeconfigs['b']}")
     subprocess.run(offload, check=True, timeout=180)
+    say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that fit nowhere else run in a and c")
     k8s.AppsV1Api(apis["b"]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
         "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {

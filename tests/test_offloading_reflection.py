@@ -12,14 +12,13 @@ import signal
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, create_cluster, cri_log_line, delete_cluster
+from deploy.localenv.clusters import cri_log_line
 from deploy.localenv.env import EnvState
 from kube.objects import ignore_not_found
 from models.api.conditions import POD_PROVIDER_CONDITION
@@ -34,7 +33,7 @@ from models.names import (
 )
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE, ORIGIN_UID, pod_copy, reflected_name
 from tests.kube import create_namespace, offload_namespace
-from tests.offload import Peering, offloaded_namespace, offloading_entry_of, peered, ready_node
+from tests.offload import Peering, offloaded_namespace, offloading_entry_of, own_clusters, peered, ready_node
 from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.offloading]
@@ -45,22 +44,12 @@ TOLERATE = [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecu
 @pytest.fixture(scope="module")
 async def peering(localenv: EnvState, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Peering]:
     """One peering for the module's namespaces, on clusters of its own, its virtual node Ready."""
-    binaries, workdir, made = ensure_binaries(), Path(localenv.state_dir) / "kwok", []
-    suffix = uuid.uuid4().hex[:8]
-
-    def make(role: str) -> LocalCluster:
-        made.append(f"{role}-{suffix}")
-        return create_cluster(made[-1], binaries=binaries, workdir=workdir)
-
-    try:
+    with own_clusters(localenv) as (make, suffix):
         async with peered(localenv, make, suffix, consumer_pod_cidr="10.2.0.0/16",
                           log_dir=tmp_path_factory.mktemp("vk")) as running:  # fmt: skip
             core = k8s.CoreV1Api(running.consumer.api_client())
             await eventually(lambda: ready_node(core, running.node), timeout=90, what="the virtual node Ready")
             yield running
-    finally:
-        for name in made:
-            delete_cluster(name, binaries=binaries, workdir=workdir)
 
 
 def _pod(name: str, node: str, *, secret: str | None = None) -> k8s.V1Pod:

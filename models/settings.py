@@ -86,6 +86,10 @@ class VirtualKubeletSettings(_Part):
         default=2, ge=0, le=64,
         description="Threads reflecting the provider's Events about pod copies onto the consumer's pods; 0: none.",
     )  # fmt: skip
+    namespace_workers: int = Field(
+        default=2, ge=1, le=64,
+        description="Threads asking the provider for the offloaded namespaces' remote namespaces, and draining them.",
+    )  # fmt: skip
 
 
 class LeaderSettings(_Part):

@@ -53,6 +53,7 @@ def virtual_kubelet_deployment(
         "TIDEPOOL_VK_CONFIG_WORKERS": str(settings.config_workers),
         "TIDEPOOL_VK_SERVICE_WORKERS": str(settings.service_workers),
         "TIDEPOOL_VK_EVENT_WORKERS": str(settings.event_workers),
+        "TIDEPOOL_VK_NAMESPACE_WORKERS": str(settings.namespace_workers),
     }
     ports = [{"name": "kubelet", "containerPort": settings.kubelet_port}]
     if settings.metrics_port:

@@ -16,7 +16,7 @@ def test_the_defaults_are_pinned() -> None:
         "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300},
         "metrics": {"port": 9464},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464, "kubelet_port": 10250, "pod_workers": 8,
-                            "config_workers": 4, "service_workers": 2, "event_workers": 2},
+                            "config_workers": 4, "service_workers": 2, "event_workers": 2, "namespace_workers": 2},
         "leader": {"identity": None, "lease_duration_seconds": 15, "renew_deadline_seconds": 10,
                    "retry_period_seconds": 2.0},
     }  # fmt: skip

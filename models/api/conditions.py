@@ -58,7 +58,7 @@ POD_SUPER_CLUSTER_CONDITION: Final = "pool.tidepool.io/SuperClusterReady"
 ProviderAdmittedReason = Literal["ProviderRefused", "NamespaceNotReady"]
 # NamespaceOffloading.status.conditions[type=Ready], written by the consumer's offloading controller.
 OffloadingReadyReason = Literal["RemoteNamespacesReady", "RemoteNamespacesPending", "RemoteNamespaceRefused",
-                                "NoClusterSelected", "Draining", "DrainBlocked"]  # fmt: skip
+                                "NoClusterSelected", "DrainBlocked"]  # fmt: skip
 # RemoteNamespace.status.conditions[type=Ready], written by the provider.
 RemoteNamespaceReadyReason = Literal["Created", "NameTaken", "NameReserved", "NameInvalid", "Pending", "Deleting"]
 POD_PROVIDER_CONDITION: Final = "tidepool.io/ProviderAdmitted"

@@ -32,7 +32,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
-from activities.remote_namespaces import delete_remote_namespaces, split_consumer_offer
+from activities.remote_namespaces import (
+    delete_remote_namespaces,
+    release_remote_namespace_requests,
+    split_consumer_offer,
+)
 from kube.identity import token_kubeconfig
 from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
@@ -325,6 +329,7 @@ def revoke_older_tokens(home: k8s.ApiClient, namespace: str, *, current: int, ca
 def revoke_foreign_access(home: k8s.ApiClient, foreign_cluster_id: str) -> None:
     """Deleting the namespace deletes the ServiceAccount (so every token it issued stops working), the
     Role, the binding, and whatever the foreign cluster still ran here; every namespace made for its
-    RemoteNamespaces goes too (the RemoteNamespaces' finalizers are released once they are gone)."""
+    RemoteNamespaces goes too, and their RemoteNamespaces' finalizers are released."""
     delete_remote_namespaces(home, foreign_cluster_id)
+    release_remote_namespace_requests(home, foreign_cluster_id)
     ignore_not_found(k8s.CoreV1Api(home).delete_namespace, foreign_namespace(foreign_cluster_id))

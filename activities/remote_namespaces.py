@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from kube.objects import apply_core, ignore_not_found, raw_json
+from kube.objects import apply_core, finalizers_after, ignore_not_found, raw_json
 from models.enforcement import (
     QUOTA_NAME,
     PodSecurityLevel,
@@ -29,6 +29,7 @@ from models.names import (
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    REMOTE_NAMESPACE_FINALIZER,
     REMOTE_NAMESPACES,
     VERSION,
     foreign_namespace,
@@ -91,12 +92,27 @@ def consumer_namespaces(home: k8s.ApiClient, consumer: str) -> list[str]:
 
 def delete_remote_namespaces(home: k8s.ApiClient, consumer: str) -> list[str]:
     """Withdrawal: every namespace made for `consumer` but its control namespace (which the caller deletes, and
-    whose RemoteNamespaces the controller then releases). Returns the names asked to go."""
+    whose RemoteNamespaces `release_remote_namespace_requests` then releases). Returns the names asked to go."""
     control = foreign_namespace(consumer)
     names = [name for name in consumer_namespaces(home, consumer) if name != control]
     for name in names:
         delete_namespace(home, name)
     return names
+
+
+def release_remote_namespace_requests(home: k8s.ApiClient, consumer: str) -> None:
+    """Withdrawal, once `delete_remote_namespaces` asked every namespace made for `consumer` to go: its
+    RemoteNamespaces' finalizers have done their work, so they are released here rather than left for the
+    controller, which may not run again (a worker stopped or killed mid-withdrawal) while they would hold the
+    control namespace Terminating."""
+    control = foreign_namespace(consumer)
+    listed: Any = k8s.CustomObjectsApi(home).list_namespaced_custom_object(GROUP, VERSION, control, REMOTE_NAMESPACES)
+    for request in listed.get("items") or []:
+        meta = request.get("metadata") or {}
+        finalizers = finalizers_after(meta.get("finalizers"), REMOTE_NAMESPACE_FINALIZER, present=False)
+        if finalizers is not None:
+            ignore_not_found(patch_remote_namespace, home, control, meta["name"],
+                             {"metadata": {"finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})  # fmt: skip
 
 
 def patch_remote_namespace(home: k8s.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> None:

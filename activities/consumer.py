@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import PeerSecretClients
-from kube.copies import delete_copies, delete_remote_namespace_requests, drop_keepalive
+from kube.copies import delete_offloaded, drop_keepalive
 from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
 from kube.objects import (
@@ -302,8 +302,9 @@ class ConsumerActivities:
 
     @activity.defn
     def clean_provider(self, request: CleanProviderInput) -> CleanProviderResult:
-        """After `tidepool unpeer --force`: the copies of this cluster's pods in the provider and its
-        RemoteNamespaces there (the provider deletes their namespaces), deleted with the credentials it gave us, then our keepalive there once none is left (pods still terminating keep it:
+        """After `tidepool unpeer --force`: the copies of this cluster's pods in the provider, then its
+        RemoteNamespaces there (the provider deletes their namespaces), deleted with the credentials it gave
+        us, then our keepalive there once none is left (pods still terminating keep it and the RemoteNamespaces:
         should one hang, the provider's own check force-deletes it once the keepalive lapses). A failure the
         workflow should try again after is raised; a provider refusing these credentials (expired, revoked)
         is not tried again."""
@@ -316,10 +317,10 @@ class ConsumerActivities:
                 return CleanProviderResult(cleaned=False, note="the credentials Secret it gave us is gone")
             raise
         try:
-            going = delete_copies(k8s.CoreV1Api(remote), namespace, consumer_id, now=datetime.now(UTC)).going
-            # Its RemoteNamespaces too: the provider's controller deletes the namespace made for each, whatever
-            # the keepalive says.
-            delete_remote_namespace_requests(remote, namespace)
+            # The virtual kubelet's own teardown order: the copies in the control namespace and in every remote
+            # namespace, then, once none is left, the RemoteNamespaces (the provider's controller deletes the
+            # namespace made for each).
+            going = delete_offloaded(remote, namespace, consumer_id, now=datetime.now(UTC)).going
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:

@@ -29,7 +29,7 @@ from models.names import (
     virtual_node_name,
 )
 from models.network import NO_REMAPPING
-from models.pods import StatusShape, copied_status, is_service_account_token, strip_service_account_token
+from models.pods import StatusShape, clipped, copied_status, is_service_account_token, strip_service_account_token
 from models.settings import VirtualKubeletSettings
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
@@ -430,7 +430,7 @@ def remote_target(request: Mapping[str, Any] | None, *, remote: str, consumer_na
     if request is None:
         return RemoteTarget(remote, "Pending", "requested")
     meta, status = request.get("metadata") or {}, request.get("status") or {}
-    asked_for = (request.get("spec") or {}).get("consumerNamespace")
+    asked_for = clipped("consumerNamespace", (request.get("spec") or {}).get("consumerNamespace"))
     if asked_for != consumer_namespace:
         return RemoteTarget(remote, "Refused", f"remote namespace {remote} is already requested for namespace "
                                                f"{asked_for} of this cluster")  # fmt: skip
@@ -438,13 +438,15 @@ def remote_target(request: Mapping[str, Any] | None, *, remote: str, consumer_na
         return RemoteTarget(remote, "Deleting", f"remote namespace {remote} is being deleted")
     said = str(status.get("phase") or "Pending")
     phase: RemoteNamespacePhase = next((p for p in get_args(RemoteNamespacePhase) if p == said), "Pending")
-    return RemoteTarget(remote, phase, str(status.get("message") or ("requested" if phase == "Pending" else "")))
+    # The provider wrote it: cut to a message's bound here, before it reaches the entry, a pod's condition or an Event.
+    said_message = clipped("message", status.get("message"))
+    return RemoteTarget(remote, phase, str(said_message or ("requested" if phase == "Pending" else "")))
 
 
 def offloading_entry(*, provider_id: str, target: RemoteTarget) -> dict[str, str]:
     """This provider's entry in a NamespaceOffloading's status.clusters (NamespaceOffloadingStatus.clusters)."""
     return {"clusterId": provider_id, "remoteNamespace": target.remote, "phase": target.phase,
-            "message": target.message[:1024]}  # fmt: skip
+            "message": clipped("message", target.message)}  # fmt: skip
 
 
 def namespace_not_ready_message(namespace: str, *, provider_id: str, target: RemoteTarget | None,

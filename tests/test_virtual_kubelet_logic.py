@@ -327,3 +327,19 @@ def test_a_legacy_pod_copy_is_named_and_renamed_as_the_old_layout_did() -> None:
     legacy = pod_copy(pod, consumer_id="b", legacy=True)
     assert legacy["metadata"]["name"] == "shop-web"
     assert legacy["spec"]["volumes"][0]["configMap"]["name"] == "shop-settings"
+
+
+def test_what_a_provider_says_of_a_remote_namespace_is_bounded_before_it_is_shown() -> None:
+    """The provider writes the RemoteNamespace's status (and could rewrite its spec): its message reaches the
+    NamespaceOffloading's entry, a pod's condition and an Event, each cut to a message's bound."""
+    from models.pods import MAX_MESSAGE_CHARS
+    from models.virtual_kubelet import namespace_not_ready_message, offloading_entry, remote_target
+
+    refused = {"spec": {"consumerNamespace": "team"}, "status": {"phase": "Refused", "message": "x" * 100_000}}
+    target = remote_target(refused, remote="team", consumer_namespace="team")
+    assert target.phase == "Refused" and len(target.message) == MAX_MESSAGE_CHARS
+    assert len(offloading_entry(provider_id="p", target=target)["message"]) == MAX_MESSAGE_CHARS
+    said = namespace_not_ready_message("team", provider_id="p", target=target, offloaded=True)
+    assert len(said) < MAX_MESSAGE_CHARS + 200
+    other = remote_target({"spec": {"consumerNamespace": "y" * 100_000}}, remote="team", consumer_namespace="team")
+    assert other.phase == "Refused" and len(other.message) < 2 * MAX_MESSAGE_CHARS

@@ -38,7 +38,7 @@ from activities.remote_namespaces import (
     split_consumer_offer,
 )
 from kube.identity import token_kubeconfig
-from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
+from kube.objects import FIELD_MANAGER, already_exists, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.enforcement import (
     PodSecurityLevel,
@@ -259,7 +259,7 @@ def _ensure_installed(home: k8s.ApiClient, what: str, *, read: Callable[[], Any]
                     f"{what} is missing and the worker may not create it: install tidepool's manifests "
                     "(kubectl apply -k deploy/overlays/...)", type="MissingInstall",
                 ) from e  # fmt: skip
-            if e.status != 409:  # 409: another peering created it meanwhile
+            if not already_exists(e):  # another peering created it meanwhile
                 raise
     with _cluster_roles_lock:
         _cluster_roles_found.setdefault(home, {})[what] = time.monotonic()
@@ -301,7 +301,7 @@ def _ensure_anchor(home: k8s.ApiClient, namespace: str, generation: int) -> Any:
         try:
             return core.create_namespaced_secret(namespace, body)
         except ApiException as e:
-            if e.status == 409:
+            if already_exists(e):
                 return core.read_namespaced_secret(name, namespace)
             if e.status != 403 or attempt == ANCHOR_FORBIDDEN_ATTEMPTS - 1:
                 raise

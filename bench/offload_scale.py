@@ -51,6 +51,7 @@ from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from deploy.localenv.clusters import LocalCluster, wait_for
 from deploy.localenv.deployments import DeploymentRunner
 from kube.informer import Informer
+from kube.objects import already_exists
 from models.names import (
     GROUP,
     LABEL_PROVIDER,
@@ -78,7 +79,7 @@ TIMEOUT_BASE_SECONDS = 120
 SETUP_TIMEOUT_SECONDS = 180
 SAMPLE_SECONDS = 0.5
 PROGRESS_SECONDS = 10
-CREATE_ATTEMPTS = 3  # an API server answering 429/5xx under the burst is not what is measured
+CREATE_ATTEMPTS = 3  # an API server answering 409 Conflict/429/5xx under the burst is not what is measured
 
 
 def _pooled_client(cluster: LocalCluster, connections: int) -> k8s.ApiClient:
@@ -301,9 +302,9 @@ def _create(call: Callable[..., Any], namespace: str, body: Any) -> bool:
             call(namespace, body, _preload_content=False)
             return True
         except ApiException as e:
-            if e.status == 409:
+            if already_exists(e):
                 return True
-            if e.status not in (429, 500, 502, 503, 504) or attempt == CREATE_ATTEMPTS - 1:
+            if e.status not in (409, 429, 500, 502, 503, 504) or attempt == CREATE_ATTEMPTS - 1:
                 log(f"cannot create {body.metadata.name}: {e.status} {e.reason}")
                 return False
             time.sleep(0.5 * (attempt + 1))

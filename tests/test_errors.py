@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from kube.errors import as_application_error
+from kube.objects import already_exists
 from workers.errors import KubernetesErrors
 
 
@@ -76,3 +77,20 @@ async def test_a_worker_fails_a_forbidden_call_at_once_with_its_type(workflow_cl
                           activity_executor=executor, interceptors=[KubernetesErrors()]):  # fmt: skip
             result = await workflow_client.execute_workflow(_CallsForbidden.run, id=queue, task_queue=queue)
     assert result == "KubernetesForbidden non_retryable=True retry_state=NON_RETRYABLE_FAILURE"
+
+
+def test_a_create_conflict_is_not_taken_for_an_object_already_there() -> None:
+    # The two 409s a create gets, as the API server words them (the first seen in offload_scale's audit log:
+    # quota admission lost a race on the namespace's ResourceQuota, and the pod was not created).
+    conflict = _error(409, {"kind": "Status", "status": "Failure", "reason": "Conflict", "code": 409,
+                            "details": {"name": "tidepool-offer", "kind": "resourcequotas"},
+                            "message": 'Operation cannot be fulfilled on resourcequotas "tidepool-offer": the object '
+                                       "has been modified; please apply your changes to the latest version and try again"})  # fmt: skip
+    exists = _error(409, {"kind": "Status", "status": "Failure", "reason": "AlreadyExists", "code": 409,
+                          "details": {"name": "web", "kind": "pods"}, "message": 'pods "web" already exists'})  # fmt: skip
+    assert already_exists(exists)
+    assert not already_exists(conflict)
+    assert not already_exists(_error(404, {"reason": "AlreadyExists"}))  # only a 409 says so
+    unreadable = ApiException(status=409, reason="Conflict")
+    unreadable.body = "<html>proxy error</html>"
+    assert not already_exists(unreadable)

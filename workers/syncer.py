@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
 from kube.metadata import served_metadata
-from kube.objects import APPLY, ignore_not_found, record_event
+from kube.objects import APPLY, already_exists, ignore_not_found, record_event
 from kube.process import wait_for_termination
 from models.api.common import rfc3339
 from models.enforcement import status_message
@@ -299,7 +299,7 @@ class Syncer:
             try:
                 self.up.create_namespaced_event(tenant_ns, k8s.CoreV1Event.model_validate(body))
             except ApiException as e:
-                if e.status != 409:
+                if not already_exists(e):
                     log.warning("syncer %s: reflecting Event %s on Pod %s/%s failed: %s %s", self.cluster,
                                 event["metadata"]["name"], tenant_ns, involved.get("name"), e.status, e.reason)  # fmt: skip
                     continue
@@ -335,7 +335,7 @@ class Syncer:
                 except ApiException as e:
                     if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
                         self._refused(pod, tenant_ns, status_message(e.body) or str(e.reason))
-                    elif e.status != 409:
+                    elif not already_exists(e):
                         raise
             else:
                 status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))

@@ -70,7 +70,7 @@ from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offload
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
-from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
+from kube.objects import already_exists, ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue
 from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, ProviderAdmittedReason, condition
 from models.api.offloading import NamespaceOffloadingSpec
@@ -590,7 +590,7 @@ class VirtualKubelet:
                 self.core.create_node(k8s.V1Node.model_validate(body))
                 log.info("registered node %s with %s", self.node, body["status"]["capacity"])
             except ApiException as e:
-                if e.status != 409:
+                if not already_exists(e):
                     raise
         if labels_changed:
             self.core.patch_node(self.node, {"metadata": {"labels": body["metadata"]["labels"]}})
@@ -777,8 +777,8 @@ class VirtualKubelet:
             log.info("namespace %s: asked provider %s for remote namespace %s", namespace, self.config.provider_id,
                      remote)  # fmt: skip
         except ApiException as e:
-            if e.status == 409:
-                return  # there already: its watch tells whose it is
+            if already_exists(e):
+                return  # its watch tells whose it is
             # A provider of an earlier release serves no RemoteNamespaces (404), or does not let us ask (403).
             said = refusal(e.status, e.body)
             self._request_errors[namespace] = (f"provider {self.config.provider_id} did not take the request: "
@@ -991,7 +991,7 @@ class VirtualKubelet:
             if (refused := refusal(e.status, e.body)) is not None:
                 self._refused(pod, refused)
                 return
-            if e.status != 409:  # already there (a pass before a crash made it): the next pass adopts it
+            if not already_exists(e):  # there already (a pass before a crash made it): the next pass adopts it
                 raise
         if condition_of(_status(pod), POD_PROVIDER_CONDITION) is not None:  # refused before: no longer
             self.core.patch_namespaced_pod_status(meta["name"], namespace, {"status": {"conditions": [
@@ -1140,7 +1140,7 @@ class VirtualKubelet:
         try:
             self.core.create_namespaced_event(namespace, k8s.CoreV1Event.model_validate(body))
         except ApiException as e:
-            if e.status != 409:
+            if not already_exists(e):
                 raise
             self.core.patch_namespaced_event(body["metadata"]["name"], namespace,
                                              {k: body[k] for k in ("count", "message", "lastTimestamp") if k in body})  # fmt: skip
@@ -1154,7 +1154,7 @@ class VirtualKubelet:
         try:
             create(namespace, body)
         except ApiException as e:
-            if e.status != 409:
+            if not already_exists(e):
                 raise
             current = read(name, namespace)
             labels = (current.metadata.labels if current.metadata else None) or {}

@@ -10,7 +10,7 @@ at the end (also on Ctrl-C, SIGTERM or an error).
 
 Pods churn on the virtual nodes (`churn_per_minute` created, as many deleted, CHURN_ALIVE alive at a
 time) beside the demo's long-lived offloaded pods. After `warmup_minutes`, the window runs until
-`minutes` after the bring-up. Figures (targets in README, Benchmarks):
+`minutes` after the bring-up. Figures (targets in docs/benchmarks.md):
 
 - offloaded_pods_lost: offloaded pods (followed by their UID in the consumer, and their provider copies by
   theirs) deleted, restarted or recreated by anything but the churn, over the whole run;

@@ -5,7 +5,7 @@ programs (virtual kubelet) through their runtime's meter. Each series is recorde
 known: a push and its latency in the push activity, a decision where the admission pass writes it, a
 placement where the pool pass writes it, reflected pods in the virtual kubelet's pass.
 
-The names are the README's metrics table (section Operations); tests/test_metrics.py scrapes them."""
+The names are the metrics table of docs/operations.md; tests/test_metrics.py scrapes them."""
 
 from __future__ import annotations
 

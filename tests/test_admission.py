@@ -720,7 +720,7 @@ def test_garbage_prices_make_an_advertisement_invalid(prices: Any, problem: str)
     assert problem in decisions[0].message
 
 
-# What README states (issue 15, item 8d) -------------------------------------------------------------------------
+# What docs/peering.md states (issue 15, item 8d) ----------------------------------------------------------------
 
 
 def test_a_manual_acceptance_may_take_the_accepted_count_above_the_maximum() -> None:

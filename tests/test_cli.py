@@ -1,5 +1,5 @@
-"""The commands the README gives users, run as users run them: the `temporal` CLI against the real
-server, and `tidepool status`."""
+"""The commands README.md and docs/peering.md give users, run as users run them: the `temporal` CLI against the
+real server, and `tidepool status`."""
 
 from __future__ import annotations
 

@@ -207,7 +207,7 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
     spread = await _cli(localenv, "simulate", "pool", "--policy", "spread", "--workflow-id", workflow_id)
     assert spread["differing"] == 0 and spread["passes"] == pack["passes"] > 0
     text = await _cli_text(localenv, "simulate", "pool", "--policy", "pack", "--workflow-id", workflow_id)
-    print(text)  # README's "What if" shows it
+    print(text)  # docs/explain.md, "What if", shows it
     assert "1 of 2 namespaces would have been placed otherwise" in text
     # The passes' records hold names and quantities: none of the super clusters' credentials.
     secrets = SecretValues()
@@ -266,7 +266,7 @@ async def test_simulate_admission_replays_the_recorded_passes_at_other_maxima(
     assert {a["provider"].split("-")[0]: a["would_accepted_at"] is not None for a in three["advertisements"]} == \
         {"p0": True, "p1": True, "p2": True, "p3": False}  # fmt: skip
     text = await _cli_text(localenv, "simulate", "admission", "--max", "1", "--cluster-id", consumer_id)
-    print(text)  # README's "What if" shows it
+    print(text)  # docs/explain.md, "What if", shows it
     assert "2 of 4 Advertisements would have been decided otherwise" in text
     assert "accepted at the last pass: 2 → 1; capacity cpu 5 → 2, memory 8Gi → 4Gi, pods 20 → 10" in text
 
@@ -315,5 +315,5 @@ async def test_a_consumer_pod_pending_in_the_provider_is_explained_by_its_copys_
         assert not any(e["what"].startswith("Advertisement from") for e in home["entries"])
         text = await _cli_text(localenv, "explain", "pod", "shop/stuck", "--kubeconfig", str(peering.consumer.kubeconfig),
                                "--cluster-id", peering.consumer_id)  # fmt: skip
-        print(text)  # README's "Why is it so" shows it
+        print(text)  # docs/explain.md, "Why is it so", shows it
         assert f"Warning FailedScheduling (its copy in {peering.provider_id})" in text

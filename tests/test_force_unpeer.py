@@ -196,7 +196,7 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         outcome = state.provider_cleanup_outcome or ""
         assert outcome.startswith("cleaned") if comes_back else "the provider deletes them itself" in outcome, outcome
         details = await _details(handle)
-        print(details)  # README's "Unpeering on the consumer" shows it
+        print(details)  # docs/peering.md, "Unpeering: On the consumer", shows it
         assert outcome in details
         assert ignore_not_found(core.read_namespaced_secret, credentials_secret_name(provider_id), SYSTEM_NAMESPACE) is None
         if not comes_back:

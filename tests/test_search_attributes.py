@@ -21,8 +21,8 @@ def test_every_key_a_workflow_sets_is_registered_with_its_type() -> None:
 
 def test_the_production_instructions_register_every_attribute_and_upgrades_do_not_overlap() -> None:
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text()
-    registered = dict(re.findall(r"\b(\w+)=(Keyword|Int|KeywordList)\b", readme.split("## Production deployment")[1]))
+    instructions = (root / "docs" / "deployment.md").read_text()
+    registered = dict(re.findall(r"\b(\w+)=(Keyword|Int|KeywordList)\b", instructions))
     assert registered == SEARCH_ATTRIBUTES
     documents = yaml.safe_load_all((root / "deploy/base/deployment.yaml").read_text())
     worker = next(d for d in documents if d and d["kind"] == "Deployment")

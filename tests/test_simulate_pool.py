@@ -245,4 +245,4 @@ def test_a_pass_records_its_inputs_only_up_to_its_bounds() -> None:
     recorded = entry.pass_()
     assert recorded.live is not None
     size = len(recorded.live[0].model_dump_json())
-    assert size < 200, size  # README: about 180 bytes per namespace
+    assert size < 200, size  # docs/explain.md: about 180 bytes per namespace

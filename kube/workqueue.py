@@ -6,18 +6,37 @@ cap. Handlers are level-triggered: they read the current state of the key, so me
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 60.0
+MAX_LOGGED_ERROR = 300  # an API server's message may be another cluster's words: bounded
+
+
+def _why(error: Exception) -> str:
+    """One line: for an API error its status, reason and the server's message (its first line is only
+    "(409)", and a 409 may mean "there already" or "lost a race")."""
+    if isinstance(error, ApiException):
+        try:
+            body: Any = json.loads(error.body or "{}")
+        except (TypeError, ValueError):
+            body = {}
+        message = body.get("message") if isinstance(body, dict) else None
+        said = f"{error.status} {error.reason}" + (f": {message}" if message else "")
+    else:
+        said = str(error).splitlines()[0] if str(error) else repr(error)
+    return "".join(c if c.isprintable() else " " for c in said[:MAX_LOGGED_ERROR])
 
 
 class WorkQueue(Generic[K]):
@@ -90,7 +109,7 @@ class WorkQueue(Generic[K]):
                 self._handle(key)
             except Exception as e:  # noqa: BLE001 - the key comes back after a backoff; the log says why
                 failed = True
-                log.warning("%s: %s failed: %s", self.name, key, str(e).splitlines()[0][:300] if str(e) else e)
+                log.warning("%s: %s failed: %s", self.name, key, _why(e))
             with self._cond:
                 self._busy.discard(key)
                 if failed:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
 
 from kube.informer import Store
 from kube.workqueue import WorkQueue
@@ -79,3 +84,24 @@ def test_a_store_reports_each_added_changed_and_removed_key_with_its_old_and_new
     store.add_if_absent("a", {"name": "a", "v": 0})
     store.add_if_absent("d", {"name": "d", "v": 0})
     assert store.get("a") == {"name": "a", "v": 2} and store.get("d") == {"name": "d", "v": 0}
+
+
+def test_a_failed_api_call_is_logged_with_the_servers_reason_and_message_bounded_and_printable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handle(key: str) -> None:
+        error = ApiException(status=409, reason="Conflict")
+        error.body = json.dumps({"message": 'Operation cannot be fulfilled on resourcequotas "tidepool-offer"\x1b[2J'
+                                            + "x" * 1000})  # fmt: skip
+        raise error
+
+    queue = WorkQueue("test", handle, workers=1).start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="kube.workqueue"):
+            queue.add("k")
+            _until(lambda: any("failed" in r.getMessage() for r in caplog.records))
+    finally:
+        queue.stop()
+    said = next(r.getMessage() for r in caplog.records if "failed" in r.getMessage())
+    assert 'test: k failed: 409 Conflict: Operation cannot be fulfilled on resourcequotas "tidepool-offer" [2J' in said
+    assert "\x1b" not in said and len(said) < 400

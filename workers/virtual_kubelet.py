@@ -49,6 +49,7 @@ per provider namespace, on one thread whatever their number (workers/provider_wa
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -100,6 +101,7 @@ from models.pods import (
     COPIED_STATUS,
     EventBudget,
     ReflectedEvents,
+    StatusShape,
     Throttle,
     clipped,
     condition_of,
@@ -219,21 +221,45 @@ class Config:
 # What the caches keep of each object: what the reconcilers compare, so that a change elsewhere in an
 # object (managedFields, a kubelet's heartbeat) queues nothing. A pod's spec and status are kept as compact
 # JSON, parsed when used (a copy made, a status compared): as dicts they would hold a 10,000-pod node's
-# memory several times over.
+# memory several times over. The strings every object repeats (namespaces, label and annotation keys, most
+# label values) are interned: one copy each, not one per object.
+def _lean_meta(meta: Obj, keys: tuple[str, ...]) -> Obj:
+    kept: Obj = {}
+    for key in keys:
+        if key not in meta:
+            continue
+        value = meta[key]
+        if key == "namespace" and isinstance(value, str):
+            value = sys.intern(value)
+        elif key in ("labels", "annotations") and isinstance(value, dict):
+            value = {sys.intern(k): sys.intern(v) if isinstance(v, str) and len(v) <= MAX_INTERNED else v
+                     for k, v in value.items() if isinstance(k, str)}  # fmt: skip
+        kept[key] = value
+    return kept
+
+
+# Longer values are mostly unique (a uid, a pod's name): interning them would only fill the table.
+MAX_INTERNED = 32
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared(shape: StatusShape) -> StatusShape:
+    """One StatusShape object for all the pods of one shape (the pods of a Deployment): each held a set of
+    condition types of its own, 0.7 KiB a pod."""
+    return shape
+
+
 def _consumer_pod(pod: Obj) -> Obj:
     meta, spec = pod["metadata"], pod.get("spec") or {}
     config_maps, secrets = referenced_objects(spec)
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations",
-                                               "deletionTimestamp") if k in meta},
+    return {"metadata": _lean_meta(meta, ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp")),
             "spec": _compact(spec), "status": _compact(_copied(pod.get("status"))),
-            "restartPolicy": spec.get("restartPolicy"), "shape": status_shape(spec),
+            "restartPolicy": spec.get("restartPolicy"), "shape": _shared(status_shape(spec)),
             "uses": sorted([*(("ConfigMap", n) for n in config_maps), *(("Secret", n) for n in secrets)])}  # fmt: skip
 
 
 def _provider_copy(obj: Obj) -> Obj:
-    meta = obj["metadata"]
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "deletionTimestamp")
-                         if k in meta}}  # fmt: skip
+    return {"metadata": _lean_meta(obj["metadata"], ("name", "namespace", "labels", "annotations", "deletionTimestamp"))}
 
 
 def _provider_pod(pod: Obj) -> Obj:
@@ -253,8 +279,7 @@ def _status(obj: Obj) -> Obj:
 
 
 def _version_only(obj: Obj) -> Obj:
-    meta = obj["metadata"]
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion")}}
+    return {"metadata": _lean_meta(obj["metadata"], ("name", "namespace", "resourceVersion"))}
 
 
 def _service(obj: Obj) -> Obj:
@@ -263,9 +288,19 @@ def _service(obj: Obj) -> Obj:
 
 
 def _event(obj: Obj) -> Obj:
-    kept: Obj = {k: obj[k] for k in ("metadata", "involvedObject", "reason", "message", "type", "count", "source",
-                                     "reportingComponent", "firstTimestamp", "lastTimestamp", "eventTime") if k in obj}  # fmt: skip
-    return {**kept, **{k: clipped(k, kept[k]) for k in ("reason", "message") if k in kept}}  # the provider's sizes
+    """What models.pods.event_for_origin and ReflectedEvents read of a provider's Event, cut to the provider's
+    bounds: not its managedFields, nor the copy's uid."""
+    involved, source = obj.get("involvedObject") or {}, obj.get("source") or {}
+    component = clipped("component", source.get("component") or obj.get("reportingComponent"))
+    kept: Obj = {"metadata": _lean_meta(obj["metadata"], ("name", "namespace", "uid")),
+                 "involvedObject": {k: involved[k] for k in ("name", "fieldPath") if k in involved},
+                 "source": {"component": sys.intern(component)} if isinstance(component, str) else {},
+                 **{k: obj[k] for k in ("type", "count", "firstTimestamp", "lastTimestamp", "eventTime")
+                    if obj.get(k) is not None}}  # fmt: skip
+    for key in ("reason", "message"):  # the provider's sizes
+        if (value := clipped(key, obj.get(key))) is not None:
+            kept[key] = sys.intern(value) if key == "reason" else value
+    return kept
 
 
 def _key(obj: Obj) -> tuple[str, str]:

@@ -46,7 +46,6 @@ from models.api.conditions import (
 from models.consumer import (
     AdmissionResult,
     AdvertisementObservation,
-    AdvertisementStep,
     CleanProviderInput,
     CleanProviderResult,
     DeleteExpiredInput,
@@ -115,20 +114,18 @@ class ConsumerActivities:
 
     # Admission ---------------------------------------------------------------------------------------
     @activity.defn
-    def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
-                             unreachable: dict[str, UnreachableTeardowns] | None = None,
-                             refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
-        """`now`: the workflow's time (since patch admission-decision-deadline), or this clock's if later (a
-        retried attempt): a deadline the workflow's timer waited for is past for the pass it starts.
+    def admit_advertisements(self, cluster_id: str, now: datetime, unreachable: dict[str, UnreachableTeardowns],
+                             refusals: dict[str, KeptRefusals]) -> AdmissionResult:  # fmt: skip
+        """`now`: the workflow's time, or this clock's if later (a retried attempt): a deadline the workflow's
+        timer waited for is past for the pass it starts.
         `unreachable`: the providers torn down as unreachable lately, which the workflow keeps (rule 6¾).
         `refusals`: the consumer's refusals kept past their Advertisements, which the workflow keeps; the
         result says what to keep next (models/admission.py kept_refusals)."""
         config = self._config()
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
-        backoffs = {provider: (r.count, r.until) for provider, r in (unreachable or {}).items()}
+        backoffs = {provider: (r.count, r.until) for provider, r in unreachable.items()}
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
-                                                     kept=refusals,
-                                                     now=max(now, _now()) if now is not None else _now())  # fmt: skip
+                                                     kept=refusals, now=max(now, _now()))  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
@@ -225,7 +222,7 @@ class ConsumerActivities:
             "virtual_node_ready": node_ready,
         }
 
-    # One activity per step (patch consumer-step-activities), so that the history reads as the steps.
+    # One activity per step, so that the history reads as the steps.
     @activity.defn
     def ensure_finalizer(self, request: EnsureFinalizerInput) -> None:
         """Holds an accepted Advertisement until its teardown is done. Accepted again (its offer changed), an
@@ -360,30 +357,6 @@ class ConsumerActivities:
     @activity.defn
     def delete_expired(self, request: DeleteExpiredInput) -> bool:
         return self._delete_expired(read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement))
-
-    @activity.defn
-    def run_step(self, request: AdvertisementStep) -> bool:
-        """Kept for runs begun before patch consumer-step-activities (their replay schedules it): runs one
-        step through the per-step activities above; True unless it found nothing to do (only
-        DeleteExpired tells)."""
-        step, name, provider, teardown = request.step, request.advertisement, request.provider_id, request.teardown
-        if step == "EnsureFinalizer":
-            self.ensure_finalizer(EnsureFinalizerInput(advertisement=name))
-        elif step == "EnsureVirtualKubelet":
-            self.ensure_virtual_kubelet(EnsureVirtualKubeletInput(provider_id=provider, advertisement=name))
-        elif step == "MarkDeleting" and teardown is not None:
-            self.mark_deleting(MarkDeletingInput(advertisement=name, teardown=teardown))
-        elif step == "DeleteVirtualNode":
-            self.delete_virtual_node(DeleteVirtualNodeInput(provider_id=provider))
-        elif step == "DeleteVirtualKubelet":
-            self.delete_virtual_kubelet(DeleteVirtualKubeletInput(provider_id=provider))
-        elif step == "DeleteExpired":
-            return self.delete_expired(DeleteExpiredInput(advertisement=name))
-        elif step == "RefuseNotReady":
-            self.refuse_not_ready(RefuseNotReadyInput(advertisement=name))
-        elif step == "ReleaseAdvertisement" and teardown is not None:
-            self.release_advertisement(ReleaseAdvertisementInput(advertisement=name, teardown=teardown))
-        return True
 
     def _delete_expired(self, obj: dict[str, Any] | None) -> bool:
         """Deletes a never-accepted Advertisement whose timeToLive has passed, with an Event that says so;

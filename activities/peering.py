@@ -273,7 +273,7 @@ class PeeringActivities:
             activity.logger.warning(message)
             if peering_request is not None:
                 record_event(self._home, peering_request, reason="ConsumerSilent", message=message, warning=True)
-        except ApiException as e:  # the push itself must not fail over it (a ClusterRole of an earlier release)
+        except ApiException as e:  # the push itself must not fail over it (a ClusterRole without the right)
             activity.logger.warning("could not clean after %s's lapsed keepalive: %s %s", foreign_cluster_id,
                                     e.status, e.reason)  # fmt: skip
 

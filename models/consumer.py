@@ -5,18 +5,15 @@ node (one activity), asks `next_step` what to do, does it (one activity), and sl
 signals a change or the next deadline. Because every step is derived from what is observed, a crash at
 any step resumes at that step.
 
-Rules since issue 14 (`legacy=False`; the workflow passes `legacy=True` only to runs begun before, so
-that their histories replay): an Advertisement that expires without being accepted (Pending or Refused)
-is deleted with the reason `Expired` and its workflow completes, instead of waking every second for
-ever; no deadline already past is ever a deadline again (see `wake_after`).
+An Advertisement that expires without being accepted (Pending or Refused) is deleted with the reason
+`Expired` and its workflow completes; no deadline already past is ever a deadline again (see `wake_after`).
 
-Since issue 20 (incoming.virtualNodeReadyTimeoutSeconds): an accepted Advertisement whose virtual node has
-never been Ready that long after its virtual kubelet was created (the PodCIDR wait comes before, and is not
+With incoming.virtualNodeReadyTimeoutSeconds set, an accepted Advertisement whose virtual node has never
+been Ready that long after its virtual kubelet was created (the PodCIDR wait comes before, and is not
 counted) is refused (VirtualNodeNotReady) and its virtual node and kubelet are taken down in the teardown
 order; the Advertisement stays, Refused, without its finalizer, and the workflow goes back to waiting
 for a decision. Admission keeps it refused until its offer changes or someone accepts it by hand
-(models/admission.py), so no teardown → re-push → re-accept loop forms. Runs begun before have no
-deadline (their observations carry no timeout), so their histories replay.
+(models/admission.py), so no teardown → re-push → re-accept loop forms.
 """
 
 from __future__ import annotations
@@ -113,7 +110,8 @@ class AdvertisementInput(_Model):
     provider_id: str
     advertisement: str
     state: AdvertisementState | None = None
-    # The consumer's own cluster id, for the HomeCluster search attribute (runs begun before have none).
+    # The consumer's own cluster id, for the HomeCluster search attribute and to name the admission workflow;
+    # the worker sets it (a start by hand may not).
     home_cluster_id: str | None = None
 
 
@@ -156,11 +154,8 @@ class NextStep:
     teardown: TeardownCause | None
 
 
-def next_step(
-    obs: AdvertisementObservation, state: AdvertisementState, now: datetime, *, legacy: bool = False
-) -> NextStep:
-    """What to do now, from what was observed; teardown, once begun, runs to its end. `legacy` keeps the
-    rules of runs begun before issue 14 (an unaccepted one never expired), for their replay."""
+def next_step(obs: AdvertisementObservation, state: AdvertisementState, now: datetime) -> NextStep:
+    """What to do now, from what was observed; teardown, once begun, runs to its end."""
     teardown = state.teardown
     if teardown is None and obs.phase == "Accepted":
         teardown = teardown_cause(obs, now)
@@ -171,14 +166,14 @@ def next_step(
         teardown = "Deleted"
     if teardown is not None:
         return NextStep(_teardown_step(obs, state, now, teardown), teardown)
-    return NextStep(_building_step(obs, now, legacy=legacy), None)
+    return NextStep(_building_step(obs, now), None)
 
 
-def _building_step(obs: AdvertisementObservation, now: datetime, *, legacy: bool) -> Step:
+def _building_step(obs: AdvertisementObservation, now: datetime) -> Step:
     if obs.phase != "Accepted":
         # Not latched as a teardown: a push may renew it before the deletion, which then does nothing.
         expired = obs.time_to_live is not None and now >= obs.time_to_live
-        return "DeleteExpired" if expired and not legacy and obs.phase in _UNACCEPTED else "AwaitDecision"
+        return "DeleteExpired" if expired and obs.phase in _UNACCEPTED else "AwaitDecision"
     if not obs.has_finalizer:
         return "EnsureFinalizer"
     if not obs.remote_remapped_pod_cidr:
@@ -228,17 +223,15 @@ def _not_ready_step(obs: AdvertisementObservation, state: AdvertisementState, no
     return "ReleaseAdvertisement"
 
 
-def wake_after(
-    obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime, *, legacy: bool = False
-) -> timedelta | None:
+def wake_after(obs: AdvertisementObservation, state: AdvertisementState, step: Step, now: datetime) -> timedelta | None:
     """When to look again without being told: the nearest deadline (expiry, keepalive, PodCIDR wait,
     provider-clean wait); None means only a signal wakes the workflow. A deadline already past gives the
     1-second floor once, never in a loop: a past expiry is a teardown or a deletion (`next_step`), or,
     before admission has decided, no deadline at all (the decision signals); a past keepalive is a
     teardown, a past provider-clean wait deletes the virtual kubelet, and the workflow reports a past
-    PodCIDR wait, after which none of them is a deadline any more. `legacy`: as `next_step`."""
+    PodCIDR wait, after which none of them is a deadline any more."""
     deadlines: list[datetime] = []
-    if obs.time_to_live is not None and state.teardown is None and (legacy or obs.time_to_live > now):
+    if obs.time_to_live is not None and state.teardown is None and obs.time_to_live > now:
         deadlines.append(obs.time_to_live)
     if obs.provider_unreachable_since is not None and state.teardown is None and obs.phase == "Accepted":
         deadlines.append(obs.provider_unreachable_since + timedelta(seconds=obs.keepalive_seconds))
@@ -389,15 +382,6 @@ class RefuseNotReadyInput(_Model):
     advertisement: str
 
 
-class AdvertisementStep(_Model):
-    """The input of `run_step`, kept for runs begun before patch consumer-step-activities."""
-
-    provider_id: str
-    advertisement: str
-    step: Step
-    teardown: TeardownCause | None = None
-
-
 class ManualDecision(_Model):
     advertisement: str
     decision: Literal["accept", "refuse"]
@@ -462,8 +446,7 @@ class AdmissionResult(_Model):
     records: list[AdmissionRecord] = Field(default_factory=list)
     records_omitted: int = 0
     # Every live Advertisement in arrival order once the pass's decisions are written (`tidepool simulate
-    # admission`); None: not recorded (an earlier release, or more than MAX_ADMISSION_ENTRIES).
+    # admission`); None: not recorded (more than MAX_ADMISSION_ENTRIES).
     live: list[AdmissionEntry] | None = None
-    # The refusals to keep for the next pass (models/admission.py kept_refusals); None: not reported (an
-    # earlier release), the workflow keeps its own.
-    kept_refusals: dict[str, KeptRefusals] | None = None
+    # The refusals to keep for the next pass (models/admission.py kept_refusals), which the workflow hands it.
+    kept_refusals: dict[str, KeptRefusals] = Field(default_factory=dict)

@@ -198,7 +198,7 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
         elif fact.kind == "signal" and fact.name == "withdraw":
             story.entries.append(Entry(at=fact.at, what=f"withdrawal asked: {fact.value or 'Requested'}"))
         elif fact.kind == "push":
-            if "advertised" not in value:  # an earlier release's answer that asked to withdraw
+            if "advertised" not in value:  # push_advertisement answered `Withdraw`: nothing was pushed
                 continue
             last = dict(value)
             offer = (json.dumps(value.get("advertised"), sort_keys=True), value.get("sharing_percentage"),
@@ -243,8 +243,6 @@ def _repeated(pushes: int) -> str:
 
 
 def _push_why(push: Mapping[str, Any]) -> list[str]:
-    if push.get("used") is None:  # an earlier release recorded only the result
-        return [f"{push.get('sharing_percentage')}% of the spare capacity of {resources_text(push.get('allocatable') or {})}"]
     derivation = OfferDerivation(allocatable=Resources(push["allocatable"]), used=Resources(push["used"]),
                                  consumer_own=Resources(push.get("consumer_own") or {}),
                                  sharing_percentage=push["sharing_percentage"],

@@ -115,17 +115,6 @@ def advertisement_workflow_id(home_cluster_id: str, provider_cluster_id: str) ->
     return f"advertisement-{provider_cluster_id}@{home_cluster_id}"
 
 
-# Kept for runs started before issue 15: the previous release's ids left out the home cluster. A worker
-# upgraded in place keeps signalling such a run on its own task queue until it completes
-# (workers/legacy.py), so that it never starts a second loop beside it.
-def legacy_peering_workflow_id(foreign_cluster_id: str) -> str:
-    return f"peering-{foreign_cluster_id}"
-
-
-def legacy_advertisement_workflow_id(provider_cluster_id: str) -> str:
-    return f"advertisement-{provider_cluster_id}"
-
-
 def admission_workflow_id(cluster_id: str) -> str:
     """One admission workflow per consumer cluster: it alone decides, so concurrent arrivals never
     overshoot the maximum."""

@@ -68,11 +68,9 @@ class PushResult(_Model):
     advertised: Resources
     allocatable: Resources
     sharing_percentage: int
-    # The rest of the offer's derivation (`tidepool explain peering`); None in pushes of earlier releases.
-    used: Resources | None = Field(default=None, description="Requests of the pods counted against the offer.")
-    consumer_own: Resources | None = Field(
-        default=None, description="Requests of the consumer's own offloaded pods here, not counted against it."
-    )
+    # The rest of the offer's derivation (`tidepool explain peering`, `tidepool simulate peering`).
+    used: Resources = Field(description="Requests of the pods counted against the offer.")
+    consumer_own: Resources = Field(description="Requests of the consumer's own offloaded pods here, not counted against it.")
     config_generation: int
     period_seconds: int
     capacity_change_threshold_percent: int
@@ -83,9 +81,6 @@ class PushResult(_Model):
     configured_percentage: int | None = Field(
         default=None, ge=0, le=100, description="The ClusterConfig's sharing percentage, as the push read it."
     )
-    # Kept for runs begun before push_advertisement answered `Withdraw` instead: their histories hold a
-    # PushResult padded with empty values and this reason.
-    withdraw: WithdrawReason | None = None
     access_verified_until: datetime | None = Field(
         default=None, description="Until then a push asked for by a signal writes only the Advertisement "
         "(models.credentials.access_verified_until); None: the next push ensures the foreign access first.",
@@ -104,12 +99,9 @@ class ForeignDecision(_Model):
 class PeeringState(_Model):
     """Everything the loop knows, carried over continue-as-new."""
 
-    # Runs begun before `peering-percentage-one-owner` adopt here the percentage of every push and send it
-    # back as an override; later runs find such a value only when continued from one, and migrate it at
-    # their first push (`migrated_override`).
-    sharing_percentage: int | None = Field(default=None, ge=0, le=100)
-    # Set only by the input, the signal `set_sharing_percentage` or the update `update_sharing_percentage`
-    # (null drops it); None follows the ClusterConfig.
+    # The peering's own percentage, what each push asks for: set only by the input, the signal
+    # `set_sharing_percentage` or the update `update_sharing_percentage` (null drops it); None follows the
+    # ClusterConfig. What a push used is in `last_push`, never fed back here.
     sharing_percentage_override: int | None = Field(default=None, ge=0, le=100)
     config_generation: int = 0
     phase: PeeringRequestPhase = "Pending"
@@ -118,7 +110,6 @@ class PeeringState(_Model):
     foreign: ForeignDecision | None = None
     last_error: str | None = None
     consecutive_failures: int = 0
-    pending_checks: int = 0  # polls of a pending decision, by runs started before the foreign watch
     foreign_changed: bool = False  # the worker's watch saw the decision move: read it once
     next_push: datetime | None = None
     push_requested: bool = False
@@ -171,12 +162,12 @@ class PushRequest(_Model):
     phase: PeeringRequestPhase
     # A push the period made (or a retry) re-ensures the foreign access; one a signal asked for (a new
     # percentage, moved capacity, a decision to re-read) writes the Advertisement alone while the last
-    # push's `access_verified_until` holds. The defaults are what runs begun before these fields did.
+    # push's `access_verified_until` holds. The defaults (a push made outside the workflow) ensure everything.
     periodic: bool = True
     access_verified_until: datetime | None = None
     # The ClusterConfig generation the last push read: a push that finds a newer one applies what the
     # ClusterConfig sets in the foreign namespace (its Pod Security level) even when it skips the access check.
-    # None (runs begun before this field): every push does.
+    # None: this push does.
     config_generation: int | None = None
 
 
@@ -240,20 +231,6 @@ def sharing_percentage_problem(value: object) -> str | None:
     return None
 
 
-def requested_percentage(state: PeeringState) -> int | None:
-    """What a push asks for: the override, else a value adopted by a run begun before
-    `peering-percentage-one-owner` and not migrated yet. Pushed as it stands, the adopted value is right
-    either way: it is the ClusterConfig's or an override."""
-    return state.sharing_percentage if state.sharing_percentage_override is None else state.sharing_percentage_override
-
-
-def migrated_override(*, adopted: int, configured: int) -> int | None:
-    """The override a value adopted by a run begun before `peering-percentage-one-owner` becomes. Those runs
-    adopted the percentage of every push, so an adopted value equal to the ClusterConfig's is no override;
-    a different one came from the input, a signal or an update, and stays one."""
-    return None if adopted == configured else adopted
-
-
 def phase_after_push(foreign: ForeignDecision | None) -> PeeringRequestPhase:
     """The peering's phase once a push went through, from the foreign cluster's decision."""
     if foreign is None or not foreign.exists:
@@ -261,10 +238,6 @@ def phase_after_push(foreign: ForeignDecision | None) -> PeeringRequestPhase:
     if foreign.phase in ("Accepted", "Refused", "Deleting"):
         return foreign.phase  # type: ignore[return-value]
     return "Advertised"
-
-
-def decision_pending(state: PeeringState) -> bool:
-    return state.phase == "Advertised"
 
 
 def decision_key(advertisement: dict[str, Any] | None) -> tuple[str | None, str | None] | None:
@@ -343,8 +316,6 @@ def render_details(state: PeeringState, *, foreign_cluster_id: str) -> str:
 def _percentage_owner(state: PeeringState) -> str:
     if state.sharing_percentage_override is not None:
         return f"this peering's override, {state.sharing_percentage_override}%"
-    if state.sharing_percentage is not None:
-        return "adopted by a run begun before the override had one owner"
     return "the ClusterConfig's"
 
 
@@ -352,13 +323,9 @@ def _or_dash(value: object, suffix: str = "") -> str:
     return "—" if value is None else f"{value}{suffix}"
 
 
-def next_wait(
-    *, state: PeeringState, now: datetime, next_push: datetime, unreachable_max_seconds: int,
-    poll_max_seconds: int | None = None,
-) -> timedelta:
+def next_wait(*, state: PeeringState, now: datetime, next_push: datetime, unreachable_max_seconds: int) -> timedelta:
     """How long the loop sleeps before it wakes on its own: until the next push, or sooner to retry an
-    unreachable cluster. `poll_max_seconds` is for runs started before the worker watched the foreign
-    decision: they look again at a pending one with backoff; the others wait for the watch's signal."""
+    unreachable cluster. A pending foreign decision is not polled: the worker's watch signals when it moves."""
     if state.consecutive_failures:
         # The failed push is retried after the backoff, whatever the schedule says; never later than a
         # period, so that a cluster that comes back is advertised to again on the first cycle after.
@@ -366,7 +333,4 @@ def next_wait(
         if state.last_push is not None:
             ceiling = min(ceiling, state.last_push.period_seconds)
         return timedelta(seconds=backoff_seconds(state.consecutive_failures, ceiling=ceiling))
-    until_push = max(timedelta(0), next_push - now)
-    if poll_max_seconds is not None and decision_pending(state):
-        return min(until_push, timedelta(seconds=backoff_seconds(state.pending_checks + 1, ceiling=poll_max_seconds)))
-    return until_push
+    return max(timedelta(0), next_push - now)

@@ -1,5 +1,5 @@
 """`tidepool simulate` (issue 20, part 2): recorded decisions replayed under another policy. No cluster is
-touched, and what an earlier release did not record is counted, not guessed.
+touched, and a pass recorded without its inputs (too large to record) is counted, not guessed.
 
 - `simulate_peering`: the recorded pushes at another sharing percentage, through the same function that
   computed them (models.sharing.shared_resources) on each push's recorded derivation (models/explain.py).
@@ -44,7 +44,6 @@ class Simulation(BaseModel):
     sharing_percentage: int
     since: datetime | None = None
     pushes: list[SimulatedPush] = Field(default_factory=list)
-    not_replayable: int = Field(default=0, description="Pushes recorded without their derivation (earlier releases).")
     offered_mean: dict[str, str] = Field(default_factory=dict)
     would_offer_mean: dict[str, str] = Field(default_factory=dict)
     differing: int = 0
@@ -57,8 +56,7 @@ class Simulation(BaseModel):
         rows = [[f"{p.at:%Y-%m-%d %H:%M:%S}", f"{p.sharing_percentage}%",
                  *(f"{p.offered.get(n, '0')} → {p.would_offer.get(n, '0')}" for n in names)] for p in self.pushes]  # fmt: skip
         lines += _table(header, rows)
-        lines += ["", f"{len(self.pushes)} pushes replayed, {self.differing} would have offered otherwise"
-                      + (f"; {self.not_replayable} recorded without their derivation, not replayed" if self.not_replayable else "")]  # fmt: skip
+        lines += ["", f"{len(self.pushes)} pushes replayed, {self.differing} would have offered otherwise"]
         if self.pushes:
             lines.append("mean offer: " + ", ".join(f"{n} {self.offered_mean.get(n, '0')} → {self.would_offer_mean.get(n, '0')}"
                                                     for n in names))  # fmt: skip
@@ -75,9 +73,6 @@ def simulate_peering(subject: str, facts: Iterable[Fact], *, percent: int, since
     for fact in facts:
         value = as_mapping(fact.value)
         if fact.kind != "push" or "advertised" not in value or (since is not None and fact.at < since):
-            continue
-        if value.get("used") is None:
-            simulation.not_replayable += 1
             continue
         offered = Resources(value["advertised"])
         would = shared_resources(allocatable=Resources(value["allocatable"]), used=Resources(value["used"]), percent=percent)
@@ -127,7 +122,7 @@ class AdmissionSimulation(BaseModel):
     maximum: int
     since: datetime | None = None
     passes: int = 0
-    not_replayable: int = Field(default=0, description="Passes recorded without their inputs (earlier releases, or more than MAX_ADMISSION_ENTRIES live).")
+    not_replayable: int = Field(default=0, description="Passes recorded without their inputs (more than MAX_ADMISSION_ENTRIES live).")
     advertisements: list[SimulatedAdvertisement] = Field(default_factory=list)
     differing: int = 0
     accepted_then: int = 0
@@ -252,7 +247,7 @@ class PoolSimulation(BaseModel):
     policy: str
     since: datetime | None = None
     passes: int = 0
-    not_replayable: int = Field(default=0, description="Passes recorded without their inputs (earlier releases, or more than MAX_POOL_ENTRIES namespaces).")
+    not_replayable: int = Field(default=0, description="Passes recorded without their inputs (more than MAX_POOL_ENTRIES namespaces).")
     namespaces: list[SimulatedNamespace] = Field(default_factory=list)
     differing: int = 0
     placed_then: int = 0

@@ -1,10 +1,13 @@
 """Replay: every run of a workflow, fetched from the server, replays with the current code; with
-TIDEPOOL_SAVE_HISTORIES=1 the histories are also saved to tests/histories/, where test_replay.py keeps
-replaying them, so that a change that breaks running workflows fails a test."""
+TIDEPOOL_SAVE_HISTORIES=1 the histories are also saved to tests/histories/<release>/ (the version in
+pyproject.toml), where test_replay.py keeps replaying them, so that a change that breaks workflows begun
+by a released version fails a test. Save them when a release is cut, from that release's code: a
+directory holds what its release recorded, never histories of the development builds after it."""
 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -18,6 +21,8 @@ from workflows.peering import PeeringWorkflow
 from workflows.pool import PoolSchedulerWorkflow
 
 HISTORIES = Path(__file__).with_name("histories")
+# The release whose histories this code records: the package's version.
+RELEASE: str = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
 WORKFLOWS = [PeeringWorkflow, AdmissionWorkflow, AdvertisementWorkflow, PoolSchedulerWorkflow]
 
 
@@ -27,6 +32,18 @@ _REPLAYER = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter
 
 def replayer() -> Replayer:
     return _REPLAYER
+
+
+def release_key(name: str) -> tuple[int, ...] | None:
+    """A release directory's version, to order them ("0.10.0" after "0.9.0"); None for any other name."""
+    parts = name.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
+def releases() -> list[Path]:
+    """The release directories under tests/histories/, oldest first."""
+    found = [d for d in HISTORIES.iterdir() if d.is_dir() and release_key(d.name) is not None] if HISTORIES.is_dir() else []
+    return sorted(found, key=lambda d: release_key(d.name) or ())
 
 
 def decided(history: WorkflowHistory) -> bool:
@@ -48,8 +65,9 @@ async def replay_all_runs(client: Client, workflow_id: str) -> list[WorkflowHist
     for history in histories:
         await replayer().replay_workflow(history)
     if os.environ.get("TIDEPOOL_SAVE_HISTORIES"):
-        HISTORIES.mkdir(exist_ok=True)
+        directory = HISTORIES / RELEASE
+        directory.mkdir(parents=True, exist_ok=True)
         for history in histories:
             name = f"{workflow_id.split('-')[0]}-{history.run_id}.json"
-            (HISTORIES / name).write_text(history.to_json())
+            (directory / name).write_text(history.to_json())
     return histories

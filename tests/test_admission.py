@@ -29,8 +29,6 @@ from models.api import ClusterConfig
 from models.api.conditions import REASON_PATTERN
 from models.consumer import (
     UNREACHABLE_MEMORY,
-    AdmissionInput,
-    AdmissionResult,
     UnreachableTeardowns,
     record_unreachable,
 )
@@ -843,8 +841,3 @@ def test_the_kept_refusals_are_bounded_the_least_recently_changed_dropped_first(
     assert len(kept) == MAX_KEPT_REFUSALS
     assert "new" in kept and "p000" not in kept and "p001" in kept
 
-
-def test_admission_states_and_results_from_before_kept_refusals_still_load() -> None:
-    """A run continued as new before the field, and a pass recorded in an older history."""
-    assert AdmissionInput.model_validate({"cluster_id": "b", "reconciles": 3}).refusals == {}
-    assert AdmissionResult.model_validate({"policy": "AutoAcceptMax"}).kept_refusals is None

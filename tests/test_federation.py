@@ -1,6 +1,5 @@
-"""Many clusters through one Temporal namespace (issue 15): three clusters peering all-to-all, a worker
-upgraded in place taking over the runs the previous release started under the old ids, and a broadcaster
-disabled and enabled again without a worker restart. Every worker is in the namespace `default`."""
+"""Many clusters through one Temporal namespace (issue 15): three clusters peering all-to-all, and a
+broadcaster disabled and enabled again without a worker restart. Every worker is in the namespace `default`."""
 
 from __future__ import annotations
 
@@ -10,15 +9,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
-from kube.objects import apply_cluster_object, delete_cluster_object, patch_cluster_object_status, read_cluster_object
-from models.api.common import SecretReference
-from models.consumer import AdvertisementInput, AdvertisementState
+from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
     LABEL_CONSUMER,
@@ -26,25 +21,20 @@ from models.names import (
     PEERING_FINALIZER,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
-    VK_CLEAN_ANNOTATION,
     advertisement_name,
     advertisement_workflow_id,
     foreign_namespace,
-    legacy_advertisement_workflow_id,
-    legacy_peering_workflow_id,
     peering_workflow_id,
     task_queue,
     virtual_kubelet_name,
 )
-from models.peering import PeeringInput, WithdrawResult
+from models.peering import WithdrawResult
 from models.settings import WorkerSettings
 from tests.conftest import Clusters
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
 from tests.running import eventually, running_worker, worker_settings
-from tests.test_consumer import advertisement
 from workers.network import NetworkModule
-from workers.peer import cancel_peering, request_peering, request_secret_name
-from workflows.advertisement import AdvertisementWorkflow
+from workers.peer import cancel_peering, request_peering
 from workflows.peering import PeeringWorkflow
 from workflows.search_attributes import HOME_CLUSTER
 
@@ -58,21 +48,6 @@ def _advertised(foreign: k8s.ApiClient, home_id: str) -> dict[str, str] | None:
 
 def _peer(home: LocalCluster, home_id: str, foreign: LocalCluster, foreign_id: str) -> None:
     request_peering(home.api_client(), foreign.api_client(), provider_id=home_id, consumer_id=foreign_id)
-
-
-async def _running(client: Client, workflow_id: str) -> bool:
-    try:
-        return (await client.get_workflow_handle(workflow_id).describe()).status == WorkflowExecutionStatus.RUNNING
-    except RPCError as e:
-        if e.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-
-
-async def _signals(client: Client, workflow_id: str) -> list[str]:
-    events = [e async for e in client.get_workflow_handle(workflow_id).fetch_history_events()]
-    return [e.workflow_execution_signaled_event_attributes.signal_name for e in events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
 
 
 # Three clusters all-to-all ---------------------------------------------------------------------------
@@ -184,60 +159,6 @@ async def _listed(client: Client, query: str, expected: int) -> list[str] | None
     return ids if len(ids) >= expected else None
 
 
-# Upgrade takeover --------------------------------------------------------------------------------------
-@pytest.mark.provider
-async def test_an_upgraded_worker_signals_the_peering_it_started_under_the_old_id_and_starts_no_second_one(
-    localenv: EnvState, clusters: Clusters, make_cluster: Callable[[str], LocalCluster], temporal_client: Client,
-    unique: str,
-) -> None:  # fmt: skip
-    home = make_cluster("home")
-    api, b, c = home.api_client(), clusters.b.api_client(), clusters.c.api_client()
-    create_node(api, "n1", cpu="10", memory="10Gi", pods="100")
-    home_id, ours, theirs = f"home-{unique}", f"b-{unique}", f"c-{unique}"
-    settings = worker_settings(localenv, home, home_id)
-    _peer(home, home_id, clusters.b, ours)
-    _peer(home, home_id, clusters.c, theirs)
-
-    def legacy_input(foreign: str) -> PeeringInput:
-        return PeeringInput(foreign_cluster_id=foreign, peering_request=foreign, home_cluster_id=home_id,
-                            kube_config_ref=SecretReference(name=request_secret_name(foreign), namespace=SYSTEM_NAMESPACE))  # fmt: skip
-
-    # As the previous release's worker did: the old id, on the worker's own task queue...
-    legacy: WorkflowHandle[PeeringWorkflow, WithdrawResult] = await temporal_client.start_workflow(
-        PeeringWorkflow.run, legacy_input(ours), id=legacy_peering_workflow_id(ours), task_queue=settings.task_queue)
-    # ...and another cluster's run that happens to have the old id of our second peering (a shared namespace).
-    other: WorkflowHandle[Any, Any] = await temporal_client.start_workflow(
-        PeeringWorkflow.run, legacy_input(theirs), id=legacy_peering_workflow_id(theirs),
-        task_queue=f"tidepool-elsewhere-{unique}")  # fmt: skip
-    new_ours, new_theirs = peering_workflow_id(home_id, ours), peering_workflow_id(home_id, theirs)
-    try:
-        async with running_worker(settings):
-            await eventually(lambda: (_advertised(b, home_id) or {}).get("cpu") == "3", what="the legacy run's push")
-            # The other cluster's legacy run is left alone: our peering with c starts under the new id.
-            await eventually(lambda: _running(temporal_client, new_theirs), what="the new id started for c")
-            await eventually(lambda: (_advertised(c, home_id) or {}).get("cpu") == "3", what="the push to c")
-
-            apply_cluster_config(api, outgoing={"sharingPercentage": 50})  # reaches the legacy run
-            await eventually(lambda: (_advertised(b, home_id) or {}).get("cpu") == "5", what="the edit pushed by the legacy run")
-            assert not await _running(temporal_client, new_ours), "a second peering with b started under the new id"
-            assert (await legacy.describe()).status == WorkflowExecutionStatus.RUNNING
-
-            cancel_peering(api, consumer_id=ours)  # the withdrawal reaches the legacy run
-            result = await legacy.result()
-            assert result.foreign_cleaned and result.home_cleaned
-            assert _advertised(b, home_id) is None
-            assert not await _running(temporal_client, new_ours)
-
-            cancel_peering(api, consumer_id=theirs)
-            theirs_handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
-                PeeringWorkflow.run, new_theirs)
-            assert (await theirs_handle.result()).home_cleaned
-        assert (await other.describe()).status == WorkflowExecutionStatus.RUNNING
-        assert await _signals(temporal_client, other.id) == [], "another cluster's legacy run was signalled"
-    finally:
-        await other.terminate("test over")
-
-
 # Broadcaster disabled and enabled again ----------------------------------------------------------------
 @pytest.mark.provider
 async def test_enabling_the_broadcaster_again_resumes_the_peering_without_a_worker_restart(
@@ -290,41 +211,3 @@ async def _continued(client: Client, workflow_id: str, run_id: str) -> bool:
 async def _runs_including(client: Client, workflow_id: str, run_id: str) -> list[str] | None:
     runs = [w.run_id async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     return runs if run_id in runs else None
-
-
-@pytest.mark.consumer
-async def test_an_upgraded_worker_signals_the_advertisement_workflow_it_started_under_the_old_id(
-    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], temporal_client: Client, unique: str
-) -> None:
-    consumer = make_cluster("cons")
-    api = consumer.api_client()
-    create_namespace(api, SYSTEM_NAMESPACE)
-    provider, consumer_id = f"prov-{unique}", f"cons-{unique}"
-    settings = worker_settings(localenv, consumer, consumer_id)
-    apply_cluster_object(api, ADVERTISEMENTS, advertisement(provider))
-    # As the previous release's worker did: the old id, on the worker's own task queue.
-    legacy: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = await temporal_client.start_workflow(
-        AdvertisementWorkflow.run,
-        AdvertisementInput(provider_id=provider, advertisement=advertisement_name(provider), home_cluster_id=consumer_id),
-        id=legacy_advertisement_workflow_id(provider), task_queue=settings.task_queue,
-    )  # fmt: skip
-    new_id = advertisement_workflow_id(consumer_id, provider)
-    async with running_worker(settings):
-        await eventually(lambda: (read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {})
-                         .get("status", {}).get("phase") == "Accepted", what="accepted")  # fmt: skip
-        # The remapping is news only the watcher tells: the legacy run builds the virtual kubelet on it.
-        patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
-        apps = k8s.AppsV1Api(api)
-        await eventually(lambda: apps.read_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE),
-                         what="the virtual kubelet Deployment")  # fmt: skip
-        assert "changed" in await _signals(temporal_client, legacy.id)
-        assert not await _running(temporal_client, new_id), "a second AdvertisementWorkflow started under the new id"
-
-        delete_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
-        # The virtual kubelet's part of the teardown, played by its protocol (see tests/test_consumer.py).
-        apps.patch_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE,
-                                         {"metadata": {"annotations": {VK_CLEAN_ANNOTATION: "clean"}}})  # fmt: skip
-        await legacy.result()
-        await eventually(lambda: read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None,
-                         what="the Advertisement released")  # fmt: skip
-        assert not await _running(temporal_client, new_id)

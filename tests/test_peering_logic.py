@@ -25,11 +25,9 @@ from models.peering import (
     decide_push,
     decision_key,
     jittered_period,
-    migrated_override,
     next_wait,
     phase_after_push,
     render_details,
-    requested_percentage,
     sharing_percentage_problem,
 )
 from models.resources import Resources
@@ -60,30 +58,22 @@ def test_backoff_doubles_up_to_its_ceiling(failures: int, seconds: int) -> None:
 
 def test_an_unreachable_cluster_is_retried_after_the_backoff_not_in_a_tight_loop() -> None:
     state = PeeringState(consecutive_failures=2, phase="Unreachable")
-    wait = next_wait(state=state, now=NOW, next_push=NOW - timedelta(minutes=5), poll_max_seconds=300,
-                     unreachable_max_seconds=300)  # fmt: skip
+    wait = next_wait(state=state, now=NOW, next_push=NOW - timedelta(minutes=5), unreachable_max_seconds=300)
     assert wait == timedelta(seconds=10)
 
 
 def test_an_unreachable_cluster_is_retried_at_least_once_a_period() -> None:
-    push = PushResult(advertisement="a", advertised=Resources(), allocatable=Resources(), sharing_percentage=30, config_generation=1,
-                      period_seconds=10, capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW)  # fmt: skip
+    push = PushResult(advertisement="a", advertised=Resources(), allocatable=Resources(), used=Resources(),
+                      consumer_own=Resources(), sharing_percentage=30, config_generation=1, period_seconds=10,
+                      capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW)  # fmt: skip
     state = PeeringState(consecutive_failures=6, phase="Unreachable", last_push=push)
-    wait = next_wait(state=state, now=NOW, next_push=NOW, poll_max_seconds=300, unreachable_max_seconds=300)
+    wait = next_wait(state=state, now=NOW, next_push=NOW, unreachable_max_seconds=300)
     assert wait == timedelta(seconds=10)  # not the 160 s the backoff alone would give
-
-
-def test_a_pending_decision_of_a_run_started_before_the_watch_is_looked_at_again_sooner_than_the_next_push() -> None:
-    state = PeeringState(phase="Advertised", pending_checks=0)
-    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), poll_max_seconds=300,
-                     unreachable_max_seconds=300)  # fmt: skip
-    assert wait == timedelta(seconds=5)
 
 
 def test_a_decided_peering_sleeps_until_the_next_push() -> None:
     state = PeeringState(phase="Accepted")
-    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), poll_max_seconds=300,
-                     unreachable_max_seconds=300)  # fmt: skip
+    wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), unreachable_max_seconds=300)
     assert wait == timedelta(minutes=10)
 
 
@@ -110,42 +100,15 @@ def test_the_details_say_the_phase_the_decision_and_the_last_error() -> None:
     ("state", "shown"),
     [pytest.param(PeeringState(), "- sharing percentage: 30% (the ClusterConfig's)", id="no override"),
      pytest.param(PeeringState(sharing_percentage_override=50), "- sharing percentage: 30% (this peering's override, 50%)",
-                  id="an override not pushed yet"),
-     pytest.param(PeeringState(sharing_percentage=30), "- sharing percentage: 30% (adopted by a run begun before",
-                  id="an adopted value of an older run")],
+                  id="an override not pushed yet")],
 )  # fmt: skip
 def test_the_details_show_the_pushed_percentage_and_who_owns_it(state: PeeringState, shown: str) -> None:
     state.last_push = PushResult(
-        advertisement="a", advertised=Resources(), allocatable=Resources(), sharing_percentage=30, config_generation=1,
-        period_seconds=10, capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW,
+        advertisement="a", advertised=Resources(), allocatable=Resources(), used=Resources(), consumer_own=Resources(),
+        sharing_percentage=30, config_generation=1, period_seconds=10, capacity_change_threshold_percent=10,
+        timestamp=NOW, time_to_live=NOW,
     )  # fmt: skip
     assert shown in render_details(state, foreign_cluster_id="b")
-
-
-@pytest.mark.federation
-@pytest.mark.parametrize(
-    ("adopted", "configured", "override"),
-    [pytest.param(40, 40, None, id="equal to the ClusterConfig's: no override"),
-     pytest.param(70, 40, 70, id="different: an override"),
-     pytest.param(0, 40, 0, id="zero is an override too")],
-)  # fmt: skip
-def test_a_value_adopted_by_an_older_run_is_an_override_only_when_it_differs_from_the_cluster_configs(
-    adopted: int, configured: int, override: int | None
-) -> None:
-    assert migrated_override(adopted=adopted, configured=configured) == override
-
-
-@pytest.mark.federation
-@pytest.mark.parametrize(
-    ("state", "requested"),
-    [pytest.param(PeeringState(), None, id="nothing: the ClusterConfig's"),
-     pytest.param(PeeringState(sharing_percentage_override=0), 0, id="the override, zero included"),
-     pytest.param(PeeringState(sharing_percentage=70), 70, id="an adopted value not migrated yet, as it stands")],
-)  # fmt: skip
-def test_a_push_asks_for_the_override_or_an_adopted_value_not_migrated_yet(
-    state: PeeringState, requested: int | None
-) -> None:
-    assert requested_percentage(state) == requested
 
 
 @pytest.mark.federation
@@ -161,7 +124,7 @@ def test_an_override_is_an_integer_from_0_to_100_or_null(value: object, refused:
 
 @pytest.mark.steady
 def test_a_watched_peering_with_a_pending_decision_sleeps_until_the_next_push() -> None:
-    state = PeeringState(phase="Advertised", pending_checks=0)
+    state = PeeringState(phase="Advertised")
     wait = next_wait(state=state, now=NOW, next_push=NOW + timedelta(minutes=10), unreachable_max_seconds=300)
     assert wait == timedelta(minutes=10)  # the watch's signal wakes it sooner, not a poll
 
@@ -207,13 +170,12 @@ def test_a_push_pushes_unless_the_request_is_gone_or_the_broadcaster_disabled(
                        configured_percentage=40) == decision  # fmt: skip
 
 
-def test_a_padded_push_result_of_an_older_run_still_decodes_beside_the_withdraw_answer() -> None:
+def test_a_push_answer_decodes_as_the_withdraw_or_the_push_result_it_was() -> None:
     answer = TypeAdapter(PushResult | Withdraw)
-    padded = {"advertisement": "a", "advertised": {}, "allocatable": {}, "sharing_percentage": 0,
-              "config_generation": 1, "period_seconds": 600, "capacity_change_threshold_percent": 10,
-              "timestamp": "2026-11-22T12:00:00Z", "time_to_live": "2026-11-22T12:00:00Z", "withdraw": "Requested"}  # fmt: skip
-    old = answer.validate_python(padded)
-    assert isinstance(old, PushResult) and old.withdraw == "Requested"
+    pushed = PushResult(advertisement="a", advertised=Resources(), allocatable=Resources(), used=Resources(),
+                        consumer_own=Resources(), sharing_percentage=0, config_generation=1, period_seconds=600,
+                        capacity_change_threshold_percent=10, timestamp=NOW, time_to_live=NOW)  # fmt: skip
+    assert answer.validate_json(answer.dump_json(pushed)) == pushed
     assert answer.validate_json(answer.dump_json(Withdraw(reason="BroadcasterDisabled"))) == Withdraw(
         reason="BroadcasterDisabled"
     )

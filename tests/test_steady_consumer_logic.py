@@ -216,27 +216,25 @@ PAST = NOW - timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(
-    ("obs", "legacy", "step"),
+    ("obs", "step"),
     [
-        pytest.param(observed(phase="Pending", time_to_live=PAST, virtual_kubelet_exists=False), False,
+        pytest.param(observed(phase="Pending", time_to_live=PAST, virtual_kubelet_exists=False),
                      "DeleteExpired", id="a pending one that expired is deleted"),
-        pytest.param(observed(phase="Refused", time_to_live=PAST, virtual_kubelet_exists=False), False,
+        pytest.param(observed(phase="Refused", time_to_live=PAST, virtual_kubelet_exists=False),
                      "DeleteExpired", id="a refused one that expired is deleted"),
-        pytest.param(observed(phase=None, time_to_live=PAST, virtual_kubelet_exists=False), False,
+        pytest.param(observed(phase=None, time_to_live=PAST, virtual_kubelet_exists=False),
                      "AwaitDecision", id="one that arrived expired waits for admission to refuse it first"),
-        pytest.param(observed(phase="Refused", virtual_kubelet_exists=False), False,
+        pytest.param(observed(phase="Refused", virtual_kubelet_exists=False),
                      "AwaitDecision", id="a refused one that has not expired sleeps"),
-        pytest.param(observed(phase="Refused", time_to_live=PAST, virtual_kubelet_exists=False), True,
-                     "AwaitDecision", id="runs begun before issue 14 keep the old rule for their replay"),
-        pytest.param(observed(time_to_live=PAST), False,
+        pytest.param(observed(time_to_live=PAST),
                      "MarkDeleting", id="an accepted one that expired is still torn down in order"),
         pytest.param(observed(phase="Pending", provider_unreachable_since=NOW - timedelta(hours=1),
-                              virtual_kubelet_exists=False), False,
+                              virtual_kubelet_exists=False),
                      "AwaitDecision", id="an unaccepted one has no provider to be unreachable"),
     ],
 )  # fmt: skip
-def test_the_next_step_of_an_advertisement_that_expires(obs: AdvertisementObservation, legacy: bool, step: str) -> None:
-    assert next_step(obs, AdvertisementState(), NOW, legacy=legacy).step == step
+def test_the_next_step_of_an_advertisement_that_expires(obs: AdvertisementObservation, step: str) -> None:
+    assert next_step(obs, AdvertisementState(), NOW).step == step
 
 
 def test_an_expiry_is_not_latched_so_a_renewal_before_the_deletion_wins() -> None:

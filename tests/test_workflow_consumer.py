@@ -396,11 +396,10 @@ async def test_the_admission_workflow_keeps_the_refusals_each_pass_returns_for_t
     skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
 ) -> None:
     """Issue 34: a refusal by hand lives on the Advertisement, which the provider may delete and push again; the
-    workflow keeps what each pass says to keep and hands it to the next (a pass that reports nothing, from an
-    earlier release, leaves it as it was)."""
+    workflow keeps what each pass says to keep and hands it to the next."""
     kept = {PROVIDER: KeptRefusals(by_hand=RefusalOnRecord(uid="uid-1", detail="no"),
                                    changed=datetime(2026, 11, 26, tzinfo=UTC))}  # fmt: skip
-    returns: list[dict[str, KeptRefusals] | None] = [kept, None, {}, {}]
+    returns: list[dict[str, KeptRefusals]] = [kept, kept, {}, {}]
     given: list[dict[str, KeptRefusals] | None] = []
 
     @activity.defn(name="admit_advertisements")

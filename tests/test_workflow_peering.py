@@ -1,7 +1,6 @@
 """PeeringWorkflow, the real class, against stubbed activities on a Temporal dev server of its own (no
 clusters, seconds each): the first push, the periodic re-push, a sharing percentage update and its
-refusal of a bad value, who owns the percentage (an override or the ClusterConfig, and the migration
-of runs that adopted it), a foreign decision, an unreachable foreign cluster, withdrawal (forced too: a
+refusal of a bad value, who owns the percentage (an override or the ClusterConfig), a foreign decision, an unreachable foreign cluster, withdrawal (forced too: a
 foreign cluster that refuses, or stays out of reach) and continue-as-new. The end-to-end behaviour
 against real clusters is in tests/test_provider.py and tests/test_force_unpeer.py."""
 
@@ -31,7 +30,6 @@ from models.peering import (
     DecisionRequest,
     ForeignDecision,
     PeeringInput,
-    PeeringState,
     PeeringStatus,
     PushRequest,
     PushResult,
@@ -85,7 +83,7 @@ class StubProvider:
         self.verified.append(now + PERIOD)
         return PushResult(
             advertisement="home-advertisement", advertised=Resources({"cpu": "1"}),
-            allocatable=Resources({"cpu": "2"}),
+            allocatable=Resources({"cpu": "2"}), used=Resources(), consumer_own=Resources(),
             sharing_percentage=self.configured_percentage if request.sharing_percentage is None
             else request.sharing_percentage,
             configured_percentage=self.configured_percentage,
@@ -376,41 +374,6 @@ async def test_dropping_the_override_with_null_returns_to_the_cluster_configs_pe
     followed = await handle.execute_update(PeeringWorkflow.update_sharing_percentage, None)
     assert (followed.sharing_percentage, followed.sharing_percentage_override, followed.pushes) == (60, None, 3)
     assert [p.sharing_percentage for p in stub.pushes] == [None, 70, None]
-
-
-@pytest.mark.parametrize(
-    ("adopted", "override", "after_edit"),
-    [
-        pytest.param(CONFIGURED_PERCENT, None, 60, id="an adopted value equal to the ClusterConfig's follows it"),
-        pytest.param(70, 70, 70, id="a different adopted value stays an override"),
-    ],
-)  # fmt: skip
-async def test_a_run_continued_from_one_that_adopted_the_percentage_migrates_it_at_its_first_push(
-    peering: PeeringStarter, stub: StubProvider, adopted: int, override: int | None, after_edit: int
-) -> None:
-    # The state a run begun before `peering-percentage-one-owner` hands to continue-as-new.
-    handle = await peering.start(state=PeeringState(sharing_percentage=adopted, config_generation=1))
-    migrated = await status_when(handle, lambda s: s.pushes >= 1)
-    assert (migrated.sharing_percentage, migrated.sharing_percentage_override) == (adopted, override)
-    assert stub.pushes[0].sharing_percentage == adopted  # what the old run would have pushed
-    await handle.signal(PeeringWorkflow.cluster_config_changed, stub.edit_cluster_config(60))
-    status = await status_when(handle, lambda s: s.pushes >= 2)
-    assert (status.pushes, status.sharing_percentage, status.sharing_percentage_override) == (2, after_edit, override)
-
-
-async def test_an_adopted_value_older_than_a_cluster_config_edit_is_no_override_signalled_or_not(
-    peering: PeeringStarter, stub: StubProvider
-) -> None:
-    # Continued with 70 adopted at generation 1; the ClusterConfig then says 60 (generation 2) and the
-    # watcher's signal comes late: the first push reads the edit, so 70 must not survive as an override.
-    stub.edit_cluster_config(60)
-    handle = await peering.start(state=PeeringState(sharing_percentage=70, config_generation=1))
-    status = await status_when(handle, lambda s: s.pushes >= 2)
-    assert (status.sharing_percentage, status.sharing_percentage_override) == (60, None)
-    await handle.signal(PeeringWorkflow.cluster_config_changed, 2)  # late: the generation was read already
-    again = await status_when(handle, lambda s: s.pushes >= 2)
-    assert (again.pushes, again.sharing_percentage_override) == (2, None)
-    assert [p.sharing_percentage for p in stub.pushes] == [70, None]
 
 
 async def test_an_override_set_by_signal_survives_pushes_a_cluster_config_edit_and_continue_as_new(

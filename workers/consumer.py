@@ -15,9 +15,7 @@ nobody reads and resourceVersion bumps wake no workflow (Leases are not watched 
 after the worker starts signals every object once, which is how a restarted worker catches up; a relist
 after a watch error signals only the objects whose key changed or that went away.
 
-Identity only: the workflows re-read the objects through activities. An AdvertisementWorkflow that the
-previous release started under the old id on our task queue gets the signals while it runs, and no second
-one starts (workers/legacy.py).
+Identity only: the workflows re-read the objects through activities.
 """
 
 from __future__ import annotations
@@ -56,9 +54,7 @@ from models.names import (
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
-    legacy_advertisement_workflow_id,
 )
-from workers.legacy import LegacyRuns
 from workers.offloading import OffloadingController
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers, signal_if_running
@@ -160,8 +156,6 @@ class ConsumerWatchers(Watchers):
         super().__init__(ctx.loop)
         self._client: Client = ctx.client
         self._settings = ctx.settings
-        self._legacy = LegacyRuns(ctx.client, task_queue=ctx.settings.task_queue,
-                                  legacy_id=legacy_advertisement_workflow_id)  # fmt: skip
         self._admission = ObjectKeys(admission_key)
         self._lifecycles = ObjectKeys(lambda obj: lifecycle_key(obj) if advertisement_provider(obj) else None)
         self._config = ObjectKeys(incoming_config_key)
@@ -227,11 +221,6 @@ class ConsumerWatchers(Watchers):
         self._submit(self._forgetting_on_failure(self._advertisement_changed(provider, name), self._lifecycles, name=name))
 
     async def _advertisement_changed(self, provider: str, name: str) -> None:
-        legacy = await self._legacy.running(provider)
-        if legacy is not None:
-            if await signal_if_running(self._client, legacy, "changed"):
-                return  # the previous release's run follows it to its end
-            self._legacy.completed(provider)
         await self._signal_with_start(
             AdvertisementWorkflow.run,
             AdvertisementInput(provider_id=provider, advertisement=name, home_cluster_id=self._settings.cluster.cluster_id),
@@ -270,7 +259,7 @@ class ConsumerWatchers(Watchers):
         )  # fmt: skip
 
     async def _signal(self, provider: str, signal: str) -> None:
-        await self._legacy.signal(provider, self._workflow_id(provider), signal)
+        await signal_if_running(self._client, self._workflow_id(provider), signal)
 
 
 def consumer_role(ctx: RoleContext) -> Role:
@@ -296,7 +285,6 @@ def consumer_role(ctx: RoleContext) -> Role:
                     activities.observe_advertisement, activities.ensure_finalizer, activities.ensure_virtual_kubelet,
                     activities.mark_deleting, activities.delete_virtual_node, activities.delete_virtual_kubelet,
                     activities.release_advertisement, activities.delete_expired, activities.report_pod_cidr_timeout,
-                    activities.refuse_not_ready, activities.clean_provider, activities.delete_provider_credentials,
-                    activities.run_step],  # run_step: kept for runs begun before consumer-step-activities
+                    activities.refuse_not_ready, activities.clean_provider, activities.delete_provider_credentials],
         lead=lead,
     )  # fmt: skip

@@ -227,18 +227,15 @@ async def _decode(client: Client, workflow_id: str, events: Iterable[HistoryEven
             fact(event, "update", update.name, await _first(client, update.args.payloads))
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activity = event.activity_task_scheduled_event_attributes
-            name = activity.activity_type.name
-            if name == "run_step":  # runs begun before consumer-step-activities: one activity, the step its input
-                name = f"run_step:{((await _first(client, activity.input.payloads)) or {}).get('step', '')}"
-            scheduled[event.event_id] = name
+            scheduled[event.event_id] = activity.activity_type.name
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:  # a step is told once done, not when asked
             completed = event.activity_task_completed_event_attributes
             name = scheduled.get(completed.scheduled_event_id, "")
             result = await _first(client, completed.result.payloads)
             if name in _RESULTS:
                 fact(event, _RESULTS[name], name, result)
-            elif (name in _STEPS or name.startswith("run_step:")) and result is not False:  # False: nothing to do
-                fact(event, "step", name.partition(":")[2] if name.startswith("run_step:") else _camel(name))
+            elif name in _STEPS and result is not False:  # False: nothing to do
+                fact(event, "step", _camel(name))
         elif kind in (EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT):
             ended = (event.activity_task_failed_event_attributes if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
                      else event.activity_task_timed_out_event_attributes)  # fmt: skip

@@ -2,8 +2,7 @@
 
 - a PeeringRequest that appears starts its peering workflow with the signal `peering_requested` (a second
   start finds the running one and tells it; one still withdrawing a request of the same name, deleted and
-  made again, continues as new for it once done); one that is deleted signals `withdraw` with its uid; a run the previous release started under the old id on our
-  task queue is signalled instead, and no second one starts (workers/legacy.py);
+  made again, continues as new for it once done); one that is deleted signals `withdraw` with its uid;
 - for each live PeeringRequest, a watch on our Advertisement in the foreign cluster
   (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
 - a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
@@ -47,14 +46,12 @@ from models.names import (
     PEERING_REQUESTS,
     VERSION,
     advertisement_name,
-    legacy_peering_workflow_id,
     peering_workflow_id,
 )
 from models.peering import PeeringInput, WithdrawResult
 from models.settings import WorkerSettings
 from workers.decision_watch import DecisionWatch
 from workers.early_push import EarlyPushWatch
-from workers.legacy import LegacyRuns
 from workers.remote_namespaces import RemoteNamespaces
 from workers.roles import Role, RoleContext
 from workers.watching import Watchers, signal_if_running
@@ -80,7 +77,6 @@ class ProviderWatchers(Watchers):
         self._secrets = foreign_clients
         self._decision_watches: dict[str, DecisionWatch] = {}  # by foreign cluster id
         self._decision_watches_lock = threading.Lock()  # the requests' informer thread vs stop()
-        self._legacy = LegacyRuns(client, task_queue=settings.task_queue, legacy_id=legacy_peering_workflow_id)
         # The live PeeringRequests (by name) and the broadcaster's switch, shared by the two informers'
         # threads: enabling the broadcaster again starts a peering for each. None until the ClusterConfig is
         # read: until then no peering starts (one that pushed into a disabled broadcaster would withdraw).
@@ -202,8 +198,6 @@ class ProviderWatchers(Watchers):
             raise
 
     async def _ensure_peering(self, input: PeeringInput) -> None:
-        if await self._legacy.running(input.foreign_cluster_id, recheck=True):
-            return  # the previous release's run goes on: it gets the signals, and no second loop starts
         # With the start, the request as seen (signal-with-start): a run still withdrawing a request deleted and
         # made again continues as new for it once done, where a bare start would find it and be lost.
         await self._client.start_workflow(
@@ -219,7 +213,7 @@ class ProviderWatchers(Watchers):
         the start as its own and then complete: wait for it to end first, for a bounded time, then start
         anyway (a run that read the enabled ClusterConfig just goes on, and the start finds it)."""
         foreign = input.foreign_cluster_id
-        workflow_id = await self._legacy.running(foreign, recheck=True) or self._workflow_id(foreign)
+        workflow_id = self._workflow_id(foreign)
         handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = self._client.get_workflow_handle_for(
             PeeringWorkflow.run, workflow_id)
         try:
@@ -233,8 +227,8 @@ class ProviderWatchers(Watchers):
                      RESUME_WAIT_FOR_WITHDRAWAL, type(e).__name__)  # fmt: skip
 
     async def _signal_peering(self, foreign: str, signal: str, *args: Any) -> None:
-        """Signal the peering with this foreign cluster (a legacy run while it runs); none running: nothing to tell."""
-        await self._legacy.signal(foreign, self._workflow_id(foreign), signal, *args)
+        """Signal the peering with this foreign cluster; none running: nothing to tell."""
+        await signal_if_running(self._client, self._workflow_id(foreign), signal, *args)
 
     # ClusterConfig and capacity ------------------------------------------------------------------------
     def _sync_config(self, objects: list[dict[str, Any]]) -> None:

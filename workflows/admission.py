@@ -4,15 +4,14 @@ changes; signals that arrive while a pass runs are folded into the next pass. On
 what keeps twenty Advertisements arriving at once from overshooting the maximum: the decision itself
 is a pure function of the cluster's Advertisements (models/admission.py), never a counter that drifts.
 
-No periodic recheck since issue 14 (patch `admission-event-driven`): the watchers signal everything
-admission reads, and an Advertisement that expires is deleted by its AdvertisementWorkflow, which signals
-this one; an idle admission costs nothing.
+No periodic recheck: the watchers signal everything admission reads, and an Advertisement that expires
+is deleted by its AdvertisementWorkflow, which signals this one; an idle admission costs nothing.
 
-Since issue 20 (patch `admission-decision-deadline`): the pass is given the workflow's time, and while a
-manual decision is awaited under manualDecisionTimeoutSeconds, a durable timer (shown in the Web UI)
-wakes the workflow at the earliest deadline, so that the pass it starts refuses what nobody decided.
+The pass is given the workflow's time, and while a manual decision is awaited under
+manualDecisionTimeoutSeconds, a durable timer (shown in the Web UI) wakes the workflow at the earliest
+deadline, so that the pass it starts refuses what nobody decided.
 
-Since issue 34: an AdvertisementWorkflow torn down because its provider was unreachable signals
+An AdvertisementWorkflow torn down because its provider was unreachable signals
 `provider_unreachable`; the workflow keeps, across continue-as-new, each such provider's teardowns in a row,
 hands them to every pass (the provider's re-pushed Advertisement is refused UnreachableBackoff, 1 min doubling
 to 1 h), and passes again when the back-off ends: no teardown → re-push → re-accept loop at full speed.
@@ -38,12 +37,6 @@ with workflow.unsafe.imports_passed_through():
 
 ADMIT_TIMEOUT = timedelta(seconds=60)
 ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# Runs begun before issue 14 looked again every IDLE_RECHECK; they keep doing so, for their replay.
-IDLE_RECHECK = timedelta(minutes=10)
-EVENT_DRIVEN_PATCH = "admission-event-driven"
-# Runs begun before issue 19 never set HomeCluster (a new command): only new runs do.
-HOME_CLUSTER_PATCH = "admission-home-cluster"
-DECISION_DEADLINE_PATCH = "admission-decision-deadline"
 # A pass the retry policy gave up on (a permanent failure: a forbidden list) is shown and retried at the
 # next signal, or after this long.
 FAILED_PASS_RETRY = timedelta(minutes=5)
@@ -59,15 +52,12 @@ class AdmissionWorkflow:
 
     @workflow.run
     async def run(self, input: AdmissionInput) -> None:
-        if workflow.patched(HOME_CLUSTER_PATCH):
-            workflow.upsert_search_attributes([HOME_CLUSTER.value_set(input.cluster_id)])
-        deadlines = workflow.patched(DECISION_DEADLINE_PATCH)
+        workflow.upsert_search_attributes([HOME_CLUSTER.value_set(input.cluster_id)])
         while True:
             self._pending = False
             # The activity's every parameter, always: with fewer arguments than parameters the SDK decodes none
             # by its type (the time would arrive as text).
-            args: list[object] = ([input.cluster_id, workflow.now(), self._input.unreachable, self._input.refusals]
-                                  if deadlines else [input.cluster_id])  # fmt: skip
+            args: list[object] = [input.cluster_id, workflow.now(), self._input.unreachable, self._input.refusals]
             try:
                 self._last = await workflow.execute_activity_method(
                     ConsumerActivities.admit_advertisements, args=args,
@@ -78,24 +68,17 @@ class AdmissionWorkflow:
                 self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history
                 continue
             self._input.reconciles += 1
-            if self._last.kept_refusals is not None:
-                self._input.refusals = self._last.kept_refusals
+            self._input.refusals = self._last.kept_refusals
             workflow.set_current_details(_details(self._last, self._input.reconciles, self._backing_off(),
                                                   sorted(self._input.refusals)))  # fmt: skip
             backoff_end = min((r.until for r in self._backing_off().values()), default=None)
-            if deadlines and backoff_end is not None and (self._last.next_decision_deadline is None
-                                                          or backoff_end < self._last.next_decision_deadline):
+            if backoff_end is not None and (self._last.next_decision_deadline is None
+                                            or backoff_end < self._last.next_decision_deadline):
                 await self._wait_until(backoff_end, f"unreachable back-off ends {backoff_end:%Y-%m-%d %H:%M:%S} UTC")
-            elif deadlines and self._last.next_decision_deadline is not None:
+            elif self._last.next_decision_deadline is not None:
                 await self._wait_until(self._last.next_decision_deadline)
-            elif workflow.patched(EVENT_DRIVEN_PATCH):
-                await workflow.wait_condition(lambda: self._pending)
             else:
-                try:
-                    await workflow.wait_condition(lambda: self._pending, timeout=IDLE_RECHECK,
-                                                  timeout_summary="recheck")  # fmt: skip
-                except TimeoutError:
-                    pass
+                await workflow.wait_condition(lambda: self._pending)
             self._continue_as_new_if_suggested()
 
     def _continue_as_new_if_suggested(self) -> None:

@@ -9,16 +9,15 @@ Seed 000's steps, each a visible stage (current details and the AdvertisementPha
    first, then (once the provider namespace is clean) the virtual kubelet, then the Advertisement.
 
 Every wake re-reads the cluster and derives the next step (models/consumer.py), so a crash at any step
-resumes at that step. Since issue 14 (patch `steady-deadline`): the deadline timer is held across wakes
-and replaced only by an earlier one, so a wake that changes nothing starts no timer; the expiry timer
-re-reads the Advertisement when it fires (a push renewing timeToLive wakes nobody); an Advertisement that
-expires unaccepted is deleted (step DeleteExpired) and the workflow completes. Since issue 19 (patch
-`consumer-step-activities`): each acting step is its own activity (ensure_finalizer, ...,
+resumes at that step. The deadline timer is held across wakes and replaced only by an earlier one, so a
+wake that changes nothing starts no timer; the expiry timer re-reads the Advertisement when it fires (a
+push renewing timeToLive wakes nobody); an Advertisement that expires unaccepted is deleted (step
+DeleteExpired) and the workflow completes. Each acting step is its own activity (ensure_finalizer, ...,
 release_advertisement), and an activity failure the retry policy gives up on (a 403) is shown in the
-current details and waited out, never failing the run. Since issue 20: an Advertisement marked by
+current details and waited out, never failing the run. An Advertisement marked by
 `tidepool unpeer --force` is torn down without waiting for the provider namespace to be reported clean;
 then the run cleans the copies there itself while the last Advertisement could live, and deletes the
-provider's credentials (Advertisements of earlier releases never carry the mark: no patch needed).
+provider's credentials.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         AdvertisementInput,
         AdvertisementObservation,
         AdvertisementState,
-        AdvertisementStep,
         CleanProviderInput,
         DeleteExpiredInput,
         DeleteVirtualKubeletInput,
@@ -76,15 +74,6 @@ ACTING_STEPS: frozenset[Step] = frozenset(
     {"EnsureFinalizer", "EnsureVirtualKubelet", "MarkDeleting", "DeleteVirtualNode", "DeleteVirtualKubelet",
      "ReleaseAdvertisement", "DeleteExpired", "RefuseNotReady"}
 )  # fmt: skip
-# Runs begun before issue 14 keep the old rules (a new timer at every wake, unaccepted ones never
-# expire) so that their histories replay; new runs take the held deadline and the expiry of unaccepted ones.
-STEADY_PATCH = "steady-deadline"
-# Runs begun before issue 19 ran every step through the one activity run_step; new runs call one activity
-# per step, so that the history reads as the steps.
-STEP_ACTIVITIES_PATCH = "consumer-step-activities"
-# A teardown that finds the virtual kubelet but no virtual node (it never registered one, or someone deleted
-# it) waited for the provider-clean report without end: since this patch, the bounded wait starts then.
-CLEAN_WAIT_PATCH = "consumer-clean-wait-bounded"
 # After an activity failure the retry policy gave up on (a permanent one: a forbidden call, an invalid
 # write), wait for the next change, or this long, doubling from the first, before looking again.
 FAILURE_BACKOFF_FIRST = timedelta(seconds=10)
@@ -115,15 +104,13 @@ class AdvertisementWorkflow:
         self._observation: AdvertisementObservation | None = None
         self._step: Step | None = None
         self._decided: str | None = None
-        self._steady: bool | None = None  # STEADY_PATCH, decided at the first wake
-        self._step_activities: bool | None = None  # STEP_ACTIVITIES_PATCH, decided at the first wake
         self._failures = 0  # consecutive passes that ended in an activity failure
         self._deadline_timer: asyncio.Task[None] | None = None
         self._deadline: datetime | None = None
 
     @workflow.run
     async def run(self, input: AdvertisementInput) -> AdvertisementState:
-        # HomeCluster only when the worker said it (runs begun before did not): their command stays as it was.
+        # HomeCluster only when the worker said it (a start by hand may not).
         attributes = [PROVIDER_CLUSTER.value_set(input.provider_id)]
         if input.home_cluster_id:
             attributes.append(HOME_CLUSTER.value_set(input.home_cluster_id))
@@ -135,9 +122,7 @@ class AdvertisementWorkflow:
                     self._disarm()
                     # A new Advertisement of the provider (its next push, or peered again) signalled to this run
                     # as it ended: a fresh run follows it, where the watcher's start found this one and was lost.
-                    # (Runs begun before consumer-step-activities completed regardless, and replay so.)
-                    if (self._state.forced and await self._clean_provider()) or (
-                            self._step_activities and await self._arrived_meanwhile()):  # fmt: skip
+                    if (self._state.forced and await self._clean_provider()) or await self._arrived_meanwhile():
                         workflow.continue_as_new(self._input.model_copy(update={"state": None}))
                     return self._state
             except ActivityError as failure:  # the retry policy gave up: permanent, or not retried
@@ -148,18 +133,17 @@ class AdvertisementWorkflow:
         obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                    summary="observe")  # fmt: skip
         now = workflow.now()
-        if self._steady is None:
-            self._steady = workflow.patched(STEADY_PATCH)
-            self._step_activities = workflow.patched(STEP_ACTIVITIES_PATCH)
-        decided = next_step(obs, self._state, now, legacy=not self._steady)
+        decided = next_step(obs, self._state, now)
         step = decided.step
         if step != self._state.last_acted:  # progress: what the last step did shows
             self._state.last_acted, self._state.stalls = None, 0
         self._state.teardown = decided.teardown
-        if obs.forced and not self._state.forced:  # only Advertisements of this release carry it: no patch needed
+        if obs.forced and not self._state.forced:
             self._state.forced = True
             self._state.provider_cleanup_until = obs.time_to_live or now
-        if step == "AwaitProviderClean" and self._state.clean_wait_started is None and workflow.patched(CLEAN_WAIT_PATCH):
+        if step == "AwaitProviderClean" and self._state.clean_wait_started is None:
+            # A teardown that found the virtual kubelet but no virtual node (it never registered one, or someone
+            # deleted it): the bounded wait for the provider-clean report starts now.
             self._state.clean_wait_started = now
         self._observation, self._step = obs, step
         self._state.observed_phase = obs.phase
@@ -191,10 +175,7 @@ class AdvertisementWorkflow:
             return False
         self._succeeded()
         self._state.last_acted, self._state.stalls, self._state.stalled_until = None, 0, None
-        if self._steady:
-            await self._wait_for_change_or_deadline(obs, step)
-        else:
-            await self._wait(obs, step)
+        await self._wait_for_change_or_deadline(obs, step)
         self._continue_as_new_if_suggested()
         return False
 
@@ -212,7 +193,7 @@ class AdvertisementWorkflow:
     async def _tell_admission_unreachable(self) -> None:
         """Just before the teardown releases the Advertisement (the provider re-pushes at once): admission backs off
         from this provider (workflows/admission.py), since the virtual kubelet it would build could not reach
-        it either. Runs begun before the worker passed the home cluster cannot name the admission workflow."""
+        it either. A run started without the home cluster (by hand) cannot name the admission workflow."""
         if not self._input.home_cluster_id or self._state.admission_told:
             return
         admission = workflow.get_external_workflow_handle(admission_workflow_id(self._input.home_cluster_id))
@@ -285,10 +266,6 @@ class AdvertisementWorkflow:
     async def _act(self, step: Step) -> bool:
         """Runs one acting step; False only when DeleteExpired found nothing to delete."""
         provider, name = self._input.provider_id, self._input.advertisement
-        if not self._step_activities:
-            request = AdvertisementStep(provider_id=provider, advertisement=name, step=step,
-                                        teardown=self._state.teardown)  # fmt: skip
-            return bool(await self._activity(ConsumerActivities.run_step, request, summary=step))
         if step == "DeleteExpired":
             return bool(await self._activity(ConsumerActivities.delete_expired,
                                              DeleteExpiredInput(advertisement=name), summary=step))  # fmt: skip
@@ -342,16 +319,6 @@ class AdvertisementWorkflow:
         except TimeoutError:
             pass
         self._continue_as_new_if_suggested()  # a failure that lasts days must not grow the history without end
-
-    async def _wait(self, obs: AdvertisementObservation, step: Step) -> None:
-        timeout = wake_after(obs, self._state, step, workflow.now(), legacy=True)
-        try:
-            await workflow.wait_condition(lambda: self._changed, timeout=timeout, timeout_summary=f"{step}: deadline")
-        except TimeoutError:
-            if step == "AwaitPodCIDR" and self._state.accepted_at is not None:
-                self._state.pod_cidr_timed_out = True
-                await self._activity(ConsumerActivities.report_pod_cidr_timeout, self._input.advertisement,
-                                     summary="PodCIDR wait timed out")  # fmt: skip
 
     async def _wait_for_change_or_deadline(self, obs: AdvertisementObservation, step: Step) -> None:
         """Waits for a signal or the armed deadline. The timer outlives the wake: only an earlier deadline

@@ -4,8 +4,7 @@
 1. compute what the home cluster shares and push the Advertisement and fresh credentials to the
    foreign cluster (one activity, so a cycle costs one activity and one timer);
 2. follow the foreign cluster's decision: the worker watches the Advertisement there and signals
-   `foreign_changed` when the decision moves, and the workflow reads it once (runs started before the
-   watch existed look again with backoff while it is pending);
+   `foreign_changed` when the decision moves, and the workflow reads it once;
 3. wait for the period, or less when the sharing percentage, the ClusterConfig or the capacity changes;
 4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete.
 
@@ -48,13 +47,10 @@ with workflow.unsafe.imports_passed_through():
         WithdrawReason,
         WithdrawRequest,
         WithdrawResult,
-        decision_pending,
         jittered_period,
-        migrated_override,
         next_wait,
         phase_after_push,
         render_details,
-        requested_percentage,
         sharing_percentage_problem,
     )
     from models.settings import ProviderSettings
@@ -80,15 +76,6 @@ HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
 HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
 
 PROVIDER = ProviderSettings()
-# Runs that started before the foreign watch (no FOLLOW_BY_WATCH marker) keep polling a pending decision,
-# at most this far apart, so that their histories replay.
-LEGACY_DECISION_POLL_MAX_SECONDS = 300
-FOLLOW_BY_WATCH = "peering-follows-foreign-watch"
-# Runs that started before ONE_OWNER adopt the percentage of each push and send it back as an override,
-# which a ClusterConfig change clears only when its signal beats the next push.
-ONE_OWNER = "peering-percentage-one-owner"
-# Runs that started before JITTERED_PERIOD push exactly every period (models.peering.jittered_period).
-JITTERED_PERIOD = "peering-jittered-period"
 
 
 # An input that does not validate (the `temporal` CLI sends anything) fails the workflow with pydantic's
@@ -99,32 +86,23 @@ class PeeringWorkflow:
     @workflow.init
     def __init__(self, input: PeeringInput) -> None:
         self._input = input
-        # Asked here, not in run: a signal delivered with the start is handled before run begins.
-        self._one_owner = workflow.patched(ONE_OWNER)
-        self._jittered = workflow.patched(JITTERED_PERIOD)
-        if input.state is not None:
-            self._state = input.state
-        elif self._one_owner:
-            self._state = PeeringState(sharing_percentage_override=input.sharing_percentage)
-        else:
-            self._state = PeeringState(sharing_percentage=input.sharing_percentage)
+        self._state = (input.state if input.state is not None
+                       else PeeringState(sharing_percentage_override=input.sharing_percentage))  # fmt: skip
         self._withdraw: WithdrawReason | None = None
         self._requested_again: PeeringInput | None = None
-        self._watched = False
-        # The one timer of the watched loop, kept across wakes that do not move its deadline (a decision
-        # read), so that such a wake costs no new timer.
+        # The one timer of the loop, kept across wakes that do not move its deadline (a decision read), so
+        # that such a wake costs no new timer.
         self._timer: asyncio.Future[None] | None = None
         self._timer_deadline: datetime | None = None
 
     @workflow.run
     async def run(self, input: PeeringInput) -> WithdrawResult:
-        self._watched = workflow.patched(FOLLOW_BY_WATCH)
         self._publish()
         while self._withdraw is None:
             due = self._state.push_requested or self._state.next_push is None or workflow.now() >= self._state.next_push
             if due or self._state.consecutive_failures:
                 await self._push()
-            elif self._state.foreign_changed if self._watched else decision_pending(self._state):
+            elif self._state.foreign_changed:
                 await self._check_decision()
             if self._withdraw is not None:
                 break
@@ -156,7 +134,7 @@ class PeeringWorkflow:
             foreign_cluster_id=self._input.foreign_cluster_id,
             kube_config_ref=self._input.kube_config_ref,
             peering_request=self._input.peering_request,
-            sharing_percentage=requested_percentage(self._state) if self._one_owner else self._state.sharing_percentage,
+            sharing_percentage=self._state.sharing_percentage_override,
             phase=self._state.phase,
             periodic=periodic,
             access_verified_until=self._state.last_push.access_verified_until if self._state.last_push else None,
@@ -177,32 +155,11 @@ class PeeringWorkflow:
         if isinstance(result, Withdraw):
             self._withdraw = result.reason
             return
-        if result.withdraw is not None:  # the answer of push_advertisement to runs begun before `Withdraw`
-            self._withdraw = result.withdraw
-            return
         state.last_push, state.pushes, state.last_error, state.consecutive_failures = result, state.pushes + 1, None, 0
-        if self._one_owner:
-            if state.sharing_percentage is not None and result.configured_percentage is not None:
-                # Continued from a run begun before ONE_OWNER, and no signal or update chose since: migrate.
-                # A ClusterConfig edited since the value was adopted is the owner's newer word: no override.
-                edited = result.config_generation > state.config_generation
-                state.sharing_percentage_override = None if edited else migrated_override(
-                    adopted=state.sharing_percentage, configured=result.configured_percentage
-                )
-                if edited and state.sharing_percentage != result.configured_percentage:
-                    state.push_requested = True  # this push carried the stale adopted value: push the owner's
-                state.sharing_percentage = None
-        elif state.sharing_percentage == request.sharing_percentage:
-            # Adopt the effective percentage, unless a signal or update changed it during the push: that
-            # one wins, and the push it requested follows.
-            state.sharing_percentage = result.sharing_percentage
         state.config_generation = max(state.config_generation, result.config_generation)
         foreign = ForeignDecision(phase=result.foreign_phase, remote_remapped_pod_cidr=result.remote_remapped_pod_cidr)
-        if state.foreign is None or foreign.phase != state.foreign.phase:
-            state.pending_checks = 0  # a new decision to wait for: look again soon
         state.foreign, state.phase = foreign, phase_after_push(foreign)
-        state.next_push = workflow.now() + (jittered_period(result.period_seconds, workflow.random().random())
-                                            if self._jittered else timedelta(seconds=result.period_seconds))
+        state.next_push = workflow.now() + jittered_period(result.period_seconds, workflow.random().random())
         self._publish()
 
     async def _check_decision(self) -> None:
@@ -220,9 +177,8 @@ class PeeringWorkflow:
                 summary=f"read decision of {self._input.foreign_cluster_id}",
             )  # fmt: skip
         except ActivityError:
-            self._state.pending_checks += 1  # the next push will tell; a check is only a shortcut
-            return
-        self._state.foreign, self._state.pending_checks = decision, self._state.pending_checks + 1
+            return  # the next push will tell; a check is only a shortcut
+        self._state.foreign = decision
         if not decision.exists:
             self._state.push_requested = True  # gone on the foreign side (expired or deleted): put it back
         self._state.phase = phase_after_push(decision) if decision.exists else self._state.phase
@@ -241,23 +197,13 @@ class PeeringWorkflow:
             state=self._state,
             now=workflow.now(),
             next_push=self._state.next_push or workflow.now(),
-            poll_max_seconds=None if self._watched else LEGACY_DECISION_POLL_MAX_SECONDS,
             unreachable_max_seconds=self._input.unreachable_backoff_max_seconds or PROVIDER.unreachable_backoff_max_seconds,
         )
         if wait <= timedelta(0):
             return
-        if self._watched:
-            await self._wait_watched(wait, "retry" if self._state.consecutive_failures else "next push")
-            return
-        summary = "retry" if self._state.consecutive_failures else "next check" if decision_pending(self._state) else "next push"
-        try:
-            await workflow.wait_condition(
-                lambda: self._state.push_requested or self._withdraw is not None, timeout=wait, timeout_summary=summary
-            )
-        except TimeoutError:
-            pass
+        await self._wait(wait, "retry" if self._state.consecutive_failures else "next push")
 
-    async def _wait_watched(self, wait: timedelta, summary: str) -> None:
+    async def _wait(self, wait: timedelta, summary: str) -> None:
         """Sleep until the deadline, a push asked for, a withdrawal or a moved foreign decision. The timer
         is started only when the deadline moves: a decision read leaves it running."""
         deadline = workflow.now() + wait
@@ -279,7 +225,7 @@ class PeeringWorkflow:
             peering_request=self._input.peering_request,
             reason=reason,
         )
-        if reason == "Forced":  # a new reason: no run begun before can have it
+        if reason == "Forced":
             return await self._force_withdraw(request)
         try:
             return await self._execute_withdraw(request, WITHDRAW_SCHEDULE_TIMEOUT)
@@ -364,12 +310,11 @@ class PeeringWorkflow:
             SearchAttributePair(FOREIGN_CLUSTER, self._input.foreign_cluster_id),
             SearchAttributePair(PEERING_PHASE, self._state.phase),
         ]
-        if self._input.home_cluster_id is not None:  # runs started before the worker passed it have none
+        if self._input.home_cluster_id is not None:  # the worker sets it; a start by hand may not
             wanted.append(SearchAttributePair(HOME_CLUSTER, self._input.home_cluster_id))
         push = self._state.last_push
-        shown = (push.sharing_percentage if push else None) if self._one_owner else self._state.sharing_percentage
-        if shown is not None:
-            wanted.append(SearchAttributePair(SHARING_PERCENTAGE, shown))
+        if push is not None:
+            wanted.append(SearchAttributePair(SHARING_PERCENTAGE, push.sharing_percentage))
         current = workflow.info().typed_search_attributes
         changes = [pair.key.value_set(pair.value) for pair in wanted if current.get(pair.key) != pair.value]
         if changes:
@@ -380,11 +325,7 @@ class PeeringWorkflow:
 
     # Handlers -----------------------------------------------------------------------------------------
     def _set_override(self, value: int | None) -> None:
-        if self._one_owner:
-            self._state.sharing_percentage_override = value
-            self._state.sharing_percentage = None  # a choice made replaces an adopted value not migrated yet
-        else:
-            self._state.sharing_percentage = value
+        self._state.sharing_percentage_override = value
         self._state.push_requested = True
 
     @workflow.signal
@@ -393,8 +334,6 @@ class PeeringWorkflow:
         Out-of-range values are ignored with a warning (a signal cannot be refused: use the update
         `update_sharing_percentage` to get an error back)."""
         problem = sharing_percentage_problem(value)
-        if problem is None and value is None and not self._one_owner:
-            problem = "null (follow the ClusterConfig) needs a run begun after peering-percentage-one-owner"
         if problem is not None:
             workflow.logger.warning("ignored signal set_sharing_percentage: %s", problem)
             return
@@ -417,8 +356,6 @@ class PeeringWorkflow:
     def _validate_sharing_percentage(self, value: Any) -> None:
         # Refusals the CLI shows as they are: non-retryable, with a type to search for.
         problem = sharing_percentage_problem(value)
-        if problem is None and value is None and not self._one_owner:
-            problem = "null (follow the ClusterConfig) needs a run begun after peering-percentage-one-owner"
         if problem is not None:
             raise ApplicationError(problem, type="InvalidSharingPercentage", non_retryable=True)
         if self._withdraw is not None:
@@ -428,10 +365,7 @@ class PeeringWorkflow:
     def cluster_config_changed(self, generation: int) -> None:
         """From the worker's ClusterConfig watcher: push now if this generation is news to us. The push
         re-reads the ClusterConfig (level-triggered); a generation a push already read is dropped."""
-        if generation > self._state.config_generation:
-            # The ClusterConfig's new value wins over an adopted one (under ONE_OWNER, one inherited from a run
-            # begun before it and not migrated yet); an override is left alone.
-            self._state.sharing_percentage = None
+        if generation > self._state.config_generation:  # an override is left alone
             self._state.push_requested = True
 
     @workflow.signal

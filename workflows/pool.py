@@ -35,11 +35,8 @@ PASS_TIMEOUT = timedelta(minutes=2)
 # Unlimited: a pass is retried until it goes through, except what retrying cannot help (non-retryable
 # errors reach the workflow, which waits for the next change or resync instead).
 PASS_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-RECHECK = timedelta(minutes=1)  # runs started before RESYNC_ONCE_A_PERIOD: a recheck after every pass
 # The advertisement period's default: nothing in tidepool wakes more often than once a period on its own.
 RESYNC = timedelta(minutes=10)
-RESYNC_ONCE_A_PERIOD = "pool-resync-once-a-period"
-SAGA_MOVES = "pool-saga-moves"
 MOVE_TIMEOUT = timedelta(minutes=2)
 MOVE_RETRY = PASS_RETRY  # as the pass: a step is retried until it goes through, except for good failures
 # A moved pod that runs signals; this only covers a watch event lost. Not sooner: a pod may take a minute to
@@ -59,7 +56,6 @@ class PoolSchedulerWorkflow:
 
     @workflow.run
     async def run(self, passes: int = 0) -> None:
-        resync_once_a_period = workflow.patched(RESYNC_ONCE_A_PERIOD)
         while True:
             self._changed = False
             try:
@@ -74,21 +70,15 @@ class PoolSchedulerWorkflow:
                 self._record(result)
                 draining = result.draining
             passes += 1
-            moving = bool(draining) and workflow.patched(SAGA_MOVES) and await self._move(draining)
-            if resync_once_a_period:
-                if self._resync is None or self._resync.done():
-                    self._resync = asyncio.ensure_future(workflow.sleep(RESYNC, summary="resync"))
-                try:
-                    await workflow.wait_condition(lambda: self._changed or self._resync is None or self._resync.done(),
-                                                  timeout=MOVE_BACKSTOP if moving else None,
-                                                  timeout_summary="moves in progress: look again")  # fmt: skip
-                except TimeoutError:
-                    pass
-            else:
-                try:
-                    await workflow.wait_condition(lambda: self._changed, timeout=RECHECK, timeout_summary="recheck")
-                except TimeoutError:
-                    pass
+            moving = bool(draining) and await self._move(draining)
+            if self._resync is None or self._resync.done():
+                self._resync = asyncio.ensure_future(workflow.sleep(RESYNC, summary="resync"))
+            try:
+                await workflow.wait_condition(lambda: self._changed or self._resync is None or self._resync.done(),
+                                              timeout=MOVE_BACKSTOP if moving else None,
+                                              timeout_summary="moves in progress: look again")  # fmt: skip
+            except TimeoutError:
+                pass
             if workflow.info().is_continue_as_new_suggested() and workflow.all_handlers_finished():
                 workflow.continue_as_new(passes)
 

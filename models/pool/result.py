@@ -11,7 +11,7 @@ class PoolDecision(BaseModel):
     placement: dict[str, int] | None
     reason: str
     diagnosis: dict[str, str] = Field(default_factory=dict)  # cluster -> why it got no (more) slices
-    # What a placement was decided from (`tidepool explain namespace`); empty in passes of earlier releases.
+    # What a placement was decided from (`tidepool explain namespace`).
     slice: dict[str, str] = Field(default_factory=dict)
     slices: int | None = None
     mandatory: dict[str, int] = Field(default_factory=dict)  # the user's entries it honoured
@@ -53,7 +53,7 @@ class PoolPassResult(BaseModel):
     pods_placed: dict[str, str] = Field(default_factory=dict)  # namespace/pod -> cluster
     pods_unplaced: dict[str, str] = Field(default_factory=dict)  # namespace/pod -> why
     draining: dict[str, dict[str, int]] = Field(default_factory=dict)  # namespace -> clusters its slices leave
-    # The inputs `tidepool simulate pool` replays (issue 20); None in passes of earlier releases or past the sizes above.
+    # The inputs `tidepool simulate pool` replays (issue 20); None past the sizes above.
     policy: str | None = None  # the pool's (ClusterConfig spec.pool.policy)
     snapshot: list[PoolClusterRecord] | None = None
     live: list[PoolNamespaceEntry] | None = None

@@ -69,6 +69,26 @@ async def _running(client: Client, workflow_id: str) -> bool:
         raise
 
 
+async def _ever_ran(client: Client, workflow_id: str) -> bool:
+    """Whether the id has a run, open or closed: describe reads the latest run from the server's own records (no
+    visibility lag), so a second run that started and closed at once is found too, where `_running` is False."""
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+async def _started_runs(client: Client, workflow_id: str) -> list[str]:
+    """Every run of the id that was started rather than continued as new, open or closed, once visibility lists
+    the latest run (a second start is the latest run when it happens)."""
+    latest = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    runs = await eventually(lambda: _runs_including(client, workflow_id, latest), what=f"{workflow_id}'s runs listed")
+    return [run for run in runs if not await _continued(client, workflow_id, run)]
+
+
 async def _signals(client: Client, workflow_id: str) -> list[str]:
     events = [e async for e in client.get_workflow_handle(workflow_id).fetch_history_events()]
     return [e.workflow_execution_signaled_event_attributes.signal_name for e in events
@@ -219,14 +239,16 @@ async def test_an_upgraded_worker_signals_the_peering_it_started_under_the_old_i
 
             apply_cluster_config(api, outgoing={"sharingPercentage": 50})  # reaches the legacy run
             await eventually(lambda: (_advertised(b, home_id) or {}).get("cpu") == "5", what="the edit pushed by the legacy run")
-            assert not await _running(temporal_client, new_ours), "a second peering with b started under the new id"
+            assert not await _ever_ran(temporal_client, new_ours), "a second peering with b started under the new id"
             assert (await legacy.describe()).status == WorkflowExecutionStatus.RUNNING
 
             cancel_peering(api, consumer_id=ours)  # the withdrawal reaches the legacy run
             result = await legacy.result()
             assert result.foreign_cleaned and result.home_cleaned
             assert _advertised(b, home_id) is None
-            assert not await _running(temporal_client, new_ours)
+            assert not await _ever_ran(temporal_client, new_ours), "a second peering with b ran under the new id"
+            # ...nor under the old one: the legacy run (and the runs it continued as new into) is the only start.
+            assert await _started_runs(temporal_client, legacy.id) == [legacy.result_run_id]
 
             cancel_peering(api, consumer_id=theirs)
             theirs_handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = temporal_client.get_workflow_handle_for(
@@ -318,7 +340,7 @@ async def test_an_upgraded_worker_signals_the_advertisement_workflow_it_started_
         await eventually(lambda: apps.read_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE),
                          what="the virtual kubelet Deployment")  # fmt: skip
         assert "changed" in await _signals(temporal_client, legacy.id)
-        assert not await _running(temporal_client, new_id), "a second AdvertisementWorkflow started under the new id"
+        assert not await _ever_ran(temporal_client, new_id), "a second AdvertisementWorkflow started under the new id"
 
         delete_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider))
         # The virtual kubelet's part of the teardown, played by its protocol (see tests/test_consumer.py).
@@ -327,4 +349,5 @@ async def test_an_upgraded_worker_signals_the_advertisement_workflow_it_started_
         await legacy.result()
         await eventually(lambda: read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) is None,
                          what="the Advertisement released")  # fmt: skip
-        assert not await _running(temporal_client, new_id)
+        assert not await _ever_ran(temporal_client, new_id), "a second AdvertisementWorkflow ran under the new id"
+        assert await _started_runs(temporal_client, legacy.id) == [legacy.result_run_id]

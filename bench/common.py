@@ -28,8 +28,11 @@ from models.names import ADVERTISEMENTS, GROUP, VERSION
 def figure_line(
     name: str, value: float, unit: str, *, baseline: float | None, params: dict[str, Any] | None = None
 ) -> str:
-    """One figure as a JSON line; `ratio` is value / baseline (None without a usable baseline)."""
-    ratio = None if baseline is None or baseline == 0 else float(f"{value / baseline:.4g}")
+    """One figure as a JSON line; `ratio` is value / baseline (None without a usable baseline: none, zero or a
+    miss). A figure is a number or a miss (infinite), never NaN: a NaN is refused, loudly."""
+    if math.isnan(value) or (baseline is not None and math.isnan(baseline)):
+        raise ValueError(f"figure {name} is NaN (value {value}, baseline {baseline}): a figure is a number or a miss")
+    ratio = None if baseline is None or baseline == 0 or math.isinf(baseline) else float(f"{value / baseline:.4g}")
     return json.dumps(
         {"name": name, "value": _round(value), "unit": unit, "baseline": _round(baseline), "ratio": ratio,
          "params": params or {}},

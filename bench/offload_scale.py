@@ -93,12 +93,14 @@ def _pooled_client(cluster: LocalCluster, connections: int) -> k8s.ApiClient:
 
 class _ProcessSampler:
     """Peak resident memory and CPU of a node agent, sampled every SAMPLE_SECONDS; `pid_of` is asked each
-    time, so that a restarted process (a new pid) is followed and counted."""
+    time, so that a restarted process (a new pid) is followed and counted (None: not running at the moment).
+    A phase whose agent was never sampled, or whose `pid_of` raised, fails at `stop`: its figures would be 0."""
 
     def __init__(self, pid_of: Callable[[], int | None]) -> None:
         self._pid_of = pid_of
         self.peak_rss_mib = 0.0
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (first, last) CPU seconds seen
+        self._error: Exception | None = None  # what the sampling thread's pid_of raised
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="offload-scale-sampler", daemon=True)
 
@@ -110,7 +112,12 @@ class _ProcessSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        if self._error is not None:
+            raise RuntimeError(f"sampling the node agent failed: {self._error}") from self._error
         self._sample()
+        if not self._cpu:
+            raise RuntimeError("the node agent was never sampled (no pid found while the phase ran): "
+                               "its memory and CPU would be recorded as 0")  # fmt: skip
 
     @property
     def cpu_seconds(self) -> float:
@@ -122,7 +129,11 @@ class _ProcessSampler:
 
     def _loop(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
-            self._sample()
+            try:
+                self._sample()
+            except Exception as e:  # noqa: BLE001 - raised again by stop(), in the phase's thread
+                self._error = e
+                return
 
     def _sample(self) -> None:
         pid = self._pid_of()
@@ -371,11 +382,15 @@ def _node_ready_with_room(core: k8s.CoreV1Api, name: str, pods: int) -> bool:
     return ready and int(((status.allocatable if status else None) or {}).get("pods", "0")) >= pods
 
 
-def _kwok_controller_pid(cluster: LocalCluster) -> int | None:
-    """The consumer's kwok controller: the node agent of its plain kwok nodes (the baseline's)."""
+def _kwok_controller_pid(cluster: LocalCluster) -> int:
+    """The consumer's kwok controller: the node agent of its plain kwok nodes (the baseline's). Raises when its
+    pid file is not there: the baseline's memory and CPU would be recorded as 0, which reads as a figure."""
     # kubeconfigs/ sits beside clusters/ in the kwokctl work directory (deploy/localenv/clusters.py).
     pid_file = cluster.kubeconfig.parent.parent / "clusters" / cluster.name / "pids" / "kwok-controller.pid"
-    return int(pid_file.read_text().strip()) if pid_file.exists() else None
+    if not pid_file.exists():
+        raise FileNotFoundError(f"no pid file of cluster {cluster.name}'s kwok controller at {pid_file}: the baseline's "
+                                "node agent cannot be measured")  # fmt: skip
+    return int(pid_file.read_text().strip())
 
 
 async def _measure(params: dict[str, Any]) -> None:

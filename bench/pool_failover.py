@@ -10,9 +10,11 @@ their deletion), and the scheduler places them anew.
 - `failover_seconds_p50` / `_p99`: from the stop to each affected pod (one the stopped cluster ran) annotated
   to another cluster and Running there (its copy there Running too); baseline: from the user's clear to the
   recreated pod so. A pod not there by the deadline is a miss: its sample is infinite, so a p99 over a miss
-  is infinite (printed `Infinity`, with the misses counted in the params), never a missing sample.
-- `pods_lost`: affected pods that are gone (their uid no longer served) or never ran again; the baseline
-  loses each stranded pod it recreates.
+  is infinite (printed `Infinity`, with the misses counted in the params), never a missing sample. When the
+  stopped cluster ran none of one kind's pods, nothing was measured: its figures are a miss too (`affected`
+  or `baseline_affected` 0 in the params), never NaN.
+- `pods_lost`: affected pods that are gone (their uid no longer served) or never ran again, measured the same
+  way for both: a pod the baseline recreates is another pod (a new uid), so each one counts as lost.
 - `pods_duplicated_after_return`: once the stopped cluster is started again and the syncers have settled
   (or `settle_seconds` passed), pods whose copies run on more than one super cluster.
 
@@ -48,6 +50,7 @@ from models.names import (
     SLICE_ANNOTATION,
 )
 from tests.kube import create_namespace, create_node
+from tests.pool import WorkerTasks
 from tests.running import eventually, worker_settings
 from workers.pool import run as run_pool_worker
 from workers.syncer import Syncer
@@ -83,6 +86,12 @@ class Outcome:
 def samples(tracked: Sequence[Tracked], ran_at: Mapping[tuple[str, str], float]) -> list[float]:
     """Seconds from `since` to running elsewhere, one per tracked pod; a miss is infinite."""
     return [ran_at[(t.namespace, t.name)] - t.since if (t.namespace, t.name) in ran_at else math.inf for t in tracked]
+
+
+def failover_figure(values: Sequence[float], p: float) -> float:
+    """`tail_percentile` of the samples; of none (the stopped cluster ran no pod of the kind) a miss, infinite:
+    a run that measured nothing has not met the target."""
+    return tail_percentile(values, p) if values else math.inf
 
 
 def tail_percentile(values: Sequence[float], p: float) -> float:
@@ -178,9 +187,15 @@ async def _follow(core: k8s.CoreV1Api, supers: Mapping[str, k8s.CoreV1Api], vict
 def _lost(core: k8s.CoreV1Api, tracked: Sequence[Tracked], outcome: Outcome) -> list[str]:
     """Pods that existed before the stop and are gone (their uid no longer served) or never ran again."""
     pods = _tenant_pods(core, sorted({t.namespace for t in tracked}))
+    return lost(tracked, outcome.ran_at, {key: str(_meta(pod).uid) for key, pod in pods.items()})
+
+
+def lost(tracked: Sequence[Tracked], ran_at: Mapping[tuple[str, str], float],
+         served: Mapping[tuple[str, str], str]) -> list[str]:  # fmt: skip
+    """`namespace/name` of each tracked pod that never ran elsewhere or whose uid is no longer the one served
+    under its name (`served`: (namespace, name) -> uid): gone, or made anew."""
     return sorted(f"{t.namespace}/{t.name}" for t in tracked
-                  if (t.namespace, t.name) not in outcome.ran_at
-                  or str(_meta(pods[(t.namespace, t.name)]).uid if (t.namespace, t.name) in pods else "") != t.uid)  # fmt: skip
+                  if (t.namespace, t.name) not in ran_at or served.get((t.namespace, t.name)) != t.uid)  # fmt: skip
 
 
 def _clear_and_recreate(core: k8s.CoreV1Api, namespace: str, stranded: Sequence[str]) -> float:
@@ -216,9 +231,9 @@ async def _measure(params: dict[str, Any]) -> None:
         _setup(tenant, clusters, params)
         syncers = [Syncer(tenant=tenant, super_cluster=c.api_client(), cluster=name, tenant_name=TENANT_NAME).start()
                    for name, c in clusters.items()]  # fmt: skip
-        worker = asyncio.create_task(run_pool_worker(worker_settings(env, tenant_cluster, "pool-bench"),
-                                                     stop=asyncio.Event(), task_queue="pool-bench",
-                                                     workflow_id="pool-scheduler-bench"))  # fmt: skip
+        worker = WorkerTasks()  # a worker that died with an error fails the run: its figures would be a dead one's
+        worker.start(lambda stop: run_pool_worker(worker_settings(env, tenant_cluster, "pool-bench"), stop=stop,
+                                                  task_queue="pool-bench", workflow_id="pool-scheduler-bench"))  # fmt: skip
         try:
             _workload(core, [*pool_ns, *base_ns], pods)
             everything = [*pool_ns, *base_ns]
@@ -251,8 +266,8 @@ async def _measure(params: dict[str, Any]) -> None:
             pool_outcome, base_outcome = await asyncio.gather(
                 _follow(core, supers, victim, pool_tracked, deadline),
                 _follow(core, supers, victim, base_tracked, deadline))  # fmt: skip
-            lost = _lost(core, pool_tracked, pool_outcome)
-            base_lost = [f"{t.namespace}/{t.name}" for t in base_tracked]  # each one deleted and recreated
+            pool_lost = _lost(core, pool_tracked, pool_outcome)
+            base_lost = _lost(core, base_tracked, base_outcome)  # measured as the pool's: recreated is a new uid
 
             start_cluster(clusters[victim], binaries=binaries, workdir=workdir, timeout=RESTART_TIMEOUT)
             log(f"{victim} started again; waiting for the syncers to settle")
@@ -267,15 +282,16 @@ async def _measure(params: dict[str, Any]) -> None:
                     break
                 await asyncio.sleep(1)
         finally:
-            worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
-            for syncer in syncers:
-                syncer.stop()
-    _report(params, victim, pool_tracked, pool_outcome, lost, base_tracked, base_outcome, base_lost, dups)
+            try:
+                await worker.stop()
+            finally:
+                for syncer in syncers:
+                    syncer.stop()
+    _report(params, victim, pool_tracked, pool_outcome, pool_lost, base_tracked, base_outcome, base_lost, dups)
 
 
 def _report(params: Mapping[str, Any], victim: str, pool_tracked: Sequence[Tracked], pool_outcome: Outcome,
-            lost: Sequence[str], base_tracked: Sequence[Tracked], base_outcome: Outcome, base_lost: Sequence[str],
+            pool_lost: Sequence[str], base_tracked: Sequence[Tracked], base_outcome: Outcome, base_lost: Sequence[str],
             dups: set[tuple[str, str]]) -> None:  # fmt: skip
     grace = int(params["grace_seconds"])
     common = {
@@ -289,12 +305,12 @@ def _report(params: Mapping[str, Any], victim: str, pool_tracked: Sequence[Track
     misses = {"misses": sum(map(math.isinf, pool_samples)), "baseline_misses": sum(map(math.isinf, base_samples)),
               "affected": len(pool_samples), "baseline_affected": len(base_samples)}  # fmt: skip
     for p in (50, 99):
-        value = tail_percentile(pool_samples, p) if pool_samples else math.nan
-        base = tail_percentile(base_samples, p) if base_samples else None
+        value, base = failover_figure(pool_samples, p), failover_figure(base_samples, p)
         emit(f"failover_seconds_p{p}", value, "s", baseline=base, params={**common, **misses})
-        if base is not None:  # the baseline also under its own name, as the issue names it
-            emit(f"baseline_failover_seconds_p{p}", base, "s", baseline=None, params={**common, **misses})
-    emit("pods_lost", len(lost), "pods", baseline=len(base_lost), params={**common, "lost": list(lost)[:20]})
+        # The baseline also under its own name, as the issue names it.
+        emit(f"baseline_failover_seconds_p{p}", base, "s", baseline=None, params={**common, **misses})
+    emit("pods_lost", len(pool_lost), "pods", baseline=len(base_lost),
+         params={**common, "lost": list(pool_lost)[:20], "baseline_lost": list(base_lost)[:20]})  # fmt: skip
     emit("pods_duplicated_after_return", sum(1 for ns, _ in dups if ns.startswith("pool-")), "pods",
          baseline=sum(1 for ns, _ in dups if ns.startswith("base-")),
          params={**common, "duplicated": sorted(f"{ns}/{name}" for ns, name in dups)[:20]})  # fmt: skip

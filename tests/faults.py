@@ -352,6 +352,34 @@ def scan_history(events: Iterable[HistoryEvent], secrets: SecretValues) -> list[
     return findings
 
 
+async def every_run(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of `workflow_id`, open or closed: those visibility lists, and the chain of runs continued as
+    new back from the latest (read from the runs' own histories: visibility may not list the newest yet)."""
+    runs = [execution.run_id async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    run_id: str | None = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    chain: set[str] = set()
+    while run_id and run_id not in chain:
+        chain.add(run_id)
+        if run_id not in runs:
+            runs.append(run_id)
+        previous = None
+        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
+            break
+        run_id = previous
+    return runs
+
+
+async def scan_runs(client: Client, workflow_id: str, secrets: SecretValues) -> tuple[int, list[str]]:
+    """scan_history over every run of `workflow_id` (`every_run`): what a workflow read may be in its first run's
+    history, not in the latest it continued as new into. Returns how many runs were scanned and what was found."""
+    runs, findings = await every_run(client, workflow_id), []
+    for run_id in runs:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        findings += [f"{workflow_id}/{run_id} {f}" for f in scan_history(history.events, secrets)]
+    return len(runs), findings
+
+
 async def scan_namespace(client: Client, secrets: SecretValues) -> tuple[int, list[str]]:
     """Every run of every workflow in the client's namespace: its history, and its description (memo,
     search attributes, user metadata, pending activities). Returns how many runs were scanned and what was found."""

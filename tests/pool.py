@@ -6,7 +6,7 @@ Unknown and place nothing, which is not what the tests are about."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +63,46 @@ class Pool:
         start_cluster(cluster, binaries=ensure_binaries(), workdir=Path(self.localenv.state_dir) / "kwok", timeout=300)
 
 
+class WorkerDied(AssertionError):
+    """The pool worker's task ended with an error the test did not cause: a crash fails the test, even one whose
+    waits happened to pass (a later worker, or nothing waiting on the dead one's work)."""
+
+
+class WorkerTasks:
+    """The pool worker run as tasks of the test's event loop: started, killed by the test (cancelled, as a kill
+    -9 would stop it, whatever it was doing), and stopped at teardown, which raises WorkerDied for a task that
+    ended with an error: anything but returning once told to stop, or the cancellation of a kill."""
+
+    STOP_TIMEOUT_SECONDS = 30
+
+    def __init__(self) -> None:
+        self._started: list[tuple[asyncio.Task[None], asyncio.Event]] = []
+        self._killed: set[asyncio.Task[None]] = set()
+
+    def start(self, run: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+        """A new worker: `run(stop)` returns once `stop` is set."""
+        stop = asyncio.Event()
+        self._started.append((asyncio.create_task(run(stop)), stop))
+
+    def kill(self) -> None:
+        """The latest worker cancelled. One already dead keeps its error, and the teardown still reports it."""
+        task = self._started[-1][0]
+        task.cancel()
+        self._killed.add(task)
+
+    async def stop(self) -> None:
+        """Every worker told to stop and awaited; raises WorkerDied naming each one that died with an error."""
+        for _, stop in self._started:
+            stop.set()
+        tasks = [task for task, _ in self._started]
+        ended = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=self.STOP_TIMEOUT_SECONDS)
+        died = [(i, result) for i, (task, result) in enumerate(zip(tasks, ended, strict=True))
+                if isinstance(result, BaseException)
+                and not (task in self._killed and isinstance(result, asyncio.CancelledError))]  # fmt: skip
+        if died:
+            raise WorkerDied("; ".join(f"pool worker #{i + 1} died: {type(e).__name__}: {e}" for i, e in died)) from died[0][1]
+
+
 @asynccontextmanager
 async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
                        grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS) -> AsyncIterator[Pool]:  # fmt: skip
@@ -70,18 +110,13 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
     create_namespace(api, SYSTEM_NAMESPACE)
-    workers: list[tuple[asyncio.Task[None], asyncio.Event]] = []
+    workers = WorkerTasks()
 
     def start_worker() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
+        workers.start(lambda stop: run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
                                        task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
-        workers.append((task, stop))
 
-    def stop_worker() -> None:
-        workers[-1][0].cancel()
-
-    pool = Pool(tenant, supers, start_worker, stop_worker, grace_seconds, probe_seconds, localenv)
+    pool = Pool(tenant, supers, start_worker, workers.kill, grace_seconds, probe_seconds, localenv)
     pool.configure()
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
@@ -94,8 +129,8 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
                              what=f"{name} probed Ready")  # fmt: skip
         yield pool
     finally:
-        for _, stop in workers:
-            stop.set()
-        await asyncio.wait_for(asyncio.gather(*(task for task, _ in workers), return_exceptions=True), timeout=30)
-        for syncer in pool.syncers.values():
-            syncer.stop()
+        try:
+            await workers.stop()  # a worker that died with an error fails the test here
+        finally:
+            for syncer in pool.syncers.values():
+                syncer.stop()

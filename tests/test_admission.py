@@ -501,11 +501,69 @@ def garbage(draw: st.DrawFn) -> Any:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(garbage(), max_size=4))
-def test_garbage_never_raises_and_is_refused_as_invalid(advertisements: list[Any]) -> None:
+def test_anything_never_raises_and_gets_a_reason_of_the_closed_set(advertisements: list[Any]) -> None:
     for a in advertisements:
         assert isinstance(validate_advertisement(a, NOW), list)
     for d in decide(snapshot(advertisements)):
         assert d.reason in REASONS[d.phase]
+
+
+def _not_a(kind: type) -> st.SearchStrategy[Any]:
+    return json_values.filter(lambda value: not isinstance(value, kind))
+
+
+# Ways to break an Advertisement for sure: each value makes validate_advertisement name a problem, whatever the
+# rest holds (json_values' strings are at most 8 characters: never a name, clusterId or time that would fit).
+BREAKS: dict[str, st.SearchStrategy[Any]] = {
+    "the whole object": _not_a(dict),
+    "metadata": json_values,  # its name is never advertisement-<clusterId>
+    "spec": json_values,  # not an object, or one without a clusterId
+    "spec.clusterId": json_values.filter(lambda value: value not in ("x", "y")),  # no other name fits
+    "spec.resourceQuota": _not_a(dict),
+    "spec.resourceQuota.hard": st.sampled_from([{}, {"cpu": "-1"}, {"cpu": "lots"}, {"cpu": "0"}]) | _not_a(dict),
+    "spec.network": _not_a(dict),
+    "spec.network.podCIDR": st.sampled_from(["127.0.0.0/8", "0.0.0.0/0", "8.0.0.0/7", "nonsense", None]),
+    "spec.timeToLive": json_values | st.just((NOW - timedelta(minutes=1)).isoformat()),
+    "spec.prices": st.sampled_from([{"cpu": "-1"}, {"cpu": "cheap"}]) | _not_a(dict).filter(lambda v: v is not None),
+}  # fmt: skip
+
+
+@st.composite
+def broken(draw: st.DrawFn) -> Any:
+    """Garbage that cannot be a valid Advertisement: `garbage` (a status of anything but Accepted or Deleting,
+    which are kept as they are), then one of BREAKS on top."""
+    a = adv(draw(st.sampled_from(["x", "y"])), order=draw(st.integers(0, 5)))
+    for key in draw(st.lists(advertisement_keys, max_size=2)):
+        a[key] = draw(json_values)
+    if isinstance(a.get("status"), dict) and a["status"].get("phase") in ("Accepted", "Deleting"):
+        a["status"] = {}
+    if isinstance(a.get("spec"), dict):
+        for key in draw(st.lists(spec_keys, max_size=2)):
+            a["spec"][key] = draw(json_values)
+    where = draw(st.sampled_from(sorted(BREAKS)))
+    value = draw(BREAKS[where])
+    if where == "the whole object":
+        return value
+    *path, last = where.split(".")
+    parent = a
+    for key in path:
+        if not isinstance(parent.get(key), dict):
+            return a  # the part that holds it is garbage already: invalid as it is
+        parent = parent[key]
+    parent[last] = value
+    return a
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(broken(), min_size=1, max_size=4))
+def test_garbage_never_raises_and_is_refused_as_invalid(advertisements: list[Any]) -> None:
+    for a in advertisements:
+        assert validate_advertisement(a, NOW), a  # the validator names a problem of each
+    decisions = decide(snapshot(advertisements))
+    # Every one is a new arrival: each gets its decision, a refusal as Invalid saying why.
+    assert [(d.phase, d.reason) for d in decisions] == [("Refused", "Invalid")] * len(advertisements), advertisements
+    for d in decisions:
+        assert d.message.startswith("invalid Advertisement: ") and len(d.message) > len("invalid Advertisement: ")
 
 
 # Properties of every pass ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes, Histor
 
 from bench.actions_per_day import count_actions
 from bench.common import figure_line, percentile
-from bench.pool_failover import Tracked, duplicated, samples, tail_percentile
+from bench.pool_failover import Tracked, duplicated, failover_figure, lost, samples, tail_percentile
 from bench.pool_placement import generate
 from bench.soak import (
     LossLedger,
@@ -71,6 +72,15 @@ def test_a_figure_is_one_json_line_with_its_ratio_to_the_baseline() -> None:
                                 "params": {"changes": 200}}  # fmt: skip
     assert json.loads(figure_line("y", 1.0, "s", baseline=None))["ratio"] is None
     assert json.loads(figure_line("y", 1.0, "s", baseline=0))["ratio"] is None
+    assert json.loads(figure_line("y", 1.0, "s", baseline=math.inf))["ratio"] is None  # a missed baseline
+
+
+def test_a_figure_is_never_nan() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        figure_line("y", math.nan, "s", baseline=1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        figure_line("y", 1.0, "s", baseline=math.nan)
+    assert json.loads(figure_line("y", math.inf, "s", baseline=math.inf))["ratio"] is None  # both missed: no ratio
 
 
 def _event(kind: EventType.ValueType, **attributes: object) -> HistoryEvent:
@@ -284,6 +294,22 @@ def test_a_failover_miss_is_an_infinite_sample_that_makes_the_tail_infinite_but_
     assert json.loads(figure_line("failover_seconds_p99", math.inf, "s", baseline=6.0))["value"] == math.inf
 
 
+def test_a_failover_with_nothing_stranded_is_a_miss_not_nan() -> None:
+    for p in (50, 99):
+        assert failover_figure([], p) == math.inf
+        assert json.loads(figure_line(f"failover_seconds_p{p}", failover_figure([], p), "s",
+                                      baseline=failover_figure([3.0], p)))["value"] == math.inf  # fmt: skip
+    assert failover_figure([2.0, 4.0], 50) == pytest.approx(3.0)
+
+
+def test_a_pod_is_lost_when_it_never_ran_elsewhere_or_another_uid_is_served_under_its_name() -> None:
+    tracked = [Tracked("a", f"p{i}", f"u{i}", since=0.0) for i in range(4)]
+    ran_at = {("a", "p0"): 1.0, ("a", "p1"): 1.0, ("a", "p2"): 1.0}
+    served = {("a", "p0"): "u0", ("a", "p1"): "recreated", ("a", "p3"): "u3"}
+    # p0 moved (same uid); p1 recreated (the baseline's way: a new pod); p2 gone; p3 never ran again.
+    assert lost(tracked, ran_at, served) == ["a/p1", "a/p2", "a/p3"]
+
+
 def test_a_pod_is_duplicated_when_copies_run_on_two_clusters() -> None:
     assert duplicated({"s1": {("a", "p0"), ("a", "p1")}, "s2": {("a", "p1")}, "s3": {("b", "p1")}}) == {("a", "p1")}
     assert duplicated({"s1": set(), "s2": {("a", "p0")}}) == set()
@@ -311,6 +337,44 @@ def test_a_small_failover_run_prints_every_figure_and_loses_and_duplicates_no_po
     assert figures["failover_seconds_p99"]["params"]["affected"] > 0  # the stopped cluster ran some pool pods
     assert figures["pods_lost"]["value"] == 0, figures["pods_lost"]["params"]["lost"]
     assert figures["pods_duplicated_after_return"]["value"] == 0, figures["pods_duplicated_after_return"]["params"]
+
+
+def test_offload_scale_refuses_to_record_a_node_agent_it_never_sampled(tmp_path: Path) -> None:
+    from bench.offload_scale import _kwok_controller_pid, _ProcessSampler
+    from deploy.localenv.clusters import LocalCluster
+
+    consumer = LocalCluster(name="consumer", kubeconfig=tmp_path / "kubeconfigs" / "consumer.yaml")
+    with pytest.raises(FileNotFoundError, match="kwok controller"):  # the baseline's RSS would be 0
+        _kwok_controller_pid(consumer)
+    with pytest.raises(FileNotFoundError):
+        _ProcessSampler(lambda: _kwok_controller_pid(consumer)).start()
+    with pytest.raises(RuntimeError, match="never sampled"):
+        _ProcessSampler(lambda: None).start().stop()
+
+    pid_file = tmp_path / "clusters" / "consumer" / "pids" / "kwok-controller.pid"
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text(f"{os.getpid()}\n")
+    assert _kwok_controller_pid(consumer) == os.getpid()
+    sampler = _ProcessSampler(lambda: _kwok_controller_pid(consumer)).start()
+    sampler.stop()
+    assert sampler.peak_rss_mib > 0
+
+
+def test_offload_scale_fails_when_the_node_agent_cannot_be_found_while_it_samples() -> None:
+    from bench.offload_scale import SAMPLE_SECONDS, _ProcessSampler
+
+    found = iter([os.getpid()])
+
+    def pid_of() -> int:
+        pid = next(found, None)
+        if pid is None:
+            raise FileNotFoundError("the pid file went away")
+        return pid
+
+    sampler = _ProcessSampler(pid_of).start()
+    time.sleep(SAMPLE_SECONDS * 1.5)  # the loop's first sample
+    with pytest.raises(RuntimeError, match="pid file went away"):
+        sampler.stop()
 
 
 OFFLOAD_SCALE_FIGURES = {"pods_running_seconds", "pod_running_p50_seconds", "pod_running_p99_seconds",

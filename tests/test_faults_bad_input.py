@@ -343,8 +343,9 @@ async def test_a_malformed_foreign_advertisement_is_refused_with_the_problem_nam
             accepted = next(c for c in obj["status"]["conditions"] if c["type"] == "Accepted")
             assert accepted["status"] == "False" and problem in accepted["message"], accepted
             assert not obj["metadata"].get("finalizers")  # nothing built on it
-        with pytest.raises(ApiException):
+        with pytest.raises(ApiException) as no_virtual_kubelet:
             k8s.AppsV1Api(consumer).read_namespaced_deployment(virtual_kubelet_name(f"rogue-{unique}"), SYSTEM_NAMESPACE)
+        assert no_virtual_kubelet.value.status == 404, no_virtual_kubelet.value  # not there, not merely unreadable
     finally:
         delete_quietly(k8s.CustomObjectsApi(consumer).delete_cluster_custom_object, "tidepool.io", "v1alpha1",
                        ADVERTISEMENTS, name)  # fmt: skip

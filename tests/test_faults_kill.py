@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,9 @@ pytestmark = [pytest.mark.env, pytest.mark.faults]
 
 CYCLES = 3  # each: 2 kills in the peering, 2 in the acceptance, 3 in the teardown: 21 points; the first cycle's
 # peering and acceptance each take one of theirs while an activity runs
+# What each cycle's phases must have killed: how many kills, and whose workers (cluster ids by side).
+KILLS_PER_PHASE: dict[str, tuple[int, set[str]]] = {
+    "peering": (2, {"provider"}), "acceptance": (2, {"consumer"}), "teardown": (3, {"provider", "consumer"})}  # fmt: skip
 # A kill in the middle of an activity loses that attempt: it is retried only once its start-to-close
 # timeout has passed (60 s for a push), so every wait allows for one lost attempt.
 CONVERGE_TIMEOUT = 150
@@ -67,28 +71,62 @@ CONVERGE_TIMEOUT = 150
 ACTIVITY_WATCH = 30
 
 
+@dataclass(frozen=True)
+class Kill:
+    """One kill point: the cycle and phase it was made in, the cluster whose worker died, and when or during what."""
+
+    cycle: int
+    phase: str  # peering, acceptance or teardown
+    cluster_id: str
+    how: str
+
+    def __str__(self) -> str:
+        return f"cycle {self.cycle} {self.phase}: {self.cluster_id} killed {self.how}"
+
+
+def uncovered(points: Sequence[Kill], *, cycles: int, sides: dict[str, str]) -> list[str]:
+    """What the kill points miss of KILLS_PER_PHASE in each of `cycles` (`sides`: provider and consumer -> cluster
+    id): a phase with another number of kills, a side it should have killed and did not, or one it should not."""
+    missing = []
+    for cycle in range(cycles):
+        for phase, (count, whose) in KILLS_PER_PHASE.items():
+            killed = [k.cluster_id for k in points if (k.cycle, k.phase) == (cycle, phase)]
+            if len(killed) != count:
+                missing.append(f"cycle {cycle} {phase}: {len(killed)} kills, not {count}")
+            missing += [f"cycle {cycle} {phase}: no {side} worker killed" for side in sorted(whose)
+                        if sides[side] not in killed]  # fmt: skip
+            missing += [f"cycle {cycle} {phase}: {c} killed, not one of {sorted(whose)}" for c in killed
+                        if c not in {sides[side] for side in whose}]  # fmt: skip
+    missing += [f"{k}: not a cycle and phase of the test" for k in points
+                if not (0 <= k.cycle < cycles and k.phase in KILLS_PER_PHASE)]  # fmt: skip
+    return missing
+
+
 class Killer:
     """Kills a worker at a random moment (after it has started serving), restarts it, and keeps a log."""
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.points: list[str] = []
+        self.points: list[Kill] = []
 
-    async def kill_within(self, worker: WorkerProcess, seconds: float, phase: str) -> None:
+    def _record(self, kill: Kill) -> None:
+        self.points.append(kill)
+        print(f"kill #{len(self.points)}: {kill}", flush=True)
+
+    async def kill_within(self, worker: WorkerProcess, seconds: float, cycle: int, phase: str) -> None:
         await eventually(worker.ready, timeout=60, what=f"worker {worker.cluster_id} serving")
         delay = round(self.rng.uniform(0, seconds), 2)
         await asyncio.sleep(delay)
         assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
         worker.kill()
-        self.points.append(f"{phase}: {worker.cluster_id} killed {delay} s in")
-        print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
+        self._record(Kill(cycle, phase, worker.cluster_id, f"{delay} s in"))
         worker.start()
 
     def pick(self, replicas: list[WorkerProcess]) -> WorkerProcess:
         return self.rng.choice(replicas)
 
     async def kill_during_activity(self, replicas: list[WorkerProcess], client: Client, workflow_id: str,
-                                   phase: str) -> None:  # fmt: skip
+                                   cycle: int, phase: str) -> None:  # fmt: skip
         """Kills the replica an activity of `workflow_id` is running on, so that at least these kills surely
         hit work in flight (random moments mostly fall between short activities). If none is seen running
         within ACTIVITY_WATCH seconds, it kills a random one anyway and says so; the test's last assertion
@@ -113,8 +151,7 @@ class Killer:
         assert worker.alive(), f"worker {worker.cluster_id} exited on its own with {worker.exit_code()} (see {worker.log})"
         worker.kill()
         seen = ", ".join(a.activity_type.name for a in running) or "no activity seen"
-        self.points.append(f"{phase}: {worker.cluster_id} (pid {worker.pid}) killed during {seen}")
-        print(f"kill #{len(self.points)}: {self.points[-1]}", flush=True)
+        self._record(Kill(cycle, phase, worker.cluster_id, f"(pid {worker.pid}) during {seen}"))
         worker.start()
 
 
@@ -202,20 +239,20 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
                 # The first cycle kills once while an activity runs (an attempt lost costs its timeout: once is enough).
                 if cycle == 0:
                     await killer.kill_during_activity(workers["provider"], temporal_client,
-                                                      peering_workflow_id(pair.provider_id, pair.consumer_id), f"cycle {cycle} peering")
+                                                      peering_workflow_id(pair.provider_id, pair.consumer_id), cycle, "peering")
                 else:
-                    await killer.kill_within(killer.pick(workers["provider"]), 3, f"cycle {cycle} peering")
-                await killer.kill_within(killer.pick(workers["provider"]), 3, f"cycle {cycle} peering")
+                    await killer.kill_within(killer.pick(workers["provider"]), 3, cycle, "peering")
+                await killer.kill_within(killer.pick(workers["provider"]), 3, cycle, "peering")
                 await eventually(lambda: read_cluster_object(consumer, ADVERTISEMENTS, advertisement_name(pair.provider_id)),
                                  timeout=CONVERGE_TIMEOUT, what="the Advertisement on the consumer")  # fmt: skip
 
                 # The acceptance: the consumer's worker dies while it admits and builds the virtual kubelet.
                 if cycle == 0:
                     await killer.kill_during_activity(workers["consumer"], temporal_client,
-                                                      advertisement_workflow_id(pair.consumer_id, pair.provider_id), f"cycle {cycle} acceptance")
+                                                      advertisement_workflow_id(pair.consumer_id, pair.provider_id), cycle, "acceptance")
                 else:
-                    await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} acceptance")
-                await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} acceptance")
+                    await killer.kill_within(killer.pick(workers["consumer"]), 3, cycle, "acceptance")
+                await killer.kill_within(killer.pick(workers["consumer"]), 3, cycle, "acceptance")
                 await _converged(pair, peered=True, what=f"cycle {cycle}: accepted with its virtual kubelet and node")
                 _offload(pair, f"job-{cycle}")
                 await eventually(lambda c=cycle: _reflected(pair) == [f"{remote}/job-{c}"], timeout=CONVERGE_TIMEOUT,
@@ -223,10 +260,10 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
 
                 # The teardown: both workers die while the provider withdraws and the consumer tears down.
                 cancel_peering(provider, consumer_id=pair.consumer_id)
-                await killer.kill_within(killer.pick(workers["provider"]), 2, f"cycle {cycle} teardown")
-                await killer.kill_within(killer.pick(workers["consumer"]), 3, f"cycle {cycle} teardown")
+                await killer.kill_within(killer.pick(workers["provider"]), 2, cycle, "teardown")
+                await killer.kill_within(killer.pick(workers["consumer"]), 3, cycle, "teardown")
                 await killer.kill_within(killer.pick(workers[killer.rng.choice(["provider", "consumer"])]), 4,
-                                         f"cycle {cycle} teardown")  # fmt: skip
+                                         cycle, "teardown")  # fmt: skip
                 await _converged(pair, peered=False, what=f"cycle {cycle}: torn down, nothing orphaned")
                 await _peering_workflows_completed(temporal_client, pair, what=f"cycle {cycle}: workflows Completed")
                 # The consumer's pod was bound to the deleted virtual node: gone with it, as far as we care.
@@ -242,8 +279,10 @@ async def test_workers_killed_at_random_points_converge_with_one_advertisement_a
         for worker in every_worker:
             worker.stop()
         network.stop()
-    print("\n".join(killer.points))
-    assert len(killer.points) >= 20
+    print("\n".join(map(str, killer.points)))
+    # Every cycle's phases killed as many times as planned, and the workers of the sides at work in each.
+    sides = {"provider": pair.provider_id, "consumer": pair.consumer_id}
+    assert uncovered(killer.points, cycles=CYCLES, sides=sides) == []
     stuck = []
     for workflow_id in (peering_workflow_id(pair.provider_id, pair.consumer_id), advertisement_workflow_id(pair.consumer_id, pair.provider_id),
                         admission_workflow_id(pair.consumer_id)):  # fmt: skip

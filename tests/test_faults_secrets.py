@@ -9,9 +9,10 @@ secret, so that a scan that finds nothing means something."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from kubernetes import client as k8s
@@ -25,7 +26,7 @@ from temporalio.api.history.v1 import (
     WorkflowExecutionStartedEventAttributes,
 )
 from temporalio.api.sdk.v1 import UserMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from deploy.localenv.clusters import LocalCluster
@@ -51,6 +52,7 @@ from tests.faults import (
     new_pair,
     scan_history,
     scan_namespace,
+    scan_runs,
 )
 from tests.running import eventually
 from workers.network import NetworkModule
@@ -125,6 +127,54 @@ def test_the_scanner_finds_a_secret_planted_in_a_synthetic_history(place: str, p
 def test_the_scanner_knows_a_token_it_was_never_told_of_by_its_shape() -> None:
     found = scan_history([_event("signal", f"Bearer {PLANTED_TOKEN}")], SecretValues())
     assert found == ["event 5 (EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED): marker JWT"]
+
+
+class _OneWorkflow:
+    """A client's view of one workflow's runs: each run's history (its first event says which run it continued),
+    the latest run, and the runs visibility lists so far."""
+
+    def __init__(self, histories: dict[str, list[HistoryEvent]], *, latest: str, listed: list[str]) -> None:
+        self.histories, self.latest, self.listed = histories, latest, listed
+
+    async def list_workflows(self, query: str) -> AsyncIterator[Any]:
+        for run_id in self.listed:
+            yield SimpleNamespace(run_id=run_id)
+
+    def get_workflow_handle(self, workflow_id: str, *, run_id: str | None = None) -> Any:
+        events = self.histories[run_id or self.latest]
+
+        async def describe() -> Any:
+            return SimpleNamespace(run_id=self.latest)
+
+        async def fetch_history_events() -> AsyncIterator[HistoryEvent]:
+            for event in events:
+                yield event
+
+        async def fetch_history() -> WorkflowHistory:
+            return WorkflowHistory(workflow_id, events)
+
+        return SimpleNamespace(describe=describe, fetch_history_events=fetch_history_events, fetch_history=fetch_history)
+
+
+def _started(continued_from: str = "") -> HistoryEvent:
+    return HistoryEvent(event_id=1, event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+                        workflow_execution_started_event_attributes=WorkflowExecutionStartedEventAttributes(
+                            continued_execution_run_id=continued_from))  # fmt: skip
+
+
+@pytest.mark.parametrize("listed", [pytest.param(["r1", "r2", "r3"], id="every run listed"),
+                                    pytest.param(["r2"], id="visibility behind: only one run listed yet")])  # fmt: skip
+async def test_every_run_of_a_workflow_is_scanned_not_only_the_latest(listed: list[str]) -> None:
+    secrets = SecretValues()
+    secrets.add_kubeconfig("planted", PLANTED_KUBECONFIG)
+    # The first run read the credentials (an activity's result), then continued as new twice.
+    runs = _OneWorkflow({"r1": [_started(), _event("activity result", {"kubeconfig": PLANTED_KUBECONFIG})],
+                         "r2": [_started("r1")], "r3": [_started("r2")]}, latest="r3", listed=listed)  # fmt: skip
+    client = cast(Client, runs)
+    assert scan_history((await client.get_workflow_handle("w").fetch_history()).events, secrets) == []  # the latest
+    scanned, found = await scan_runs(client, "w", secrets)
+    assert scanned == 3
+    assert found and all(f.startswith("w/r1 event 7") for f in found), found
 
 
 def _credentials(pair: Pair) -> str | None:

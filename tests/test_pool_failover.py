@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -93,13 +93,21 @@ async def _placed_and_running(pool: Pool, namespace: str, pods: int) -> str:
     return clusters.pop()
 
 
-def _moved_and_running(pool: Pool, namespace: str, old: str, new: str) -> bool:
-    """Every pod on `new`, Running there (the tenant's status is the new copy's), the move finished."""
-    pods = _pods(pool, namespace).values()
+def _uids(pool: Pool, namespace: str) -> dict[str, str]:
+    """The namespace's pods, name -> uid: what a move must keep (the same pods, not new ones)."""
+    return {name: str(p.metadata.uid) for name, p in _pods(pool, namespace).items()}
+
+
+def _moved_and_running(pool: Pool, namespace: str, new: str, expected: Mapping[str, str]) -> bool:
+    """Every one of the `expected` pods (name -> uid) still there, the same pod, on `new` and Running there (the
+    tenant's status is the new copy's), the move finished. A pod gone, or made anew, is not moved."""
+    pods = _pods(pool, namespace)
     copies = _copies(pool.supers[new], f"t1-{namespace}")
-    return (all(_where(p) == new and p.status.phase == "Running" and MOVED_FROM_ANNOTATION not in (p.metadata.annotations or {})
-                and str(p.metadata.name) in copies and copies[str(p.metadata.name)].status.phase == "Running"
-                for p in pods)
+    return (bool(expected) and all(
+                name in pods and str((p := pods[name]).metadata.uid) == uid and _where(p) == new
+                and p.status.phase == "Running" and MOVED_FROM_ANNOTATION not in (p.metadata.annotations or {})
+                and name in copies and copies[name].status.phase == "Running"
+                for name, uid in expected.items())
             and DRAINING_ANNOTATION not in _annotations(pool, namespace))  # fmt: skip
 
 
@@ -132,16 +140,17 @@ async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_n
     _namespace(pool, "shop", slices=1, pods=2)  # one slice: one cluster
     old = await _placed_and_running(pool, "shop", 2)
     new = next(n for n in pool.supers if n != old)
-    before = {name: p.metadata.uid for name, p in _pods(pool, "shop").items()}
+    before = _uids(pool, "shop")
+    assert len(before) == 2, before
 
     pool.stop_cluster(pool.supers[old])
     try:
         await eventually(lambda: pool.health(old).reason == "Unreachable", timeout=GRACE_SECONDS + 30,
                          what=f"{old} Unreachable")  # fmt: skip
-        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=120,
+        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
                      what=f"the pods Running on {new}")  # fmt: skip
         pods = _pods(pool, "shop")
-        assert {name: p.metadata.uid for name, p in pods.items()} == before  # the same pods: nothing lost
+        assert _uids(pool, "shop") == before  # the same pods, and no other: nothing lost
         assert _placement(pool, "shop") == {new: 1}
         for pod in pods.values():
             assert not pod.status.reason, pod.status  # the new copy's status: no stale Recreating
@@ -151,6 +160,7 @@ async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_n
     # Back: its syncer deletes the namespace there (its move finished); nothing of it runs twice.
     await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copies gone")
     copies = _copies(pool.supers[new], "t1-shop")
+    assert _uids(pool, "shop") == before
     for name, pod in _pods(pool, "shop").items():  # no stale status pushed up by the cluster that came back
         assert _where(pod) == new and pod.status.phase == "Running" and pod.status.pod_ip == copies[name].status.pod_ip
     await replay_all_runs(temporal_client, f"pool-scheduler-{unique}")
@@ -174,14 +184,20 @@ async def test_a_stop_shorter_than_the_grace_period_moves_nothing(pool: Pool) ->
     assert "web-0" in _copies(pool.supers[old], "t1-shop")
 
 
-async def _watch_no_delete_before_run(pool: Pool, namespace: str, old: str, new: str, stop: asyncio.Event) -> list[str]:
-    """Until `stop`: every moment a pod had neither its old copy nor a Running new one (the saga forbids it)."""
+async def _watch_no_delete_before_run(pool: Pool, namespace: str, old: str, new: str, pods: Mapping[str, str],
+                                      stop: asyncio.Event) -> list[str]:  # fmt: skip
+    """Until `stop`: every moment one of `pods` (name -> uid, as before the move) had neither its old copy nor a
+    Running new one, or was gone from the tenant or made anew there (the saga forbids each). The old copies are
+    read first: a copy deleted between the two reads was deleted after the new one ran, or is seen missing."""
     gaps: list[str] = []
     while not stop.is_set():
         old_copies, new_copies = _copies(pool.supers[old], f"t1-{namespace}"), _copies(pool.supers[new], f"t1-{namespace}")
-        for name in _pods(pool, namespace):
+        tenant = _uids(pool, namespace)
+        for name, uid in pods.items():
             if name not in old_copies and (name not in new_copies or new_copies[name].status.phase != "Running"):
-                gaps.append(name)
+                gaps.append(f"{name}: no copy running")
+            if tenant.get(name) != uid:
+                gaps.append(f"{name}: {'made anew' if name in tenant else 'gone'} in the tenant")
         await asyncio.sleep(0.2)
     return gaps
 
@@ -199,20 +215,22 @@ async def test_a_changed_placement_moves_pods_running_elsewhere_before_the_old_c
     await eventually(lambda: _pods(pool, "shop")["web-0"].status.phase == "Running", timeout=60, what="Running")
     old = _where(_pods(pool, "shop")["web-0"]) or ""
     new = next(n for n in pool.supers if n != old)
+    before = _uids(pool, "shop")
+    assert list(before) == ["web-0"], before
     if change == "shrink":
         assert _placement(pool, "shop") == {"s1": 1, "s2": 1}  # spread: the shrink takes one cluster away
     done = asyncio.Event()
-    watch = asyncio.create_task(_watch_no_delete_before_run(pool, "shop", old, new, done))
-    if change == "edit":
-        pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
-    elif change == "clear":
-        _fill(pool, old)
-        pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: None}}})
-    else:
-        _fill(pool, old)
-        pool.core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "1", "memory": "2Gi"}}})
+    watch = asyncio.create_task(_watch_no_delete_before_run(pool, "shop", old, new, before, done))
     try:
-        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=120,
+        if change == "edit":
+            pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
+        elif change == "clear":
+            _fill(pool, old)
+            pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: None}}})
+        else:
+            _fill(pool, old)
+            pool.core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "1", "memory": "2Gi"}}})
+        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
                      what=f"the pod Running on {new}")  # fmt: skip
         await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
     finally:
@@ -225,17 +243,26 @@ async def test_a_worker_killed_in_the_middle_of_a_move_converges(pool: Pool) -> 
     _namespace(pool, "shop", slices=1, pods=1)
     old = await _placed_and_running(pool, "shop", 1)
     new = next(n for n in pool.supers if n != old)
-    pool.syncers[new].stop()  # the new copy cannot start: the move stays in the middle
-    pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
-    pod = await eventually(lambda: (p := _pods(pool, "shop")["web-0"]).metadata.annotations.get(MOVED_FROM_ANNOTATION) == old
-                           and p, timeout=60, what="the pod moved")  # fmt: skip
-    assert pod.status.phase == "Pending" and pod.status.reason == "Recreating"
-    assert json.loads(_annotations(pool, "shop")[DRAINING_ANNOTATION]) == {old: 1}
-    assert "web-0" in _copies(pool.supers[old], "t1-shop")  # the old copy runs on meanwhile
-    pool.stop_worker()
-    await asyncio.sleep(1)
-    pool.syncers[new] = Syncer(tenant=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(), cluster=new,
-                               tenant_name="t1").start()  # fmt: skip
-    pool.start_worker()
-    await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", old, new), timeout=120, what="the move finished")
-    await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
+    before = _uids(pool, "shop")
+    assert list(before) == ["web-0"], before
+    done = asyncio.Event()
+    watch = asyncio.create_task(_watch_no_delete_before_run(pool, "shop", old, new, before, done))
+    try:
+        pool.syncers[new].stop()  # the new copy cannot start: the move stays in the middle
+        pool.core.patch_namespace("shop", {"metadata": {"annotations": {PLACEMENTS_ANNOTATION: json.dumps({new: 1})}}})
+        pod = await eventually(lambda: (p := _pods(pool, "shop")["web-0"]).metadata.annotations.get(MOVED_FROM_ANNOTATION) == old
+                               and p, timeout=60, what="the pod moved")  # fmt: skip
+        assert pod.status.phase == "Pending" and pod.status.reason == "Recreating"
+        assert json.loads(_annotations(pool, "shop")[DRAINING_ANNOTATION]) == {old: 1}
+        assert "web-0" in _copies(pool.supers[old], "t1-shop")  # the old copy runs on meanwhile
+        pool.stop_worker()
+        await asyncio.sleep(1)
+        pool.syncers[new] = Syncer(tenant=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(),
+                                   cluster=new, tenant_name="t1").start()  # fmt: skip
+        pool.start_worker()
+        await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
+                     what="the move finished")  # fmt: skip
+        await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
+    finally:
+        done.set()
+    assert await watch == []

@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
 from deploy.localenv.env import EnvState
+from kube.copies import copies_selector
 from kube.objects import read_cluster_object
 from models.names import (
     ADVERTISEMENTS,
@@ -181,9 +182,18 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
 
     await eventually(lambda: _secret_copy(remote, remote_namespace) == "second", timeout=90,
                      what="the Secret's copy edited")  # fmt: skip
-    # Nothing of the consumer's was copied twice: one copy per replica, per used ConfigMap and Secret.
+    # Nothing of the consumer's was copied twice: one copy per replica, per used ConfigMap and Secret, in the
+    # remote namespace and nowhere else in the provider.
+    mine = f"{LABEL_CONSUMER}={peering.consumer_id}"
     assert sorted(str(c.metadata.name) for c in remote.list_namespaced_config_map(
-        remote_namespace, label_selector=f"{LABEL_CONSUMER}={peering.consumer_id}").items) == ["settings"]  # fmt: skip
+        remote_namespace, label_selector=mine).items) == ["settings"]  # fmt: skip
+    assert sorted(str(c.metadata.name) for c in remote.list_namespaced_secret(
+        remote_namespace, label_selector=mine).items) == ["token"]  # fmt: skip
+    everywhere = copies_selector(peering.consumer_id)
+    assert sorted((str(c.metadata.namespace), str(c.metadata.name)) for c in remote.list_config_map_for_all_namespaces(
+        label_selector=everywhere).items) == [(remote_namespace, "settings")]  # fmt: skip
+    assert sorted((str(c.metadata.namespace), str(c.metadata.name)) for c in remote.list_secret_for_all_namespaces(
+        label_selector=everywhere).items) == [(remote_namespace, "token")]  # fmt: skip
 
 
 def _kubectl(peering: Peering, *args: str) -> subprocess.CompletedProcess[str]:

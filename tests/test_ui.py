@@ -1,7 +1,8 @@
 """The Temporal Web UI as a user sees it: headless Chromium from Debian's packages, driven by Playwright
 with an explicit executable (no browser download), lists the peerings of one foreign cluster through
-the ForeignCluster search attribute, opens the peering and finds its current details (the markdown
-table of resources, with the advertised amounts). Saves a screenshot in the test's tmp directory."""
+the ForeignCluster search attribute (and not the home cluster's peering with another one), opens the peering
+and finds its current details (the markdown table of resources, with the advertised amounts). Saves a
+screenshot in the test's tmp directory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Frame, Page, async_playwright
+from playwright.async_api import Frame, Locator, Page, async_playwright
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
@@ -51,10 +52,15 @@ async def test_the_web_ui_lists_a_peering_by_foreign_cluster_and_shows_its_resou
     assert localenv.temporal_ui, "the environment's Temporal runs without its Web UI"
     home = make_cluster("home")
     create_node(home.api_client(), "n1", cpu="8", memory="16Gi")
-    home_id, foreign_id = f"home-{unique}", f"b-{unique}"
+    home_id, foreign_id, other_id = f"home-{unique}", f"b-{unique}", f"c-{unique}"
     request_peering(home.api_client(), clusters.b.api_client(), provider_id=home_id, consumer_id=foreign_id)
-    query = urllib.parse.quote(f"ForeignCluster='{foreign_id}'")
-    url = f"{localenv.temporal_ui}/namespaces/default/workflows?query={query}"
+    # Another peering of the same home cluster, which the list filtered by b's id must leave out.
+    request_peering(home.api_client(), clusters.c.api_client(), provider_id=home_id, consumer_id=other_id)
+
+    def by_foreign_cluster(cluster_id: str) -> str:
+        query = urllib.parse.quote(f"ForeignCluster='{cluster_id}'")
+        return f"{localenv.temporal_ui}/namespaces/default/workflows?query={query}"
+
     screenshot = tmp_path / "peering-in-web-ui.png"
 
     async with running_worker(worker_settings(localenv, home, home_id)), async_playwright() as playwright:
@@ -66,16 +72,22 @@ async def test_the_web_ui_lists_a_peering_by_foreign_cluster_and_shows_its_resou
             page = browser.pages[0] if browser.pages else await browser.new_page()
             # The list is filtered by the search attribute: the peering's row, and no other peering's.
             row = page.get_by_role("link", name=peering_workflow_id(home_id, foreign_id))
+            other_row = page.get_by_role("link", name=peering_workflow_id(home_id, other_id))
 
-            async def listed() -> bool:
+            async def listed(url: str, link: Locator) -> bool:
                 await page.goto(url)
                 try:
-                    await row.first.wait_for(timeout=10_000)
+                    await link.first.wait_for(timeout=10_000)
                 except Exception:  # noqa: BLE001 - not indexed yet: load the list again
                     return False
                 return True
 
-            await eventually(listed, timeout=UI_TIMEOUT_MS / 1000, what="the peering's row in the Web UI")
+            # The other peering is indexed and listed under its own id first: its absence below then says something.
+            await eventually(lambda: listed(by_foreign_cluster(other_id), other_row), timeout=UI_TIMEOUT_MS / 1000,
+                             what="the other peering's row in the Web UI")  # fmt: skip
+            await eventually(lambda: listed(by_foreign_cluster(foreign_id), row), timeout=UI_TIMEOUT_MS / 1000,
+                             what="the peering's row in the Web UI")  # fmt: skip
+            assert await other_row.count() == 0, "the list filtered by ForeignCluster shows another peering"
             await row.first.click()
             # The workflow's page; its summary and current details are under "User Metadata". The
             # details' table of resources (header "allocatable") is there once the first push is in.

@@ -149,6 +149,8 @@ REFLECTION_RESYNC_SECONDS = 300
 # Secrets are not watched (the virtual kubelet may read the Secrets it is told of, not list them all, as
 # a kubelet): the ones offloaded pods use are read again this often, kubelet's TTL cache strategy.
 SECRET_REREAD_SECONDS = 60
+# A ConfigMap's or Secret's reconcile runs under one of these, by key: more than the workers that share them.
+CONFIG_LOCKS = 64
 LEASE_SECONDS = 40
 # A kubelet's defaults: the Lease is the heartbeat (renewed every 10 s, a quarter of its duration); the
 # node's status is written when it changes, and at least every 5 minutes (nodeStatusReportFrequency).
@@ -354,6 +356,7 @@ class VirtualKubelet:
         self._pod_cidrs: tuple[str | None, str | None] = (None, None)  # (the provider's, as remapped here)
         self._index_lock = threading.Lock()
         self._refs: dict[ConfigKey, set[PodKey]] = {}  # which pods use each ConfigMap and Secret
+        self._config_locks = [threading.Lock() for _ in range(CONFIG_LOCKS)]  # _reconcile_config, by key
         self._events_reflected = ReflectedEvents()
         # What the provider reports is bounded per consumer pod (forgotten when the pod goes): Events reflected
         # (models/pods.py: EventBudget), and Warnings about addresses outside its PodCIDR.
@@ -1079,9 +1082,15 @@ class VirtualKubelet:
     def _reconcile_config(self, key: ConfigKey) -> None:
         """A ConfigMap or Secret an offloaded pod uses has a copy, under its own name in its namespace's remote
         namespace, made from its current version; one no pod uses any more, or deleted in the consumer, has
-        none (pods running there keep what they mounted)."""
+        none (pods running there keep what they mounted). A pod's worker calls it too, before making the pod's
+        copy: one key at a time, or both find no copy and both create it (57% of the ConfigMaps of a
+        10,000-pod run were created twice, the second answered 409, read and replaced)."""
         if not self._reflecting.is_set():
             return
+        with self._config_locks[hash(key) % len(self._config_locks)]:
+            self._reconcile_config_locked(key)
+
+    def _reconcile_config_locked(self, key: ConfigKey) -> None:
         kind, namespace, name = key
         remote = self._ready_remote(namespace, "configmaps" if kind == "ConfigMap" else "secrets")
         if remote is None:

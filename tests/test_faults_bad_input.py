@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -192,6 +192,13 @@ def pool_clusters(localenv: EnvState) -> Iterator[dict[str, LocalCluster]]:
     yield from _own_clusters(localenv, "tenant", "super")
 
 
+def _first_push_recorded(world: World) -> Callable[[], Awaitable[bool]]:
+    async def recorded() -> bool:
+        status: PeeringStatus = await world.peering.query(PeeringWorkflow.status)
+        return status.pushes >= 1 and status.sharing_percentage is not None and status.foreign_phase is not None
+    return recorded
+
+
 @pytest.fixture(scope="module")
 async def world(localenv: EnvState, peer_clusters: dict[str, LocalCluster],
                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:  # fmt: skip
@@ -212,6 +219,9 @@ async def world(localenv: EnvState, peer_clusters: dict[str, LocalCluster],
         request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)
         world = World(provider, consumer, provider_id, consumer_id, workers, client)
         await eventually(lambda: world.advertised_cpu() == "5", timeout=90, what="the Advertisement on the consumer")
+        # The Advertisement is there while the push's activity runs: the tests compare the workflow's status with
+        # what it was before them, so they start once the push is recorded too.
+        await eventually(_first_push_recorded(world), timeout=60, what="the first push in the peering's status")
         yield world
     finally:
         for worker in workers:

@@ -37,8 +37,9 @@ from activities.remote_namespaces import (
     release_remote_namespace_requests,
     split_consumer_offer,
 )
+from kube.errors import already_exists
 from kube.identity import token_kubeconfig
-from kube.objects import FIELD_MANAGER, already_exists, apply_core, ignore_not_found
+from kube.objects import FIELD_MANAGER, apply_core, ignore_not_found
 from models.credentials import TokenGeneration, anchors_to_revoke, token_lifetime_seconds
 from models.enforcement import (
     PodSecurityLevel,

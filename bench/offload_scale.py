@@ -50,8 +50,8 @@ from kubernetes.client.exceptions import ApiException
 from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from deploy.localenv.clusters import LocalCluster, wait_for
 from deploy.localenv.deployments import DeploymentRunner
+from kube.errors import already_exists
 from kube.informer import Informer
-from kube.objects import already_exists
 from models.names import (
     GROUP,
     LABEL_PROVIDER,

@@ -29,7 +29,7 @@ CREDENTIALS_EXPIRED = "CredentialsExpired"
 
 def as_application_error(error: ApiException) -> ApplicationError:
     status = int(error.status or 0)
-    body = _status_body(error)
+    body = status_body(error)
     if status in (400, 422):  # both may quote the values they refuse: say which fields only
         causes = (body.get("details") or {}).get("causes") or []
         fields = sorted({str(c.get("field")) for c in causes if c.get("field")})
@@ -41,7 +41,16 @@ def as_application_error(error: ApiException) -> ApplicationError:
     return ApplicationError(f"Kubernetes API {status}: {detail}"[:1024], type=kind, non_retryable=status in PERMANENT)
 
 
-def _status_body(error: ApiException) -> dict[str, Any]:
+def already_exists(error: ApiException) -> bool:
+    """Whether a create's error says the object is there. A 409 is not always that: in a namespace with a
+    ResourceQuota, quota admission's own update of the quota can lose a race with another write of it, and
+    the create answers 409 Conflict with nothing created (2 of 20 pod copies made at once, when the provider
+    was re-splitting its offer). Taken for "there already", such a pod is never made."""
+    return error.status == 409 and status_body(error).get("reason") == "AlreadyExists"
+
+
+def status_body(error: ApiException) -> dict[str, Any]:
+    """The API server's Status in the error's body; empty when the body is no JSON object."""
     try:
         parsed = json.loads(error.body or "{}")
     except (TypeError, ValueError):

@@ -80,20 +80,6 @@ def finalizers_after(current: list[str] | None, finalizer: str, *, present: bool
     return None if kept == (current or []) else kept
 
 
-def already_exists(error: ApiException) -> bool:
-    """Whether a create's error says the object is there. A 409 is not always that: in a namespace with a
-    ResourceQuota, quota admission's own update of the quota can lose a race with another write of it, and
-    the create answers 409 Conflict with nothing created (2 of 20 pod copies made at once, when the provider
-    was re-splitting its offer). Taken for "there already", such a pod is never made."""
-    if error.status != 409:
-        return False
-    try:
-        body = json.loads(error.body or "{}")
-    except (TypeError, ValueError):
-        return False
-    return isinstance(body, dict) and body.get("reason") == "AlreadyExists"
-
-
 def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     """Deleting what is already gone is success: activities are retried."""
     try:

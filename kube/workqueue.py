@@ -6,15 +6,16 @@ cap. Handlers are level-triggered: they read the current state of the key, so me
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from kubernetes.client.exceptions import ApiException
+
+from models.enforcement import status_message
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,7 @@ def _why(error: Exception) -> str:
     """One line: for an API error its status, reason and the server's message (its first line is only
     "(409)", and a 409 may mean "there already" or "lost a race")."""
     if isinstance(error, ApiException):
-        try:
-            body: Any = json.loads(error.body or "{}")
-        except (TypeError, ValueError):
-            body = {}
-        message = body.get("message") if isinstance(body, dict) else None
+        message = status_message(error.body)
         said = f"{error.status} {error.reason}" + (f": {message}" if message else "")
     else:
         said = str(error).splitlines()[0] if str(error) else repr(error)

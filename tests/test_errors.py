@@ -17,8 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from kube.errors import as_application_error
-from kube.objects import already_exists
+from kube.errors import already_exists, as_application_error
 from workers.errors import KubernetesErrors
 
 

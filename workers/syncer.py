@@ -26,9 +26,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kube.clients import client_from_own_kubeconfig_file
+from kube.errors import already_exists
 from kube.informer import Informer
 from kube.metadata import served_metadata
-from kube.objects import APPLY, already_exists, ignore_not_found, record_event
+from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
 from models.api.common import rfc3339
 from models.enforcement import status_message

@@ -68,10 +68,11 @@ from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
+from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
-from kube.objects import already_exists, ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
+from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue
 from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, ProviderAdmittedReason, condition
 from models.api.offloading import NamespaceOffloadingSpec
@@ -224,7 +225,11 @@ class Config:
 # object (managedFields, a kubelet's heartbeat) queues nothing. A pod's spec and status are kept as compact
 # JSON, parsed when used (a copy made, a status compared): as dicts they would hold a 10,000-pod node's
 # memory several times over. The strings every object repeats (namespaces, label and annotation keys, most
-# label values) are interned: one copy each, not one per object.
+# label values) are interned: one copy each, not one per object. Longer values are mostly unique (a uid, a
+# pod's name): interning them would only fill the table.
+MAX_INTERNED = 32
+
+
 def _lean_meta(meta: Obj, keys: tuple[str, ...]) -> Obj:
     kept: Obj = {}
     for key in keys:
@@ -238,10 +243,6 @@ def _lean_meta(meta: Obj, keys: tuple[str, ...]) -> Obj:
                      for k, v in value.items() if isinstance(k, str)}  # fmt: skip
         kept[key] = value
     return kept
-
-
-# Longer values are mostly unique (a uid, a pod's name): interning them would only fill the table.
-MAX_INTERNED = 32
 
 
 @functools.lru_cache(maxsize=1024)

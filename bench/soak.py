@@ -27,8 +27,9 @@ time) beside the demo's long-lived offloaded pods. After `warmup_minutes`, the w
   of the consumer's kubelet stand-in, a Python process that only watches);
 - token_rotations_seen: changes of the token inside the consumer's credentials Secrets seen inside the
   window (only hashes are kept; baseline: the pushes in the window, one rotation each by design);
-- quota_mismatches: samples where a provider's ResourceQuota in the consumer's foreign namespace differed
-  from the offer of its Advertisement in two samples in a row, over the whole run (baseline: the samples).
+- quota_mismatches: samples where the offer a provider enforces (recorded on its ResourceQuota in the consumer's
+  foreign namespace, and split over the quotas of the consumer's namespaces there) differed from the offer of
+  its Advertisement in two samples in a row, over the whole run (baseline: the samples).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from deploy.localenv import demo
 from deploy.localenv.env import EnvState, temporal_namespace
 from kube.clients import client_from_own_kubeconfig_file
 from kube.objects import list_cluster_objects, read_cluster_object
-from models.enforcement import QUOTA_NAME, quota_hard
+from models.enforcement import QUOTA_NAME, offer_of, quota_hard
 from models.names import (
     ADVERTISEMENTS,
     LABEL_NODE_TYPE,
@@ -364,8 +365,9 @@ class Observer:
                 if e.status != 404:
                     raise
                 quota = None
-            hard = quota.spec.hard if quota is not None and quota.spec is not None else None
-            self.quotas.observe(provider_id, offered=offered, quota=hard)
+            # Since issue 35 this quota's hard is only its share of the offer: the whole one is recorded on it.
+            enforced = offer_of(quota.metadata.annotations) if quota is not None and quota.metadata is not None else None
+            self.quotas.observe(provider_id, offered=offered, quota=enforced)
 
     def sample_rss(self, at: float) -> None:
         for name, pid in self.processes.items():

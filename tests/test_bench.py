@@ -271,7 +271,7 @@ def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_runnin
 ) -> None:
     from bench.soak import run
 
-    before = set(Path(tempfile.gettempdir()).glob("tidepool-soak-*"))
+    before = _soak_state_dirs()
     run({"minutes": 2.0, "warmup_minutes": 0.5, "churn_per_minute": 6.0, "sample_seconds": 5.0})
     figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
                for f in [json.loads(line)]}  # fmt: skip
@@ -281,7 +281,12 @@ def test_a_short_soak_prints_every_figure_loses_no_pod_and_leaves_nothing_runnin
     assert figures["actions_per_peering_day_consumer"]["params"]["accepted_peerings"] == 2
     assert figures["quota_mismatches"]["value"] == 0, figures["quota_mismatches"]["params"]["mismatches"]
     assert figures["quota_mismatches"]["baseline"] > 0  # the quotas were sampled
-    assert set(Path(tempfile.gettempdir()).glob("tidepool-soak-*")) == before  # torn down, state removed
+    assert _soak_state_dirs() == before  # torn down, state removed (the processes' logs are kept on purpose)
+
+
+def _soak_state_dirs() -> set[Path]:
+    temp = Path(tempfile.gettempdir())
+    return set(temp.glob("tidepool-soak-*")) - set(temp.glob("tidepool-soak-logs-*"))
 
 
 def test_a_failover_miss_is_an_infinite_sample_that_makes_the_tail_infinite_but_not_the_median() -> None:

@@ -8,12 +8,14 @@ those alone; nothing else in them is ever loaded)."""
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import hashlib
 import logging
 import os
 import queue
+import shutil
 import tempfile
 import threading
 from time import monotonic
@@ -102,8 +104,10 @@ def _ca_file(pem: bytes) -> str:
     with _ca_lock:
         if _ca_dir is None:
             _ca_dir = tempfile.mkdtemp(prefix="tidepool-ca-")
+            atexit.register(shutil.rmtree, _ca_dir, ignore_errors=True)  # else every process leaves one in /tmp
         path = os.path.join(_ca_dir, hashlib.sha256(pem).hexdigest() + ".crt")
         if not os.path.exists(path):
+            os.makedirs(_ca_dir, mode=0o700, exist_ok=True)  # a /tmp cleaner may have taken it
             with open(path + ".tmp", "wb") as f:
                 f.write(pem)
             os.replace(path + ".tmp", path)

@@ -31,9 +31,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.consumer import ConsumerActivities
 from kube.informer import Informer
+from kube.keys import KeyMemory
 from models.admission import offer_fingerprint, validate_advertisement
 from models.consumer import AdmissionInput, AdvertisementInput
-from models.keys import KeyMemory
 from models.names import (
     ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,

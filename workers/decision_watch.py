@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kube.clients import SecretClients
+from kube.keys import KeyMemory
 from kube.streams import Endpoint, StreamLoop, list_then_watch
 from models.api.common import SecretReference
-from models.keys import KeyMemory
 from models.names import ADVERTISEMENTS, GROUP, SPARE_CAPACITY_ANNOTATION, VERSION
 from models.peering import backoff_seconds, decision_key
 from models.resources import Resources

@@ -58,6 +58,7 @@ from models.consumer import (
     RefuseNotReadyInput,
     ReleaseAdvertisementInput,
     UnreachableTeardowns,
+    advertisement_view,
 )
 from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
 from models.names import (
@@ -180,23 +181,17 @@ class ConsumerActivities:
         obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
         if obj is None:
             return AdvertisementObservation(exists=False, **self._children(None))
-        spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
+        spec, meta = obj.get("spec") or {}, obj["metadata"]
         config = self._config().spec
         provider = str(spec.get("clusterId", ""))
         return AdvertisementObservation(
             exists=True,
-            deleting=bool(meta.get("deletionTimestamp")),
-            phase=status.get("phase"),
-            reason=status.get("reason"),
-            has_finalizer=ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
-            remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
+            **advertisement_view(obj).observed(),
             time_to_live=_parse_time(spec.get("timeToLive")),
-            resources={k: str(v) for k, v in ((spec.get("resourceQuota") or {}).get("hard") or {}).items()},
             pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
             virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
             offer=OfferDerivation.from_annotation((meta.get("annotations") or {}).get(OFFER_DERIVATION_ANNOTATION)),
-            forced=FORCE_UNPEER_ANNOTATION in (meta.get("annotations") or {}),
             **self._children(provider),
         )
 

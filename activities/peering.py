@@ -90,6 +90,7 @@ from models.peering import (
     WithdrawRequest,
     WithdrawResult,
     decide_push,
+    foreign_decision,
     phase_after_push,
 )
 from models.resources import Resources
@@ -227,7 +228,7 @@ class PeeringActivities:
             # Peered again while the withdrawn Advertisement was still held by the consumer's teardown.
             patch_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
                                  {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: None}}})  # fmt: skip
-        decision = _decision(applied)
+        decision = foreign_decision(applied)
         self._record(request.peering_request, phase_after_push(decision), decision=decision, pushed=now)
         activity.logger.info("pushed %s to %s: %s", advertisement_name(self._home_id), request.foreign_cluster_id,
                              advertised.to_kubernetes())  # fmt: skip
@@ -377,7 +378,7 @@ class PeeringActivities:
     def read_foreign_decision(self, request: DecisionRequest) -> ForeignDecision:
         foreign = self.foreign_clients.get(name=request.kube_config_ref.name, namespace=request.kube_config_ref.namespace)
         obj = read_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
-        decision = ForeignDecision(exists=False) if obj is None else _decision(obj)
+        decision = foreign_decision(obj)
         phase = phase_after_push(decision)
         if decision.exists and phase != request.phase:
             self._record(request.peering_request, phase, decision=decision)
@@ -508,12 +509,3 @@ class PeeringActivities:
         patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)
         old: dict[str, Any] = next((c for c in previous if c.get("type") == "Ready"), {})
         return (old.get("reason"), old.get("message")) != (ready.reason, ready.message)
-
-
-def _decision(advertisement: dict[str, Any]) -> ForeignDecision:
-    status = advertisement.get("status") or {}
-    return ForeignDecision(
-        phase=status.get("phase"),
-        reason=status.get("reason"),
-        remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
-    )

@@ -71,7 +71,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, Final, Literal, get_args
@@ -272,6 +272,18 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
     """Why an arriving Advertisement cannot be accepted, one sentence per problem naming the field;
     empty when it can. Never raises: a foreign cluster may write anything the CRD lets through (and an
     older CRD, or none, lets through more). `now` must carry a time zone."""
+    return _timeless_problems(adv) + _expiry_problems(adv, now)
+
+
+def _expiry_problems(adv: Any, now: datetime) -> list[str]:
+    """The one problem the clock finds: a readable spec.timeToLive that has passed."""
+    ttl = as_mapping(as_mapping(adv).get("spec")).get("timeToLive")
+    expires = _time(ttl)
+    return [f"spec.timeToLive {ttl} has passed"] if expires is not None and expires <= now else []
+
+
+def _timeless_problems(adv: Any) -> list[str]:
+    """Every problem of `validate_advertisement` but the clock's (`_expiry_problems`), which comes last."""
     if not isinstance(adv, Mapping):
         return [f"the Advertisement must be an object, got {type(adv).__name__}"]
     spec = adv.get("spec")
@@ -312,14 +324,45 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
         problems.append("spec.timeToLive is missing")
     elif expires is None:
         problems.append(f"spec.timeToLive must be an RFC 3339 time with a zone, got {ttl!r}")
-    elif expires <= now:
-        problems.append(f"spec.timeToLive {ttl} has passed")
     return problems
 
 
+@dataclass(frozen=True)
+class AdmissionView:
+    """What admission decides from in one Advertisement, minus the clock: `candidate` adds the clock and
+    what only the pass's records read, and the consumer's watcher keys on this (hashable), so that what
+    wakes admission and what admission decides on cannot drift apart. Left out:
+    - the problem only the clock finds (`_expiry_problems`): a push renews spec.timeToLive, no news, except
+      to one refused as Invalid (its timeToLive may have passed: a renewal may make it valid); that it
+      passes is the AdvertisementWorkflow's business (it deletes an expired one, and the deletion is news);
+    - the offered resources, which only `live_entries` records (for `tidepool simulate`): a push that
+      offers more or less is no news to admission;
+    - the offer's fingerprint, unless a refusal for a virtual node never Ready may hold for it (rule 6½)."""
+
+    candidate: Candidate
+    renewal: str | None  # spec.timeToLive while refused as Invalid
+
+
+def admission_view(adv: Mapping[str, Any]) -> AdmissionView:
+    """The view of an Advertisement as the API server serves it, read without ever raising."""
+    whole = _candidate(as_mapping(adv))
+    ttl = as_mapping(as_mapping(adv).get("spec")).get("timeToLive")
+    refused = (whole.phase, whole.reason)
+    offer_matters = whole.refused_offer is not None or refused == ("Refused", "VirtualNodeNotReady")
+    return AdmissionView(candidate=replace(whole, resources=Resources(), offer=whole.offer if offer_matters else ""),
+                         renewal=str(ttl) if refused == ("Refused", "Invalid") and ttl is not None else None)  # fmt: skip
+
+
 def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
-    """An Advertisement as the API server serves it, read without ever raising."""
-    adv = as_mapping(adv)
+    """An Advertisement as the API server serves it at `now`, read without ever raising: its view, what the
+    clock says of its timeToLive, and what the view leaves out."""
+    whole = _candidate(as_mapping(adv))
+    return replace(admission_view(adv).candidate, problems=whole.problems + tuple(_expiry_problems(adv, now)),
+                   resources=whole.resources, offer=whole.offer)  # fmt: skip
+
+
+def _candidate(adv: Mapping[str, Any]) -> Candidate:
+    """`candidate` blind to the clock: every field read, none left out."""
     meta, status, spec = as_mapping(adv.get("metadata")), as_mapping(adv.get("status")), as_mapping(adv.get("spec"))
     annotations = as_mapping(meta.get("annotations"))
     name = str(meta.get("name") or "")
@@ -338,7 +381,7 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
         reason=reason if isinstance(reason, str) else None,
         message=message if isinstance(message, str) else None,
         arrival=(_time(meta.get("creationTimestamp")) or _NEVER, name),
-        problems=tuple(validate_advertisement(adv, now)),
+        problems=tuple(_timeless_problems(adv)),
         manual=verdict if verdict in ("accept", "refuse") else None,
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",

@@ -18,14 +18,16 @@ for a decision. Admission keeps it refused until its offer changes or someone ac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.admission import KeptRefusals
-from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation
+from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation, as_mapping
+from models.names import ADVERTISEMENT_FINALIZER, FORCE_UNPEER_ANNOTATION
 
 Step = Literal[
     "AwaitDecision",        # Pending or Refused: nothing to build
@@ -51,7 +53,9 @@ class _Model(BaseModel):
 
 
 class AdvertisementObservation(_Model):
-    """What one read of the consumer cluster saw."""
+    """What one read of the consumer cluster saw: the Advertisement's view (`AdvertisementView`, the
+    watcher's key), its timeToLive, the offer's derivation, the virtual kubelet and node, the ClusterConfig's
+    timeouts."""
 
     exists: bool
     deleting: bool = False
@@ -71,6 +75,47 @@ class AdvertisementObservation(_Model):
     virtual_node_ready_timeout_seconds: int | None = None  # incoming.virtualNodeReadyTimeoutSeconds
     offer: OfferDerivation | None = None  # how the provider derived the offer (its annotation), for `tidepool explain`
     forced: bool = False  # `tidepool unpeer --force` marked it: no wait on the provider during teardown
+
+
+class AdvertisementView(BaseModel):
+    """What the AdvertisementWorkflow reads of its Advertisement object (`next_step`, `render_details`, the
+    accept/refuse validators), minus its clocks. observe_advertisement builds the observation from it and
+    the consumer's watcher keys on it, so what wakes the workflow and what it decides on cannot drift apart.
+    Left out: spec.timeToLive, the clock every push renews (the expiry timer re-reads it when it fires), and
+    the offer's derivation, which `tidepool explain` reads from the history and no decision does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deleting: bool
+    phase: str | None
+    reason: str | None
+    has_finalizer: bool
+    remote_remapped_pod_cidr: str | None
+    resources: tuple[tuple[str, str], ...]  # spec.resourceQuota.hard, sorted: hashable
+    forced: bool
+
+    def observed(self) -> dict[str, Any]:
+        """The observation's fields this view gives (AdvertisementObservation's names and types)."""
+        return {**{name: getattr(self, name) for name in type(self).model_fields}, "resources": dict(self.resources)}
+
+
+def advertisement_view(obj: Mapping[str, Any]) -> AdvertisementView:
+    """The view of an Advertisement as the API server serves it; never raises (a provider writes the spec)."""
+    meta, spec, status = as_mapping(obj.get("metadata")), as_mapping(obj.get("spec")), as_mapping(obj.get("status"))
+    finalizers, annotations = meta.get("finalizers"), as_mapping(meta.get("annotations"))
+    return AdvertisementView(
+        deleting=bool(meta.get("deletionTimestamp")),
+        phase=_text(status.get("phase")),
+        reason=_text(status.get("reason")),
+        has_finalizer=isinstance(finalizers, list) and ADVERTISEMENT_FINALIZER in finalizers,
+        remote_remapped_pod_cidr=_text(status.get("remoteRemappedPodCIDR")),
+        resources=tuple(sorted((str(k), str(v)) for k, v in as_mapping(as_mapping(spec.get("resourceQuota")).get("hard")).items())),
+        forced=FORCE_UNPEER_ANNOTATION in annotations,
+    )  # fmt: skip
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class AdvertisementState(_Model):

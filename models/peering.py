@@ -9,6 +9,7 @@ result, signal and query. They carry references to Secrets instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -88,8 +89,10 @@ class PushResult(_Model):
 
 
 class ForeignDecision(_Model):
-    """The foreign cluster's decision on our Advertisement, as last read."""
+    """The foreign cluster's decision on our Advertisement, as last read (`foreign_decision`). Frozen, so
+    hashable: the decision watch's key is this very model."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
     phase: str | None = None
     reason: str | None = None
     remote_remapped_pod_cidr: str | None = None
@@ -240,14 +243,23 @@ def phase_after_push(foreign: ForeignDecision | None) -> PeeringRequestPhase:
     return "Advertised"
 
 
-def decision_key(advertisement: dict[str, Any] | None) -> tuple[str | None, str | None] | None:
-    """What the peering decides on in its Advertisement on the foreign cluster, as the worker's watch
-    compares it: whether it exists, its phase and its remote remapped PodCIDR. The timestamp and TTL that
-    every push writes, and the rest of the status, are left out: they wake no workflow."""
+def foreign_decision(advertisement: Mapping[str, Any] | None) -> ForeignDecision:
+    """What the peering decides on in its Advertisement on the foreign cluster: whether it exists, the
+    phase, its reason and the remote remapped PodCIDR. The activities read it so, and the worker's watch
+    compares it so (its key is this, absent or not), so that what wakes the peering and what the peering
+    reads cannot drift apart. The timestamp and TTL that every push writes, and the rest of the status,
+    are left out: they wake no workflow. A value that is not a string (the consumer's cluster writes the
+    status) reads as none."""
     if advertisement is None:
-        return None
-    status = advertisement.get("status") or {}
-    return status.get("phase"), status.get("remoteRemappedPodCIDR")
+        return ForeignDecision(exists=False)
+    status = advertisement.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    return ForeignDecision(phase=_text(status.get("phase")), reason=_text(status.get("reason")),
+                           remote_remapped_pod_cidr=_text(status.get("remoteRemappedPodCIDR")))  # fmt: skip
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 # The share of a period by which a push may come early. Peerings started together (a thousand PeeringRequests

@@ -51,14 +51,16 @@ def test_the_workflow_is_told_of_a_decision_not_of_a_ttl_refresh() -> None:
     assert changes == []
     watch._event("ADDED", _ad("12:30"))  # the first push
     watch._event("MODIFIED", _ad("12:40"))  # the next push renews the TTL
-    watch._event("MODIFIED", _ad("12:50", reason="checking"))
+    watch._event("MODIFIED", _ad("12:50", vkCreated="true"))  # status the peering does not read
     assert len(changes) == 1
     watch._event("MODIFIED", _ad("12:50", phase="Accepted"))
     assert len(changes) == 2
     watch._sync([_ad("13:00", phase="Accepted")])  # a relist that finds the same decision
     assert len(changes) == 2
-    watch._event("DELETED", _ad("13:00", phase="Accepted"))
+    watch._event("MODIFIED", _ad("13:00", phase="Accepted", reason="ManuallyAccepted"))  # the details show it
     assert len(changes) == 3
+    watch._event("DELETED", _ad("13:00", phase="Accepted"))
+    assert len(changes) == 4
 
 
 def test_a_change_whose_signal_did_not_get_through_is_told_again_at_the_next_event_or_relist() -> None:

@@ -23,7 +23,7 @@ from models.peering import (
     Withdraw,
     backoff_seconds,
     decide_push,
-    decision_key,
+    foreign_decision,
     jittered_period,
     next_wait,
     phase_after_push,
@@ -140,8 +140,10 @@ def _advertisement(**status: str) -> dict[str, Any]:
     [
         pytest.param(_advertisement(), {**_advertisement(), "spec": {"timeToLive": "2026-11-22T12:40:00Z"}}, False,
                      id="a push that renews the TTL is no change"),
-        pytest.param(_advertisement(phase="Accepted"), _advertisement(phase="Accepted", reason="WithinMaximum",
-                     vkCreated="true"), False, id="other status fields are no change"),
+        pytest.param(_advertisement(phase="Accepted"), _advertisement(phase="Accepted", vkCreated="true"), False,
+                     id="other status fields are no change"),
+        pytest.param(_advertisement(phase="Refused", reason="MaxReached"), _advertisement(phase="Refused", reason="Denied"),
+                     True, id="a new reason for the same phase is a change"),
         pytest.param(_advertisement(), _advertisement(phase="Accepted"), True, id="an acceptance is a change"),
         pytest.param(_advertisement(phase="Accepted"), _advertisement(phase="Accepted", remoteRemappedPodCIDR="None"),
                      True, id="the remapped PodCIDR is a change"),
@@ -149,10 +151,16 @@ def _advertisement(**status: str) -> dict[str, Any]:
         pytest.param(_advertisement(phase="Refused"), None, True, id="one that goes is a change"),
     ],
 )  # fmt: skip
-def test_the_decision_key_moves_only_with_what_the_peering_decides_on(
+def test_the_decision_watch_key_moves_only_with_what_the_peering_decides_on(
     before: dict[str, Any] | None, after: dict[str, Any] | None, changed: bool
 ) -> None:
-    assert (decision_key(before) != decision_key(after)) is changed
+    assert (foreign_decision(before) != foreign_decision(after)) is changed
+
+
+def test_a_foreign_decision_is_hashable_and_reads_garbage_as_none() -> None:
+    decision = foreign_decision({"status": {"phase": 7, "reason": ["x"], "remoteRemappedPodCIDR": "10.1.0.0/16"}})
+    assert decision == ForeignDecision(remote_remapped_pod_cidr="10.1.0.0/16")
+    assert hash(decision) == hash(ForeignDecision(remote_remapped_pod_cidr="10.1.0.0/16"))
 
 
 @pytest.mark.parametrize(

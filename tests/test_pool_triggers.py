@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from models.keys import KeyMemory, by_namespace_and_name
+from kube.keys import KeyMemory, by_namespace_and_name
 from models.names import (
     MANDATORY_ANNOTATION,
     PLACEMENTS_ANNOTATION,

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from models.admission import admission_view
 from models.consumer import AdvertisementObservation, AdvertisementState, next_step, wake_after
-from models.names import ADVERTISEMENT_FINALIZER, DECISION_ANNOTATION, VK_CLEAN_ANNOTATION
+from models.names import ADVERTISEMENT_FINALIZER, DECISION_ANNOTATION, FORCE_UNPEER_ANNOTATION, VK_CLEAN_ANNOTATION
 from workers.consumer import (
     ObjectKeys,
-    admission_key,
     advertisement_provider,
     incoming_config_key,
-    lifecycle_key,
+    lifecycle_view,
     virtual_kubelet_key,
     virtual_node_key,
 )
@@ -85,41 +85,49 @@ def _heartbeat(obj: Obj) -> None:
     ("make", "key", "edit", "signals"),
     [
         # The AdvertisementWorkflow's key
-        pytest.param(advertisement, lifecycle_key, _set("spec.timeToLive", "2026-11-22T12:40:00Z"), False,
+        pytest.param(advertisement, lifecycle_view, _set("spec.timeToLive", "2026-11-22T12:40:00Z"), False,
                      id="a push that only renews timeToLive and timestamp wakes no AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("metadata.resourceVersion", "11"), False,
+        pytest.param(advertisement, lifecycle_view, _set("metadata.resourceVersion", "11"), False,
                      id="a resourceVersion bump alone wakes no AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("status.conditions", []), False,
+        pytest.param(advertisement, lifecycle_view, _set("status.conditions", []), False,
                      id="conditions the workflow writes for people wake no AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("status.phase", "Deleting"), True,
+        pytest.param(advertisement, lifecycle_view, _set("status.phase", "Deleting"), True,
                      id="a phase change wakes the AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), True,
+        pytest.param(advertisement, lifecycle_view, _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), True,
                      id="the finalizer added wakes the AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("status.remoteRemappedPodCIDR", "10.9.0.0/16"), True,
+        pytest.param(advertisement, lifecycle_view, _set("status.remoteRemappedPodCIDR", "10.9.0.0/16"), True,
                      id="the remapped PodCIDR wakes the AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("metadata.annotations", {DECISION_ANNOTATION: "accept"}), True,
-                     id="a decision annotation wakes the AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("spec.resourceQuota.hard", {"cpu": "3", "memory": "4Gi"}), True,
+        pytest.param(advertisement, lifecycle_view, _set("metadata.annotations", {DECISION_ANNOTATION: "accept"}), False,
+                     id="a decision annotation, admission's to read, wakes no AdvertisementWorkflow (the decision does)"),
+        pytest.param(advertisement, lifecycle_view, _set("status.reason", "ManuallyAccepted"), True,
+                     id="a new reason for the same phase wakes the AdvertisementWorkflow, whose updates read it"),
+        pytest.param(advertisement, lifecycle_view, _set("metadata.annotations", {FORCE_UNPEER_ANNOTATION: "x"}), True,
+                     id="a forced unpeer's mark wakes the AdvertisementWorkflow"),
+        pytest.param(advertisement, lifecycle_view, _set("spec.resourceQuota.hard", {"cpu": "3", "memory": "4Gi"}), True,
                      id="a changed advertised capacity wakes the AdvertisementWorkflow"),
-        pytest.param(advertisement, lifecycle_key, _set("metadata.deletionTimestamp", "2026-11-22T12:05:00Z"), True,
+        pytest.param(advertisement, lifecycle_view, _set("metadata.deletionTimestamp", "2026-11-22T12:05:00Z"), True,
                      id="a deletion wakes the AdvertisementWorkflow"),
         # The admission workflow's key
-        pytest.param(advertisement, admission_key, _set("spec.timeToLive", "2026-11-22T12:40:00Z"), False,
+        pytest.param(advertisement, admission_view, _set("spec.timeToLive", "2026-11-22T12:40:00Z"), False,
                      id="a push that only renews timeToLive wakes no admission"),
-        pytest.param(lambda: _refused_invalid(advertisement()), admission_key, _set("spec.timeToLive", "2026-11-22T12:40:00Z"),
+        pytest.param(lambda: _refused_invalid(advertisement()), admission_view, _set("spec.timeToLive", "2026-11-22T12:40:00Z"),
                      True, id="a push that renews the timeToLive of one refused as Invalid wakes admission to judge it again"),
-        pytest.param(advertisement, admission_key, _set("spec.resourceQuota.hard", {"cpu": "3", "memory": "4Gi"}), False,
+        pytest.param(advertisement, admission_view, _set("spec.resourceQuota.hard", {"cpu": "3", "memory": "4Gi"}), False,
                      id="a capacity change that keeps it valid wakes no admission"),
-        pytest.param(advertisement, admission_key, _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), False,
+        pytest.param(advertisement, admission_view, _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), False,
                      id="the lifecycle's finalizer wakes no admission"),
-        pytest.param(advertisement, admission_key, _set("spec.resourceQuota.hard", {}), True,
+        pytest.param(advertisement, admission_view, _set("spec.resourceQuota.hard", {}), True,
                      id="an Advertisement made invalid wakes admission"),
-        pytest.param(advertisement, admission_key, _set("spec.clusterId", "other"), True,
+        pytest.param(advertisement, admission_view, _set("spec.clusterId", "other"), True,
                      id="a clusterId that no longer matches the name wakes admission"),
-        pytest.param(advertisement, admission_key, _set("status.phase", "Deleting"), True,
+        pytest.param(advertisement, admission_view, _set("status.phase", "Deleting"), True,
                      id="a phase written by the lifecycle (Deleting frees a place) wakes admission"),
-        pytest.param(advertisement, admission_key, _set("metadata.annotations", {DECISION_ANNOTATION: "refuse"}), True,
+        pytest.param(advertisement, admission_view, _set("metadata.annotations", {DECISION_ANNOTATION: "refuse"}), True,
                      id="a decision annotation wakes admission"),
+        pytest.param(advertisement, admission_view, _set("spec.prices", {"cpu": "9"}), True,
+                     id="a new price wakes admission, which caps prices"),
+        pytest.param(advertisement, admission_view, _set("spec.kubeConfigRef", {"namespace": "x", "name": "y"}), True,
+                     id="a new kubeConfigRef wakes admission, which checks it"),
         pytest.param(lambda: {"spec": {"incoming": {"maxAcceptableAdvertisements": 2}, "outgoing": {"sharingPercentage": 30}}},
                      incoming_config_key, _set("spec.outgoing", {"sharingPercentage": 60}), False,
                      id="a ClusterConfig outgoing change wakes no admission"),
@@ -196,7 +204,7 @@ def test_a_failed_signal_is_sent_again_at_the_next_event_even_without_a_change()
 
 
 def test_objects_no_workflow_follows_are_never_signalled() -> None:
-    keys = ObjectKeys(lambda obj: lifecycle_key(obj) if advertisement_provider(obj) else None)
+    keys = ObjectKeys(lambda obj: lifecycle_view(obj) if advertisement_provider(obj) else None)
     misnamed = advertisement()
     misnamed["metadata"]["name"] = "advertisement-someone-else"
     assert keys.sync([misnamed]) == []

@@ -1,9 +1,9 @@
 """The consumer's watchers: they turn changes in the consumer cluster into Temporal signals.
 
 - an Advertisement signals (with start) the admission workflow's `reconcile` when what admission reads
-  changed (arrival, deletion, clusterId and name validity, decision annotations, phase), and (with
-  start) its own AdvertisementWorkflow's `changed` when what its lifecycle reads changed (deletion,
-  phase, finalizer, remoteRemappedPodCIDR, decision annotations, advertised capacity);
+  changed (models/admission.py: admission_view, what the admission pass decides from minus the clock),
+  and (with start) its own AdvertisementWorkflow's `changed` when what its lifecycle reads changed
+  (models/consumer.py: advertisement_view, what its observation is built from minus the clock);
 - the ClusterConfig signals `reconcile` when `spec.incoming` changed (a raised maximum accepts refused ones);
 - a virtual kubelet Deployment (existence, deletion, its provider-clean annotation) or a virtual node
   (existence, the Ready condition's status and reason) signals its AdvertisementWorkflow, which
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Hashable
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -31,22 +30,18 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from activities.consumer import ConsumerActivities
 from kube.informer import Informer
-from models.admission import offer_fingerprint, validate_advertisement
-from models.consumer import AdmissionInput, AdvertisementInput
-from models.keys import KeyMemory
+from kube.keys import KeyMemory
+from models.admission import admission_view
+from models.consumer import AdmissionInput, AdvertisementInput, advertisement_view
 from models.names import (
-    ADVERTISEMENT_FINALIZER,
     ADVERTISEMENTS,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
-    DECISION_ANNOTATION,
-    DECISION_REASON_ANNOTATION,
     GROUP,
     LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
     LABEL_PROVIDER,
     MANAGED_BY,
-    REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VERSION,
     VIRTUAL_NODE_TYPE,
@@ -62,9 +57,6 @@ from workflows.admission import AdmissionWorkflow
 from workflows.advertisement import AdvertisementWorkflow
 
 Obj = dict[str, Any]
-# Validity as admission judges it, but blind to the clock: "timeToLive has passed" is the
-# AdvertisementWorkflow's business (it deletes an expired one, and the deletion signals admission).
-_BEGINNING_OF_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -89,43 +81,11 @@ def advertisement_provider(obj: Obj) -> str | None:
     return provider
 
 
-def lifecycle_key(obj: Obj) -> Hashable:
-    """What the AdvertisementWorkflow decides on (models/consumer.py: next_step); never spec.timestamp
-    or spec.timeToLive, which every push renews: the expiry timer re-reads the TTL when it fires."""
-    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
-    annotations = _annotations(obj)
-    return (
-        meta.get("uid"),
-        bool(meta.get("deletionTimestamp")),
-        status.get("phase"),
-        ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
-        status.get("remoteRemappedPodCIDR"),
-        annotations.get(DECISION_ANNOTATION),
-        annotations.get(DECISION_REASON_ANNOTATION),
-        _canonical((spec.get("resourceQuota") or {}).get("hard")),
-    )
-
-
-def admission_key(obj: Obj) -> Hashable:
-    """What admission reads (models/admission.py: candidate): identity, validity apart from the clock,
-    the decision annotations, the phase (a Deleting one frees a place)."""
-    meta, status = _meta(obj), obj.get("status") or {}
-    annotations = _annotations(obj)
-    refused_invalid = (status.get("phase"), status.get("reason")) == ("Refused", "Invalid")
-    refused_offer = annotations.get(REFUSED_OFFER_ANNOTATION)
-    return (
-        meta.get("uid"),
-        bool(meta.get("deletionTimestamp")),
-        status.get("phase"),
-        annotations.get(DECISION_ANNOTATION),
-        annotations.get(DECISION_REASON_ANNOTATION),
-        tuple(validate_advertisement(obj, _BEGINNING_OF_TIME)),
-        # Refused as Invalid may mean "its timeToLive had passed": a push that renews it is news to admission.
-        (obj.get("spec") or {}).get("timeToLive") if refused_invalid else None,
-        # Refused for a virtual node never Ready: a changed offer, or the annotation lifted, is news (only then:
-        # any other Advertisement's offer moving is not admission's business).
-        (refused_offer, offer_fingerprint(obj.get("spec") or {})) if refused_offer else None,
-    )
+def lifecycle_view(obj: Obj) -> Hashable | None:
+    """The AdvertisementWorkflow's key: the view its observation is built from (models/consumer.py:
+    advertisement_view) and the incarnation (one deleted and created again between two lists is news);
+    None for one no lifecycle follows."""
+    return (_meta(obj).get("uid"), advertisement_view(obj)) if advertisement_provider(obj) else None
 
 
 def incoming_config_key(obj: Obj) -> Hashable:
@@ -156,8 +116,8 @@ class ConsumerWatchers(Watchers):
         super().__init__(ctx.loop)
         self._client: Client = ctx.client
         self._settings = ctx.settings
-        self._admission = ObjectKeys(admission_key)
-        self._lifecycles = ObjectKeys(lambda obj: lifecycle_key(obj) if advertisement_provider(obj) else None)
+        self._admission = ObjectKeys(admission_view)
+        self._lifecycles = ObjectKeys(lifecycle_view)
         self._config = ObjectKeys(incoming_config_key)
         self._virtual_kubelets = ObjectKeys(virtual_kubelet_key)
         self._virtual_nodes = ObjectKeys(virtual_node_key)

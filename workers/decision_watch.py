@@ -2,8 +2,9 @@
 Advertisement on the foreign cluster and start watching it"). workers/provider.py keeps one per live
 PeeringRequest and turns `on_change` into the peering workflow's `foreign_changed` signal.
 
-It calls back only when what the peering decides on moves (`models.peering.decision_key`: existence,
-phase, remote remapped PodCIDR), never on the timestamp and TTL that every push rewrites. Every push it
+It calls back only when what the peering decides on moves (`models.peering.foreign_decision`, what the
+peering's activities read: existence, phase, its reason, remote remapped PodCIDR), never on the timestamp
+and TTL that every push rewrites. Every push it
 sees hands the spare capacity that push was computed from (its annotation) to `on_pushed`: the early-push
 baseline of the leading replica, whichever replica pushed. The foreign
 credentials come from the PeeringRequest's kubeconfig Secret and are looked up again on every list and
@@ -20,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kube.clients import SecretClients
+from kube.keys import KeyMemory
 from kube.streams import Endpoint, StreamLoop, list_then_watch
 from models.api.common import SecretReference
-from models.keys import KeyMemory
 from models.names import ADVERTISEMENTS, GROUP, SPARE_CAPACITY_ANNOTATION, VERSION
-from models.peering import backoff_seconds, decision_key
+from models.peering import ForeignDecision, backoff_seconds, foreign_decision
 from models.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class DecisionWatch:
         # A new watch assumes what the workflow assumes before its first push: nothing there yet. A decision
         # already there (the worker restarted) is then a change, and told once.
         self._advertisement = advertisement
-        self._keys = KeyMemory(decision_key)
+        self._keys = KeyMemory(foreign_decision)
         self._last_spare: str | None = None  # the annotation last handed to on_pushed, as written
 
     def start(self) -> DecisionWatch:
@@ -90,12 +91,12 @@ class DecisionWatch:
     def _sync(self, objects: list[dict[str, Any]]) -> None:
         if objects:
             self._pushed(objects[0])
-        self._see(decision_key(objects[0] if objects else None))
+        self._see(foreign_decision(objects[0]) if objects else None)
 
     def _event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind != "DELETED":
             self._pushed(obj)
-        self._see(None if kind == "DELETED" else decision_key(obj))
+        self._see(None if kind == "DELETED" else foreign_decision(obj))
 
     def _pushed(self, advertisement: dict[str, Any]) -> None:
         annotation = ((advertisement.get("metadata") or {}).get("annotations") or {}).get(SPARE_CAPACITY_ANNOTATION)
@@ -113,6 +114,7 @@ class DecisionWatch:
         """The signal for the last change did not get through: the next list or event tells it again."""
         self._keys.forget(self._advertisement)
 
-    def _see(self, key: tuple[str | None, str | None] | None) -> None:
+    def _see(self, key: ForeignDecision | None) -> None:
+        """`key`: None when the Advertisement is absent (KeyMemory remembers nothing for it)."""
         if self._keys.see(self._advertisement, key):
             self._on_change()

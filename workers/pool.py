@@ -23,8 +23,8 @@ from temporalio.worker import Worker
 from activities.pool import PoolActivities
 from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
+from kube.keys import KeyMemory, by_namespace_and_name
 from kube.lease import LeaderElection
-from models.keys import KeyMemory, by_namespace_and_name
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,

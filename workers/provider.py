@@ -34,10 +34,10 @@ from activities.peering import PeeringActivities
 from kube.capacity import HomeCapacity
 from kube.clients import SecretClients
 from kube.informer import Informer
+from kube.keys import KeyMemory
 from models.api import ClusterConfig, PeeringRequest
 from models.api.clusterconfig import OutgoingConfig
 from models.api.common import SecretReference
-from models.keys import KeyMemory
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,

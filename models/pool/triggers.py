@@ -3,7 +3,7 @@ pool's watchers (workers/pool.py) compare: the scheduler is signalled only when 
 or goes. Status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
 heartbeats and resourceVersion bumps change no key; neither do the scheduler's own writes.
 
-The memory of the keys is models/keys.py (KeyMemory, by namespace and name). A super cluster's nodes live
+The memory of the keys is kube/keys.py (KeyMemory, by namespace and name). A super cluster's nodes live
 in another cluster: the pool's prober records their allocatable and health on the SuperCluster's status,
 which is watched here.
 """

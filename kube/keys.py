@@ -10,7 +10,8 @@ Rules:
 - `forget` is for a signal Temporal did not take: the next event or list of that object (of every
   object, without an identity) tells it again, even if nothing changed and even if it is gone.
 
-Informers call it from their threads, failed signals from the event loop: it locks.
+Informers call it from their threads, failed signals from the event loop: it locks. Stateful, so it lives
+here rather than in models/, which holds pure code; the keys it compares are models' views.
 """
 
 from __future__ import annotations

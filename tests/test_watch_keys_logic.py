@@ -1,0 +1,256 @@
+"""Issue 37, without clusters: a watcher's key cannot drift from its decision's input. The consumer's watchers
+key on the views the decisions are built from (models/consumer.py advertisement_view, models/admission.py
+admission_view); here hypothesis edits an Advertisement (fields a decision reads, fields none reads, the
+clock) and checks that two objects with equal views get equal decisions from the real decision functions
+at the same clock, and that the view moves with every field those decisions read."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.admission import (
+    AdmissionSnapshot,
+    Candidate,
+    KeptRefusals,
+    RefusalOnRecord,
+    _candidate,  # the whole read, which the view leaves fields of out
+    admission_view,
+    candidate,
+    decide,
+    kept_refusals,
+    validate_advertisement,
+)
+from models.admission import next_decision_deadline as admission_deadline
+from models.api import ClusterConfig
+from models.consumer import (
+    AdvertisementObservation,
+    AdvertisementState,
+    advertisement_view,
+    next_step,
+    render_details,
+    wake_after,
+)
+from models.explain import as_mapping
+from models.names import (
+    ADVERTISEMENT_FINALIZER,
+    DECISION_ANNOTATION,
+    DECISION_REASON_ANNOTATION,
+    FORCE_UNPEER_ANNOTATION,
+    REFUSED_OFFER_ANNOTATION,
+    SYSTEM_NAMESPACE,
+    credentials_secret_name,
+)
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+Obj = dict[str, Any]
+Edit = Callable[[Obj], None]
+
+
+def _set(path: str, value: Any) -> Edit:
+    def edit(obj: Obj) -> None:
+        *parents, last = path.split(".")
+        for part in parents:
+            obj = obj.setdefault(part, {})
+        obj[last] = value
+
+    return edit
+
+
+def _annotate(key: str, value: str | None) -> Edit:
+    def edit(obj: Obj) -> None:
+        annotations = obj["metadata"].setdefault("annotations", {})
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+
+    return edit
+
+
+def _condition_message(message: str) -> Edit:
+    return _set("status.conditions", [{"type": "Accepted", "status": "False", "message": message,
+                                       "lastTransitionTime": "2026-11-22T11:00:00Z"}])  # fmt: skip
+
+
+TIMES = ["2026-11-22T11:00:00Z", "2026-11-22T12:30:00Z", "2026-11-22T13:00:00Z"]
+# Edits a decision may read ...
+READ: list[Edit] = [
+    *[_set("status.phase", p) for p in (None, "Pending", "Accepted", "Refused", "Deleting")],
+    *[_set("status.reason", r) for r in (None, "Invalid", "MaxReached", "VirtualNodeNotReady", "DecisionTimedOut")],
+    *[_set("status.remoteRemappedPodCIDR", c) for c in (None, "None", "10.9.0.0/16")],
+    *[_set("status.decisionDeadline", t) for t in (None, *TIMES)],
+    *[_condition_message(m) for m in ("m1", "m2")],
+    _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER]), _set("metadata.finalizers", ["someone-else"]),
+    _set("metadata.deletionTimestamp", "2026-11-22T11:59:00Z"),
+    _set("metadata.uid", "u2"), _set("metadata.creationTimestamp", "2026-11-22T10:00:00Z"),
+    _set("metadata.name", "advertisement-other"), _set("spec.clusterId", "other"),
+    *[_annotate(DECISION_ANNOTATION, v) for v in (None, "accept", "refuse")],
+    _annotate(DECISION_REASON_ANNOTATION, "because"), _annotate(FORCE_UNPEER_ANNOTATION, "x"),
+    *[_annotate(REFUSED_OFFER_ANNOTATION, v) for v in (None, "0000000000000000")],
+    *[_set("spec.resourceQuota.hard", h) for h in ({"cpu": "2"}, {"cpu": "3", "memory": "4Gi"}, {}, {"cpu": "x"})],
+    *[_set("spec.prices", p) for p in ({"cpu": "1"}, {"cpu": "9"}, None)],
+    _set("spec.kubeConfigRef", {"namespace": "elsewhere", "name": credentials_secret_name("prov")}),
+    _set("spec.network.podCIDR", "127.0.0.0/8"),
+]
+# ... edits none reads ...
+UNREAD: list[Edit] = [
+    _set("metadata.resourceVersion", "11"), _set("metadata.labels", {"a": "b"}), _annotate("example.com/x", "y"),
+    _set("spec.timestamp", "2026-11-22T12:01:00Z"), _set("status.vkReference", {"name": "vk"}),
+]
+# ... and the clock: every push renews the time to live.
+CLOCK: list[Edit] = [_set("spec.timeToLive", t) for t in TIMES]
+
+
+def advertisement() -> Obj:
+    return {
+        "metadata": {"name": "advertisement-prov", "uid": "u1", "resourceVersion": "10",
+                     "creationTimestamp": "2026-11-22T09:00:00Z"},
+        "spec": {"clusterId": "prov", "resourceQuota": {"hard": {"cpu": "2", "memory": "4Gi"}},
+                 "kubeConfigRef": {"namespace": SYSTEM_NAMESPACE, "name": credentials_secret_name("prov")},
+                 "network": {"podCIDR": "10.1.0.0/16"}, "timestamp": "2026-11-22T12:00:00Z",
+                 "timeToLive": "2026-11-22T12:30:00Z"},
+        "status": {},
+    }  # fmt: skip
+
+
+edits = st.lists(st.sampled_from(READ + UNREAD + CLOCK), max_size=6)
+
+
+def edited(base: Obj, changes: list[Edit]) -> Obj:
+    obj = copy.deepcopy(base)
+    for change in changes:
+        change(obj)
+    return obj
+
+
+def same_clock(obj: Obj, clock_from: Obj) -> Obj:
+    """`obj` at the clock of `clock_from`: the same time to live, as a decision reads it at the same time."""
+    return edited(obj, [_set("spec.timeToLive", clock_from["spec"].get("timeToLive"))])
+
+
+# The AdvertisementWorkflow --------------------------------------------------------------------------------
+def observation_read_directly(obj: Obj) -> AdvertisementObservation:
+    """Everything the AdvertisementWorkflow could read of its Advertisement, read straight from the object
+    (not through the view), with the virtual kubelet, node and ClusterConfig held fixed."""
+    meta, spec, status = as_mapping(obj.get("metadata")), as_mapping(obj.get("spec")), as_mapping(obj.get("status"))
+    ttl = spec.get("timeToLive")
+    return AdvertisementObservation(
+        exists=True, deleting=bool(meta.get("deletionTimestamp")), phase=status.get("phase"), reason=status.get("reason"),
+        has_finalizer=ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
+        remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
+        time_to_live=datetime.fromisoformat(ttl.replace("Z", "+00:00")) if ttl else None,
+        resources={k: str(v) for k, v in as_mapping(as_mapping(spec.get("resourceQuota")).get("hard")).items()},
+        forced=FORCE_UNPEER_ANNOTATION in as_mapping(meta.get("annotations")), virtual_kubelet_exists=True,
+        virtual_node_exists=True, virtual_node_ready_timeout_seconds=60,
+    )  # fmt: skip
+
+
+def observation_through_view(obj: Obj) -> AdvertisementObservation:
+    """As activities/consumer.py observe_advertisement builds it: the view, and the clock beside it."""
+    direct = observation_read_directly(obj)
+    return AdvertisementObservation(exists=True, **advertisement_view(obj).observed(), time_to_live=direct.time_to_live,
+                                    virtual_kubelet_exists=True, virtual_node_exists=True,
+                                    virtual_node_ready_timeout_seconds=60)  # fmt: skip
+
+
+STATES = [AdvertisementState(), AdvertisementState(teardown="Deleted"), AdvertisementState(teardown="NotReady"),
+          AdvertisementState(ready_wait_started=NOW - timedelta(minutes=5), accepted_at=NOW - timedelta(minutes=6)),
+          AdvertisementState(clean_wait_started=NOW, teardown="Expired")]  # fmt: skip
+
+
+def lifecycle_decisions(obs: AdvertisementObservation) -> list[Any]:
+    """What the workflow derives from one observation in each state: the step, the wake, the details, and
+    (phase, reason), which its accept and refuse updates judge."""
+    decided = []
+    for state in STATES:
+        step = next_step(obs, state, NOW)
+        decided += [step, wake_after(obs, state, step.step, NOW), render_details("prov", obs, state, step.step)]
+    return [*decided, (obs.phase, obs.reason)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(before=edits, after=edits)
+def test_equal_advertisement_views_give_equal_lifecycle_decisions(before: list[Edit], after: list[Edit]) -> None:
+    a = edited(advertisement(), before)
+    b = same_clock(edited(a, after), a)
+    assert observation_through_view(a) == observation_read_directly(a)
+    if advertisement_view(a) == advertisement_view(b):
+        assert lifecycle_decisions(observation_read_directly(a)) == lifecycle_decisions(observation_read_directly(b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=edits, unread=st.lists(st.sampled_from(UNREAD + CLOCK), min_size=1, max_size=4))
+def test_what_no_lifecycle_decision_reads_and_the_clock_leave_the_advertisement_view(
+    before: list[Edit], unread: list[Edit]
+) -> None:
+    a = edited(advertisement(), before)
+    assert advertisement_view(edited(a, unread)) == advertisement_view(a)
+
+
+# Admission ------------------------------------------------------------------------------------------------
+CONFIGS = [
+    ClusterConfig.model_validate({"spec": {"incoming": incoming}})
+    for incoming in (
+        {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 1, "maxPrices": {"cpu": "5"}},
+        {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 0},
+        {"acceptPolicy": "Manual", "maxAcceptableAdvertisements": 1, "manualDecisionTimeoutSeconds": 3600},
+        {"acceptPolicy": "AutoAcceptMax", "maxAcceptableAdvertisements": 1, "deniedClusters": ["prov"]},
+    )
+]  # fmt: skip
+KEPT = [{}, {"prov": KeptRefusals(by_hand=RefusalOnRecord(uid="u0", detail="no"), changed=NOW)},
+        {"prov": KeptRefusals(not_ready=RefusalOnRecord(uid="u0", detail="0000000000000000"), changed=NOW)}]  # fmt: skip
+
+
+def candidate_read_directly(obj: Obj) -> Candidate:
+    """Every field admission could read of the Advertisement, straight from the object (not through the
+    view), validated at NOW."""
+    return replace(_candidate(obj), problems=tuple(validate_advertisement(obj, NOW)))
+
+
+def admission_decisions(obj: Obj) -> list[Any]:
+    """What admission passes decide with this Advertisement alone, read directly, under each ClusterConfig
+    and record kept: the decisions to write, the refusals to keep, the next deadline (the records for
+    `tidepool simulate` are not decisions)."""
+    decided: list[Any] = []
+    for config in CONFIGS:
+        for kept in KEPT:
+            snapshot = replace(AdmissionSnapshot.from_kubernetes(config=config, advertisements=[], kept=kept, now=NOW),
+                               candidates=(candidate_read_directly(obj),))  # fmt: skip
+            decisions = decide(snapshot)
+            decided += [decisions, kept_refusals(snapshot), admission_deadline(snapshot, decisions)]
+    return decided
+
+
+@settings(max_examples=400, deadline=None)
+@given(before=edits, after=edits)
+def test_equal_admission_views_give_equal_admission_decisions(before: list[Edit], after: list[Edit]) -> None:
+    a = edited(advertisement(), before)
+    b = same_clock(edited(a, after), a)
+    assert candidate(a, NOW) == candidate_read_directly(a)
+    if admission_view(a) == admission_view(b):
+        assert admission_decisions(a) == admission_decisions(b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=edits, unread=st.lists(st.sampled_from(UNREAD + CLOCK), min_size=1, max_size=4))
+def test_what_admission_does_not_read_and_the_clock_leave_its_view_unless_refused_as_invalid(
+    before: list[Edit], unread: list[Edit]
+) -> None:
+    a = edited(advertisement(), before)
+    view = admission_view(a)
+    if view.renewal is None:
+        assert admission_view(edited(a, unread)) == view
+
+
+def test_a_renewal_is_news_to_admission_only_for_one_refused_as_invalid() -> None:
+    expired = edited(advertisement(), [_set("spec.timeToLive", TIMES[0]), _set("status.phase", "Refused"),
+                                        _set("status.reason", "Invalid")])  # fmt: skip
+    assert admission_view(edited(expired, [_set("spec.timeToLive", TIMES[2])])) != admission_view(expired)
+    assert admission_decisions(edited(expired, [_set("spec.timeToLive", TIMES[2])])) != admission_decisions(expired)

@@ -32,9 +32,12 @@ demo: $(STAMP) binaries system-packages
 demo-down: $(STAMP)
 	$(PY) -m deploy.localenv.demo down
 
-# Every test, the integration ones against real Temporal and Kubernetes included.
+# Every test, the integration ones against real Temporal and Kubernetes included. Test files run on
+# TEST_WORKERS processes at once (pytest-xdist), each with a local environment of its own: most of a test's
+# time is spent waiting on timers and the other side, not on the CPU. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 test: $(STAMP) binaries system-packages images
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Only the tests that need no local environment.
 test-fast: $(STAMP)

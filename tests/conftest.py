@@ -45,6 +45,12 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(key, value)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Environment tests first, each file in its order: `make test` runs files on parallel workers
+    (pytest-xdist, --dist loadfile), so the long files start at once and the quick ones fill the gaps."""
+    items.sort(key=lambda item: item.get_closest_marker("env") is None)
+
+
 @pytest.fixture(scope="session")
 def podman_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanService]:
     """Podman's Docker API on a private socket, for testcontainers; at the end, whatever container this

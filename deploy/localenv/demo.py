@@ -45,10 +45,12 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     VIRTUAL_NODE_TYPE,
     advertisement_name,
+    virtual_kubelet_name,
     virtual_node_name,
 )
 from models.network import NO_REMAPPING
 from workers.cli import POOL_WORKER, named_clusters, status
+from workers.metrics import METRICS_LINE
 from workers.peer import request_peering
 
 CLUSTERS = ["a", "b", "c", "tenant"]
@@ -228,6 +230,12 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     if persistent:
         print("Metrics: " + ", ".join(f"http://127.0.0.1:{9464 + i}/metrics ({name})"
                                       for i, name in enumerate([*PEER_CLUSTERS, "pool"])))  # fmt: skip
+    # The virtual kubelets' ports are free ones their stand-in picked (deploy/localenv/deployments.py): each
+    # said where at start, in its log; a restarted one says anew.
+    print("Metrics of the virtual kubelets: " + ", ".join(
+        f"{_metrics_url(state, virtual_kubelet_name(f'cluster-{provider}'))} (on b, for {provider})"
+        for provider in ("a", "c")))  # fmt: skip
+    if persistent:
         print("Everything keeps running. `make demo-down` stops it.")
     return state
 
@@ -288,6 +296,13 @@ def _endpoints_table(api: k8s.ApiClient, endpoints: dict[str, str]) -> str:
             f"offloaded to {provider} (PodCIDR {POD_CIDRS[provider]}, {shown})")
     return "\n".join(f"    {address:<15} {where.get(node, node)}"
                      for address, node in sorted(endpoints.items(), key=lambda item: ipaddress.ip_address(item[0])))
+
+
+def _metrics_url(state: EnvState, process: str) -> str:
+    """Where `process` serves its metrics, as its log's start line says (workers/metrics.py)."""
+    log = Path(state.state_dir) / "logs" / f"{process}.log"
+    found = _wait(f"{process}'s metrics address in {log}", lambda: METRICS_LINE.findall(log.read_text()), timeout=30)
+    return str(found[-1][1]).replace("0.0.0.0", "127.0.0.1")  # noqa: S104 - the address it bound, read back
 
 
 def _phase(pod: k8s.V1Pod) -> str | None:

@@ -204,6 +204,11 @@ async def test_every_documented_command_runs_as_written_on_the_demo_s_environmen
         await eventually(lambda: (core.read_namespaced_pod("api", "team-red").metadata.annotations or {}).get(
             POD_CLUSTER_ANNOTATION), timeout=60, what="team-red/api's super cluster")  # fmt: skip
         await run(3)
+        # A cluster id the state does not know: the default namespace is read, and the error names the flag.
+        code, _, err = await _run(["tidepool", "explain", "peering", CONSUMER, "--cluster-id", "cluster-x"],
+                                  cwd=tmp_path, env=env)  # fmt: skip
+        if code != 1 or "the namespace came from the default; give the cluster's own with --namespace NS" not in err:
+            failed.append(f"an unknown --cluster-id: exit {code}, {err.strip()[-400:]}")
     await _forget_runs(localenv, [PROVIDER, CONSUMER, tenant_namespace])
     assert not failed, "documented commands that do not work as written:\n" + "\n".join(failed)
 

@@ -20,7 +20,8 @@
                                                     the recorded pool passes under another policy
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
-(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
+(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do;
+its `cluster_ids` map names each cluster by the cluster id its worker runs as).
 
 `peer` runs with an administrator's kubeconfig of each cluster: on the consumer it mints an identity for
 this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
@@ -346,7 +347,7 @@ def _temporal_settings(args: argparse.Namespace) -> tuple[TemporalSettings, str]
     source = "TIDEPOOL_TEMPORAL_NAMESPACE" if "namespace" in temporal.model_fields_set else "the default"
     if source == "the default" and worker in (state.get("worker_namespaces") or {}):
         found["namespace"] = state["worker_namespaces"][worker]
-        source = f"the local environment's, for {'the pool' if pool else worker} ({args.state_file})"
+        source = f"the local environment's state ({args.state_file}), for {'the pool' if pool else worker}"
     if args.namespace:
         source = "--namespace"
     flags = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
@@ -497,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
         except NoHistory as e:
             _, source = _temporal_settings(args)
-            print(f"tidepool {args.command}: {e}\n  the namespace is {source}'s: give the cluster's own with "
+            print(f"tidepool {args.command}: {e}\n  the namespace came from {source}; give the cluster's own with "
                   "--namespace NS (and --temporal-address HOST:PORT)", file=sys.stderr)  # fmt: skip
             code = 1
         except (LookupError, RPCError, RuntimeError, OSError) as e:  # Temporal unreachable or refusing; no such pod

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from models.admission import KeptRefusals
 from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation, as_mapping
 from models.names import ADVERTISEMENT_FINALIZER, FORCE_UNPEER_ANNOTATION
+from models.network import NO_REMAPPING
 
 Step = Literal[
     "AwaitDecision",        # Pending or Refused: nothing to build
@@ -292,15 +293,17 @@ def wake_after(obs: AdvertisementObservation, state: AdvertisementState, step: S
     return max(timedelta(seconds=1), min(deadlines) - now)
 
 
-def render_details(provider_id: str, obs: AdvertisementObservation, state: AdvertisementState, step: Step) -> str:
+def render_details(provider_id: str, obs: AdvertisementObservation, state: AdvertisementState, step: Step, *,
+                   read_at: datetime) -> str:  # fmt: skip
+    """The Web UI's current details of `obs`, which the workflow read at `read_at`."""
     lines = [
         f"**Advertisement from `{provider_id}`** — phase **{obs.phase or 'none'}**"
         + (f" ({obs.reason})" if obs.reason else ""),
         "",
         f"- step: **{step}**" + (f" — teardown because {state.teardown}" if state.teardown else ""),
         f"- waiting for: {_waiting_for(step, state)}",
-        f"- remote remapped PodCIDR: {obs.remote_remapped_pod_cidr or '—'}",
-        f"- expires: {obs.time_to_live:%Y-%m-%d %H:%M:%S} UTC" if obs.time_to_live else "- expires: —",
+        f"- provider's PodCIDR here: {pod_cidr_text(obs.remote_remapped_pod_cidr)}",
+        _expiry_text(obs.time_to_live, read_at),
         f"- virtual kubelet: {'running' if obs.virtual_kubelet_exists else 'absent'}"
         f" (created {state.virtual_kubelet_created}×), virtual node: {'present' if obs.virtual_node_exists else 'absent'}",
     ]
@@ -340,6 +343,25 @@ _NO_PROGRESS: dict[str, str] = {
     "ReleaseAdvertisement": "the Advertisement to be released",
     "RefuseNotReady": "the Advertisement to show its refusal",
 }
+
+
+def pod_cidr_text(remapped: str | None) -> str:
+    """status.remoteRemappedPodCIDR as a person reads it: its "None" means the network module decided that no
+    remapping is needed, which an empty field (not decided yet) must not be mistaken for."""
+    if not remapped:
+        return "not decided yet (waiting for the network module to set status.remoteRemappedPodCIDR)"
+    if remapped == NO_REMAPPING:
+        return "no remapping needed (it overlaps nothing here): pods' addresses are shown as they are"
+    return f"remapped into {remapped}"
+
+
+def _expiry_text(time_to_live: datetime | None, read_at: datetime) -> str:
+    """Every push renews timeToLive without waking the workflow (it reads it again when its expiry timer fires),
+    so the time it shows is the one it last read, and says so."""
+    if time_to_live is None:
+        return "- expires: —"
+    return (f"- expires: {time_to_live:%Y-%m-%d %H:%M:%S} UTC as read at {read_at:%H:%M:%S} UTC (pushes renew it "
+            "without waking this workflow; the Advertisement's spec.timeToLive is current)")  # fmt: skip
 
 
 def _waiting_for(step: Step, state: AdvertisementState) -> str:

@@ -105,7 +105,9 @@ class WorkerTasks:
 
 @asynccontextmanager
 async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
-                       grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS) -> AsyncIterator[Pool]:  # fmt: skip
+                       grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS, namespace: str = "default",
+                       workflow_id: str | None = None) -> AsyncIterator[Pool]:  # fmt: skip
+    """The scheduler runs in Temporal namespace `namespace` as `workflow_id` (default: pool-scheduler-<unique>)."""
     tenant = make_cluster("tenant")
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
@@ -113,8 +115,8 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
     workers = WorkerTasks()
 
     def start_worker() -> None:
-        workers.start(lambda stop: run(worker_settings(localenv, tenant, f"pool-{unique}"), stop=stop,
-                                       task_queue=f"pool-{unique}", workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
+        workers.start(lambda stop: run(worker_settings(localenv, tenant, f"pool-{unique}", namespace=namespace), stop=stop,
+                                       task_queue=f"pool-{unique}", workflow_id=workflow_id or f"pool-scheduler-{unique}"))  # fmt: skip
 
     pool = Pool(tenant, supers, start_worker, workers.kill, grace_seconds, probe_seconds, localenv)
     pool.configure()

@@ -21,12 +21,13 @@ from workers.cluster import run
 
 
 def worker_settings(
-    localenv: EnvState, cluster: LocalCluster, cluster_id: str, *, temporal_address: str | None = None
-) -> WorkerSettings:
+    localenv: EnvState, cluster: LocalCluster, cluster_id: str, *, temporal_address: str | None = None,
+    namespace: str = "default",
+) -> WorkerSettings:  # fmt: skip
     """A worker of `cluster` on the environment's Temporal, or on the server at `temporal_address`."""
     return WorkerSettings(
         cluster=ClusterSettings(cluster_id=cluster_id, kubeconfig=str(cluster.kubeconfig)),
-        temporal=TemporalSettings(address=temporal_address or localenv.temporal_address, namespace="default"),
+        temporal=TemporalSettings(address=temporal_address or localenv.temporal_address, namespace=namespace),
         metrics=MetricsSettings(port=0),
     )
 

@@ -74,7 +74,7 @@ def test_a_forced_teardown_waits_on_nothing_in_the_provider() -> None:
     assert next_step(observed(**deleting, forced=True, virtual_node_exists=True), waiting, NOW).step == "DeleteVirtualNode"
     assert next_step(observed(**deleting, forced=True, virtual_kubelet_exists=False), waiting, NOW).step == "ReleaseAdvertisement"
     details = render_details("prov", observed(**deleting), forced.model_copy(update={"provider_cleanup_until": NOW}),
-                             "DeleteVirtualKubelet")  # fmt: skip
+                             "DeleteVirtualKubelet", read_at=NOW)  # fmt: skip
     assert "forced unpeer" in details and "not cleaned yet" in details, details
 
 
@@ -125,3 +125,19 @@ def test_a_node_that_was_ready_once_and_no_timeout_arm_no_ready_deadline() -> No
 def test_a_never_registered_node_leaves_nothing_to_wait_for() -> None:
     state = AdvertisementState(teardown="NotReady", not_ready_refused=True)
     assert next_step(observed(phase="Refused"), state, NOW).step == "DeleteVirtualKubelet"
+
+
+@pytest.mark.parametrize(("remapped", "shown"), [
+    pytest.param(None, "not decided yet (waiting for the network module", id="not set yet: waiting for the network"),
+    pytest.param("", "not decided yet (waiting for the network module", id="empty: waiting for the network"),
+    pytest.param("None", "no remapping needed", id="the network module's None: no remapping needed"),
+    pytest.param("100.64.0.0/16", "remapped into 100.64.0.0/16", id="a block: remapped into it"),
+])  # fmt: skip
+def test_the_details_tell_no_remapping_needed_from_waiting_for_the_network(remapped: str | None, shown: str) -> None:
+    details = render_details("prov", observed(remote_remapped_pod_cidr=remapped), AdvertisementState(), "Steady", read_at=NOW)
+    assert f"provider's PodCIDR here: {shown}" in details, details
+
+
+def test_the_details_say_when_the_expiry_they_show_was_read() -> None:
+    details = render_details("prov", observed(), AdvertisementState(), "Steady", read_at=NOW)
+    assert f"expires: {LATER:%Y-%m-%d %H:%M:%S} UTC as read at {NOW:%H:%M:%S} UTC (pushes renew it" in details, details

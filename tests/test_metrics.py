@@ -38,11 +38,15 @@ from models.quantities import parse_quantity
 from models.settings import MetricsSettings
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, running_worker, worker_settings
-from tests.scraping import scrape, scraped, value
+from tests.scraping import naming_problems, scrape, scraped, value
 from workers.peer import request_peering
 from workers.pool import run as run_pool
 
 pytestmark = [pytest.mark.env]
+
+# Counters as Prometheus names them: the exporter appends _total to the instrument's name.
+PUSHES_TOTAL, DECISIONS_TOTAL = f"{PUSHES}_total", f"{ACCEPTANCE_DECISIONS}_total"
+PLACEMENTS_TOTAL, PLACEMENT_FAILURES_TOTAL = f"{PLACEMENTS}_total", f"{PLACEMENT_FAILURES}_total"
 
 @pytest.mark.provider
 @pytest.mark.consumer
@@ -76,26 +80,29 @@ async def test_the_workers_serve_the_peering_and_the_decision_next_to_the_sdk_me
             lambda: scraped(provider_port, ADVERTISED_CPU, foreign_cluster=consumer_id), what="the advertised cpu"
         )
         consumer_samples = await eventually(
-            lambda: scraped(consumer_port, ACCEPTANCE_DECISIONS, provider=provider_id, phase="Accepted"),
+            lambda: scraped(consumer_port, DECISIONS_TOTAL, provider=provider_id, phase="Accepted"),
             what="the acceptance decision",
         )
+        naming = {"provider": naming_problems(provider_port, service="worker"),
+                  "consumer": naming_problems(consumer_port, service="worker")}  # fmt: skip
 
     assert Decimal(str(value(provider_samples, ADVERTISED_CPU, foreign_cluster=consumer_id))) == parse_quantity(hard["cpu"])
     assert Decimal(str(value(provider_samples, ADVERTISED_MEMORY, foreign_cluster=consumer_id))) == parse_quantity(
         hard["memory"]
     )
     assert parse_quantity(hard["cpu"]) == Decimal(3)  # 6 CPU × 50%: the series carries the real share
-    pushes = value(provider_samples, PUSHES, foreign_cluster=consumer_id, outcome="ok")
+    pushes = value(provider_samples, PUSHES_TOTAL, foreign_cluster=consumer_id, outcome="ok")
     assert pushes is not None and pushes >= 1
     assert value(provider_samples, f"{PUSH_LATENCY}_count", foreign_cluster=consumer_id, outcome="ok") == pushes
-    assert value(provider_samples, PUSHES, foreign_cluster=consumer_id, outcome="failed") is None
+    assert value(provider_samples, PUSHES_TOTAL, foreign_cluster=consumer_id, outcome="failed") is None
     # The decision is counted once, when it is written, with its closed reason.
-    assert value(consumer_samples, ACCEPTANCE_DECISIONS, provider=provider_id, phase="Accepted",
+    assert value(consumer_samples, DECISIONS_TOTAL, provider=provider_id, phase="Accepted",
                  reason="WithinMaximum") == 1  # fmt: skip
     # The SDK's own metrics share the endpoint: the activities just run were counted there.
     assert value(provider_samples, "temporal_activity_execution_latency_count",
                  activity_type="push_advertisement", task_queue=provider_settings.task_queue)  # fmt: skip
     assert any(name.startswith("temporal_") for name, _, _ in consumer_samples)
+    assert naming == {"provider": [], "consumer": []}
 
 
 @pytest.mark.pool
@@ -123,17 +130,19 @@ async def test_the_pool_worker_serves_placements_and_placement_failures(
     task = asyncio.create_task(run_pool(settings, stop=stop, task_queue=f"pool-{unique}",
                                         workflow_id=f"pool-scheduler-{unique}"))  # fmt: skip
     try:
-        first = await eventually(lambda: scraped(port, PLACEMENT_FAILURES, reason="InsufficientCapacity")
-                                 and scraped(port, PLACEMENTS, super_cluster="s1"), timeout=60,
+        first = await eventually(lambda: scraped(port, PLACEMENT_FAILURES_TOTAL, reason="InsufficientCapacity")
+                                 and scraped(port, PLACEMENTS_TOTAL, super_cluster="s1"), timeout=60,
                                  what="the pool's placement series")  # fmt: skip
         # One more namespace: a pass that places it finds "huge" still unplaced, for the same reason.
         tenant_namespace("small", 1)
-        then = await eventually(lambda: (s := scrape(port)) and value(s, PLACEMENTS, super_cluster="s1") == 4 and s,
+        then = await eventually(lambda: (s := scrape(port)) and value(s, PLACEMENTS_TOTAL, super_cluster="s1") == 4 and s,
                                 timeout=60, what="the third namespace placed")  # fmt: skip
+        naming = naming_problems(port, service="pool")
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=30)
-    assert value(first, PLACEMENTS, super_cluster="s1") == 3
+    assert value(first, PLACEMENTS_TOTAL, super_cluster="s1") == 3
     # A namespace that stays unplaced for the same reason is counted once, however many passes see it.
-    assert value(first, PLACEMENT_FAILURES, reason="InsufficientCapacity") == 1
-    assert value(then, PLACEMENT_FAILURES, reason="InsufficientCapacity") == 1
+    assert value(first, PLACEMENT_FAILURES_TOTAL, reason="InsufficientCapacity") == 1
+    assert value(then, PLACEMENT_FAILURES_TOTAL, reason="InsufficientCapacity") == 1
+    assert naming == []

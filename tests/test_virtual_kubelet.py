@@ -28,7 +28,7 @@ from models.names import (
 from tests.kube import apply_cluster_config
 from tests.offload import Peering, offloaded_namespace, offloading_entry_of, peered, ready_node
 from tests.running import eventually
-from tests.scraping import scrape, value
+from tests.scraping import naming_problems, scrape, value
 
 pytestmark = [pytest.mark.env, pytest.mark.vk]
 
@@ -91,6 +91,7 @@ async def test_a_pod_on_the_virtual_node_runs_in_the_provider_and_teardown_leave
                             what="the virtual kubelet's metrics port")  # fmt: skip
     await eventually(lambda: value(scrape(port), REFLECTED_PODS, provider=peering.provider_id) == 2, timeout=30,
                      what="tidepool_reflected_pods = 2")  # fmt: skip
+    assert naming_problems(port, service="virtual-kubelet") == []
 
     # Capacity follows the Advertisement without a restart.
     apply_cluster_config(peering.provider.api_client(), outgoing={"sharingPercentage": 25})

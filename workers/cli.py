@@ -20,7 +20,8 @@
                                                     the recorded pool passes under another policy
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
-(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do).
+(`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do;
+its `cluster_ids` map names each cluster by the cluster id its worker runs as).
 
 `peer` runs with an administrator's kubeconfig of each cluster: on the consumer it mints an identity for
 this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
@@ -30,7 +31,8 @@ expired while the provider was down.
 `offload` and `unoffload` run with a kubeconfig of the consumer (--kubeconfig, else $KUBECONFIG, else
 ~/.kube/config) that may write NamespaceOffloadings in NS.
 
-`explain` reads only the cluster's Temporal namespace (TIDEPOOL_TEMPORAL_* as the worker, or the flags):
+`explain` reads only the cluster's Temporal namespace: the flags, else TIDEPOOL_TEMPORAL_* as the worker, else
+the local environment's (its state file has each worker's namespace by cluster id, and the pool's):
 `peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
 `namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler);
 `pod --kubeconfig` a consumer's pod on a virtual node, whose node and Events it reads from that cluster."""
@@ -75,12 +77,13 @@ from models.names import (
 from models.offloading import parse_selector
 from models.pool.namespaces import POLICIES
 from models.remote_namespaces import owned_by
-from models.settings import WorkerSettings
+from models.settings import TemporalSettings, WorkerSettings
 from models.sharing import offloaded_by
 from models.simulate import AdmissionSimulation, PoolSimulation, Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
 from workers.cluster import connect
 from workers.explain import (
+    NoHistory,
     explain_advertisement,
     explain_consumer_pod,
     explain_namespace,
@@ -100,8 +103,21 @@ from workers.offload_command import (
 from workers.peer import cancel_peering, leave_provider, request_peering
 
 # Where `make demo` (deploy/localenv) records the running clusters: the CLI reads the file, it does not
-# import the tooling that writes it (deploy depends on workers, never the other way).
+# import the tooling that writes it (deploy depends on workers, never the other way). The variable names
+# another environment's (`python -m deploy.localenv --state-dir DIR up`, the tests').
 LOCAL_ENV_STATE = Path(__file__).resolve().parents[1] / ".tidepool" / "localenv" / "state.json"
+LOCAL_ENV_STATE_VARIABLE = "TIDEPOOL_LOCALENV_STATE"
+# The key of the pool's scheduler in the state's `worker_namespaces` (the demo runs it as cluster id `pool`).
+POOL_WORKER = "pool"
+
+
+def _local_env_state_file() -> Path:
+    return Path(os.environ.get(LOCAL_ENV_STATE_VARIABLE) or LOCAL_ENV_STATE)
+
+
+def _local_env_state(path: Path) -> dict[str, Any]:
+    """The state file as written by deploy/localenv/env.py EnvState; empty when no environment runs."""
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def _table(title: str, header: list[str], rows: Sequence[Sequence[object]]) -> str:
@@ -186,12 +202,19 @@ def status(clusters: dict[str, Path]) -> str:
 
 
 def _clusters(args: argparse.Namespace) -> dict[str, Path]:
+    """The clusters by the names the tables give them."""
     if args.cluster:
         return {name: Path(path) for name, path in (item.split("=", 1) for item in args.cluster)}
-    if not args.state_file.exists():
+    state = _local_env_state(args.state_file)
+    if not state:
         raise SystemExit(f"no --cluster given and no local environment running ({args.state_file} absent: make demo)")
-    kubeconfigs: dict[str, str] = json.loads(args.state_file.read_text())["kubeconfigs"]
-    return {name: Path(path) for name, path in kubeconfigs.items()}
+    return named_clusters(state["kubeconfigs"], state.get("cluster_ids") or {})
+
+
+def named_clusters(kubeconfigs: dict[str, str], cluster_ids: dict[str, str]) -> dict[str, Path]:
+    """The local environment's clusters by the cluster id its worker runs as, if it runs one: the name the
+    other side's objects (PeeringRequests, Advertisements, offloaded namespaces) call it by."""
+    return {cluster_ids.get(name, name): Path(path) for name, path in kubeconfigs.items()}
 
 
 def _timestamp(text: str) -> datetime:
@@ -310,10 +333,29 @@ def _kubeconfig(path: str) -> k8s.ApiClient:
         raise LookupError(f"--kubeconfig {path}: {e}") from None
 
 
-async def _client(args: argparse.Namespace) -> Client:
+def _temporal_settings(args: argparse.Namespace) -> tuple[TemporalSettings, str]:
+    """Where the histories are, and where the namespace was taken from: the flags, else the worker's variables
+    (TIDEPOOL_TEMPORAL_*), else the local environment's state (the namespace of the worker that runs as
+    --cluster-id, or of the pool's scheduler), else the settings' defaults."""
     temporal = WorkerSettings.from_env().temporal
-    overrides = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
-    return await connect(temporal.model_copy(update=overrides))
+    state = _local_env_state(args.state_file)
+    pool = args.kind in ("namespace", "pool") or (args.kind == "pod" and not getattr(args, "kubeconfig", None))
+    worker = POOL_WORKER if pool else args.cluster_id
+    found: dict[str, str] = {}
+    if "address" not in temporal.model_fields_set and state.get("temporal_address"):
+        found["address"] = state["temporal_address"]
+    source = "TIDEPOOL_TEMPORAL_NAMESPACE" if "namespace" in temporal.model_fields_set else "the default"
+    if source == "the default" and worker in (state.get("worker_namespaces") or {}):
+        found["namespace"] = state["worker_namespaces"][worker]
+        source = f"the local environment's state ({args.state_file}), for {'the pool' if pool else worker}"
+    if args.namespace:
+        source = "--namespace"
+    flags = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
+    return temporal.model_copy(update=found | flags), source
+
+
+async def _client(args: argparse.Namespace) -> Client:
+    return await connect(_temporal_settings(args)[0])
 
 
 async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
@@ -363,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("status", help="one table across clusters")
     show.add_argument("--cluster", action="append", metavar="NAME=KUBECONFIG")
-    show.add_argument("--state-file", type=Path, default=LOCAL_ENV_STATE,
-                      help="the local environment's state (its kubeconfigs map); used without --cluster")
+    show.add_argument("--state-file", type=Path, default=_local_env_state_file(),
+                      help=f"the local environment's state (its kubeconfigs map); used without --cluster "
+                           f"(default: ${LOCAL_ENV_STATE_VARIABLE}, else .tidepool/localenv/state.json)")  # fmt: skip
     peer = sub.add_parser("peer", help="ask a provider for resources (writes a PeeringRequest on it)")
     peer.add_argument("--provider", required=True, help="kubeconfig of the provider cluster")
     peer.add_argument("--provider-id", required=True, help="the provider's cluster id (its identity's names)")
@@ -430,8 +473,12 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--cluster-id", default=os.environ.get("TIDEPOOL_CLUSTER_CLUSTER_ID"),
                              help="this cluster's id (default: TIDEPOOL_CLUSTER_CLUSTER_ID)")
     for command in (explain, simulate_peering, simulate_admission, simulate_pool):
-        command.add_argument("--temporal-address", help="host:port (default: TIDEPOOL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
-        command.add_argument("--namespace", help="Temporal namespace (default: TIDEPOOL_TEMPORAL_NAMESPACE or default)")
+        command.add_argument("--temporal-address", help="host:port (default: TIDEPOOL_TEMPORAL_ADDRESS, else the local "
+                             "environment's, else 127.0.0.1:7233)")  # fmt: skip
+        command.add_argument("--namespace", help="Temporal namespace (default: TIDEPOOL_TEMPORAL_NAMESPACE, else the local "
+                             "environment's for the cluster or the pool, else default)")  # fmt: skip
+        command.add_argument("--state-file", type=Path, default=_local_env_state_file(),
+                             help="the local environment's state, where the namespaces are found")
         command.add_argument("-o", "--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
     if args.command == "unpeer":
@@ -449,7 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             answer = asyncio.run(_answer(args))
             print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
-        except (LookupError, RPCError, RuntimeError, OSError) as e:  # no such workflow; Temporal unreachable or refusing
+        except NoHistory as e:
+            _, source = _temporal_settings(args)
+            print(f"tidepool {args.command}: {e}\n  the namespace came from {source}; give the cluster's own with "
+                  "--namespace NS (and --temporal-address HOST:PORT)", file=sys.stderr)  # fmt: skip
+            code = 1
+        except (LookupError, RPCError, RuntimeError, OSError) as e:  # Temporal unreachable or refusing; no such pod
             print(f"tidepool {args.command}: {e}", file=sys.stderr)
             code = 1
         # The Temporal client's Rust threads can outlive the event loop and abort interpreter finalization

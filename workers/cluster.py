@@ -83,7 +83,7 @@ def leading(roles: list[Role]) -> tuple[Callable[[], None], Callable[[], None]]:
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
-    client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port))
+    client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port, service="worker"))
     ctx = RoleContext(
         client=client, home=client_from_own_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
         loop=asyncio.get_running_loop(),

@@ -169,13 +169,17 @@ async def _finish(client: Client, story: Story, at: datetime | None, *, truncate
     return story.model_copy(update={"at": at, "retention_days": days, "truncated": truncated})
 
 
+class NoHistory(LookupError):
+    """No run of the workflows asked for in the client's namespace: a mistyped id, or another namespace."""
+
+
 class _History(NamedTuple):
     facts: list[Fact]
     truncated: bool  # some workflow had more than MAX_RUNS runs before `until`: the oldest were not read
 
 
 async def _facts(client: Client, workflow_ids: Sequence[str], *, until: datetime | None) -> _History:
-    """The facts of every run of `workflow_ids` (up to `until`), in time order. LookupError when none has a run
+    """The facts of every run of `workflow_ids` (up to `until`), in time order. NoHistory when none has a run
     in the namespace: a mistyped id, or the other side's cluster."""
     facts: list[Fact] = []
     truncated, found = False, False
@@ -197,7 +201,7 @@ async def _facts(client: Client, workflow_ids: Sequence[str], *, until: datetime
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
             facts += [f for f in await _decode(client, workflow_id, history.events) if until is None or f.at <= until]
     if not found:
-        raise LookupError(f"no workflow {' or '.join(workflow_ids)} in Temporal namespace {client.namespace!r} "
+        raise NoHistory(f"no workflow {' or '.join(workflow_ids)} in Temporal namespace {client.namespace!r} "
                           "(run on the cluster that owns it, within the namespace's retention)")  # fmt: skip
     return _History(sorted(facts, key=lambda f: f.at), truncated)
 

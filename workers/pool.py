@@ -106,7 +106,7 @@ class PoolWatchers(Watchers):
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> None:  # fmt: skip
-    runtime = metrics_runtime(settings.metrics.port)
+    runtime = metrics_runtime(settings.metrics.port, service="pool")
     client = await connect(settings.temporal, runtime=runtime)
     tenant = client_from_own_kubeconfig_file(settings.cluster.kubeconfig)
     meter = runtime.metric_meter if runtime else MetricMeter.noop

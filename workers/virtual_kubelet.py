@@ -346,7 +346,7 @@ class VirtualKubelet:
         self._lease_renewed_at: float | None = None
         self._keepalive_renewed_at: float | None = None  # the keepalive in the provider namespace (kube/copies.py)
         # No Temporal client here: the runtime only serves the Prometheus endpoint.
-        self._runtime = metrics_runtime(config.metrics_port)
+        self._runtime = metrics_runtime(config.metrics_port, service="virtual-kubelet")
         self._metrics = Metrics(self._runtime.metric_meter if self._runtime else MetricMeter.noop)
 
         # Reflection: set while the Advertisement is Accepted and the provider answers; workers drop keys

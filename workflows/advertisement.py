@@ -103,6 +103,7 @@ class AdvertisementWorkflow:
         self._changed = True
         self._observation: AdvertisementObservation | None = None
         self._step: Step | None = None
+        self._observed_at: datetime | None = None  # when the observation was read: the details say it
         self._decided: str | None = None
         self._failures = 0  # consecutive passes that ended in an activity failure
         self._deadline_timer: asyncio.Task[None] | None = None
@@ -145,7 +146,7 @@ class AdvertisementWorkflow:
             # A teardown that found the virtual kubelet but no virtual node (it never registered one, or someone
             # deleted it): the bounded wait for the provider-clean report starts now.
             self._state.clean_wait_started = now
-        self._observation, self._step = obs, step
+        self._observation, self._step, self._observed_at = obs, step, now
         self._state.observed_phase = obs.phase
         if obs.phase == "Accepted" and self._state.accepted_at is None:
             self._state.accepted_at = now
@@ -358,7 +359,8 @@ class AdvertisementWorkflow:
         phase = obs.phase or "Pending"
         if workflow.info().typed_search_attributes.get(ADVERTISEMENT_PHASE) != phase:
             workflow.upsert_search_attributes([ADVERTISEMENT_PHASE.value_set(phase)])
-        workflow.set_current_details(render_details(self._input.provider_id, obs, self._state, step))
+        workflow.set_current_details(render_details(self._input.provider_id, obs, self._state, step,
+                                                   read_at=self._observed_at or workflow.now()))  # fmt: skip
 
     # Handlers -----------------------------------------------------------------------------------------
     @workflow.signal

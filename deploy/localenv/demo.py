@@ -45,10 +45,12 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     VIRTUAL_NODE_TYPE,
     advertisement_name,
+    virtual_kubelet_name,
     virtual_node_name,
 )
 from models.network import NO_REMAPPING
-from workers.cli import status
+from workers.cli import POOL_WORKER, named_clusters, status
+from workers.metrics import METRICS_LINE
 from workers.peer import request_peering
 
 CLUSTERS = ["a", "b", "c", "tenant"]
@@ -144,6 +146,8 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     for name in PEER_CLUSTERS:
         env = _env(state, name, persistent=persistent, extra=extra)
         _spawn(state, pids, f"worker-{name}", ["-m", "workers.cluster"], env)
+        state.record_worker(cluster_id=env["TIDEPOOL_CLUSTER_CLUSTER_ID"], namespace=env["TIDEPOOL_TEMPORAL_NAMESPACE"],
+                            cluster=name)  # fmt: skip
         _spawn(state, pids, f"network-{name}", ["-m", "workers.network"], env)
         _spawn(state, pids, f"kubelet-{name}", [
             "-m", "deploy.localenv.deployments", "--kubeconfig", state.kubeconfigs[name],
@@ -191,17 +195,19 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     print(_endpoints_table(apis["b"], endpoints), flush=True)
 
     say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
-    pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID="pool", TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
+    pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID=POOL_WORKER, TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
                     TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
-    for name in PEER_CLUSTERS:
-        join_pool(apis["tenant"], name, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
+    for name in PEER_CLUSTERS:  # a SuperCluster by its cluster id, as `tidepool status` names the cluster
+        super_cluster = state.cluster_ids[name]
+        join_pool(apis["tenant"], super_cluster, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
         _spawn(state, pids, f"syncer-{name}", [
             "-m", "workers.syncer", "--tenant-kubeconfig", state.kubeconfigs["tenant"],
-            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", name, "--tenant-name", "tenant"], pool_env)
+            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", super_cluster, "--tenant-name", "tenant"], pool_env)
     _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
+    state.record_worker(cluster_id=POOL_WORKER, namespace=pool_env["TIDEPOOL_TEMPORAL_NAMESPACE"])
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):
         core_t.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": team}}))
         core_t.create_namespaced_resource_quota(team, k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
@@ -216,7 +222,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     say(f"ready in {time.monotonic() - started:.0f} s")
     print()
-    print(status({name: Path(state.kubeconfigs[name]) for name in CLUSTERS}))
+    print(status(named_clusters(state.kubeconfigs, state.cluster_ids)))
     ui = state.temporal_ui
     print(f"Web UI, peerings of a: {ui}/namespaces/{temporal_namespace('a')}/workflows?query=WorkflowType%3D%27PeeringWorkflow%27")
     print(f"Web UI, the pool scheduler: {ui}/namespaces/{temporal_namespace('tenant')}/workflows?query=WorkflowType%3D%27PoolSchedulerWorkflow%27")
@@ -224,6 +230,12 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     if persistent:
         print("Metrics: " + ", ".join(f"http://127.0.0.1:{9464 + i}/metrics ({name})"
                                       for i, name in enumerate([*PEER_CLUSTERS, "pool"])))  # fmt: skip
+    # The virtual kubelets' ports are free ones their stand-in picked (deploy/localenv/deployments.py): each
+    # said where at start, in its log; a restarted one says anew.
+    print("Metrics of the virtual kubelets: " + ", ".join(
+        f"{_metrics_url(state, virtual_kubelet_name(f'cluster-{provider}'))} (on b, for {provider})"
+        for provider in ("a", "c")))  # fmt: skip
+    if persistent:
         print("Everything keeps running. `make demo-down` stops it.")
     return state
 
@@ -284,6 +296,13 @@ def _endpoints_table(api: k8s.ApiClient, endpoints: dict[str, str]) -> str:
             f"offloaded to {provider} (PodCIDR {POD_CIDRS[provider]}, {shown})")
     return "\n".join(f"    {address:<15} {where.get(node, node)}"
                      for address, node in sorted(endpoints.items(), key=lambda item: ipaddress.ip_address(item[0])))
+
+
+def _metrics_url(state: EnvState, process: str) -> str:
+    """Where `process` serves its metrics, as its log's start line says (workers/metrics.py)."""
+    log = Path(state.state_dir) / "logs" / f"{process}.log"
+    found = _wait(f"{process}'s metrics address in {log}", lambda: METRICS_LINE.findall(log.read_text()), timeout=30)
+    return str(found[-1][1]).replace("0.0.0.0", "127.0.0.1")  # noqa: S104 - the address it bound, read back
 
 
 def _phase(pod: k8s.V1Pod) -> str | None:

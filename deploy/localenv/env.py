@@ -43,6 +43,11 @@ class EnvState:
     temporal_namespaces: list[str] = field(default_factory=list)
     kubeconfigs: dict[str, str] = field(default_factory=dict)
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    # What the workers the demo runs are, for the `tidepool` CLI: the cluster id each cluster's worker runs as
+    # (status names the clusters by it), and each worker's Temporal namespace by its cluster id (explain and
+    # simulate read the histories there).
+    cluster_ids: dict[str, str] = field(default_factory=dict)
+    worker_namespaces: dict[str, str] = field(default_factory=dict)
 
     @property
     def file(self) -> Path:
@@ -55,6 +60,14 @@ class EnvState:
     def load(cls, state_dir: Path) -> EnvState | None:
         path = state_dir / "state.json"
         return cls(**json.loads(path.read_text())) if path.exists() else None
+
+    def record_worker(self, *, cluster_id: str, namespace: str, cluster: str | None = None) -> None:
+        """A worker that runs as `cluster_id` in Temporal namespace `namespace`, serving `cluster` if it is one
+        cluster's (the pool's scheduler serves a pool)."""
+        self.worker_namespaces[cluster_id] = namespace
+        if cluster is not None:
+            self.cluster_ids[cluster] = cluster_id
+        self.save()
 
     def cluster(self, name: str) -> LocalCluster:
         return LocalCluster(name=name, kubeconfig=Path(self.kubeconfigs[name]))

@@ -171,7 +171,7 @@ def lifecycle_decisions(obs: AdvertisementObservation) -> list[Any]:
     decided = []
     for state in STATES:
         step = next_step(obs, state, NOW)
-        decided += [step, wake_after(obs, state, step.step, NOW), render_details("prov", obs, state, step.step)]
+        decided += [step, wake_after(obs, state, step.step, NOW), render_details("prov", obs, state, step.step, read_at=NOW)]
     return [*decided, (obs.phase, obs.reason)]
 
 

@@ -58,6 +58,7 @@ from models.consumer import (
     RefuseNotReadyInput,
     ReleaseAdvertisementInput,
     UnreachableTeardowns,
+    Verdict,
     advertisement_view,
 )
 from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
@@ -133,6 +134,7 @@ class ConsumerActivities:
         decisions = decide(snapshot)
         metrics = Metrics.of_activity()
         order = {c.name: (position, c.arrival[0]) for position, c in enumerate(snapshot.live, start=1)}
+        by_hand = {c.name: c.manual for c in snapshot.live if c.manual is not None}
         for decision in decisions:
             obj = by_name[decision.name]
             status = dict(obj.get("status") or {})
@@ -156,6 +158,10 @@ class ConsumerActivities:
                 result.refused[decision.name] = decision.reason
             else:
                 result.pending.append(decision.name)
+            manual = by_hand.get(decision.name)
+            if manual is not None:
+                result.verdicts.append(Verdict(advertisement=decision.name, provider=decision.provider, decision=manual,
+                                               phase=decision.phase, reason=decision.reason))  # fmt: skip
         phases = {name: (obj.get("status") or {}).get("phase") for name, obj in by_name.items()}
         phases.update({d.name: d.phase for d in decisions})
         result.total_accepted = sum(1 for phase in phases.values() if phase == "Accepted")

@@ -455,6 +455,17 @@ class ManualDecision(_Model):
     reason: str = Field(min_length=1, max_length=256)
 
 
+class Verdict(_Model):
+    """What an admission pass wrote on an Advertisement that carries a decision by hand: the admission workflow
+    signals it (`verdict`) to the Advertisement's workflow, whose accept or refuse update answers with it."""
+
+    advertisement: str
+    provider: str
+    decision: Literal["accept", "refuse"]  # the decision by hand the pass read
+    phase: str
+    reason: str
+
+
 # A provider torn down as unreachable is not accepted again for UNREACHABLE_BACKOFF_FIRST, doubled for each
 # such teardown in a row up to UNREACHABLE_BACKOFF_MAX; one more than UNREACHABLE_MEMORY after the last
 # starts the count again (a provider that stays up that long was not flapping).
@@ -517,3 +528,6 @@ class AdmissionResult(_Model):
     live: list[AdmissionEntry] | None = None
     # The refusals to keep for the next pass (models/admission.py kept_refusals), which the workflow hands it.
     kept_refusals: dict[str, KeptRefusals] = Field(default_factory=dict)
+    # The decisions written on Advertisements that carry a decision by hand, which the workflow signals to
+    # their AdvertisementWorkflows (none in 0.1.0's passes).
+    verdicts: list[Verdict] = Field(default_factory=list)

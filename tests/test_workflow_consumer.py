@@ -6,6 +6,7 @@ Web UI shows."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -39,10 +40,11 @@ from models.consumer import (
     MarkDeletingInput,
     ReleaseAdvertisementInput,
     UnreachableTeardowns,
+    Verdict,
 )
 from models.names import admission_workflow_id, advertisement_workflow_id
 from workflows.admission import AdmissionWorkflow
-from workflows.advertisement import NO_PROGRESS_BACKOFF_MAX, AdvertisementWorkflow
+from workflows.advertisement import NO_PROGRESS_BACKOFF_MAX, VERDICT_TIMEOUT, AdvertisementWorkflow
 
 pytestmark = pytest.mark.workflow
 PROVIDER = "provider-x"
@@ -300,44 +302,137 @@ async def test_a_manual_accept_of_an_accepted_advertisement_is_refused_with_a_re
 
 
 class RefusedByHand(ConsumerCluster):
-    """An Advertisement refused by hand (here, or kept from an earlier one of its provider); admission decides
-    an acceptance recorded on it a moment later than the first look."""
+    """An Advertisement refused by hand (here, or kept from an earlier one of its provider). The stubs do what the
+    watcher and the pass would: a decision recorded wakes admission (signal-with-start), whose pass writes it and
+    says so, unless `admission_decides` is False (a pass that has not got to it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: Client, home: str) -> None:
         super().__init__(phase="Refused", time_to_live=datetime.now(UTC) + timedelta(days=30))
         self.change(reason="ManuallyRefused")
+        self.client, self.home, self.task_queue = client, home, ""
         self.recorded: list[ManualDecision] = []
-        self.looks = 0
+        self.admission_decides = True
 
-    @activity.defn(name="observe_advertisement")
-    async def observe_advertisement(self, name: str) -> AdvertisementObservation:
-        if self.recorded:
-            self.looks += 1
-            if self.looks == 2:
-                self.change(phase="Accepted", reason="ManuallyAccepted")
-        return await super().observe_advertisement(name)
+    def activities(self) -> list[Callable[..., Any]]:
+        return [*super().activities(), self.admit_advertisements]
 
     @activity.defn(name="record_manual_decision")
     async def record_manual_decision(self, decision: ManualDecision) -> None:
         self.recorded.append(decision)
+        await self.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=self.home), id=admission_workflow_id(self.home),
+            task_queue=self.task_queue, start_signal="changed", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )  # fmt: skip
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(self, cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None,
+                                   refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
+        if not self.recorded or not self.admission_decides:
+            return AdmissionResult(policy="Manual")
+        self.change(phase="Accepted", reason="ManuallyAccepted")
+        return AdmissionResult(accepted=[ADVERTISEMENT], total_accepted=1, policy="Manual", verdicts=[
+            Verdict(advertisement=ADVERTISEMENT, provider=PROVIDER, decision="accept", phase="Accepted",
+                    reason="ManuallyAccepted")])  # fmt: skip
 
 
-async def test_the_accept_update_lifts_a_refusal_by_hand_and_answers_once_admission_decided_again(
+async def start_refused_by_hand(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> tuple[RefusedByHand, Worker]:
+    """The stub cluster and its worker; the Advertisement's workflow under the id the admission workflow signals."""
+    cluster = RefusedByHand(skipper.client, f"consumer-{uuid.uuid4().hex[:8]}")
+    worker = worker_for(cluster.activities())
+    cluster.task_queue = worker.task_queue
+    return cluster, worker
+
+
+async def activity_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The summary of every activity the run scheduled, in order (what the Web UI shows beside each)."""
+    history = await client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id).fetch_history()
+    return [json.loads(e.user_metadata.summary.data) for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]  # fmt: skip
+
+
+async def test_the_accept_update_lifts_a_refusal_by_hand_and_answers_with_the_admission_workflow_s_verdict(
     skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
 ) -> None:
-    """Issue 34: the message of a refusal kept from an earlier Advertisement says the accept update lifts it."""
-    cluster = RefusedByHand()
-    worker = worker_for(cluster.activities())
+    """Issue 34: the message of a refusal kept from an earlier Advertisement says the accept update lifts it.
+    Issue 37: the update looked at the Advertisement once a second, up to 30 times, until admission had decided;
+    now the admission workflow signals its verdict once written, and the update answers with it."""
+    cluster, worker = await start_refused_by_hand(skipper, worker_for)
     async with worker:
-        handle = await start_advertisement(skipper, worker)
+        handle = await skipper.client.start_workflow(
+            AdvertisementWorkflow.run,
+            AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT, home_cluster_id=cluster.home),
+            id=advertisement_workflow_id(cluster.home, PROVIDER), task_queue=worker.task_queue,
+        )  # fmt: skip
         await reach(skipper, handle, "refused, waiting", lambda: True)
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update(AdvertisementWorkflow.refuse, "again")
-        answer = await handle.execute_update(AdvertisementWorkflow.accept, "lifted")
+        answer = await asyncio.wait_for(handle.execute_update(AdvertisementWorkflow.accept, "lifted"), timeout=20)
+        await reach(skipper, handle, "accepted, holding it", lambda: cluster.advertisement is not None
+                    and cluster.advertisement.has_finalizer)  # fmt: skip
+        summaries = await activity_summaries(skipper.client, handle)
         await handle.terminate("test over")
+        await skipper.client.get_workflow_handle(admission_workflow_id(cluster.home)).terminate("test over")
     assert isinstance(refused.value.cause, ApplicationError) and refused.value.cause.type == "InvalidDecision"
-    assert answer == "Accepted" and cluster.looks >= 2
+    assert answer == "Accepted"
     assert [(d.decision, d.reason) for d in cluster.recorded] == [("accept", "lifted")]
+    assert "decided?" not in summaries, f"the update polled: {summaries}"
+    assert summaries[summaries.index("manual accept") + 1:] == ["observe", "EnsureFinalizer", "observe"]
+
+
+async def test_a_manual_decision_admission_has_not_decided_within_the_bound_answers_pending(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    cluster, worker = await start_refused_by_hand(skipper, worker_for)
+    cluster.admission_decides = False
+    async with worker:
+        handle = await skipper.client.start_workflow(
+            AdvertisementWorkflow.run,
+            AdvertisementInput(provider_id=PROVIDER, advertisement=ADVERTISEMENT, home_cluster_id=cluster.home),
+            id=advertisement_workflow_id(cluster.home, PROVIDER), task_queue=worker.task_queue,
+        )  # fmt: skip
+        await reach(skipper, handle, "refused, waiting", lambda: True)
+        update = asyncio.create_task(handle.execute_update(AdvertisementWorkflow.accept, "lifted"))
+        await reach(skipper, handle, "the update waiting for a verdict", lambda: bool(cluster.recorded))
+        assert not update.done()
+        assert await skipper.fast_forward(handle, VERDICT_TIMEOUT)
+        answer = await asyncio.wait_for(update, timeout=20)
+        summaries = await activity_summaries(skipper.client, handle)
+        await handle.terminate("test over")
+        await skipper.client.get_workflow_handle(admission_workflow_id(cluster.home)).terminate("test over")
+    assert answer == "Pending"
+    assert summaries[summaries.index("manual accept") + 1:] == [], f"the update polled: {summaries}"
+
+
+async def test_an_admission_pass_s_verdict_for_a_workflow_not_running_is_dropped_and_admission_goes_on(
+    skipper: TimeSkipper, worker_for: Callable[[list[Callable[..., Any]]], Worker]
+) -> None:
+    """Decided by kubectl alone, or after the Advertisement's workflow ended: nobody waits for the verdict."""
+    passes: list[str] = []
+
+    @activity.defn(name="admit_advertisements")
+    async def admit_advertisements(cluster_id: str, now: datetime | None = None,
+                                   unreachable: dict[str, UnreachableTeardowns] | None = None,
+                                   refusals: dict[str, KeptRefusals] | None = None) -> AdmissionResult:  # fmt: skip
+        passes.append(cluster_id)
+        return AdmissionResult(policy="Manual", refused={ADVERTISEMENT: "ManuallyRefused"}, verdicts=[
+            Verdict(advertisement=ADVERTISEMENT, provider="nobody-runs", decision="refuse", phase="Refused",
+                    reason="ManuallyRefused")])  # fmt: skip
+
+    worker = worker_for([admit_advertisements])
+    async with worker:
+        handle = await skipper.client.start_workflow(
+            AdmissionWorkflow.run, AdmissionInput(cluster_id=HOME), id=f"admission-{uuid.uuid4().hex[:8]}",
+            task_queue=worker.task_queue,
+        )  # fmt: skip
+        await reach(skipper, handle, "the first pass done", lambda: len(passes) == 1)
+        await handle.signal(AdmissionWorkflow.changed)
+        await reach(skipper, handle, "the second pass done", lambda: len(passes) == 2)
+        description = await handle.describe()
+        await handle.terminate("test over")
+    assert description.status == WorkflowExecutionStatus.RUNNING
 
 
 async def test_a_forbidden_step_is_shown_and_waited_out_without_failing_the_run(
@@ -382,7 +477,7 @@ async def test_the_admission_workflow_runs_one_pass_per_signal(
             task_queue=worker.task_queue,
         )  # fmt: skip
         await reach(skipper, handle, "the first pass done", lambda: len(passes) == 1)
-        await handle.signal(AdmissionWorkflow.reconcile)
+        await handle.signal(AdmissionWorkflow.changed)
         await reach(skipper, handle, "the second pass done", lambda: len(passes) == 2)
         last = await handle.query(AdmissionWorkflow.last_pass)
         attributes = (await handle.describe()).typed_search_attributes
@@ -423,7 +518,7 @@ async def test_the_admission_workflow_keeps_the_refusals_each_pass_returns_for_t
             if done == 2:
                 metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
                 assert f"refusals kept past their Advertisements (1): {PROVIDER}" in metadata.current_details
-            await handle.signal(AdmissionWorkflow.reconcile)
+            await handle.signal(AdmissionWorkflow.changed)
         await reach(skipper, handle, "pass 4 done", passed(4))
         await handle.terminate("test over")
     assert given == [{}, kept, kept, {}]
@@ -535,7 +630,7 @@ class UnreachableProvider(ConsumerCluster):
         self.provider_clean = False
         await self.client.start_workflow(
             AdmissionWorkflow.run, AdmissionInput(cluster_id=self.home), id=admission_workflow_id(self.home),
-            task_queue=self.task_queue, start_signal="reconcile", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            task_queue=self.task_queue, start_signal="changed", id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )  # fmt: skip
 
     @activity.defn(name="admit_advertisements")

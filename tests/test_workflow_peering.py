@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -66,6 +66,7 @@ class StubProvider:
         self.cleanings = 0
         self.released: list[SecretReference] = []
         self.configured_percentage, self.config_generation = CONFIGURED_PERCENT, 1  # the ClusterConfig
+        self.during_push: Callable[[], Awaitable[None]] | None = None  # what happens while the next push runs
 
     def edit_cluster_config(self, percentage: int) -> int:
         """The ClusterConfig's percentage edited: its next generation, which the watcher would signal."""
@@ -75,10 +76,14 @@ class StubProvider:
     @activity.defn(name="push_advertisement")
     async def push_advertisement(self, request: PushRequest) -> PushResult | Withdraw:
         self.pushes.append(request)
+        withdraw = self.withdraw
+        if self.during_push is not None:
+            during, self.during_push = self.during_push, None
+            await during()
         if self.failure is not None:
             raise self.failure
-        if self.withdraw is not None:
-            return Withdraw(reason=self.withdraw)
+        if withdraw is not None:
+            return Withdraw(reason=withdraw)
         now = datetime.now(UTC).replace(microsecond=0)
         self.verified.append(now + PERIOD)
         return PushResult(
@@ -293,6 +298,67 @@ async def test_a_push_that_answers_withdraw_withdraws_the_peering(peering: Peeri
     result = await handle.result()
     assert result == WithdrawResult(foreign_cleaned=True, home_cleaned=True, note="BroadcasterDisabled")
     assert [w.reason for w in stub.withdrawals] == ["BroadcasterDisabled"]
+
+
+async def start_as_the_worker(skipper: TimeSkipper, handle: WorkflowHandle[PeeringWorkflow, WithdrawResult],
+                              request: PeeringInput) -> None:
+    """The provider worker's start: signal-with-start, finding a running peering rather than doubling it."""
+    info = await handle.describe()
+    await skipper.client.start_workflow(
+        PeeringWorkflow.run, request, id=handle.id, task_queue=info.task_queue, start_signal="peering_requested",
+        start_signal_args=[request], id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )  # fmt: skip
+
+
+def request_for(handle: WorkflowHandle[PeeringWorkflow, WithdrawResult], uid: str) -> PeeringInput:
+    return PeeringInput(foreign_cluster_id=handle.id.removeprefix("peering-"), home_cluster_id="home",
+                        kube_config_ref=SecretReference(name="foreign-credentials", namespace="tidepool-system"),
+                        peering_request="b", peering_request_uid=uid)  # fmt: skip
+
+
+async def test_a_peering_started_again_while_its_push_reads_the_broadcaster_disabled_resumes_once_withdrawn(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    """Issue 37: the worker, seeing the broadcaster enabled again, waited outside any workflow (up to 5 minutes) for
+    a run withdrawing from the disabling to end, since its start would find that run and be lost. Now the run
+    continues as new for that start once withdrawn. Here the start comes while the push that reads the broadcaster
+    disabled runs: the narrowest case."""
+    handle = await peering.start(peering_request_uid="uid-1")
+    await status_when(handle, lambda s: s.pushes >= 1)
+    first_run = (await handle.describe()).run_id
+
+    async def enabled_again() -> None:
+        stub.withdraw = None  # the next push reads it enabled
+        await start_as_the_worker(skipper, handle, request_for(handle, "uid-1"))
+
+    stub.withdraw, stub.during_push = "BroadcasterDisabled", enabled_again
+    await handle.signal(PeeringWorkflow.capacity_changed)
+    latest: WorkflowHandle[PeeringWorkflow, WithdrawResult] = skipper.client.get_workflow_handle_for(PeeringWorkflow.run, handle.id)
+    await until(lambda: asyncio.sleep(0, len(stub.pushes)), lambda pushes: pushes >= 3)
+    status = await status_when(latest, lambda s: s.pushes >= 1 and s.phase == "Advertised")
+    description = await latest.describe()
+    assert (description.status, status.pushes) == (WorkflowExecutionStatus.RUNNING, 1), "resumed: a fresh run pushes"
+    assert description.run_id != first_run
+    assert [w.reason for w in stub.withdrawals] == ["BroadcasterDisabled"]
+    assert [p.peering_request for p in stub.pushes] == [None, None, "b"]
+    history = await skipper.client.get_workflow_handle(handle.id, run_id=first_run).fetch_history()
+    assert any(e.HasField("workflow_execution_continued_as_new_event_attributes") for e in history.events)
+    await latest.terminate("test over")
+
+
+async def test_a_start_of_the_served_request_before_the_push_that_reads_the_broadcaster_disabled_is_no_news(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    """The worker's start as the peering began (or after a worker restart) said nothing of a disabling after it:
+    the run withdraws and completes, and the worker starts it again when it sees the broadcaster enabled."""
+    handle = await peering.start(peering_request_uid="uid-1")
+    await start_as_the_worker(skipper, handle, request_for(handle, "uid-1"))
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.withdraw = "BroadcasterDisabled"
+    await handle.signal(PeeringWorkflow.capacity_changed)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.note == "BroadcasterDisabled" and len(stub.pushes) == 2
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
 
 async def test_a_withdraw_signal_withdraws_without_another_push(peering: PeeringStarter, stub: StubProvider) -> None:

@@ -1,10 +1,10 @@
 """The consumer's watchers: they turn changes in the consumer cluster into Temporal signals.
 
-- an Advertisement signals (with start) the admission workflow's `reconcile` when what admission reads
+- an Advertisement signals (with start) the admission workflow's `changed` when what admission reads
   changed (models/admission.py: admission_view, what the admission pass decides from minus the clock),
   and (with start) its own AdvertisementWorkflow's `changed` when what its lifecycle reads changed
   (models/consumer.py: advertisement_view, what its observation is built from minus the clock);
-- the ClusterConfig signals `reconcile` when `spec.incoming` changed (a raised maximum accepts refused ones);
+- the ClusterConfig signals `changed` when `spec.incoming` changed (a raised maximum accepts refused ones);
 - a virtual kubelet Deployment (existence, deletion, its provider-clean annotation) or a virtual node
   (existence, the Ready condition's status and reason) signals its AdvertisementWorkflow, which
   re-creates a deleted Deployment and follows the teardown.
@@ -138,31 +138,31 @@ class ConsumerWatchers(Watchers):
         ]  # fmt: skip
 
     # Admission ----------------------------------------------------------------------------------------
-    def _reconcile(self) -> None:
+    def _admission_changed(self) -> None:
         cluster_id = self._settings.cluster.cluster_id
         self._submit(self._forgetting_on_failure(self._signal_with_start(
             AdmissionWorkflow.run, AdmissionInput(cluster_id=cluster_id), admission_workflow_id(cluster_id),
-            "reconcile", f"Admission of Advertisements in {cluster_id}",
+            "changed", f"Admission of Advertisements in {cluster_id}",
         ), self._admission, self._config))  # fmt: skip
 
     def _sync_config(self, objects: list[Obj]) -> None:
         if self._config.sync(objects):
-            self._reconcile()
+            self._admission_changed()
 
     def _config_event(self, kind: str, obj: Obj) -> None:
         if self._config.event(kind, obj):
-            self._reconcile()
+            self._admission_changed()
 
     # Advertisements -----------------------------------------------------------------------------------
     def _sync_advertisements(self, objects: list[Obj]) -> None:
         if self._admission.sync(objects):
-            self._reconcile()
+            self._admission_changed()
         for obj, deleted in self._lifecycles.sync(objects):
             self._lifecycle_changed(obj, deleted=deleted)
 
     def _advertisement_event(self, kind: str, obj: Obj) -> None:
         if self._admission.event(kind, obj):
-            self._reconcile()
+            self._admission_changed()
         if self._lifecycles.event(kind, obj):
             self._lifecycle_changed(obj, deleted=kind == "DELETED")
 

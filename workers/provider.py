@@ -2,7 +2,8 @@
 
 - a PeeringRequest that appears starts its peering workflow with the signal `peering_requested` (a second
   start finds the running one and tells it; one still withdrawing a request of the same name, deleted and
-  made again, continues as new for it once done); one that is deleted signals `withdraw` with its uid;
+  made again, or withdrawing for a broadcaster disabled and since enabled again, continues as new for it
+  once done); one that is deleted signals `withdraw` with its uid;
 - for each live PeeringRequest, a watch on our Advertisement in the foreign cluster
   (workers/decision_watch.py) signals `foreign_changed` when the foreign decision moves;
 - a ClusterConfig whose generation moves signals `cluster_config_changed` to every running peering,
@@ -22,13 +23,11 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from kubernetes import client as k8s
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
 
 from activities.peering import PeeringActivities
 from kube.capacity import HomeCapacity
@@ -48,7 +47,7 @@ from models.names import (
     advertisement_name,
     peering_workflow_id,
 )
-from models.peering import PeeringInput, WithdrawResult
+from models.peering import PeeringInput
 from models.settings import WorkerSettings
 from workers.decision_watch import DecisionWatch
 from workers.early_push import EarlyPushWatch
@@ -58,11 +57,6 @@ from workers.watching import Watchers, signal_if_running
 from workflows.peering import PeeringWorkflow
 
 log = logging.getLogger(__name__)
-
-# A peering resumed right after the broadcaster was disabled may still be withdrawing: its start would find
-# that run and be lost, so the resumption waits for it to complete first, at most this long (a push's
-# retries and a withdrawal's first attempts), and then starts it in any case.
-RESUME_WAIT_FOR_WITHDRAWAL = timedelta(minutes=5)
 
 
 class ProviderWatchers(Watchers):
@@ -188,43 +182,20 @@ class ProviderWatchers(Watchers):
         for watch in watches:
             watch.stop()
 
-    async def _start_peering(self, input: PeeringInput, *, resume: bool = False) -> None:
+    async def _start_peering(self, input: PeeringInput) -> None:
+        # With the start, the request as seen (signal-with-start): a run still withdrawing a request deleted and
+        # made again, or withdrawing for a broadcaster enabled again since, continues as new for it once done,
+        # where a bare start would find it and be lost.
         try:
-            if resume:
-                await self._wait_for_withdrawal(input)
-            await self._ensure_peering(input)
+            await self._client.start_workflow(
+                PeeringWorkflow.run, input, start_signal="peering_requested", start_signal_args=[input],
+                id=self._workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one peering per foreign cluster, ever
+                static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
+            )  # fmt: skip
         except Exception:
             self._started.forget(input.foreign_cluster_id)  # not started: the request's next event tries again
             raise
-
-    async def _ensure_peering(self, input: PeeringInput) -> None:
-        # With the start, the request as seen (signal-with-start): a run still withdrawing a request deleted and
-        # made again continues as new for it once done, where a bare start would find it and be lost.
-        await self._client.start_workflow(
-            PeeringWorkflow.run, input, start_signal="peering_requested", start_signal_args=[input],
-            id=self._workflow_id(input.foreign_cluster_id), task_queue=self._settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one peering per foreign cluster, ever
-            static_summary=f"Peering: {self._settings.cluster.cluster_id} shares with {input.foreign_cluster_id}",
-        )  # fmt: skip
-
-    async def _wait_for_withdrawal(self, input: PeeringInput) -> None:
-        """Before a peering starts again with the broadcaster enabled again: a run still going may be withdrawing
-        from the disabling (or about to: its push may have read the disabled ClusterConfig), and would take
-        the start as its own and then complete: wait for it to end first, for a bounded time, then start
-        anyway (a run that read the enabled ClusterConfig just goes on, and the start finds it)."""
-        foreign = input.foreign_cluster_id
-        workflow_id = self._workflow_id(foreign)
-        handle: WorkflowHandle[PeeringWorkflow, WithdrawResult] = self._client.get_workflow_handle_for(
-            PeeringWorkflow.run, workflow_id)
-        try:
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await asyncio.wait_for(handle.result(), RESUME_WAIT_FOR_WITHDRAWAL.total_seconds())
-        except RPCError as e:
-            if e.status != RPCStatusCode.NOT_FOUND:
-                raise
-        except (TimeoutError, WorkflowFailureError) as e:
-            log.info("peering %s did not end within %s (%s): starting it anyway", workflow_id,
-                     RESUME_WAIT_FOR_WITHDRAWAL, type(e).__name__)  # fmt: skip
 
     async def _signal_peering(self, foreign: str, signal: str, *args: Any) -> None:
         """Signal the peering with this foreign cluster; none running: nothing to tell."""
@@ -268,14 +239,14 @@ class ProviderWatchers(Watchers):
         with self._requests_lock:
             resumed = enabled and not self._broadcaster_enabled
             starts = list(self._live_requests.values()) if resumed else []
-            first_read, self._broadcaster_enabled = self._broadcaster_enabled is None, enabled
+            self._broadcaster_enabled = enabled
             if not enabled:  # the peerings withdraw and end: the next event of each starts it
                 for live in self._live_requests.values():
                     self._started.see(live.foreign_cluster_id, None)
             for input in starts:
                 self._started.see(input.foreign_cluster_id, input.model_dump_json())
         for input in starts:
-            self._submit(self._start_peering(input, resume=not first_read))
+            self._submit(self._start_peering(input))
 
     async def _signal_peerings(self, signal: str, *args: Any) -> None:
         query = f"WorkflowType = 'PeeringWorkflow' AND ExecutionStatus = 'Running' AND TaskQueue = '{self._settings.task_queue}'"

@@ -1,5 +1,5 @@
 """AdmissionWorkflow: the one place a consumer cluster decides which Advertisements it accepts, id
-`admission-<cluster id>`. Watchers signal `reconcile` whenever an Advertisement or the ClusterConfig
+`admission-<cluster id>`. Watchers signal `changed` whenever an Advertisement or the ClusterConfig
 changes; signals that arrive while a pass runs are folded into the next pass. One pass at a time is
 what keeps twenty Advertisements arriving at once from overshooting the maximum: the decision itself
 is a pure function of the cluster's Advertisements (models/admission.py), never a counter that drifts.
@@ -9,7 +9,9 @@ is deleted by its AdvertisementWorkflow, which signals this one; an idle admissi
 
 The pass is given the workflow's time, and while a manual decision is awaited under
 manualDecisionTimeoutSeconds, a durable timer (shown in the Web UI) wakes the workflow at the earliest
-deadline, so that the pass it starts refuses what nobody decided.
+deadline, so that the pass it starts refuses what nobody decided. A decision a pass writes on an
+Advertisement decided by hand is signalled (`verdict`) to its AdvertisementWorkflow, whose accept or refuse
+update is waiting for it.
 
 An AdvertisementWorkflow torn down because its provider was unreachable signals
 `provider_unreachable`; the workflow keeps, across continue-as-new, each such provider's teardowns in a row,
@@ -22,18 +24,20 @@ pushes a new one finds it refused too (models/admission.py kept_refusals).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError
 
 from workflows.failures import describe_failure
 from workflows.search_attributes import HOME_CLUSTER
 
 with workflow.unsafe.imports_passed_through():
     from activities.consumer import ConsumerActivities
-    from models.consumer import AdmissionInput, AdmissionResult, UnreachableTeardowns, record_unreachable
+    from models.consumer import AdmissionInput, AdmissionResult, UnreachableTeardowns, Verdict, record_unreachable
+    from models.names import advertisement_workflow_id
 
 ADMIT_TIMEOUT = timedelta(seconds=60)
 ADMIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
@@ -69,6 +73,8 @@ class AdmissionWorkflow:
                 continue
             self._input.reconciles += 1
             self._input.refusals = self._last.kept_refusals
+            if self._last.verdicts:  # no patch: 0.1.0's passes return none, so its histories never get here
+                await asyncio.gather(*(self._tell(verdict) for verdict in self._last.verdicts))
             workflow.set_current_details(_details(self._last, self._input.reconciles, self._backing_off(),
                                                   sorted(self._input.refusals)))  # fmt: skip
             backoff_end = min((r.until for r in self._backing_off().values()), default=None)
@@ -80,6 +86,15 @@ class AdmissionWorkflow:
             else:
                 await workflow.wait_condition(lambda: self._pending)
             self._continue_as_new_if_suggested()
+
+    async def _tell(self, verdict: Verdict) -> None:
+        """The Advertisement's workflow answers its accept or refuse update with the verdict."""
+        handle = workflow.get_external_workflow_handle(advertisement_workflow_id(self._input.cluster_id,
+                                                                                 verdict.provider))  # fmt: skip
+        try:
+            await handle.signal("verdict", verdict)
+        except FailureError as e:  # none running (decided by kubectl alone, or it ended): nobody waits
+            workflow.logger.info("verdict on %s not signalled: %s", verdict.advertisement, e)
 
     def _continue_as_new_if_suggested(self) -> None:
         # Updates wait for the loop's next pass, so never block on them: continue-as-new only
@@ -125,8 +140,14 @@ class AdmissionWorkflow:
         self._pending = True
 
     @workflow.signal
-    def reconcile(self) -> None:
+    def changed(self) -> None:
+        """From the watchers: an Advertisement or the ClusterConfig changed; pass again."""
         self._pending = True
+
+    @workflow.signal
+    def reconcile(self) -> None:
+        """0.1.0's name for `changed`: its runs' histories and workers still send it."""
+        self.changed()
 
     @workflow.query
     def last_pass(self) -> AdmissionResult | None:

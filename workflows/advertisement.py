@@ -2,7 +2,8 @@
 `advertisement-<provider cluster id>`, started (or signalled) by the consumer worker's watchers.
 
 Seed 000's steps, each a visible stage (current details and the AdvertisementPhase search attribute):
-1. the admission workflow decides (this one only waits, or carries a manual accept/refuse update);
+1. the admission workflow decides (this one only waits, or carries a manual accept/refuse update, which the
+   admission workflow answers with a `verdict` signal once its pass has written the decision);
 2. accepted: hold the Advertisement with a finalizer, wait for the PodCIDR remapping;
 3. create the virtual kubelet Deployment (again, if anyone deletes it);
 4. teardown, when the Advertisement is deleted, expires or its provider stays unreachable: virtual node
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseAdvertisementInput,
         Step,
         TeardownCause,
+        Verdict,
         after_step,
         next_step,
         render_details,
@@ -66,7 +68,12 @@ KUBE_TIMEOUT = timedelta(seconds=30)
 KUBE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 # DeleteExpired refused by the activity (by its clock, the Advertisement has not expired yet): look again after.
 EXPIRY_CLOCK_SKEW_RECHECK = timedelta(seconds=10)
-# How a manual decision waits for the admission workflow's verdict.
+# How long a manual decision waits for the admission workflow's verdict (an annotation, a watcher's wake and a
+# pass): past it, the update answers "Pending" and the decision is still made when admission gets to it.
+VERDICT_TIMEOUT = timedelta(seconds=30)
+# Patch: the manual decision waits for the verdict signal; updates that 0.1.0 began poll as they did then.
+VERDICT_SIGNALLED = "verdict-signalled"
+# How 0.1.0's manual decisions looked for the admission workflow's verdict.
 DECISION_CHECKS = 30
 DECISION_CHECK_INTERVAL = timedelta(seconds=1)
 # Steps that change nothing but the observation: no action is needed, so go round again at once.
@@ -105,6 +112,7 @@ class AdvertisementWorkflow:
         self._step: Step | None = None
         self._observed_at: datetime | None = None  # when the observation was read: the details say it
         self._decided: str | None = None
+        self._verdict: Verdict | None = None  # the admission workflow's last, for a decision by hand
         self._failures = 0  # consecutive passes that ended in an activity failure
         self._deadline_timer: asyncio.Task[None] | None = None
         self._deadline: datetime | None = None
@@ -368,6 +376,14 @@ class AdvertisementWorkflow:
         """From the watchers: the Advertisement, its Deployment or its node changed; look again."""
         self._changed = True
 
+    @workflow.signal
+    def verdict(self, verdict: Verdict) -> None:
+        """From the admission workflow: its pass wrote this decision on an Advertisement decided by hand."""
+        if verdict.advertisement != self._input.advertisement:  # an earlier Advertisement of the provider
+            return
+        self._verdict = verdict
+        self._changed = True
+
     @workflow.update
     async def accept(self, reason: str) -> str:
         """Manual acceptance: recorded on the Advertisement (annotation), decided by the admission
@@ -379,21 +395,42 @@ class AdvertisementWorkflow:
         return await self._decide("refuse", reason)
 
     async def _decide(self, decision: Literal["accept", "refuse"], reason: str) -> str:
+        """The decision is recorded on the Advertisement (annotation: where kubectl users make it too, and what
+        admission reads); the admission workflow decides (maybe still a refusal, e.g. a denied cluster) and
+        signals its verdict once written."""
+        self._verdict = None  # one from before this decision answers another
         await self._activity(ConsumerActivities.record_manual_decision,
                              ManualDecision(advertisement=self._input.advertisement, decision=decision, reason=reason),
                              summary=f"manual {decision}")  # fmt: skip
-        # The admission workflow decides (the decision may still be a refusal, e.g. a denied cluster):
-        # look until it has, on our own, so that the answer never waits for the main loop's next wake.
         undecided = AWAITING_A_PERSON | LIFTED_BY_ACCEPT if decision == "accept" else AWAITING_A_PERSON
+        if not workflow.patched(VERDICT_SIGNALLED):
+            return await self._poll_for_decision(undecided)
+
+        def answered() -> bool:
+            v = self._verdict
+            return v is not None and v.decision == decision and _admission_answered(v.phase, v.reason, undecided)
+
+        try:
+            await workflow.wait_condition(answered, timeout=VERDICT_TIMEOUT, timeout_summary="no verdict: Pending")
+        except TimeoutError:
+            return "Pending"
+        assert self._verdict is not None
+        return self._record_decided(self._verdict.phase)
+
+    async def _poll_for_decision(self, undecided: frozenset[tuple[str, str]]) -> str:
+        """0.1.0's updates: look until admission has decided, DECISION_CHECKS times."""
         for _ in range(DECISION_CHECKS):
             obs = await self._activity(ConsumerActivities.observe_advertisement, self._input.advertisement,
                                        summary="decided?")  # fmt: skip
-            if obs.phase not in (None, "Pending") and (obs.phase, obs.reason) not in undecided:
-                self._decided = str(obs.phase)  # the validators refuse a second decision
-                self._changed = True  # the main loop builds on it at once
-                return self._decided
+            if _admission_answered(obs.phase, obs.reason, undecided):
+                return self._record_decided(str(obs.phase))
             await workflow.sleep(DECISION_CHECK_INTERVAL)
         return "Pending"
+
+    def _record_decided(self, phase: str) -> str:
+        self._decided = phase  # the validators refuse a second decision
+        self._changed = True  # the main loop builds on it at once
+        return phase
 
     @accept.validator
     def _validate_accept(self, reason: str) -> None:
@@ -422,6 +459,11 @@ class AdvertisementWorkflow:
     @workflow.query
     def status(self) -> AdvertisementState:
         return self._state
+
+
+def _admission_answered(phase: str | None, reason: str | None, undecided: frozenset[tuple[str, str]]) -> bool:
+    """Whether admission has answered a decision by hand: not Pending, nor a refusal still awaiting a person."""
+    return phase not in (None, "Pending") and (phase, reason) not in undecided
 
 
 def _invalid_decision(why: str) -> ApplicationError:

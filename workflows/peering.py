@@ -6,7 +6,9 @@
 2. follow the foreign cluster's decision: the worker watches the Advertisement there and signals
    `foreign_changed` when the decision moves, and the workflow reads it once;
 3. wait for the period, or less when the sharing percentage, the ClusterConfig or the capacity changes;
-4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete.
+4. withdraw when the broadcaster is disabled or the PeeringRequest is deleted, then complete; or, when the
+   worker asked for the peering again meanwhile (a request made again, the broadcaster enabled again),
+   continue as new for it once the withdrawal is done.
 
 The percentage has one owner: the peering's override when the input, the signal `set_sharing_percentage`
 or the update `update_sharing_percentage` set one (null drops it), the ClusterConfig's otherwise, as each
@@ -74,6 +76,9 @@ PEERED_AGAIN = ("not cleaned: peered again meanwhile; the new peering's pushes r
 # A home-side withdrawal that failed for good is tried again, ever less often.
 HOME_WITHDRAW_BACKOFF_INITIAL = timedelta(seconds=30)
 HOME_WITHDRAW_BACKOFF_MAX = timedelta(minutes=10)
+# Patch: a run withdrawing because the broadcaster was disabled continues as new for its request when the
+# worker, seeing it enabled again, starts it meanwhile (0.1.0's worker waited outside for the run to end).
+RESUMED_AFTER_DISABLING = "resumed-after-disabling"
 
 PROVIDER = ProviderSettings()
 
@@ -90,6 +95,9 @@ class PeeringWorkflow:
                        else PeeringState(sharing_percentage_override=input.sharing_percentage))  # fmt: skip
         self._withdraw: WithdrawReason | None = None
         self._requested_again: PeeringInput | None = None
+        # The request this run serves, started again by the worker since the last push began: it does so when it
+        # sees the broadcaster enabled again, which is news only if that push read it disabled.
+        self._served_again: PeeringInput | None = None
         # The one timer of the loop, kept across wakes that do not move its deadline (a decision read), so
         # that such a wake costs no new timer.
         self._timer: asyncio.Future[None] | None = None
@@ -119,6 +127,12 @@ class PeeringWorkflow:
             # Peered again while this one withdrew: the same workflow id, so no start would be taken while this
             # run lives; the new request is served by a fresh run instead of being lost.
             workflow.logger.info("%s peered again: a new peering begins", self._input.foreign_cluster_id)
+        elif (self._served_again is not None and self._withdraw == "BroadcasterDisabled"
+              and workflow.patched(RESUMED_AFTER_DISABLING)):  # fmt: skip
+            # Enabled again while this run withdrew for the disabling: likewise, the worker's start found this run.
+            workflow.logger.info("%s: the broadcaster is enabled again: the peering resumes", self._input.foreign_cluster_id)
+            again = self._served_again
+        if again is not None:
             workflow.continue_as_new(again.model_copy(update={"state": None}))
         return result
 
@@ -129,6 +143,7 @@ class PeeringWorkflow:
                     or self._state.consecutive_failures > 0)  # fmt: skip
         self._state.push_requested = False
         self._state.foreign_changed = False  # the push reads the decision too
+        self._served_again = None  # this push reads the ClusterConfig after that start
         self._state.pushes_started += 1
         request = PushRequest(
             foreign_cluster_id=self._input.foreign_cluster_id,
@@ -400,12 +415,16 @@ class PeeringWorkflow:
     @workflow.signal
     def peering_requested(self, input: PeeringInput) -> None:
         """From the worker's PeeringRequest watcher with each start (signal-with-start): the request it saw live,
-        as it would start the peering. The request this run serves is no news. Another one (deleted and made again
-        under the same name) while this run withdraws is peered again once the withdrawal is done: the run
-        continues as new with it. Before any withdrawal the old request went without our finalizer: serve the
-        new one."""
+        as it would start the peering. The request this run serves is news only to a run that withdraws because
+        its push read the broadcaster disabled (kept in `_served_again`): the worker starts it again when it sees
+        the broadcaster enabled again. Another one (deleted and made again under the same name) while this run
+        withdraws is peered again once the withdrawal is done: the run continues as new with it. Before any
+        withdrawal the old request went without our finalizer: serve the new one."""
         uid = input.peering_request_uid
-        if uid is None or uid == self._input.peering_request_uid:
+        if uid is None:
+            return
+        if uid == self._input.peering_request_uid:
+            self._served_again = input
             return
         if self._withdraw is None:
             self._input = input.model_copy(update={"state": self._input.state})

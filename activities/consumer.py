@@ -81,6 +81,7 @@ from models.names import (
     virtual_node_name,
 )
 from models.settings import WorkerSettings
+from models.times import format_rfc3339, parse_rfc3339
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
@@ -91,14 +92,6 @@ EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _rfc3339(moment: datetime | None) -> str | None:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
 class ConsumerActivities:
@@ -137,9 +130,10 @@ class ConsumerActivities:
             status = dict(obj.get("status") or {})
             conditions = with_condition(condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message),
                                         list(status.get("conditions") or []))  # fmt: skip
+            deadline = decision.decision_deadline
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions,
-                                         "decisionDeadline": _rfc3339(decision.decision_deadline)})  # fmt: skip
+                                         "decisionDeadline": format_rfc3339(deadline) if deadline else None})  # fmt: skip
             record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if len(result.records) < MAX_ADMISSION_RECORDS:
@@ -190,7 +184,7 @@ class ConsumerActivities:
             reason=status.get("reason"),
             has_finalizer=ADVERTISEMENT_FINALIZER in (meta.get("finalizers") or []),
             remote_remapped_pod_cidr=status.get("remoteRemappedPodCIDR"),
-            time_to_live=_parse_time(spec.get("timeToLive")),
+            time_to_live=parse_rfc3339(spec.get("timeToLive")),
             resources={k: str(v) for k, v in ((spec.get("resourceQuota") or {}).get("hard") or {}).items()},
             pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
@@ -365,7 +359,7 @@ class ConsumerActivities:
         if obj is None:
             return False
         spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
-        expires = _parse_time(spec.get("timeToLive"))
+        expires = parse_rfc3339(spec.get("timeToLive"))
         phase = status.get("phase")
         if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
             return False

@@ -52,7 +52,7 @@ from kube.objects import (
 )
 from models.api import ClusterConfig
 from models.api.clusterconfig import OutgoingConfig
-from models.api.common import SecretReference, rfc3339
+from models.api.common import SecretReference
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, access_verified_until, renewal_due, renewal_reason, token_expired
@@ -95,6 +95,7 @@ from models.peering import (
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import shared_resources, spare
+from models.times import format_rfc3339
 
 # Added to two push periods for the lifetime of a renewed consumer token: the next push's own delay and retries.
 CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
@@ -290,8 +291,8 @@ class PeeringActivities:
                 "resourceQuota": {"hard": derivation.advertised.to_kubernetes()},
                 "network": {"podCIDR": self._settings.cluster.pod_cidr},
                 "kubeConfigRef": {"name": credentials_secret_name(self._home_id), "namespace": SYSTEM_NAMESPACE},
-                "timestamp": rfc3339(now),
-                "timeToLive": rfc3339(ttl),
+                "timestamp": format_rfc3339(now),
+                "timeToLive": format_rfc3339(ttl),
                 **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
             },
         })  # fmt: skip
@@ -334,7 +335,7 @@ class PeeringActivities:
         record_token(self._home, namespace, current)
         revoked = revoke_older_tokens(self._home, namespace, current=generation, calls=self._calls)
         activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
-                             generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
+                             generation, reason, format_rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
         return current
 
     def _renew_consumer_token(
@@ -350,7 +351,7 @@ class PeeringActivities:
             return  # not the identity `tidepool peer` minted for us (an administrator's token, say)
         if token_expired(life, now=now):
             raise ApplicationError(
-                f"the token this provider holds for {foreign_cluster_id} expired at {rfc3339(life.expires_at)}: "
+                f"the token this provider holds for {foreign_cluster_id} expired at {format_rfc3339(life.expires_at)}: "
                 f"run `tidepool peer` again to mint a new one", type=CREDENTIALS_EXPIRED, non_retryable=True,
             )  # fmt: skip
         reason = renewal_due(life, now=now, period=period)
@@ -362,7 +363,7 @@ class PeeringActivities:
         k8s.CoreV1Api(self._home).patch_namespaced_secret(
             ref.name, ref.namespace, {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}})  # fmt: skip
         activity.logger.info("token on %s renewed (%s), the previous one expires %s", foreign_cluster_id, reason,
-                             rfc3339(life.expires_at))  # fmt: skip
+                             format_rfc3339(life.expires_at))  # fmt: skip
 
     def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> dict[str, Any]:
         # The namespace is the consumer's, made by `tidepool peer`: this provider may not create namespaces there.
@@ -411,7 +412,7 @@ class PeeringActivities:
         # Said before the deletion that the virtual kubelet reacts to: its credentials are already refused
         # (the namespace went), and this tells it that the provider cleaned up itself.
         ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
-                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: rfc3339(_now())}}})  # fmt: skip
+                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: format_rfc3339(_now())}}})  # fmt: skip
         delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
         ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
                          credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip
@@ -501,7 +502,7 @@ class PeeringActivities:
             status["advertisementStatus"] = decision.phase
             status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
-            status["lastPushTime"] = rfc3339(pushed)
+            status["lastPushTime"] = format_rfc3339(pushed)
         previous = list((current.get("status") or {}).get("conditions") or [])
         ready = condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}")
         status["conditions"] = with_condition(ready, previous)

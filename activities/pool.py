@@ -21,7 +21,6 @@ from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, read_cluster_config, record_event
 from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
-from models.api.common import rfc3339
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
 from models.names import (
     DRAINING_ANNOTATION,
@@ -77,6 +76,7 @@ from models.pool.result import (
 )
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
+from models.times import format_rfc3339
 
 
 class PoolActivities:
@@ -355,7 +355,7 @@ class NamespaceGone(Exception):
 
 
 def _now() -> str:
-    return rfc3339(datetime.now(UTC))
+    return format_rfc3339(datetime.now(UTC))
 
 
 def _ended(meta: ServedMetadata, pod: k8s.V1Pod) -> bool:

@@ -32,20 +32,16 @@ from kubernetes.client.exceptions import ApiException
 from kube.objects import raw_json
 from models.names import LABEL_MANAGED_BY, MANAGED_BY
 from models.settings import LeaderSettings
+from models.times import format_micro_time
 
 log = logging.getLogger(__name__)
-
-
-def _micro_time(now: datetime) -> str:
-    """The API's MicroTime (RFC 3339 with microseconds)."""
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def renew_lease(api: k8s.ApiClient, namespace: str, name: str, *, holder: str, duration_seconds: int) -> None:
     """A heartbeat Lease (a virtual node's, a consumer's keepalive): renewTime now, created on first renewal.
     One writer, no election: a plain patch, without the resourceVersion LeaderElection writes at."""
     leases = k8s.CoordinationV1Api(api)
-    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds, "renewTime": _micro_time(datetime.now(UTC))}
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds, "renewTime": format_micro_time(datetime.now(UTC))}
     try:
         leases.patch_namespaced_lease(name, namespace, {"spec": spec})
     except ApiException as e:
@@ -160,8 +156,8 @@ class LeaderElection:
 
     def _spec(self, now: datetime, *, acquired: datetime | str, transitions: int) -> dict[str, Any]:
         return {"holderIdentity": self.identity, "leaseDurationSeconds": self._settings.lease_duration_seconds,
-                "acquireTime": acquired if isinstance(acquired, str) else _micro_time(acquired),
-                "renewTime": _micro_time(now), "leaseTransitions": transitions}  # fmt: skip
+                "acquireTime": acquired if isinstance(acquired, str) else format_micro_time(acquired),
+                "renewTime": format_micro_time(now), "leaseTransitions": transitions}  # fmt: skip
 
     def _write(self, call: Callable[..., Any], *args: Any) -> bool | None:
         try:
@@ -181,7 +177,7 @@ class LeaderElection:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"] = dict(lease["spec"], holderIdentity=None, leaseDurationSeconds=1,
-                                 renewTime=_micro_time(datetime.now(UTC)))  # fmt: skip
+                                 renewTime=format_micro_time(datetime.now(UTC)))  # fmt: skip
             self._write(self._coordination.replace_namespaced_lease, self.lease, self.namespace, lease)
             log.info("lease %s/%s: released by %s", self.namespace, self.lease, self.identity)
         except Exception as e:  # noqa: BLE001 - the others take over after the lease duration instead

@@ -14,9 +14,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from models.api.clusterconfig import ClusterConfig
-from models.api.common import rfc3339
 from models.api.conditions import ConditionValue, Reason
 from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, GROUP, VERSION
+from models.times import format_rfc3339
 
 FIELD_MANAGER = "tidepool"
 APPLY = "application/apply-patch+yaml"
@@ -152,7 +152,7 @@ def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> lis
     """The conditions with `value`'s type set; lastTransitionTime moves only when the status does."""
     status = "True" if value.status else "False"
     old = next((c for c in previous if c.get("type") == value.type), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == status else rfc3339(datetime.now(UTC))
+    since = old["lastTransitionTime"] if old and old.get("status") == status else format_rfc3339(datetime.now(UTC))
     new = {"type": value.type, "status": status, "reason": value.reason, "message": value.message,
            "lastTransitionTime": since}  # fmt: skip
     return [c for c in previous if c.get("type") != value.type] + [new]

@@ -53,6 +53,7 @@ from models.names import (
     provider_identity_name,
 )
 from models.peering import PushRequest, PushResult
+from models.times import format_rfc3339
 from tests.conftest import Clusters
 from tests.kube import create_node
 from tests.running import worker_settings
@@ -125,8 +126,8 @@ def _advertisement(provider_id: str) -> dict[str, Any]:
         "metadata": {"name": advertisement_name(provider_id)},
         "spec": {"clusterId": provider_id, "resourceQuota": {"hard": {"cpu": "1"}}, "network": {"podCIDR": "10.9.0.0/16"},
                  "kubeConfigRef": {"name": credentials_secret_name(provider_id), "namespace": SYSTEM_NAMESPACE},
-                 "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "timeToLive": (now + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")},
+                 "timestamp": format_rfc3339(now),
+                 "timeToLive": format_rfc3339(now + timedelta(minutes=5))},
     }  # fmt: skip
 
 

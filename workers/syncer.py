@@ -31,7 +31,6 @@ from kube.informer import Informer
 from kube.metadata import served_metadata
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
-from models.api.common import rfc3339
 from models.enforcement import status_message
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
@@ -76,6 +75,7 @@ from models.pool.sync import (
     super_namespace_labels,
     unchanged,
 )
+from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 10
@@ -368,7 +368,7 @@ class Syncer:
 
 
 def _now() -> str:
-    return rfc3339(datetime.now(UTC))
+    return format_rfc3339(datetime.now(UTC))
 
 
 class _KindApis:

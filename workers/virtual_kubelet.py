@@ -111,6 +111,7 @@ from models.pods import (
     status_patch,
     status_shape,
 )
+from models.times import format_rfc3339
 from models.virtual_kubelet import (
     FOREIGN_IP_WARNING_SECONDS,
     ORIGIN_NAME,
@@ -176,7 +177,7 @@ class ProviderRefusedPod(Exception):
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(datetime.now(UTC))
 
 
 @dataclass(frozen=True)
@@ -586,7 +587,7 @@ class VirtualKubelet:
             conditions = (existing.status.conditions if existing and existing.status else None) or []
             old = next((c for c in conditions if c.type == "Ready"), None)
             kept = old.last_transition_time if old and (old.status == "True") == ready and old.reason == reason else None
-            since = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept else now
+            since = format_rfc3339(kept) if kept else now
             self._ready_since = (ready, reason, since)
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
                             message=message, heartbeat=now, transition=self._ready_since[2],

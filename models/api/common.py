@@ -61,8 +61,3 @@ class KubernetesObject(ApiModel):
 
     def to_kubernetes(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def rfc3339(moment: datetime) -> str:
-    """A time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -5,7 +5,7 @@ patching a finalizer list with compare-and-swap."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import PeerSecretClients
+from kube.clock import utcnow
 from kube.copies import delete_offloaded, drop_keepalive
 from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
@@ -90,10 +91,6 @@ VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
 EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class ConsumerActivities:
     def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings) -> None:
         self._home = home
@@ -118,7 +115,7 @@ class ConsumerActivities:
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
         backoffs = {provider: (r.count, r.until) for provider, r in unreachable.items()}
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
-                                                     kept=refusals, now=max(now, _now()))  # fmt: skip
+                                                     kept=refusals, now=max(now, utcnow()))  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
@@ -311,7 +308,7 @@ class ConsumerActivities:
             # The virtual kubelet's own teardown order: the copies in the control namespace and in every remote
             # namespace, then, once none is left, the RemoteNamespaces (the provider's controller deletes the
             # namespace made for each).
-            going = delete_offloaded(remote, namespace, consumer_id, now=datetime.now(UTC)).going
+            going = delete_offloaded(remote, namespace, consumer_id, now=utcnow()).going
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:
@@ -361,7 +358,7 @@ class ConsumerActivities:
         spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
         expires = parse_rfc3339(spec.get("timeToLive"))
         phase = status.get("phase")
-        if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
+        if expires is None or expires > utcnow() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
             return False
         try:
             k8s.CustomObjectsApi(self._home).delete_cluster_custom_object(

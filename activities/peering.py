@@ -9,7 +9,7 @@ import base64
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,6 +27,7 @@ from activities.credentials import (
 )
 from kube.capacity import HomeCapacity
 from kube.clients import PeerSecretClients
+from kube.clock import utcnow
 from kube.copies import (
     delete_all_copies,
     delete_remote_namespace_requests,
@@ -106,10 +107,6 @@ CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
 PUSH_CALL_THREADS = 16
 
 
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
 class PeeringActivities:
     def __init__(self, *, home: k8s.ApiClient, capacity: HomeCapacity, settings: WorkerSettings) -> None:
         self._home = home
@@ -177,7 +174,7 @@ class PeeringActivities:
         derivation = OfferDerivation(allocatable=allocatable, used=used, consumer_own=consumer_own,
                                      sharing_percentage=percent, advertised=advertised)  # fmt: skip
         spare_capacity = spare(allocatable=allocatable, used=used)
-        now = _now()
+        now = utcnow().replace(microsecond=0)  # to the second, as the times the push writes
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
         if request.periodic:  # whether or not the consumer answers: it may be gone for good
@@ -412,7 +409,7 @@ class PeeringActivities:
         # Said before the deletion that the virtual kubelet reacts to: its credentials are already refused
         # (the namespace went), and this tells it that the provider cleaned up itself.
         ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
-                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: format_rfc3339(_now())}}})  # fmt: skip
+                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: format_rfc3339(utcnow())}}})  # fmt: skip
         delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
         ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
                          credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip

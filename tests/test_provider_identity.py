@@ -265,7 +265,7 @@ def test_an_expired_token_says_credentials_expired_and_peering_again_mends_it(
     life = bearer_token_life(_held(home, push.kube_config_ref)[1])
     assert life is not None
     with monkeypatch.context() as later:  # the provider was down for longer than the token lived
-        later.setattr(peering_module, "_now", lambda: life.expires_at + timedelta(seconds=1))
+        later.setattr(peering_module, "utcnow", lambda: life.expires_at + timedelta(seconds=1))
         with pytest.raises(ApplicationError) as error:
             ActivityEnvironment().run(activities.push_advertisement, push)
     assert error.value.type == CREDENTIALS_EXPIRED and error.value.non_retryable

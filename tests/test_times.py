@@ -1,5 +1,5 @@
 """The time codec (models/times.py): what it writes is what Kubernetes writes, and what it reads from
-another cluster never raises."""
+another cluster never raises; and the clock (kube/clock.py) whose times it writes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from kube.clock import utcnow
 from models.times import format_micro_time, format_rfc3339, parse_rfc3339
 
 AT = datetime(2026, 11, 27, 1, 2, 3, 456789, tzinfo=UTC)
@@ -47,3 +48,9 @@ def test_parse_rfc3339_reads_any_writer_and_never_raises(value: object, parsed: 
 def test_what_the_codec_writes_it_reads_back(moment: datetime) -> None:
     assert parse_rfc3339(format_micro_time(moment)) == moment
     assert parse_rfc3339(format_rfc3339(moment)) == moment.replace(microsecond=0)
+
+
+def test_the_clock_tells_aware_utc_that_the_codec_writes_unchanged() -> None:
+    now = utcnow()
+    assert now.tzinfo is UTC
+    assert parse_rfc3339(format_micro_time(now)) == now

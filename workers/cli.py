@@ -55,6 +55,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from kube.clients import client_from_own_kubeconfig_file
+from kube.clock import utcnow
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
@@ -294,7 +295,7 @@ def _since(text: str) -> datetime:
     units = {"m": 60, "h": 3600, "d": 86400}
     if text[:-1].isdigit() and text[-1:] in units:
         try:
-            return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+            return utcnow() - timedelta(seconds=int(text[:-1]) * units[text[-1]])
         except OverflowError:
             raise argparse.ArgumentTypeError(f"{text!r} reaches back before year 1") from None
     try:

@@ -19,13 +19,13 @@ import logging
 import sys
 import threading
 from collections import OrderedDict
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kube.clients import client_from_own_kubeconfig_file
+from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer
 from kube.metadata import served_metadata
@@ -348,7 +348,7 @@ class Syncer:
     def _refused(self, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
         """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
         at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
-        status = refused_status(cluster=self.cluster, why=why, now=_now())
+        status = refused_status(cluster=self.cluster, why=why, now=format_rfc3339(utcnow()))
         if says(pod.get("status"), status):
             return
         self.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
@@ -367,8 +367,6 @@ class Syncer:
                 raise
 
 
-def _now() -> str:
-    return format_rfc3339(datetime.now(UTC))
 
 
 class _KindApis:

@@ -58,7 +58,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kubernetes import client as k8s
@@ -67,6 +66,7 @@ from pydantic import ValidationError
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
+from kube.clock import utcnow
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.errors import already_exists
 from kube.informer import Informer, Store
@@ -174,10 +174,6 @@ CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
 
 class ProviderRefusedPod(Exception):
     """A pod's copy the provider refuses for now (its quota): the work queue tries it again after its backoff."""
-
-
-def _now() -> str:
-    return format_rfc3339(datetime.now(UTC))
 
 
 @dataclass(frozen=True)
@@ -581,7 +577,7 @@ class VirtualKubelet:
             ready, reason, message = False, "ProviderUnreachable", f"provider {self.config.provider_id}: {error}"
         else:
             ready, reason, message = True, "KubeletReady", f"pods run in provider {self.config.provider_id}"
-        now = _now()
+        now = format_rfc3339(utcnow())
         if self._ready_since is None or self._ready_since[:2] != (ready, reason):
             existing = ignore_not_found(self.core.read_node, self.node)
             conditions = (existing.status.conditions if existing and existing.status else None) or []
@@ -1177,7 +1173,7 @@ class VirtualKubelet:
             self._write_event(event_for_origin(event, pod, labels=labels))
         elif self._event_budget.summary_due(origin, now=now):
             self._write_event(dropped_events_event(pod, dropped=self._event_budget.dropped(origin), labels=labels,
-                                                   source=f"provider {self.config.provider_id}", now=_now()))  # fmt: skip
+                                                   source=f"provider {self.config.provider_id}", now=format_rfc3339(utcnow())))  # fmt: skip
         self._events_reflected.remember(event)  # a dropped one too: the budget is spent, not deferred
 
     def _write_event(self, body: Obj) -> None:
@@ -1237,7 +1233,7 @@ class VirtualKubelet:
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
+        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=utcnow())
         if cleaning.going:
             log.info("teardown: %d pods still going in the provider", cleaning.going)
             return False

@@ -76,7 +76,7 @@ from models.names import (
 from models.offloading import parse_selector
 from models.pool.namespaces import POLICIES
 from models.remote_namespaces import owned_by
-from models.settings import WorkerSettings
+from models.settings import TemporalSettings, WorkerSettings
 from models.sharing import offloaded_by
 from models.simulate import AdmissionSimulation, PoolSimulation, Simulation
 from models.virtual_kubelet import ORIGIN_NAME, ORIGIN_NAMESPACE
@@ -311,15 +311,14 @@ def _kubeconfig(path: str) -> k8s.ApiClient:
         raise LookupError(f"--kubeconfig {path}: {e}") from None
 
 
-async def _client(args: argparse.Namespace) -> Client:
-    temporal = WorkerSettings.from_env().temporal
+async def _client(args: argparse.Namespace, temporal: TemporalSettings) -> Client:
     overrides = {k: v for k, v in (("address", args.temporal_address), ("namespace", args.namespace)) if v}
     return await connect(temporal.model_copy(update=overrides))
 
 
-async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
+async def _answer(args: argparse.Namespace, temporal: TemporalSettings) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
     consumer = _kubeconfig(args.kubeconfig) if getattr(args, "kubeconfig", None) else None  # before Temporal: its error first
-    client = await _client(args)
+    client = await _client(args, temporal)
     if args.command == "simulate" and args.kind == "pool":
         return await simulate_pool_history(client, policy=args.policy, since=args.since, workflow_id=args.workflow_id)
     if args.command == "simulate" and args.kind == "admission":
@@ -448,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.command} {args.kind}: {problem}")
         code = 0
         try:
-            answer = asyncio.run(_answer(args))
+            answer = asyncio.run(_answer(args, WorkerSettings.from_env(os.environ).temporal))
             print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
         except (LookupError, RPCError, RuntimeError, OSError) as e:  # no such workflow; Temporal unreachable or refusing
             print(f"tidepool {args.command}: {e}", file=sys.stderr)

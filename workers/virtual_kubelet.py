@@ -57,7 +57,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubernetes import client as k8s
@@ -111,6 +110,7 @@ from models.pods import (
     status_patch,
     status_shape,
 )
+from models.settings import VirtualKubeletProcessSettings
 from models.times import format_rfc3339
 from models.virtual_kubelet import (
     FOREIGN_IP_WARNING_SECONDS,
@@ -174,48 +174,6 @@ CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
 
 class ProviderRefusedPod(Exception):
     """A pod's copy the provider refuses for now (its quota): the work queue tries it again after its backoff."""
-
-
-@dataclass(frozen=True)
-class Config:
-    provider_id: str
-    consumer_id: str
-    advertisement: str
-    namespace: str
-    provider_kubeconfig: str
-    consumer_kubeconfig: str | None
-    metrics_port: int = 0
-    node_ip: str | None = None
-    kubelet_port: int = 0
-    pod_workers: int = 8
-    config_workers: int = 4
-    service_workers: int = 2
-    event_workers: int = 2
-    namespace_workers: int = 2
-
-    @classmethod
-    def from_env(cls) -> Config:
-        env = os.environ
-
-        def number(name: str, default: int) -> int:
-            return int(env.get(f"TIDEPOOL_VK_{name}") or default)
-
-        return cls(
-            provider_id=env["TIDEPOOL_VK_PROVIDER_ID"],
-            consumer_id=env["TIDEPOOL_VK_CONSUMER_ID"],
-            advertisement=env["TIDEPOOL_VK_ADVERTISEMENT"],
-            namespace=env.get("TIDEPOOL_VK_NAMESPACE", SYSTEM_NAMESPACE),
-            provider_kubeconfig=env["TIDEPOOL_VK_PROVIDER_KUBECONFIG"],
-            consumer_kubeconfig=env.get("TIDEPOOL_VK_CONSUMER_KUBECONFIG"),
-            metrics_port=number("METRICS_PORT", 0),
-            node_ip=env.get("TIDEPOOL_VK_NODE_IP") or None,
-            kubelet_port=number("KUBELET_PORT", 0),
-            pod_workers=max(number("POD_WORKERS", 8), 1),
-            config_workers=max(number("CONFIG_WORKERS", 4), 1),
-            service_workers=number("SERVICE_WORKERS", 2),
-            event_workers=number("EVENT_WORKERS", 2),
-            namespace_workers=max(number("NAMESPACE_WORKERS", 2), 1),
-        )
 
 
 # What the caches keep of each object: what the reconcilers compare, so that a change elsewhere in an
@@ -324,7 +282,7 @@ def _origin(obj: Obj | None) -> tuple[str, str] | None:
 
 
 class VirtualKubelet:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: VirtualKubeletProcessSettings) -> None:
         self.config = config
         self.node = virtual_node_name(config.provider_id)
         self.consumer = client_from_own_kubeconfig_file(config.consumer_kubeconfig)
@@ -1279,7 +1237,7 @@ class _ConfigApi:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    vk = VirtualKubelet(Config.from_env())
+    vk = VirtualKubelet(VirtualKubeletProcessSettings.from_env(os.environ))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: vk.stop())
     return vk.run()

@@ -52,6 +52,7 @@ from kube.objects import (
     with_condition,
 )
 from models.api import ClusterConfig
+from models.api.advertisement import offered_advertisement
 from models.api.clusterconfig import OutgoingConfig
 from models.api.common import SecretReference
 from models.api.conditions import PeeringCredentialsReason, condition
@@ -61,7 +62,6 @@ from models.enforcement import PodSecurityLevel
 from models.explain import OfferDerivation
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
     FOREIGN_CLEANUP_FINALIZER,
@@ -277,22 +277,12 @@ class PeeringActivities:
 
     def _apply_advertisement(self, foreign: k8s.ApiClient, derivation: OfferDerivation, spare_capacity: Resources,
                              outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
-        return apply_cluster_object(foreign, ADVERTISEMENTS, {
-            "apiVersion": API_VERSION, "kind": "Advertisement",
-            "metadata": {"name": advertisement_name(self._home_id),
-                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id},
-                         "annotations": {SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(), sort_keys=True),
-                                         OFFER_DERIVATION_ANNOTATION: derivation.to_annotation()}},
-            "spec": {
-                "clusterId": self._home_id,
-                "resourceQuota": {"hard": derivation.advertised.to_kubernetes()},
-                "network": {"podCIDR": self._settings.cluster.pod_cidr},
-                "kubeConfigRef": {"name": credentials_secret_name(self._home_id), "namespace": SYSTEM_NAMESPACE},
-                "timestamp": format_rfc3339(now),
-                "timeToLive": format_rfc3339(ttl),
-                **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
-            },
-        })  # fmt: skip
+        advertisement = offered_advertisement(
+            provider_id=self._home_id, offered=derivation.advertised, pod_cidr=self._settings.cluster.pod_cidr,
+            prices=outgoing.prices, timestamp=now, time_to_live=ttl,
+            annotations={SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(), sort_keys=True),
+                         OFFER_DERIVATION_ANNOTATION: derivation.to_annotation()})  # fmt: skip
+        return apply_cluster_object(foreign, ADVERTISEMENTS, advertisement.to_apply())
 
     def _ensure_access(self, foreign: k8s.ApiClient, foreign_cluster_id: str, *, now: datetime, period: timedelta,
                        offered: Resources, pod_security: PodSecurityLevel) -> datetime:  # fmt: skip

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.names import SYSTEM_NAMESPACE, task_queue
+from models.network import pod_cidr_problem
 
 VIRTUAL_KUBELET_ENV_PREFIX = "TIDEPOOL_VK_"
 
@@ -45,6 +46,15 @@ class ClusterSettings(_Part):
         description="The API server URL foreign clusters use to reach this one; unset means the kubeconfig's.",
     )
     pod_cidr: str = Field(default="10.0.0.0/16", description="This cluster's PodCIDR, advertised to peers.")
+
+    @field_validator("pod_cidr")
+    @classmethod
+    def _advertisable(cls, value: str) -> str:
+        # Checked at start: every push validates its Advertisement (models/api/advertisement.py), and one
+        # that no consumer could accept would fail each push instead.
+        if problem := pod_cidr_problem(value):
+            raise ValueError(problem)
+        return value
 
 
 class ProviderSettings(_Part):

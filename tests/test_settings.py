@@ -40,6 +40,8 @@ def test_environment_variables_set_fields_by_part_and_name() -> None:
         pytest.param("TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS", "7200", "provider.token_lifetime_seconds",
                      id="a token lives at most one hour"),
         pytest.param("TIDEPOOL_METRICS_PORT", "70000", "metrics.port", id="a port fits in 16 bits"),
+        pytest.param("TIDEPOOL_CLUSTER_POD_CIDR", "10.0.0.1/16", "cluster.pod_cidr",
+                     id="a PodCIDR no consumer would accept stops the worker at start"),
         pytest.param("TIDEPOOL_LEADER_RENEW_DEADLINE_SECONDS", "20", "renew_deadline_seconds < lease_duration_seconds",
                      id="a leader stops before another may take over"),
     ],

@@ -5,7 +5,7 @@ patching a finalizer list with compare-and-swap."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import PeerSecretClients
+from kube.clock import utcnow
 from kube.copies import delete_offloaded, drop_keepalive
 from kube.errors import MISSING_CREDENTIALS
 from kube.metrics import Metrics
@@ -83,24 +84,13 @@ from models.names import (
     virtual_node_name,
 )
 from models.settings import WorkerSettings
+from models.times import format_rfc3339, parse_rfc3339
 from models.virtual_kubelet import virtual_kubelet_deployment
 
 VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
 # The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
 # slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
 EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _rfc3339(moment: datetime | None) -> str | None:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
 class ConsumerActivities:
@@ -127,7 +117,7 @@ class ConsumerActivities:
         advertisements = list_cluster_objects(self._home, ADVERTISEMENTS)
         backoffs = {provider: (r.count, r.until) for provider, r in unreachable.items()}
         snapshot = AdmissionSnapshot.from_kubernetes(config=config, advertisements=advertisements, backoffs=backoffs,
-                                                     kept=refusals, now=max(now, _now()))  # fmt: skip
+                                                     kept=refusals, now=max(now, utcnow()))  # fmt: skip
         by_name = {a["metadata"]["name"]: a for a in advertisements}
         result = AdmissionResult(policy=config.spec.incoming.accept_policy,
                                  maximum=config.spec.incoming.max_acceptable_advertisements)  # fmt: skip
@@ -140,9 +130,10 @@ class ConsumerActivities:
             status = dict(obj.get("status") or {})
             conditions = with_condition(condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message),
                                         list(status.get("conditions") or []))  # fmt: skip
+            deadline = decision.decision_deadline
             patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
                                         {"phase": decision.phase, "reason": decision.reason, "conditions": conditions,
-                                         "decisionDeadline": _rfc3339(decision.decision_deadline)})  # fmt: skip
+                                         "decisionDeadline": format_rfc3339(deadline) if deadline else None})  # fmt: skip
             record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if len(result.records) < MAX_ADMISSION_RECORDS:
@@ -193,7 +184,7 @@ class ConsumerActivities:
         return AdvertisementObservation(
             exists=True,
             **advertisement_view(obj).observed(),
-            time_to_live=_parse_time(spec.get("timeToLive")),
+            time_to_live=parse_rfc3339(spec.get("timeToLive")),
             pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
             keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
             virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
@@ -318,7 +309,7 @@ class ConsumerActivities:
             # The virtual kubelet's own teardown order: the copies in the control namespace and in every remote
             # namespace, then, once none is left, the RemoteNamespaces (the provider's controller deletes the
             # namespace made for each).
-            going = delete_offloaded(remote, namespace, consumer_id, now=datetime.now(UTC)).going
+            going = delete_offloaded(remote, namespace, consumer_id, now=utcnow()).going
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:
@@ -366,9 +357,9 @@ class ConsumerActivities:
         if obj is None:
             return False
         spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
-        expires = _parse_time(spec.get("timeToLive"))
+        expires = parse_rfc3339(spec.get("timeToLive"))
         phase = status.get("phase")
-        if expires is None or expires > _now() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
+        if expires is None or expires > utcnow() + EXPIRY_CLOCK_SKEW or phase not in ("Pending", "Refused"):
             return False
         try:
             k8s.CustomObjectsApi(self._home).delete_cluster_custom_object(

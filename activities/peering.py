@@ -9,7 +9,7 @@ import base64
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,6 +27,7 @@ from activities.credentials import (
 )
 from kube.capacity import HomeCapacity
 from kube.clients import PeerSecretClients
+from kube.clock import utcnow
 from kube.copies import (
     delete_all_copies,
     delete_remote_namespace_requests,
@@ -51,8 +52,9 @@ from kube.objects import (
     with_condition,
 )
 from models.api import ClusterConfig
+from models.api.advertisement import offered_advertisement
 from models.api.clusterconfig import OutgoingConfig
-from models.api.common import SecretReference, rfc3339
+from models.api.common import SecretReference
 from models.api.conditions import PeeringCredentialsReason, condition
 from models.api.peeringrequest import PeeringRequestPhase
 from models.credentials import TokenGeneration, access_verified_until, renewal_due, renewal_reason, token_expired
@@ -60,7 +62,6 @@ from models.enforcement import PodSecurityLevel
 from models.explain import OfferDerivation
 from models.names import (
     ADVERTISEMENTS,
-    API_VERSION,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
     FOREIGN_CLEANUP_FINALIZER,
@@ -96,6 +97,7 @@ from models.peering import (
 from models.resources import Resources
 from models.settings import WorkerSettings
 from models.sharing import shared_resources, spare
+from models.times import format_rfc3339
 
 # Added to two push periods for the lifetime of a renewed consumer token: the next push's own delay and retries.
 CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
@@ -104,10 +106,6 @@ CONSUMER_TOKEN_RENEWAL_MARGIN_SECONDS = 300
 # Advertisement beside the access check. Only single API calls run here (the activity's own thread waits for
 # them, so none waits on another): a few threads serve every push of the worker.
 PUSH_CALL_THREADS = 16
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 class PeeringActivities:
@@ -177,7 +175,7 @@ class PeeringActivities:
         derivation = OfferDerivation(allocatable=allocatable, used=used, consumer_own=consumer_own,
                                      sharing_percentage=percent, advertised=advertised)  # fmt: skip
         spare_capacity = spare(allocatable=allocatable, used=used)
-        now = _now()
+        now = utcnow().replace(microsecond=0)  # to the second, as the times the push writes
         ttl = now + timedelta(seconds=outgoing.advertisement_time_to_live_seconds)
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
         if request.periodic:  # whether or not the consumer answers: it may be gone for good
@@ -280,22 +278,12 @@ class PeeringActivities:
 
     def _apply_advertisement(self, foreign: k8s.ApiClient, derivation: OfferDerivation, spare_capacity: Resources,
                              outgoing: OutgoingConfig, *, now: datetime, ttl: datetime) -> dict[str, Any]:  # fmt: skip
-        return apply_cluster_object(foreign, ADVERTISEMENTS, {
-            "apiVersion": API_VERSION, "kind": "Advertisement",
-            "metadata": {"name": advertisement_name(self._home_id),
-                         "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: self._home_id},
-                         "annotations": {SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(), sort_keys=True),
-                                         OFFER_DERIVATION_ANNOTATION: derivation.to_annotation()}},
-            "spec": {
-                "clusterId": self._home_id,
-                "resourceQuota": {"hard": derivation.advertised.to_kubernetes()},
-                "network": {"podCIDR": self._settings.cluster.pod_cidr},
-                "kubeConfigRef": {"name": credentials_secret_name(self._home_id), "namespace": SYSTEM_NAMESPACE},
-                "timestamp": rfc3339(now),
-                "timeToLive": rfc3339(ttl),
-                **outgoing.model_dump(mode="json", include={"prices"}, exclude_none=True),  # omitted when unset
-            },
-        })  # fmt: skip
+        advertisement = offered_advertisement(
+            provider_id=self._home_id, offered=derivation.advertised, pod_cidr=self._settings.cluster.pod_cidr,
+            prices=outgoing.prices, timestamp=now, time_to_live=ttl,
+            annotations={SPARE_CAPACITY_ANNOTATION: json.dumps(spare_capacity.to_kubernetes(), sort_keys=True),
+                         OFFER_DERIVATION_ANNOTATION: derivation.to_annotation()})  # fmt: skip
+        return apply_cluster_object(foreign, ADVERTISEMENTS, advertisement.to_apply())
 
     def _ensure_access(self, foreign: k8s.ApiClient, foreign_cluster_id: str, *, now: datetime, period: timedelta,
                        offered: Resources, pod_security: PodSecurityLevel) -> datetime:  # fmt: skip
@@ -335,7 +323,7 @@ class PeeringActivities:
         record_token(self._home, namespace, current)
         revoked = revoke_older_tokens(self._home, namespace, current=generation, calls=self._calls)
         activity.logger.info("credentials for %s: generation %d issued (%s), expires %s; revoked %s", namespace,
-                             generation, reason, rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
+                             generation, reason, format_rfc3339(issued.expires_at), revoked or "none")  # fmt: skip
         return current
 
     def _renew_consumer_token(
@@ -351,7 +339,7 @@ class PeeringActivities:
             return  # not the identity `tidepool peer` minted for us (an administrator's token, say)
         if token_expired(life, now=now):
             raise ApplicationError(
-                f"the token this provider holds for {foreign_cluster_id} expired at {rfc3339(life.expires_at)}: "
+                f"the token this provider holds for {foreign_cluster_id} expired at {format_rfc3339(life.expires_at)}: "
                 f"run `tidepool peer` again to mint a new one", type=CREDENTIALS_EXPIRED, non_retryable=True,
             )  # fmt: skip
         reason = renewal_due(life, now=now, period=period)
@@ -363,7 +351,7 @@ class PeeringActivities:
         k8s.CoreV1Api(self._home).patch_namespaced_secret(
             ref.name, ref.namespace, {"data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}})  # fmt: skip
         activity.logger.info("token on %s renewed (%s), the previous one expires %s", foreign_cluster_id, reason,
-                             rfc3339(life.expires_at))  # fmt: skip
+                             format_rfc3339(life.expires_at))  # fmt: skip
 
     def _write_credentials(self, foreign: k8s.ApiClient, name: str, kubeconfig: str) -> dict[str, Any]:
         # The namespace is the consumer's, made by `tidepool peer`: this provider may not create namespaces there.
@@ -412,7 +400,7 @@ class PeeringActivities:
         # Said before the deletion that the virtual kubelet reacts to: its credentials are already refused
         # (the namespace went), and this tells it that the provider cleaned up itself.
         ignore_not_found(patch_cluster_object, foreign, ADVERTISEMENTS, advertisement_name(self._home_id),
-                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: rfc3339(_now())}}})  # fmt: skip
+                         {"metadata": {"annotations": {PROVIDER_WITHDRAWN_ANNOTATION: format_rfc3339(utcnow())}}})  # fmt: skip
         delete_cluster_object(foreign, ADVERTISEMENTS, advertisement_name(self._home_id))
         ignore_not_found(k8s.CoreV1Api(foreign).delete_namespaced_secret,
                          credentials_secret_name(self._home_id), SYSTEM_NAMESPACE)  # fmt: skip
@@ -502,7 +490,7 @@ class PeeringActivities:
             status["advertisementStatus"] = decision.phase
             status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
-            status["lastPushTime"] = rfc3339(pushed)
+            status["lastPushTime"] = format_rfc3339(pushed)
         previous = list((current.get("status") or {}).get("conditions") or [])
         ready = condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}")
         status["conditions"] = with_condition(ready, previous)

@@ -9,19 +9,18 @@ models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
+from kube.clock import utcnow
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, read_cluster_config, record_event
 from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
-from models.api.common import rfc3339
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
 from models.names import (
     DRAINING_ANNOTATION,
@@ -77,6 +76,7 @@ from models.pool.result import (
 )
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
+from models.times import format_rfc3339
 
 
 class PoolActivities:
@@ -217,7 +217,7 @@ class PoolActivities:
             pod_key = f"{ns}/{meta.name}"
             if choice.cluster is None:
                 why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
-                status = unschedulable_status(why=why, now=_now())
+                status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
                 if not says(_raw(self._tenant, pod).get("status"), status):  # said once, not at every pass
                     self._core.patch_namespaced_pod_status(meta.name, ns, {"status": status})
                     self._event(meta, "FailedScheduling", f"fits in no super cluster of {ns}: {why}", warning=True,
@@ -234,9 +234,9 @@ class PoolActivities:
         again, the condition says so too (the cluster's syncer clears the reason with its next push)."""
         status = _raw(self._tenant, pod).get("status") or {}
         if unreachable:
-            patch = unreachable_status(cluster=cluster, why=why, now=_now())
+            patch = unreachable_status(cluster=cluster, why=why, now=format_rfc3339(utcnow()))
         elif (condition_of(status, POD_SUPER_CLUSTER_CONDITION) or {}).get("status") == "False":
-            patch = ready_again_status(cluster=cluster, now=_now())
+            patch = ready_again_status(cluster=cluster, now=format_rfc3339(utcnow()))
         else:
             return
         if not says(status, patch):
@@ -295,7 +295,7 @@ class PoolActivities:
             # Pending first, then the annotations, on the status just written: if the old cluster's syncer
             # pushed Running in between, the second write is refused and the next try starts over.
             written: k8s.V1Pod = self._core.patch_namespaced_pod_status(meta.name, move.namespace, {
-                "status": recreating_status(old=old, new=choice.cluster, now=_now())})  # fmt: skip
+                "status": recreating_status(old=old, new=choice.cluster, now=format_rfc3339(utcnow()))})  # fmt: skip
             self._core.patch_namespaced_pod(meta.name, move.namespace, {"metadata": {
                 "resourceVersion": written.metadata.resource_version if written.metadata else None,
                 "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
@@ -354,8 +354,6 @@ class NamespaceGone(Exception):
     """A namespace deleted (or being deleted) between the pass and a move step."""
 
 
-def _now() -> str:
-    return rfc3339(datetime.now(UTC))
 
 
 def _ended(meta: ServedMetadata, pod: k8s.V1Pod) -> bool:

@@ -23,29 +23,26 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from kube.clock import utcnow
 from kube.objects import raw_json
 from models.names import LABEL_MANAGED_BY, MANAGED_BY
 from models.settings import LeaderSettings
+from models.times import format_micro_time
 
 log = logging.getLogger(__name__)
-
-
-def _micro_time(now: datetime) -> str:
-    """The API's MicroTime (RFC 3339 with microseconds)."""
-    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def renew_lease(api: k8s.ApiClient, namespace: str, name: str, *, holder: str, duration_seconds: int) -> None:
     """A heartbeat Lease (a virtual node's, a consumer's keepalive): renewTime now, created on first renewal.
     One writer, no election: a plain patch, without the resourceVersion LeaderElection writes at."""
     leases = k8s.CoordinationV1Api(api)
-    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds, "renewTime": _micro_time(datetime.now(UTC))}
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds, "renewTime": format_micro_time(utcnow())}
     try:
         leases.patch_namespaced_lease(name, namespace, {"spec": spec})
     except ApiException as e:
@@ -135,7 +132,7 @@ class LeaderElection:
     def _try_acquire_or_renew(self) -> bool | None:
         """True: this replica holds the Lease now; False: another does (rule 1); None or an exception: it
         cannot tell (a conflicting write, the API server unreachable)."""
-        now = datetime.now(UTC)
+        now = utcnow()
         lease = self._read()
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -160,8 +157,8 @@ class LeaderElection:
 
     def _spec(self, now: datetime, *, acquired: datetime | str, transitions: int) -> dict[str, Any]:
         return {"holderIdentity": self.identity, "leaseDurationSeconds": self._settings.lease_duration_seconds,
-                "acquireTime": acquired if isinstance(acquired, str) else _micro_time(acquired),
-                "renewTime": _micro_time(now), "leaseTransitions": transitions}  # fmt: skip
+                "acquireTime": acquired if isinstance(acquired, str) else format_micro_time(acquired),
+                "renewTime": format_micro_time(now), "leaseTransitions": transitions}  # fmt: skip
 
     def _write(self, call: Callable[..., Any], *args: Any) -> bool | None:
         try:
@@ -181,7 +178,7 @@ class LeaderElection:
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             lease["spec"] = dict(lease["spec"], holderIdentity=None, leaseDurationSeconds=1,
-                                 renewTime=_micro_time(datetime.now(UTC)))  # fmt: skip
+                                 renewTime=format_micro_time(utcnow()))  # fmt: skip
             self._write(self._coordination.replace_namespaced_lease, self.lease, self.namespace, lease)
             log.info("lease %s/%s: released by %s", self.namespace, self.lease, self.identity)
         except Exception as e:  # noqa: BLE001 - the others take over after the lease duration instead

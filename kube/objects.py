@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from kube.clock import utcnow
 from models.api.clusterconfig import ClusterConfig
-from models.api.common import rfc3339
 from models.api.conditions import ConditionValue, Reason
 from models.names import CLUSTER_CONFIG_NAME, CLUSTER_CONFIGS, GROUP, VERSION
+from models.times import format_rfc3339
 
 FIELD_MANAGER = "tidepool"
 APPLY = "application/apply-patch+yaml"
@@ -137,7 +137,7 @@ def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: Reason, mes
     reason is one of the vocabulary's (models/api/conditions.py), checked by the type checker."""
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
-    now = datetime.now(UTC)
+    now = utcnow()
     k8s.CoreV1Api(api).create_namespaced_event(namespace, k8s.CoreV1Event.model_validate({
         "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
@@ -152,7 +152,7 @@ def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> lis
     """The conditions with `value`'s type set; lastTransitionTime moves only when the status does."""
     status = "True" if value.status else "False"
     old = next((c for c in previous if c.get("type") == value.type), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == status else rfc3339(datetime.now(UTC))
+    since = old["lastTransitionTime"] if old and old.get("status") == status else format_rfc3339(utcnow())
     new = {"type": value.type, "status": status, "reason": value.reason, "message": value.message,
            "lastTransitionTime": since}  # fmt: skip
     return [c for c in previous if c.get("type") != value.type] + [new]

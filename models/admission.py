@@ -94,6 +94,7 @@ from models.network import pod_cidr_problem
 from models.prices import format_price, price_unit
 from models.quantities import QuantityError, parse_quantity
 from models.resources import Resources
+from models.times import format_rfc3339, parse_rfc3339
 
 Policy = Literal["AutoAcceptMax", "Manual"]
 ManualVerdict = Literal["accept", "refuse"]
@@ -215,21 +216,6 @@ class AdmissionSnapshot:
         )  # fmt: skip
 
 
-def _time(value: Any) -> datetime | None:
-    """An RFC 3339 time as the API server writes it; None for anything else, including a time without
-    a zone, which cannot be compared with now."""
-    if isinstance(value, datetime):
-        parsed = value
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    else:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _check_resources(hard: Any) -> list[str]:
     if hard is None:
         return ["spec.resourceQuota.hard is missing: an Advertisement must offer resources"]
@@ -278,7 +264,7 @@ def validate_advertisement(adv: Any, now: datetime) -> list[str]:
 def _expiry_problems(adv: Any, now: datetime) -> list[str]:
     """The one problem the clock finds: a readable spec.timeToLive that has passed."""
     ttl = as_mapping(as_mapping(adv).get("spec")).get("timeToLive")
-    expires = _time(ttl)
+    expires = parse_rfc3339(ttl)
     return [f"spec.timeToLive {ttl} has passed"] if expires is not None and expires <= now else []
 
 
@@ -319,7 +305,7 @@ def _timeless_problems(adv: Any) -> list[str]:
     elif problem := pod_cidr_problem(network.get("podCIDR")):
         problems.append(problem)
     ttl = spec.get("timeToLive")
-    expires = _time(ttl)
+    expires = parse_rfc3339(ttl)
     if ttl is None:
         problems.append("spec.timeToLive is missing")
     elif expires is None:
@@ -380,7 +366,7 @@ def _candidate(adv: Mapping[str, Any]) -> Candidate:
         phase=phase if isinstance(phase, str) else None,
         reason=reason if isinstance(reason, str) else None,
         message=message if isinstance(message, str) else None,
-        arrival=(_time(meta.get("creationTimestamp")) or _NEVER, name),
+        arrival=(parse_rfc3339(meta.get("creationTimestamp")) or _NEVER, name),
         problems=tuple(_timeless_problems(adv)),
         manual=verdict if verdict in ("accept", "refuse") else None,
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
@@ -388,7 +374,7 @@ def _candidate(adv: Mapping[str, Any]) -> Candidate:
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
         prices=_lenient_resources(spec.get("prices")),
         resources=_lenient_resources(as_mapping(spec.get("resourceQuota")).get("hard")),
-        decision_deadline=_time(status.get("decisionDeadline")),
+        decision_deadline=parse_rfc3339(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
         uid=meta["uid"] if isinstance(meta.get("uid"), str) else "",
@@ -473,7 +459,7 @@ def _rule(snapshot: AdmissionSnapshot, c: Candidate,
     deadline = c.decision_deadline if waiting and c.decision_deadline is not None else (snapshot.now + timeout).replace(microsecond=0)
     if snapshot.now >= deadline:
         return "Refused", "DecisionTimedOut", _timed_out(seconds), None
-    return phase, reason, f"{message}, until {deadline:%Y-%m-%dT%H:%M:%SZ} (manualDecisionTimeoutSeconds)", deadline
+    return phase, reason, f"{message}, until {format_rfc3339(deadline)} (manualDecisionTimeoutSeconds)", deadline
 
 
 # How a person lifts a refusal kept from an earlier Advertisement: an acceptance by hand on this one.
@@ -568,7 +554,7 @@ def _decision(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple
         teardowns, until = backoff
         return ("Refused", "UnreachableBackoff",
                 f"{who} was torn down {teardowns} time{'s' * (teardowns != 1)} in a row because this cluster's virtual "
-                f"kubelet could not reach it: not accepted again before {until:%Y-%m-%dT%H:%M:%SZ} (backing off, "
+                f"kubelet could not reach it: not accepted again before {format_rfc3339(until)} (backing off, "
                 "doubling up to an hour)")  # fmt: skip
     if snapshot.policy == "Manual":
         return ("Pending", "AwaitingManualDecision",

@@ -28,6 +28,7 @@ from models.names import (
     TOKEN_GENERATION_ANNOTATION,
     TOKEN_ISSUED_AT_ANNOTATION,
 )
+from models.times import format_rfc3339, parse_rfc3339
 
 # The API server refuses a TokenRequest for less (its minimum expirationSeconds).
 MIN_TOKEN_LIFETIME_SECONDS = 600
@@ -51,21 +52,20 @@ class TokenGeneration:
     def from_annotations(cls, annotations: dict[str, str] | None) -> TokenGeneration | None:
         """None when the namespace has no (or an unreadable) record: a push then issues a token."""
         a = annotations or {}
+        issued_at, expires_at = parse_rfc3339(a.get(TOKEN_ISSUED_AT_ANNOTATION)), parse_rfc3339(a.get(TOKEN_EXPIRES_AT_ANNOTATION))
         try:
-            return cls(
-                number=int(a[TOKEN_GENERATION_ANNOTATION]),
-                issued_at=datetime.fromisoformat(a[TOKEN_ISSUED_AT_ANNOTATION]),
-                expires_at=datetime.fromisoformat(a[TOKEN_EXPIRES_AT_ANNOTATION]),
-                secret_version=a[CREDENTIALS_SECRET_VERSION_ANNOTATION],
-            )
+            number, secret_version = int(a[TOKEN_GENERATION_ANNOTATION]), a[CREDENTIALS_SECRET_VERSION_ANNOTATION]
         except (KeyError, ValueError):
             return None
+        if issued_at is None or expires_at is None:
+            return None
+        return cls(number=number, issued_at=issued_at, expires_at=expires_at, secret_version=secret_version)
 
     def to_annotations(self) -> dict[str, str]:
         return {
             TOKEN_GENERATION_ANNOTATION: str(self.number),
-            TOKEN_ISSUED_AT_ANNOTATION: self.issued_at.isoformat(),
-            TOKEN_EXPIRES_AT_ANNOTATION: self.expires_at.isoformat(),
+            TOKEN_ISSUED_AT_ANNOTATION: format_rfc3339(self.issued_at),
+            TOKEN_EXPIRES_AT_ANNOTATION: format_rfc3339(self.expires_at),
             CREDENTIALS_SECRET_VERSION_ANNOTATION: self.secret_version,
         }
 

@@ -30,6 +30,7 @@ from models.peering import sharing_percentage_problem
 from models.quantities import format_quantity
 from models.resources import Resources
 from models.sharing import spare
+from models.times import parse_rfc3339
 
 # At most this many admission records in one pass's result: a burst of a thousand arrivals must not make
 # one history event of megabytes. The rest are counted (AdmissionResult.records_omitted).
@@ -233,8 +234,8 @@ def peering_story(subject: str, cluster_id: str, workflows: list[str], facts: It
     if last is not None:
         story.now = ["offer: " + resources_text(last.get("advertised") or {}),
                      f"foreign decision: {foreign_phase or 'none yet'}",
-                     f"last push {_time(_parse_time(last.get('timestamp')))}, "
-                     f"expires there {_time(_parse_time(last.get('time_to_live')))} unless pushed again"]  # fmt: skip
+                     f"last push {_time(parse_rfc3339(last.get('timestamp')))}, "
+                     f"expires there {_time(parse_rfc3339(last.get('time_to_live')))} unless pushed again"]  # fmt: skip
     return story
 
 
@@ -273,7 +274,7 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
                                            "Advertisement's may be among them"))  # fmt: skip
             for record in records:
                 ended = None  # an Advertisement from the same provider again: a new lifecycle
-                arrived = _parse_time(record.get("arrived"))
+                arrived = parse_rfc3339(record.get("arrived"))
                 decided = f"{record['phase']} ({record['reason']})"
                 story.entries.append(Entry(at=fact.at, what=f"admission: {decided}", why=[
                     record["message"],
@@ -306,7 +307,7 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
             deleted = value.get("deleted") or {}
             story.entries.append(Entry(at=fact.at, what="lifecycle ended", why=[
                 f"teardown because {value.get('teardown')}" if value.get("teardown") else "nothing to tear down",
-                *(f"{what} deleted {_time(_parse_time(at))}" for what, at in sorted(deleted.items(), key=lambda kv: str(kv[1]))),
+                *(f"{what} deleted {_time(parse_rfc3339(at))}" for what, at in sorted(deleted.items(), key=lambda kv: str(kv[1]))),
             ]))  # fmt: skip
             decided, offer, ended = None, None, fact.at
     story.now = ([f"lifecycle ended {_time(ended)}: no Advertisement, virtual kubelet or node left"] if ended else
@@ -380,20 +381,20 @@ def offloaded_pod_story(subject: str, cluster_id: str, pod: Mapping[str, Any], e
     meta, spec, status = (as_mapping(pod.get(k)) for k in ("metadata", "spec", "status"))
     node_name = str(spec.get("nodeName") or "")
     story = Story(subject=subject, cluster_id=cluster_id, workflows=offer.workflows if offer else [])
-    created = _parse_time(meta.get("creationTimestamp"))
+    created = parse_rfc3339(meta.get("creationTimestamp"))
     if created is not None:
         story.entries.append(Entry(at=created, what="pod created"))
     if offer is not None:
         story.entries += [Entry(at=e.at, what=f"Advertisement from {provider}: {e.what}", why=e.why) for e in offer.entries]
     for event in events:
-        when = _parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
+        when = parse_rfc3339(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
         if when is None or (at is not None and when > at):
             continue
         reflected = as_mapping(as_mapping(event.get("metadata")).get("labels")).get(LABEL_PROVIDER)
         count = event.get("count") or 1
         why = [str(event.get("message") or "")]
         if count > 1:
-            why.append(f"{count} times since {_time(_parse_time(event.get('firstTimestamp')))}")
+            why.append(f"{count} times since {_time(parse_rfc3339(event.get('firstTimestamp')))}")
         story.entries.append(Entry(at=when, what=f"{event.get('type') or 'Normal'} {event.get('reason')}"
                                    + (f" (its copy in {reflected})" if reflected else ""), why=why))  # fmt: skip
     story.entries.sort(key=lambda e: e.at)
@@ -472,17 +473,6 @@ def in_unit(name: str, value: Decimal) -> str:
     else:
         amount, suffix = value, ""
     return f"{amount.quantize(Decimal('0.01'), rounding=ROUND_FLOOR).normalize():f}{suffix}"
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if isinstance(value, str) and value:
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    return None
 
 
 def _time(at: datetime | None) -> str:

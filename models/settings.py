@@ -1,18 +1,23 @@
-"""The worker's settings: one model made of per-topic parts, every field with a default and its unit.
+"""The processes' settings: one model made of per-topic parts, every field with a default and its unit.
 
-A cluster's worker reads them from TIDEPOOL_* environment variables (see `from_env`); the protocol's
-own knobs (sharing percentage, acceptance policy, periods) live in the cluster's ClusterConfig instead,
-so that they can change without a restart. tests/test_settings.py pins the defaults.
+A cluster's worker is set by TIDEPOOL_<PART>_<FIELD> environment variables, a virtual kubelet by the
+TIDEPOOL_VK_<FIELD> ones its Deployment gives it (models/virtual_kubelet.py). Each process reads its
+environment once, in its main (workers/*), and hands the environment to `from_env` here, which reads
+nothing itself; the settings are then handed down. The protocol's own knobs (sharing percentage,
+acceptance policy, periods) live in the cluster's ClusterConfig instead, so that they can change without
+a restart. tests/test_settings.py pins the defaults.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from models.names import task_queue
+from models.names import SYSTEM_NAMESPACE, task_queue
+from models.network import pod_cidr_problem
+
+VIRTUAL_KUBELET_ENV_PREFIX = "TIDEPOOL_VK_"
 
 
 class _Part(BaseModel):
@@ -41,6 +46,15 @@ class ClusterSettings(_Part):
         description="The API server URL foreign clusters use to reach this one; unset means the kubeconfig's.",
     )
     pod_cidr: str = Field(default="10.0.0.0/16", description="This cluster's PodCIDR, advertised to peers.")
+
+    @field_validator("pod_cidr")
+    @classmethod
+    def _advertisable(cls, value: str) -> str:
+        # Checked at start: every push validates its Advertisement (models/api/advertisement.py), and one
+        # that no consumer could accept would fail each push instead.
+        if problem := pod_cidr_problem(value):
+            raise ValueError(problem)
+        return value
 
 
 class ProviderSettings(_Part):
@@ -92,6 +106,26 @@ class VirtualKubeletSettings(_Part):
     )  # fmt: skip
 
 
+class VirtualKubeletProcessSettings(VirtualKubeletSettings):
+    """What one virtual kubelet process serves, and its tuning as the consumer's VirtualKubeletSettings set
+    it: the environment of the Deployment built by models/virtual_kubelet.py: virtual_kubelet_deployment."""
+
+    provider_id: str = Field(min_length=1, description="The provider cluster whose resources the node stands for.")
+    consumer_id: str = Field(min_length=1, description="This (the consumer) cluster's id.")
+    advertisement: str = Field(min_length=1, description="Name of the accepted Advertisement the node serves.")
+    namespace: str = Field(default=SYSTEM_NAMESPACE, description="Namespace of the Deployment and its Lease.")
+    provider_kubeconfig: str = Field(min_length=1, description="Path of the kubeconfig that reaches the provider.")
+    consumer_kubeconfig: str | None = Field(default=None, description="Path of the consumer's kubeconfig; unset "
+                                            "means in-cluster.")  # fmt: skip
+    node_ip: str | None = Field(default=None, description="The pod's IP, the node's InternalIP; unset serves no "
+                                "kubelet API.")  # fmt: skip
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> VirtualKubeletProcessSettings:
+        """TIDEPOOL_VK_<FIELD>, e.g. TIDEPOOL_VK_PROVIDER_ID or TIDEPOOL_VK_POD_WORKERS."""
+        return cls.model_validate(_variables(environ, VIRTUAL_KUBELET_ENV_PREFIX, cls))
+
+
 class LeaderSettings(_Part):
     """Of a worker's replicas, one runs the watchers that signal workflows (kube/lease.py); client-go's
     defaults. Every replica serves workflow and activity tasks whatever the election says."""
@@ -141,15 +175,18 @@ class WorkerSettings(_Part):
         return task_queue(self.cluster.cluster_id)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerSettings:
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerSettings:
         """TIDEPOOL_<PART>_<FIELD>, e.g. TIDEPOOL_CLUSTER_CLUSTER_ID or TIDEPOOL_TEMPORAL_ADDRESS."""
-        environ = os.environ if environ is None else environ
         parts: dict[str, dict[str, str]] = {}
         for part_name, part_field in cls.model_fields.items():
             part_type = part_field.annotation
             assert isinstance(part_type, type) and issubclass(part_type, BaseModel)
-            for field_name in part_type.model_fields:
-                key = f"TIDEPOOL_{part_name}_{field_name}".upper()
-                if key in environ:
-                    parts.setdefault(part_name, {})[field_name] = environ[key]
+            if variables := _variables(environ, f"TIDEPOOL_{part_name}_".upper(), part_type):
+                parts[part_name] = variables
         return cls.model_validate(parts)
+
+
+def _variables(environ: Mapping[str, str], prefix: str, model: type[BaseModel]) -> dict[str, str]:
+    """The fields of `model` that `environ` sets, as `prefix` + FIELD; an empty variable is an unset one (a
+    manifest's `value: ""`, a downward-API field not known yet), so that the default applies."""
+    return {name: value for name in model.model_fields if (value := environ.get(f"{prefix}{name}".upper()))}

@@ -30,7 +30,7 @@ from models.names import (
 )
 from models.network import NO_REMAPPING
 from models.pods import StatusShape, clipped, copied_status, is_service_account_token, strip_service_account_token
-from models.settings import VirtualKubeletSettings
+from models.settings import VIRTUAL_KUBELET_ENV_PREFIX, VirtualKubeletSettings
 
 PROVIDER_KUBECONFIG_DIR = "/etc/tidepool/provider"
 
@@ -41,25 +41,21 @@ def virtual_kubelet_deployment(
 ) -> dict[str, Any]:  # fmt: skip
     name = virtual_kubelet_name(provider_id)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}
-    env = {
-        "TIDEPOOL_VK_PROVIDER_ID": provider_id,
-        "TIDEPOOL_VK_CONSUMER_ID": consumer_id,
-        "TIDEPOOL_VK_ADVERTISEMENT": advertisement,
-        "TIDEPOOL_VK_NAMESPACE": namespace,
-        "TIDEPOOL_VK_PROVIDER_KUBECONFIG": f"{PROVIDER_KUBECONFIG_DIR}/kubeconfig",
-        "TIDEPOOL_VK_METRICS_PORT": str(settings.metrics_port),
-        "TIDEPOOL_VK_KUBELET_PORT": str(settings.kubelet_port),
-        "TIDEPOOL_VK_POD_WORKERS": str(settings.pod_workers),
-        "TIDEPOOL_VK_CONFIG_WORKERS": str(settings.config_workers),
-        "TIDEPOOL_VK_SERVICE_WORKERS": str(settings.service_workers),
-        "TIDEPOOL_VK_EVENT_WORKERS": str(settings.event_workers),
-        "TIDEPOOL_VK_NAMESPACE_WORKERS": str(settings.namespace_workers),
-    }
+    # The fields of VirtualKubeletProcessSettings, which the virtual kubelet reads back from its environment.
+    process: dict[str, object] = {
+        "provider_id": provider_id, "consumer_id": consumer_id, "advertisement": advertisement,
+        "namespace": namespace, "provider_kubeconfig": f"{PROVIDER_KUBECONFIG_DIR}/kubeconfig",
+        "metrics_port": settings.metrics_port, "kubelet_port": settings.kubelet_port,
+        "pod_workers": settings.pod_workers, "config_workers": settings.config_workers,
+        "service_workers": settings.service_workers, "event_workers": settings.event_workers,
+        "namespace_workers": settings.namespace_workers,
+    }  # fmt: skip
+    env = {f"{VIRTUAL_KUBELET_ENV_PREFIX}{field.upper()}": str(value) for field, value in process.items()}
     ports = [{"name": "kubelet", "containerPort": settings.kubelet_port}]
     if settings.metrics_port:
         ports.append({"name": "metrics", "containerPort": settings.metrics_port})
     # The node's InternalIP is the pod's: the API server dials it for logs and exec.
-    node_ip = {"name": "TIDEPOOL_VK_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    node_ip = {"name": f"{VIRTUAL_KUBELET_ENV_PREFIX}NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -39,6 +39,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     credentials_secret_name,
 )
+from models.times import format_rfc3339
 
 pytestmark = pytest.mark.consumer
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -59,9 +60,9 @@ def adv(provider: str, *, order: int = 0, phase: str | None = None, reason: str 
     created = NOW - timedelta(hours=1) + timedelta(seconds=order)
     meta: dict[str, Any] = {"name": name or f"advertisement-{provider}", "annotations": annotations,
                             "uid": uid or f"uid-{provider}",
-                            "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+                            "creationTimestamp": format_rfc3339(created)}  # fmt: skip
     if deleting:
-        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta["deletionTimestamp"] = format_rfc3339(NOW)
     status: dict[str, Any] = {"phase": phase, "reason": reason} if phase else {}
     if message is not None:
         status["conditions"] = [{"type": "Accepted", "status": str(phase == "Accepted"), "reason": reason,
@@ -101,7 +102,7 @@ def applied(advertisements: list[dict[str, Any]], decisions: list[Decision]) -> 
         condition = {"type": "Accepted", "status": str(d.phase == "Accepted"), "reason": d.reason, "message": d.message}
         status: dict[str, Any] = {"phase": d.phase, "reason": d.reason, "conditions": [condition]}
         if d.decision_deadline is not None:
-            status["decisionDeadline"] = d.decision_deadline.strftime("%Y-%m-%dT%H:%M:%SZ")
+            status["decisionDeadline"] = format_rfc3339(d.decision_deadline)
         result.append({**a, "status": status})
     return result
 

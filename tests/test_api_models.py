@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -9,6 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
+from models.api.advertisement import offered_advertisement
+from models.resources import Resources
 
 pytestmark = pytest.mark.api
 
@@ -144,3 +147,41 @@ def test_cluster_selector_means_what_a_label_selector_means() -> None:
     assert not selects(ClusterSelector.model_validate({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}), labels)
     assert not selects(ClusterSelector.model_validate(
         {"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["eu"]}]}), labels)
+
+
+PUSHED_AT = datetime(2026, 11, 27, 2, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("prices", [
+    pytest.param(None, id="without prices"),
+    pytest.param(Resources({"cpu": "0.5", "memory": "0.001"}), id="with prices"),
+])  # fmt: skip
+def test_the_pushed_advertisement_is_the_json_the_push_wrote_as_a_dict(prices: Resources | None) -> None:
+    """The push built its Advertisement as a dict literal before 0.1.x: the typed model applies the same JSON,
+    so that server-side apply claims the same fields."""
+    pushed = offered_advertisement(
+        provider_id="provider-a", offered=Resources({"cpu": "2", "memory": "4Gi"}), pod_cidr="10.1.0.0/16",
+        prices=prices, timestamp=PUSHED_AT, time_to_live=PUSHED_AT + timedelta(minutes=30),
+        annotations={"tidepool.io/spare-capacity": '{"cpu": "3"}'})  # fmt: skip
+    assert pushed.to_apply() == {
+        "apiVersion": "tidepool.io/v1alpha1", "kind": "Advertisement",
+        "metadata": {"name": "advertisement-provider-a",
+                     "labels": {"app.kubernetes.io/managed-by": "tidepool", "tidepool.io/provider": "provider-a"},
+                     "annotations": {"tidepool.io/spare-capacity": '{"cpu": "3"}'}},
+        "spec": {
+            "clusterId": "provider-a",
+            "resourceQuota": {"hard": {"cpu": "2", "memory": "4Gi"}},
+            "network": {"podCIDR": "10.1.0.0/16"},
+            "kubeConfigRef": {"name": "tidepool-kubeconfig-provider-a", "namespace": "tidepool-system"},
+            "timestamp": "2026-11-27T02:00:00Z",
+            "timeToLive": "2026-11-27T02:30:00Z",
+            **({"prices": {"cpu": "0.5", "memory": "0.001"}} if prices else {}),
+        },
+    }  # fmt: skip
+    assert Advertisement.from_kubernetes(pushed.to_apply()) == pushed
+
+
+def test_a_push_that_no_consumer_could_accept_is_refused_before_it_leaves() -> None:
+    with pytest.raises(ValidationError, match="timeToLive must be later than timestamp"):
+        offered_advertisement(provider_id="provider-a", offered=Resources({"cpu": "1"}), pod_cidr="10.1.0.0/16",
+                              prices=None, timestamp=PUSHED_AT, time_to_live=PUSHED_AT, annotations={})  # fmt: skip

@@ -37,6 +37,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.times import format_rfc3339
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
@@ -46,10 +47,6 @@ from workflows.advertisement import AdvertisementWorkflow
 pytestmark = [pytest.mark.env, pytest.mark.consumer]
 
 
-def _rfc3339(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def advertisement(provider: str, *, cpu: str = "2", ttl: timedelta = timedelta(minutes=30)) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {
@@ -57,7 +54,7 @@ def advertisement(provider: str, *, cpu: str = "2", ttl: timedelta = timedelta(m
         "spec": {"clusterId": provider, "resourceQuota": {"hard": {"cpu": cpu, "memory": "4Gi", "pods": "10"}},
                  "network": {"podCIDR": "10.1.0.0/16"},
                  "kubeConfigRef": {"name": f"tidepool-kubeconfig-{provider}", "namespace": SYSTEM_NAMESPACE},
-                 "timestamp": _rfc3339(now), "timeToLive": _rfc3339(now + ttl)},
+                 "timestamp": format_rfc3339(now), "timeToLive": format_rfc3339(now + ttl)},
     }  # fmt: skip
 
 
@@ -137,7 +134,7 @@ async def test_deny_and_allow_lists_and_invalid_advertisements_are_refused_with_
     empty = advertisement(f"empty-{unique}")
     empty["spec"]["resourceQuota"]["hard"] = {}
     expired = advertisement(f"expired-{unique}", ttl=timedelta(seconds=-60))
-    expired["spec"]["timestamp"] = _rfc3339(datetime.now(UTC) - timedelta(minutes=5))
+    expired["spec"]["timestamp"] = format_rfc3339(datetime.now(UTC) - timedelta(minutes=5))
     async with running_worker(worker_settings(localenv, consumer, f"cons-{unique}")):
         for body in (advertisement(allowed), advertisement(denied), advertisement(stranger), empty, expired):
             apply_cluster_object(api, ADVERTISEMENTS, body)

@@ -60,6 +60,7 @@ from models.names import (
     virtual_kubelet_name,
 )
 from models.peering import PeeringInput, PeeringStatus
+from models.times import format_rfc3339
 from tests.conftest import Clusters
 from tests.faults import WorkerProcess, failed_workflow_tasks
 from tests.kube import apply_cluster_config, create_namespace, create_node, delete_quietly
@@ -315,7 +316,7 @@ def _foreign_advertisement(name: str, provider: str, *, hard: dict[str, str] | N
     return {"apiVersion": API_VERSION, "kind": "Advertisement", "metadata": {"name": name},
             "spec": {"clusterId": provider, "resourceQuota": {"hard": hard or {"cpu": "2", "memory": "4Gi"}},
                      "network": {"podCIDR": "10.9.0.0/16"}, "kubeConfigRef": {"name": credentials_secret_name(provider), "namespace": SYSTEM_NAMESPACE},
-                     "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "timeToLive": (now + ttl).strftime("%Y-%m-%dT%H:%M:%SZ")}}  # fmt: skip
+                     "timestamp": format_rfc3339(now), "timeToLive": format_rfc3339(now + ttl)}}  # fmt: skip
 
 
 MALFORMED = [

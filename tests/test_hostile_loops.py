@@ -49,6 +49,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.times import format_rfc3339
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
@@ -155,8 +156,8 @@ async def test_a_provider_the_consumer_cannot_reach_is_not_accepted_again_and_ag
             LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE, LABEL_PROVIDER: provider_id, LABEL_MANAGED_BY: MANAGED_BY}}}))  # fmt: skip
         core.patch_node_status(virtual_node_name(provider_id), {"status": {"conditions": [{
             "type": "Ready", "status": "False", "reason": "ProviderUnreachable", "message": "connection refused",
-            "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastHeartbeatTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}]}})  # fmt: skip
+            "lastTransitionTime": format_rfc3339(since),
+            "lastHeartbeatTime": format_rfc3339(datetime.now(UTC))}]}})  # fmt: skip
 
     try:
         async with (running_worker(provider_settings), running_worker(worker_settings(localenv, consumer, consumer_id))):

@@ -397,7 +397,7 @@ def test_the_provider_s_push_still_works_and_keeps_the_consumer_s_annotations_an
     """Server-side apply removes only the fields its own manager applied before and no longer applies: the
     consumer's annotations, written by the consumer's manager, stay whatever the provider's apply omits."""
     later = datetime.now(UTC) + timedelta(minutes=1)  # a push stamps spec.timestamp: a later one writes for sure
-    monkeypatch.setattr(peering_module, "_now", lambda: later)
+    monkeypatch.setattr(peering_module, "utcnow", lambda: later)
     _hold_for_teardown(pushed)  # first: holding an accepted one drops an earlier refused offer
     _refuse_as_not_ready(pushed)
     _refuse_by_hand(pushed)

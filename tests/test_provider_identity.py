@@ -53,6 +53,7 @@ from models.names import (
     provider_identity_name,
 )
 from models.peering import PushRequest, PushResult
+from models.times import format_rfc3339
 from tests.conftest import Clusters
 from tests.kube import create_node
 from tests.running import worker_settings
@@ -125,8 +126,8 @@ def _advertisement(provider_id: str) -> dict[str, Any]:
         "metadata": {"name": advertisement_name(provider_id)},
         "spec": {"clusterId": provider_id, "resourceQuota": {"hard": {"cpu": "1"}}, "network": {"podCIDR": "10.9.0.0/16"},
                  "kubeConfigRef": {"name": credentials_secret_name(provider_id), "namespace": SYSTEM_NAMESPACE},
-                 "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "timeToLive": (now + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")},
+                 "timestamp": format_rfc3339(now),
+                 "timeToLive": format_rfc3339(now + timedelta(minutes=5))},
     }  # fmt: skip
 
 
@@ -264,7 +265,7 @@ def test_an_expired_token_says_credentials_expired_and_peering_again_mends_it(
     life = bearer_token_life(_held(home, push.kube_config_ref)[1])
     assert life is not None
     with monkeypatch.context() as later:  # the provider was down for longer than the token lived
-        later.setattr(peering_module, "_now", lambda: life.expires_at + timedelta(seconds=1))
+        later.setattr(peering_module, "utcnow", lambda: life.expires_at + timedelta(seconds=1))
         with pytest.raises(ApplicationError) as error:
             ActivityEnvironment().run(activities.push_advertisement, push)
     assert error.value.type == CREDENTIALS_EXPIRED and error.value.non_retryable

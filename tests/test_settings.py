@@ -1,11 +1,13 @@
-"""The worker's settings: defaults pinned, environment variables mapped, bad values named."""
+"""The processes' settings: defaults pinned, environment variables mapped, bad values named; the virtual
+kubelet reads back exactly what its Deployment writes."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from models.settings import WorkerSettings
+from models.settings import VirtualKubeletProcessSettings, VirtualKubeletSettings, WorkerSettings
+from models.virtual_kubelet import virtual_kubelet_deployment
 
 
 def test_the_defaults_are_pinned() -> None:
@@ -38,6 +40,8 @@ def test_environment_variables_set_fields_by_part_and_name() -> None:
         pytest.param("TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS", "7200", "provider.token_lifetime_seconds",
                      id="a token lives at most one hour"),
         pytest.param("TIDEPOOL_METRICS_PORT", "70000", "metrics.port", id="a port fits in 16 bits"),
+        pytest.param("TIDEPOOL_CLUSTER_POD_CIDR", "10.0.0.1/16", "cluster.pod_cidr",
+                     id="a PodCIDR no consumer would accept stops the worker at start"),
         pytest.param("TIDEPOOL_LEADER_RENEW_DEADLINE_SECONDS", "20", "renew_deadline_seconds < lease_duration_seconds",
                      id="a leader stops before another may take over"),
     ],
@@ -46,3 +50,30 @@ def test_a_bad_value_is_refused_with_its_field(variable: str, value: str, field:
     with pytest.raises(ValidationError) as error:
         WorkerSettings.from_env({variable: value})
     assert field in str(error.value).replace("\n", ".")
+
+
+def test_an_empty_variable_leaves_the_default() -> None:
+    settings = WorkerSettings.from_env({"TIDEPOOL_LEADER_IDENTITY": "", "TIDEPOOL_METRICS_PORT": ""})
+    assert settings == WorkerSettings()
+
+
+def test_the_virtual_kubelet_reads_what_its_deployment_writes() -> None:
+    tuning = VirtualKubeletSettings(metrics_port=0, kubelet_port=10251, pod_workers=3, config_workers=5,
+                                    service_workers=0, event_workers=1, namespace_workers=6)  # fmt: skip
+    deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                            kubeconfig_secret="k", namespace="ns", settings=tuning)  # fmt: skip
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    # The downward API gives the pod's IP; an empty one (not known yet) is unset.
+    environ = {item["name"]: item.get("value", "") for item in env}
+    read = VirtualKubeletProcessSettings.from_env(environ)
+    assert read == VirtualKubeletProcessSettings(
+        provider_id="a", consumer_id="b", advertisement="advertisement-a", namespace="ns",
+        provider_kubeconfig="/etc/tidepool/provider/kubeconfig", **tuning.model_dump(exclude={"image"}))  # fmt: skip
+    assert read.node_ip is None and read.consumer_kubeconfig is None
+
+
+def test_a_virtual_kubelet_without_its_provider_does_not_start() -> None:
+    with pytest.raises(ValidationError) as error:
+        VirtualKubeletProcessSettings.from_env({"TIDEPOOL_VK_CONSUMER_ID": "b", "TIDEPOOL_VK_POD_WORKERS": "0"})
+    problems = str(error.value)
+    assert "provider_id" in problems and "pod_workers" in problems

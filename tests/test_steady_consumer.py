@@ -31,6 +31,7 @@ from models.names import (
     virtual_kubelet_name,
     virtual_node_name,
 )
+from models.times import format_micro_time, format_rfc3339
 from tests.kube import apply_cluster_config, create_namespace
 from tests.replay import replay_all_runs
 from tests.running import eventually, running_worker, worker_settings
@@ -49,10 +50,6 @@ def consumer(make_cluster: Callable[[str], LocalCluster]) -> LocalCluster:
     cluster = make_cluster("cons")
     create_namespace(cluster.api_client(), SYSTEM_NAMESPACE)
     return cluster
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _phase(api: k8s.ApiClient, provider: str) -> str | None:
@@ -83,8 +80,8 @@ def _heartbeat(core: k8s.CoreV1Api, coordination: k8s.CoordinationV1Api, node: s
     fresh heartbeat times, nothing else changing."""
     now = datetime.now(UTC)
     core.patch_node_status(node, {"status": {"conditions": [
-        _ready("True", "KubeletReady", since=since, heartbeat=_rfc3339(now))]}})  # fmt: skip
-    renew = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+        _ready("True", "KubeletReady", since=since, heartbeat=format_rfc3339(now))]}})  # fmt: skip
+    renew = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": format_micro_time(now)}
     try:
         coordination.patch_namespaced_lease(node, "kube-node-lease", {"spec": renew})
     except k8s.ApiException as e:
@@ -106,7 +103,7 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
         # A virtual node as the virtual kubelet registers it (not a kwok one: nobody else writes it).
         core.create_node(k8s.V1Node.model_validate({"metadata": {"name": node, "labels": {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE,
                                                                  LABEL_PROVIDER: provider}}}))  # fmt: skip
-        since = _rfc3339(datetime.now(UTC))
+        since = format_rfc3339(datetime.now(UTC))
         _heartbeat(core, coordination, node, since)
         before = len(await settled_history(temporal_client, handle.id))
 
@@ -119,7 +116,7 @@ async def test_a_virtual_node_that_heartbeats_for_two_minutes_adds_no_event_to_i
         assert len(events) == before, f"{HEARTBEATS} heartbeats added {added}"
 
         # The same watcher does pass on what the workflow reads: the Ready condition's status and reason.
-        now = _rfc3339(datetime.now(UTC))
+        now = format_rfc3339(datetime.now(UTC))
         core.patch_node_status(node, {"status": {"conditions": [_ready("False", "PodCIDRNotSet", since=now,
                                                                        heartbeat=now)]}})  # fmt: skip
         await eventually(lambda: _signals_after(temporal_client, handle.id, before),

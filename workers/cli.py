@@ -57,6 +57,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from kube.clients import client_from_own_kubeconfig_file
+from kube.clock import utcnow
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS
 from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
@@ -317,7 +318,7 @@ def _since(text: str) -> datetime:
     units = {"m": 60, "h": 3600, "d": 86400}
     if text[:-1].isdigit() and text[-1:] in units:
         try:
-            return datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * units[text[-1]])
+            return utcnow() - timedelta(seconds=int(text[:-1]) * units[text[-1]])
         except OverflowError:
             raise argparse.ArgumentTypeError(f"{text!r} reaches back before year 1") from None
     try:
@@ -333,11 +334,10 @@ def _kubeconfig(path: str) -> k8s.ApiClient:
         raise LookupError(f"--kubeconfig {path}: {e}") from None
 
 
-def _temporal_settings(args: argparse.Namespace) -> tuple[TemporalSettings, str]:
+def _temporal_settings(args: argparse.Namespace, temporal: TemporalSettings) -> tuple[TemporalSettings, str]:
     """Where the histories are, and where the namespace was taken from: the flags, else the worker's variables
     (TIDEPOOL_TEMPORAL_*), else the local environment's state (the namespace of the worker that runs as
     --cluster-id, or of the pool's scheduler), else the settings' defaults."""
-    temporal = WorkerSettings.from_env().temporal
     state = _local_env_state(args.state_file)
     pool = args.kind in ("namespace", "pool") or (args.kind == "pod" and not getattr(args, "kubeconfig", None))
     worker = POOL_WORKER if pool else args.cluster_id
@@ -354,13 +354,13 @@ def _temporal_settings(args: argparse.Namespace) -> tuple[TemporalSettings, str]
     return temporal.model_copy(update=found | flags), source
 
 
-async def _client(args: argparse.Namespace) -> Client:
-    return await connect(_temporal_settings(args)[0])
+async def _client(args: argparse.Namespace, temporal: TemporalSettings) -> Client:
+    return await connect(_temporal_settings(args, temporal)[0])
 
 
-async def _answer(args: argparse.Namespace) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
+async def _answer(args: argparse.Namespace, temporal: TemporalSettings) -> Story | Simulation | AdmissionSimulation | PoolSimulation:
     consumer = _kubeconfig(args.kubeconfig) if getattr(args, "kubeconfig", None) else None  # before Temporal: its error first
-    client = await _client(args)
+    client = await _client(args, temporal)
     if args.command == "simulate" and args.kind == "pool":
         return await simulate_pool_history(client, policy=args.policy, since=args.since, workflow_id=args.workflow_id)
     if args.command == "simulate" and args.kind == "admission":
@@ -494,10 +494,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.command} {args.kind}: {problem}")
         code = 0
         try:
-            answer = asyncio.run(_answer(args))
+            temporal = WorkerSettings.from_env(os.environ).temporal
+            answer = asyncio.run(_answer(args, temporal))
             print(answer.model_dump_json(indent=2) if args.output == "json" else answer.render(), end="\n" if args.output == "json" else "")
         except NoHistory as e:
-            _, source = _temporal_settings(args)
+            _, source = _temporal_settings(args, temporal)
             print(f"tidepool {args.command}: {e}\n  the namespace came from {source}; give the cluster's own with "
                   "--namespace NS (and --temporal-address HOST:PORT)", file=sys.stderr)  # fmt: skip
             code = 1

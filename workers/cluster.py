@@ -118,7 +118,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = WorkerSettings.from_env()
+    settings = WorkerSettings.from_env(os.environ)
 
     async def _main() -> None:
         stop = asyncio.Event()

@@ -48,6 +48,7 @@ from models.simulate import (
     simulate_peering,
     simulate_pool,
 )
+from models.times import format_micro_time
 
 # A history is read whole; these many runs of one workflow id at most, the newest (the admission workflow
 # continues as new often): what is older is left out, and the story says so.
@@ -184,7 +185,7 @@ async def _facts(client: Client, workflow_ids: Sequence[str], *, until: datetime
     facts: list[Fact] = []
     truncated, found = False, False
     for workflow_id in workflow_ids:
-        query = f"WorkflowId = '{workflow_id}'" + (f" AND StartTime <= '{until.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}'" if until else "")
+        query = f"WorkflowId = '{workflow_id}'" + (f" AND StartTime <= '{format_micro_time(until)}'" if until else "")
         runs = {run.run_id: run.start_time async for run in client.list_workflows(query, limit=MAX_RUNS + 1)}
         truncated |= len(runs) > MAX_RUNS
         runs = dict(sorted(runs.items(), key=lambda run: run[1])[-MAX_RUNS:])

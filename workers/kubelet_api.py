@@ -48,6 +48,7 @@ from kubernetes.stream import portforward as provider_portforward
 from kubernetes.stream import stream as provider_stream
 
 from kube import spdy
+from kube.clock import utcnow
 from models.virtual_kubelet import ORIGIN_UID
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def _self_signed(host: str) -> tuple[bytes, bytes]:
         san: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
         san = x509.DNSName(host)
-    now = datetime.datetime.now(datetime.UTC)
+    now = utcnow()
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())

@@ -11,6 +11,7 @@ fields; tidepool only waits for them.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -98,7 +99,7 @@ def _effective_cidr(obj: dict[str, Any]) -> str:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = WorkerSettings.from_env()
+    settings = WorkerSettings.from_env(os.environ)
     module = NetworkModule(client_from_own_kubeconfig_file(settings.cluster.kubeconfig),
                            local_pod_cidr=settings.cluster.pod_cidr).start()  # fmt: skip
     wait_for_termination()

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import base64
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 
+from kube.clock import utcnow
 from kube.identity import DEFAULT_TOKEN_LIFETIME_SECONDS, mint_provider_identity, revoke_provider_identity
 from kube.objects import (
     apply_cluster_object,
@@ -25,7 +25,6 @@ from kube.objects import (
     patch_cluster_object,
     read_cluster_object,
 )
-from models.api.common import rfc3339
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -34,6 +33,7 @@ from models.names import (
     SYSTEM_NAMESPACE,
     advertisement_name,
 )
+from models.times import format_rfc3339
 
 # How long `tidepool peer` waits for a PeeringRequest of the same name still being withdrawn, and how often it looks.
 PREVIOUS_REQUEST_WAIT_SECONDS = 60
@@ -117,7 +117,7 @@ def cancel_peering(provider: k8s.ApiClient, *, consumer_id: str, force: bool = F
     releases the request; it cleans there afterwards if it can (workflows/peering.py)."""
     if force:
         ignore_not_found(patch_cluster_object, provider, PEERING_REQUESTS, consumer_id,
-                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: rfc3339(datetime.now(UTC))}}})  # fmt: skip
+                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: format_rfc3339(utcnow())}}})  # fmt: skip
     delete_cluster_object(provider, PEERING_REQUESTS, consumer_id)
 
 
@@ -131,5 +131,5 @@ def leave_provider(consumer: k8s.ApiClient, *, provider_id: str, force: bool = F
     name = advertisement_name(provider_id)
     if force:
         ignore_not_found(patch_cluster_object, consumer, ADVERTISEMENTS, name,
-                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: rfc3339(datetime.now(UTC))}}})  # fmt: skip
+                         {"metadata": {"annotations": {FORCE_UNPEER_ANNOTATION: format_rfc3339(utcnow())}}})  # fmt: skip
     delete_cluster_object(consumer, ADVERTISEMENTS, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -145,12 +146,13 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = WorkerSettings.from_env(os.environ)
 
     async def _main() -> None:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await run(WorkerSettings.from_env(), stop=stop)
+        await run(settings, stop=stop)
 
     asyncio.run(_main())
 

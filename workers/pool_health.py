@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -23,6 +23,7 @@ from temporalio.common import MetricMeter
 from temporalio.exceptions import ApplicationError
 
 from kube.clients import OwnSecretClients
+from kube.clock import utcnow
 from kube.errors import as_application_error
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_config, with_condition
@@ -38,7 +39,7 @@ MAX_REQUEST_TIMEOUT = 5.0  # seconds: a probe that takes longer than this is a f
 
 class HealthProber:
     def __init__(self, tenant: k8s.ApiClient, *, meter: MetricMeter = MetricMeter.noop,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:  # fmt: skip
+                 now: Callable[[], datetime] = utcnow) -> None:  # fmt: skip
         self._tenant, self._secrets, self._now = tenant, OwnSecretClients(tenant), now
         self._metrics = Metrics(meter)
         self._stop = threading.Event()

@@ -19,19 +19,18 @@ import logging
 import sys
 import threading
 from collections import OrderedDict
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kube.clients import client_from_own_kubeconfig_file
+from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer
 from kube.metadata import served_metadata
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
-from models.api.common import rfc3339
 from models.enforcement import status_message
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
@@ -76,6 +75,7 @@ from models.pool.sync import (
     super_namespace_labels,
     unchanged,
 )
+from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 10
@@ -348,7 +348,7 @@ class Syncer:
     def _refused(self, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
         """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
         at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
-        status = refused_status(cluster=self.cluster, why=why, now=_now())
+        status = refused_status(cluster=self.cluster, why=why, now=format_rfc3339(utcnow()))
         if says(pod.get("status"), status):
             return
         self.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
@@ -367,8 +367,6 @@ class Syncer:
                 raise
 
 
-def _now() -> str:
-    return rfc3339(datetime.now(UTC))
 
 
 class _KindApis:

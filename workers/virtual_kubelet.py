@@ -57,8 +57,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kubernetes import client as k8s
@@ -67,6 +65,7 @@ from pydantic import ValidationError
 from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
+from kube.clock import utcnow
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.errors import already_exists
 from kube.informer import Informer, Store
@@ -111,6 +110,8 @@ from models.pods import (
     status_patch,
     status_shape,
 )
+from models.settings import VirtualKubeletProcessSettings
+from models.times import format_rfc3339
 from models.virtual_kubelet import (
     FOREIGN_IP_WARNING_SECONDS,
     ORIGIN_NAME,
@@ -173,52 +174,6 @@ CONFIG_KINDS: tuple[ConfigKind, ...] = ("ConfigMap", "Secret")
 
 class ProviderRefusedPod(Exception):
     """A pod's copy the provider refuses for now (its quota): the work queue tries it again after its backoff."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class Config:
-    provider_id: str
-    consumer_id: str
-    advertisement: str
-    namespace: str
-    provider_kubeconfig: str
-    consumer_kubeconfig: str | None
-    metrics_port: int = 0
-    node_ip: str | None = None
-    kubelet_port: int = 0
-    pod_workers: int = 8
-    config_workers: int = 4
-    service_workers: int = 2
-    event_workers: int = 2
-    namespace_workers: int = 2
-
-    @classmethod
-    def from_env(cls) -> Config:
-        env = os.environ
-
-        def number(name: str, default: int) -> int:
-            return int(env.get(f"TIDEPOOL_VK_{name}") or default)
-
-        return cls(
-            provider_id=env["TIDEPOOL_VK_PROVIDER_ID"],
-            consumer_id=env["TIDEPOOL_VK_CONSUMER_ID"],
-            advertisement=env["TIDEPOOL_VK_ADVERTISEMENT"],
-            namespace=env.get("TIDEPOOL_VK_NAMESPACE", SYSTEM_NAMESPACE),
-            provider_kubeconfig=env["TIDEPOOL_VK_PROVIDER_KUBECONFIG"],
-            consumer_kubeconfig=env.get("TIDEPOOL_VK_CONSUMER_KUBECONFIG"),
-            metrics_port=number("METRICS_PORT", 0),
-            node_ip=env.get("TIDEPOOL_VK_NODE_IP") or None,
-            kubelet_port=number("KUBELET_PORT", 0),
-            pod_workers=max(number("POD_WORKERS", 8), 1),
-            config_workers=max(number("CONFIG_WORKERS", 4), 1),
-            service_workers=number("SERVICE_WORKERS", 2),
-            event_workers=number("EVENT_WORKERS", 2),
-            namespace_workers=max(number("NAMESPACE_WORKERS", 2), 1),
-        )
 
 
 # What the caches keep of each object: what the reconcilers compare, so that a change elsewhere in an
@@ -327,7 +282,7 @@ def _origin(obj: Obj | None) -> tuple[str, str] | None:
 
 
 class VirtualKubelet:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: VirtualKubeletProcessSettings) -> None:
         self.config = config
         self.node = virtual_node_name(config.provider_id)
         self.consumer = client_from_own_kubeconfig_file(config.consumer_kubeconfig)
@@ -580,13 +535,13 @@ class VirtualKubelet:
             ready, reason, message = False, "ProviderUnreachable", f"provider {self.config.provider_id}: {error}"
         else:
             ready, reason, message = True, "KubeletReady", f"pods run in provider {self.config.provider_id}"
-        now = _now()
+        now = format_rfc3339(utcnow())
         if self._ready_since is None or self._ready_since[:2] != (ready, reason):
             existing = ignore_not_found(self.core.read_node, self.node)
             conditions = (existing.status.conditions if existing and existing.status else None) or []
             old = next((c for c in conditions if c.type == "Ready"), None)
             kept = old.last_transition_time if old and (old.status == "True") == ready and old.reason == reason else None
-            since = kept.strftime("%Y-%m-%dT%H:%M:%SZ") if kept else now
+            since = format_rfc3339(kept) if kept else now
             self._ready_since = (ready, reason, since)
         body = virtual_node(provider_id=self.config.provider_id, resources=hard, ready=ready, reason=reason,
                             message=message, heartbeat=now, transition=self._ready_since[2],
@@ -1176,7 +1131,7 @@ class VirtualKubelet:
             self._write_event(event_for_origin(event, pod, labels=labels))
         elif self._event_budget.summary_due(origin, now=now):
             self._write_event(dropped_events_event(pod, dropped=self._event_budget.dropped(origin), labels=labels,
-                                                   source=f"provider {self.config.provider_id}", now=_now()))  # fmt: skip
+                                                   source=f"provider {self.config.provider_id}", now=format_rfc3339(utcnow())))  # fmt: skip
         self._events_reflected.remember(event)  # a dropped one too: the budget is spent, not deferred
 
     def _write_event(self, body: Obj) -> None:
@@ -1236,7 +1191,7 @@ class VirtualKubelet:
             log.warning("teardown: the provider refuses our credentials (%s) and did not withdraw: its namespace "
                         "is not known to be clean", e.status)  # fmt: skip
             return False
-        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=datetime.now(UTC))
+        cleaning = delete_offloaded(self.provider, self.remote_namespace, self.config.consumer_id, now=utcnow())
         if cleaning.going:
             log.info("teardown: %d pods still going in the provider", cleaning.going)
             return False
@@ -1282,7 +1237,7 @@ class _ConfigApi:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    vk = VirtualKubelet(Config.from_env())
+    vk = VirtualKubelet(VirtualKubeletProcessSettings.from_env(os.environ))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: vk.stop())
     return vk.run()

@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 from deploy.localenv.binaries import Binaries
 from kube.objects import apply_cluster_object, apply_core
 from models.names import API_VERSION, SUPER_CLUSTERS, SYSTEM_NAMESPACE
+from models.times import format_micro_time
 
 CRD_DIR = Path(__file__).resolve().parents[1] / "crds"
 NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
@@ -85,7 +86,7 @@ class FakePodFiles:
 
 def cri_log_line(text: str, *, stream: str = "stdout") -> str:
     """One line in the CRI log format, the one kwok's fake logs read (time, stream, F for a full line)."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    now = format_micro_time(datetime.now(UTC))
     return f"{now} {stream} F {text}\n"
 
 

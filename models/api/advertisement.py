@@ -11,10 +11,19 @@ from models.api.common import (
     DNS_LABEL,
     ApiModel,
     KubernetesObject,
+    ObjectMeta,
     ObjectReference,
     SecretReference,
 )
 from models.api.conditions import Condition
+from models.names import (
+    LABEL_MANAGED_BY,
+    LABEL_PROVIDER,
+    MANAGED_BY,
+    SYSTEM_NAMESPACE,
+    advertisement_name,
+    credentials_secret_name,
+)
 from models.network import pod_cidr_problem
 from models.prices import PRICES_DESCRIPTION, Prices
 from models.resources import Resources
@@ -95,3 +104,19 @@ class Advertisement(KubernetesObject):
     PLURAL: ClassVar[str] = "advertisements"
     spec: AdvertisementSpec
     status: AdvertisementStatus | None = None
+
+
+def offered_advertisement(*, provider_id: str, offered: Resources, pod_cidr: str, prices: Resources | None,
+                          timestamp: datetime, time_to_live: datetime, annotations: dict[str, str]) -> Advertisement:  # fmt: skip
+    """The Advertisement a provider pushes to a consumer: its offer, its network, the Secret its credentials are
+    in, and how long the offer holds. Validated here, by the model that generates the CRD, before it leaves."""
+    return Advertisement(
+        kind=Advertisement.KIND,
+        metadata=ObjectMeta(name=advertisement_name(provider_id), annotations=annotations,
+                            labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}),  # fmt: skip
+        spec=AdvertisementSpec(
+            clusterId=provider_id, resource_quota=ResourceQuotaSpec(hard=offered), prices=prices,
+            network=NetworkInfo(podCIDR=pod_cidr),
+            kube_config_ref=SecretReference(name=credentials_secret_name(provider_id), namespace=SYSTEM_NAMESPACE),
+            timestamp=timestamp, time_to_live=time_to_live),
+    )  # fmt: skip

@@ -62,7 +62,8 @@ class KubernetesObject(ApiModel):
     def to_kubernetes(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-
-def rfc3339(moment: datetime) -> str:
-    """A time as Kubernetes writes it (RFC 3339, seconds, UTC)."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    def to_apply(self) -> dict[str, Any]:
+        """The object as its writer applies it (server-side apply): only the fields it set, so that it claims
+        none it does not write (the defaults, the metadata's empty finalizers and ownerReferences)."""
+        return {"apiVersion": self.api_version, "kind": self.KIND,
+                **self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)}  # fmt: skip

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
-from models.api.common import rfc3339
 from models.api.conditions import ConditionValue, SuperClusterReadyReason, condition
 from models.resources import Resources
+from models.times import format_rfc3339, parse_rfc3339
 
 HealthState = Literal["Unknown", "Ready", "Suspect", "Unreachable"]
 
@@ -74,7 +74,7 @@ class Health:
     def status(self) -> dict[str, Any]:
         """The SuperCluster status fields the prober owns, as a merge patch (None clears a field)."""
         return {"allocatable": self.allocatable.to_kubernetes(),
-                "failingSince": rfc3339(self.failing_since) if self.failing_since else None}  # fmt: skip
+                "failingSince": format_rfc3339(self.failing_since) if self.failing_since else None}  # fmt: skip
 
 
 UNKNOWN = Health("Unknown", None, "not probed yet", Resources())
@@ -91,7 +91,7 @@ def next_health(previous: Health, outcome: ProbeOutcome, *, now: datetime, grace
         message = f"probe failing, within the grace period of {int(grace.total_seconds())} s: {outcome.failure}"
         return Health("Suspect", "ProbeFailing", message, previous.allocatable, since)
     reason: SuperClusterReadyReason = "NoReadyNode" if outcome.no_ready_node else "Unreachable"
-    message = f"probes failing since {rfc3339(since)}: {outcome.failure}"
+    message = f"probes failing since {format_rfc3339(since)}: {outcome.failure}"
     return Health("Unreachable", reason, message, previous.allocatable, since)
 
 
@@ -102,8 +102,7 @@ def health_from_status(status: dict[str, Any] | None) -> Health:
     if ready is None:
         return UNKNOWN
     allocatable = Resources(status.get("allocatable") or {})
-    since_text = status.get("failingSince")
-    since = datetime.fromisoformat(since_text.replace("Z", "+00:00")) if since_text else None
+    since = parse_rfc3339(status.get("failingSince"))
     reason = ready.get("reason")
     if reason not in get_args(SuperClusterReadyReason):
         return UNKNOWN  # not the prober's write

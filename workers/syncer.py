@@ -444,9 +444,6 @@ class _KindApis:
     def list_all(self, kind: str) -> Any:
         return self._call("list_{}_for_all_namespaces", kind)
 
-    def list(self, kind: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
-        return _items(self._call("list_namespaced_{}", kind)(namespace, _preload_content=False, **kwargs))
-
     def apply(self, kind: str, namespace: str, body: dict[str, Any]) -> None:
         self._call("patch_namespaced_{}", kind)(body["metadata"]["name"], namespace, body,
                                                  field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip

@@ -42,8 +42,8 @@ LIST_READ_TIMEOUT_SECONDS = 30
 WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
 # aiohttp refuses a line (one watch event) above its read buffer: objects up to this size pass.
 MAX_OBJECT_BYTES = 4 * 1024 * 1024
-# A page above this is parsed off the loop: 5,000 pods take a json.loads of a few hundred milliseconds, which
-# would hold up every other watch of the process.
+# A page above this is parsed off the loop: a json.loads of a page of up to PAGE_SIZE pods would hold up every
+# other watch of the process while it runs.
 PARSE_ON_LOOP_MAX_BYTES = 256 * 1024
 
 

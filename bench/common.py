@@ -84,6 +84,13 @@ def cpu_seconds(pid: int | None = None, *, thread: threading.Thread | None = Non
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
+def watching_cpu_seconds() -> float:
+    """CPU time the threads that carry this process's watches have used: the streams' loop and the
+    informers' handlers (kube/informer.py), in seconds."""
+    return sum(cpu_seconds(thread=t) for t in threading.enumerate()
+               if t.name == "kube-streams" or t.name.startswith("informer-handler"))  # fmt: skip
+
+
 def log(message: str) -> None:
     """Progress goes to stderr, so that stdout holds only the JSON lines."""
     print(message, file=sys.stderr, flush=True)

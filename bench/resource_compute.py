@@ -36,10 +36,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
+from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb, watching_cpu_seconds
 from deploy.localenv.clusters import fake_node
 from kube.capacity import HomeCapacity
-from kube.informer import PAGE_SIZE, Informer
+from kube.informer import Informer
+from kube.streams import PAGE_SIZE
 from models.resources import Resources
 from models.sharing import CapacityAggregate, shared_resources
 from tests.kube import pod_spec
@@ -184,16 +185,16 @@ def _shows(used_now: Callable[[], Resources], cpu: Decimal) -> bool:
 
 
 def _bursts(cluster: _Cluster, used_now: Callable[[], Resources], bursts: int, burst: int,
-            thread: threading.Thread) -> tuple[list[float], float]:  # fmt: skip
-    """Convergence time of each burst, and CPU seconds per event of `thread`."""
+            cpu: Callable[[], float]) -> tuple[list[float], float]:  # fmt: skip
+    """Convergence time of each burst, and CPU seconds per event of what `cpu` measures."""
     times: list[float] = []
-    cpu_before = cpu_seconds(thread=thread)
+    cpu_before = cpu()
     for i in range(bursts):
         want = used_now()["cpu"] + Decimal("0.1") * burst
         written = cluster.replace(burst)
         times.append(_wait(partial(_shows, used_now, want), written, f"burst {i}"))
         log(f"burst {i}: {times[-1]:.3f} s")
-    return times, (cpu_seconds(thread=thread) - cpu_before) / (2 * burst * bursts)
+    return times, (cpu() - cpu_before) / (2 * burst * bursts)
 
 
 def _measure(params: dict[str, Any]) -> None:
@@ -218,7 +219,7 @@ def _measure(params: dict[str, Any]) -> None:
         log(f"cold {cold:.2f} s; rss {rss_before:.0f} → {rss_synced:.0f} MiB")
 
         product, product_cpu = _bursts(cluster, lambda: capacity.snapshot(CONSUMER).used, bursts, burst,
-                                       capacity._pods._thread)  # fmt: skip
+                                       watching_cpu_seconds)  # fmt: skip
         capacity.stop()
         raw_after = cluster.raw_lists()
         raw = min(raw_before, raw_after)
@@ -226,9 +227,9 @@ def _measure(params: dict[str, Any]) -> None:
 
         cache = _WatchCache(api).start()
         main = threading.current_thread()
-        cpu_before = cpu_seconds(thread=main) + cpu_seconds(thread=cache.pod_informer._thread)
-        baseline, _ = _bursts(cluster, cache.used, bursts, burst, cache.pod_informer._thread)
-        baseline_cpu = (cpu_seconds(thread=main) + cpu_seconds(thread=cache.pod_informer._thread) - cpu_before) / (
+        cpu_before = cpu_seconds(thread=main) + watching_cpu_seconds()
+        baseline, _ = _bursts(cluster, cache.used, bursts, burst, watching_cpu_seconds)
+        baseline_cpu = (cpu_seconds(thread=main) + watching_cpu_seconds() - cpu_before) / (
             2 * burst * bursts)
         cache.stop()
 

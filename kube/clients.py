@@ -32,7 +32,7 @@ from kube.errors import INVALID_CREDENTIALS, MISSING_CREDENTIALS
 from models.kubeconfig import MAX_KUBECONFIG_BYTES, InvalidKubeconfig, PeerCredentials, peer_credentials
 
 # Connections a client keeps open to its API server. The client's default is 5 per core (10 here), but a
-# worker holds one per watch (a dozen informers) and runs 32 activity threads and 16 push reads: with 10,
+# worker runs 32 activity threads and 16 push reads (its watches go through kube/streams.py): with 10,
 # most requests opened a TLS connection and threw it away ("Connection pool is full"), paying a handshake
 # each. An idle connection costs a socket; a fresh one costs milliseconds of CPU.
 CONNECTIONS_PER_CLIENT = 64

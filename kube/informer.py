@@ -1,39 +1,70 @@
-"""List-then-watch of one kind of object, as raw JSON dicts, in a background thread: how tidepool follows
-an API server (the capacity aggregate, the workers' watchers). The provider's many one-object watches of
-foreign clusters are streams on one event loop instead (kube/streams.py), which keep the same contract.
+"""An informer: one kind of object listed then watched, as raw JSON dicts, given as a Kubernetes client's
+list method and its arguments (`core.list_pod_for_all_namespaces, label_selector=...`): how tidepool's
+watchers, the capacity aggregate and the virtual kubelet follow an API server. A stream of kube/streams.py,
+on the process's shared loop, carries it (pagination, transform per page, relist after 410 Gone, backoff);
+this module turns the list method into the request it would send and runs the handlers off the loop.
 
-Level-triggered, like controller-runtime's informers: after every (re)list the handler gets the full
-set of objects (`on_sync`), then each change (`on_event`). A watch that expires (410 Gone) or breaks is
-answered by a fresh list, so a missed event can only delay a handler, never mislead it. Lists are
-paginated and parsed with `json.loads` rather than the client's model deserialisation, which is ten
-times slower on large clusters. An optional `transform` (client-go's) turns each object into what the
-handler keeps as soon as its page is parsed, so a list of 100,000 pods is never held whole.
+Handlers run on a pool of threads beside the loop, one call of an informer at a time and in order, as on
+the thread each informer used to have: a handler may block (a Kubernetes call, a lock held by a worker)
+without holding up any other watch of the process. The pool's threads are made only as handlers overlap.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import concurrent.futures
+import copy
 import logging
 import threading
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from kubernetes import watch
+from kubernetes import client as k8s
+
+from kube.streams import ClientEndpoint, StreamLoop, list_then_watch
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-PAGE_SIZE = 5000
-WATCH_TIMEOUT_SECONDS = 300
 RETRY_SECONDS = 2.0
 # A list refused again and again (403: a permission the other cluster's tidepool does not grant yet) is
 # tried again less and less often, up to this.
 RETRY_MAX_SECONDS = 60.0
+# Handlers of different informers that run at once: each informer has at most one call running, so this
+# bounds only how many may block at the same moment.
+HANDLER_THREADS = 32
 T = TypeVar("T")
+
+_handlers = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="informer-handler")
 
 
 def _as_is(obj: Obj) -> Any:
     return obj
+
+
+class _Recorder:
+    """Stands for a client's ApiClient: the generated method builds its request as for sending (path,
+    query, through the client's own serialisation), and this hands it back instead."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._api_client = api_client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api_client, name)
+
+    def _call_with_legacy_options(self, request: Any, *_: Any) -> Any:
+        return request
+
+
+def list_request(list_call: Callable[..., Any], **list_kwargs: Any) -> tuple[k8s.ApiClient, str, dict[str, str]]:
+    """The client, path and query of a generated client's list method called with these arguments."""
+    api = copy.copy(list_call.__self__)  # type: ignore[attr-defined]
+    client: k8s.ApiClient = api.api_client
+    api.api_client = _Recorder(client)
+    _method, url, *_ = getattr(api, list_call.__name__)(**list_kwargs)
+    parts = urllib.parse.urlsplit(url[len(client.configuration.host.rstrip("/")):])
+    return client, parts.path, dict(urllib.parse.parse_qsl(parts.query))
 
 
 class Informer(Generic[T]):
@@ -48,77 +79,47 @@ class Informer(Generic[T]):
         **list_kwargs: Any,
     ) -> None:
         self.name = name
-        self._list_call = list_call
-        self._list_kwargs = list_kwargs
+        self._api, self._path, self._params = list_request(list_call, **list_kwargs)
         self._on_sync = on_sync
         self._on_event = on_event
         self._transform = transform
-        self._stop = threading.Event()
+        self._stopped = threading.Event()
         self._synced = threading.Event()
-        self._watch: watch.Watch | None = None
-        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+        self._running: concurrent.futures.Future[None] | None = None
 
     def start(self) -> Informer[T]:
-        self._thread.start()
+        self._running = StreamLoop.shared().spawn(self._run())
         return self
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         return self._synced.wait(timeout)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.stop()
+        self._stopped.set()
+        if self._running is not None:
+            self._running.cancel()  # cancels the task on the streams' loop: its connection is closed
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                version = self._relist()
-            except Exception as e:  # noqa: BLE001 - a watcher must outlive any one failure
-                failures += 1
-                delay = min(RETRY_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
-                log.warning("informer %s: list failed: %s; again in %.0f s", self.name, e, delay)
-                self._stop.wait(delay)
-                continue
-            failures = 0
-            self._synced.set()
-            try:
-                self._follow(version)
-            except Exception as e:  # noqa: BLE001 - expired (410) or broken: a fresh list is the truth
-                log.info("informer %s: watch ended (%s); listing again", self.name, e)
+    async def _run(self) -> None:
+        await list_then_watch(
+            f"informer-{self.name}", ClientEndpoint(self._api), self._path, self._params, on_sync=self._sync,
+            on_event=self._on_event, on_failure=_back_off, transform=self._transform, deliver=self._deliver,
+        )  # fmt: skip
 
-    def _relist(self) -> str:
-        items: list[T] = []
-        token: str | None = None
-        while True:
-            kwargs = dict(self._list_kwargs, limit=PAGE_SIZE, _preload_content=False)
-            if token:
-                kwargs["_continue"] = token
-            page = json.loads(self._list_call(**kwargs).data)
-            items.extend(map(self._transform, page.get("items", [])))
-            metadata = page.get("metadata", {})
-            del page  # one parsed page at a time
-            token = metadata.get("continue")
-            if not token:
-                if not self._stop.is_set():  # a stopped informer tells nobody anything more (kube/lease.py)
-                    self._on_sync(items)
-                return str(metadata["resourceVersion"])
+    def _sync(self, objects: list[T]) -> None:
+        self._on_sync(objects)
+        self._synced.set()
 
-    def _follow(self, version: str) -> None:
-        while not self._stop.is_set():
-            self._watch = watch.Watch()
-            # The client raises on an ERROR event (410 Gone among them); _run answers with a new list.
-            for event in self._watch.stream(
-                self._list_call, resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, deserialize=False, **self._list_kwargs,
-            ):  # fmt: skip
-                kind, obj = event["type"], event["object"]
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if self._stop.is_set():
-                    return
-                if kind != "BOOKMARK":
-                    self._on_event(kind, self._transform(obj))
+    async def _deliver(self, call: Callable[[], None]) -> None:
+        await asyncio.get_running_loop().run_in_executor(_handlers, self._unless_stopped, call)
+
+    def _unless_stopped(self, call: Callable[[], None]) -> None:
+        if not self._stopped.is_set():  # a stopped informer tells nobody anything more (kube/lease.py)
+            call()
+
+
+async def _back_off(failures: int) -> None:
+    delay = min(RETRY_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS)
+    await asyncio.sleep(delay)
 
 
 K = TypeVar("K")

@@ -1,20 +1,24 @@
-"""Many small list-then-watch streams on one event loop, in one thread of the process.
+"""List-then-watch, the one way tidepool follows an API server: every watch of a process is a task on one
+shared event loop, in one thread (`StreamLoop.shared()`), and its HTTP goes through aiohttp with the address
+and credentials of the synchronous client the rest of tidepool uses for that cluster (`Endpoint`), so a
+rotated credential reaches both. A thread per watch held 5,000 threads (over a gigabyte) at 5,000 peerings,
+and every woken one competed with the worker's own event loop for the interpreter.
 
-kube/informer.py gives each watch a thread of its own, which is right for the few large informers of a
-process. The provider keeps one watch per foreign cluster, each on one object: with a thread each, 5,000
-peerings held 5,000 threads (over a gigabyte), and every woken one competed with the worker's own event
-loop for the interpreter. Here each stream is a task on one shared loop (`StreamLoop.shared()`) and its
-HTTP goes through aiohttp, with the address and credentials of the synchronous client the rest of tidepool
-uses for that cluster (`Endpoint`), so a rotated credential reaches both.
-
-A stream keeps the informer's contract: after every (re)list the handler gets the whole set of objects,
-then each change; a watch that expires (410 Gone) or breaks is answered by a fresh list.
+Level-triggered, like controller-runtime's informers: after every (re)list the handler gets the full set of
+objects (`on_sync`), then each change (`on_event`). A watch that expires (410 Gone) or breaks is answered by
+a fresh list, so a missed event can only delay a handler, never mislead it. Lists are paginated; an optional
+`transform` (client-go's) turns each object into what the handler keeps as soon as its page is parsed, so a
+list of 100,000 pods is never held whole. kube/informer.py adapts this to a client's list method and runs
+the handlers off the loop; the provider's foreign watches (workers/decision_watch.py, provider_watches.py)
+use it directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import functools
 import json
 import logging
 import ssl
@@ -26,11 +30,11 @@ from typing import Any
 import aiohttp
 from kubernetes import client as k8s
 
-from kube.informer import WATCH_TIMEOUT_SECONDS
-
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+PAGE_SIZE = 5000
+WATCH_TIMEOUT_SECONDS = 300
 CONNECT_TIMEOUT_SECONDS = 10
 # A list of one object answers in well under this; a watch is closed by the server after
 # WATCH_TIMEOUT_SECONDS, so a read silent for longer means a connection that hangs.
@@ -38,6 +42,9 @@ LIST_READ_TIMEOUT_SECONDS = 30
 WATCH_READ_TIMEOUT_SECONDS = WATCH_TIMEOUT_SECONDS + 30
 # aiohttp refuses a line (one watch event) above its read buffer: objects up to this size pass.
 MAX_OBJECT_BYTES = 4 * 1024 * 1024
+# A page above this is parsed off the loop: a json.loads of a page of up to PAGE_SIZE pods would hold up every
+# other watch of the process while it runs.
+PARSE_ON_LOOP_MAX_BYTES = 256 * 1024
 
 
 # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size): an open watch
@@ -131,8 +138,12 @@ class Endpoint:
         async with self._get(path, params, timeout) as response:
             if response.status != 200:
                 raise StatusError(response.status, response.reason or "")
-            page: Obj = json.loads(await response.read())
-            return page
+            body = await response.read()
+        if len(body) <= PARSE_ON_LOOP_MAX_BYTES:
+            page: Obj = json.loads(body)
+        else:
+            page = await asyncio.get_running_loop().run_in_executor(None, json.loads, body)
+        return page
 
     async def watch(self, path: str, params: dict[str, str], on_open: Callable[[], None] = lambda: None,
                     ) -> AsyncIterator[tuple[str, Obj]]:  # fmt: skip
@@ -158,21 +169,56 @@ class Endpoint:
                                  ssl=self._ssl, server_hostname=self._server_hostname, proxy=self._proxy)  # fmt: skip
 
 
+class ClientEndpoint:
+    """The Endpoint of one synchronous client as it is now: a client that follows its kubeconfig file
+    (kube/clients.py) is asked to (off the loop: a stat, and a read when the file changed) before every list
+    and watch, and a new configuration gets a new Endpoint, so rotated credentials are picked up."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._api = api
+        self._endpoint: Endpoint | None = None
+        self._configuration: Any = None
+
+    async def __call__(self) -> Endpoint:
+        follow = getattr(self._api, "follow", None)
+        if follow is not None:
+            await asyncio.get_running_loop().run_in_executor(None, follow)
+        configuration = self._api.configuration
+        if self._endpoint is None or self._configuration is not configuration:
+            self._endpoint = Endpoint(self._api, StreamLoop.shared().session())
+            self._configuration = configuration
+        return self._endpoint
+
+
+async def on_the_loop(call: Callable[[], None]) -> None:
+    """Handlers that only update memory run where the stream runs."""
+    call()
+
+
+def _as_is(obj: Obj) -> Any:
+    return obj
+
+
 async def list_then_watch(
     name: str,
     endpoint: Callable[[], Awaitable[Endpoint]],
     path: str,
     params: dict[str, str],
     *,
-    on_sync: Callable[[list[Obj]], None],
-    on_event: Callable[[str, Obj], None],
+    on_sync: Callable[[list[Any]], None],
+    on_event: Callable[[str, Any], None],
     on_failure: Callable[[int], Awaitable[None]],
-    lists: asyncio.Semaphore,
+    lists: asyncio.Semaphore | None = None,
+    transform: Callable[[Obj], Any] = _as_is,
+    deliver: Callable[[Callable[[], None]], Awaitable[None]] = on_the_loop,
 ) -> None:
-    """Lists, then watches from the list's version, for ever (until cancelled). `endpoint` is asked again
-    before every list and watch, so rotated credentials are picked up. A list that fails, or a watch that
-    the server does not take, is a failure: before the next list `on_failure` gets the count of them in a
-    row and returns when to try again. `lists` bounds the lists at once."""
+    """Lists (page by page, each object transformed as its page is parsed), then watches from the list's
+    version, for ever (until cancelled). `endpoint` is asked again before every page and watch, so rotated
+    credentials are picked up. A list that fails (a handler that raises on it too), or a watch that the
+    server does not take, is a failure: before the next list `on_failure` gets the count of them in a row
+    and returns when to try again. `lists` bounds the lists at once. Every call of `on_sync` and `on_event`
+    goes through `deliver`, which decides where handlers run and waits for them: events reach a handler
+    one at a time, in order."""
     failures = 0
 
     def opened() -> None:
@@ -183,10 +229,10 @@ async def list_then_watch(
         if failures:
             await on_failure(failures)
         try:
-            async with lists:
-                page = await (await endpoint()).list(path, params)
-            on_sync(page.get("items") or [])
-            version = str(page["metadata"]["resourceVersion"])
+            async with lists or contextlib.nullcontext():
+                items, version = await _list(endpoint, path, params, transform)
+            await deliver(functools.partial(on_sync, items))
+            del items  # the handler keeps what it keeps
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - a watcher must outlive any one failure
@@ -199,8 +245,24 @@ async def list_then_watch(
                 async for kind, obj in (await endpoint()).watch(path, dict(params, resourceVersion=version), opened):
                     version = obj.get("metadata", {}).get("resourceVersion", version)
                     if kind != "BOOKMARK":
-                        on_event(kind, obj)
+                        await deliver(functools.partial(on_event, kind, transform(obj)))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - expired (410) or broken: a fresh list is the truth
             log.info("stream %s: watch ended (%s); listing again", name, e)
+
+
+async def _list(endpoint: Callable[[], Awaitable[Endpoint]], path: str, params: dict[str, str],
+                transform: Callable[[Obj], Any]) -> tuple[list[Any], str]:  # fmt: skip
+    """Every page of a list, transformed, and the version to watch from (the last page's)."""
+    items: list[Any] = []
+    token: str | None = None
+    while True:
+        query = dict(params, limit=str(PAGE_SIZE), **({"continue": token} if token else {}))
+        page = await (await endpoint()).list(path, query)
+        items.extend(map(transform, page.get("items") or []))
+        metadata = page.get("metadata") or {}
+        del page  # one parsed page at a time
+        token = metadata.get("continue")
+        if not token:
+            return items, str(metadata["resourceVersion"])

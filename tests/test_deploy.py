@@ -486,6 +486,7 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
             "networkpolicies.networking.k8s.io")],
     ]  # fmt: skip
     syncer_in_tenant_may_not = [
+        ("get", "namespaces"),
         ("create", "pods", *ns), ("patch", "pods", *ns), ("patch", "namespaces"), ("delete", "namespaces"),
         ("create", "configmaps", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns),
         ("patch", "superclusters.tidepool.io", "--subresource=status"), ("patch", "nodes"),
@@ -498,7 +499,7 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
     syncer_in_super_may = [
         ("create", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"), ("watch", "namespaces"),
         ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"), ("watch", "events", "-A"),
-        ("list", "nodes"),
+        ("list", "nodes"), *[("watch", kind, "-A") for kind in copies],
         *[(verb, kind, *ns) for kind in copies for verb in ("get", "list", "watch", "create", "patch", "delete")],
     ]  # fmt: skip
     syncer_in_super_may_not = [

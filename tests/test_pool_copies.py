@@ -27,10 +27,10 @@ from models.pods import (
 from models.pool.moves import refused_status
 from models.pool.sync import (
     API_VERSIONS,
-    SYNCED_KINDS,
+    SERVICE_NAME_LABEL,
     copy_for_super,
+    endpoints_of,
     is_copy,
-    kinds_to_sync,
     load_balancer_status,
     mirror_volume,
     pod_for_super,
@@ -241,15 +241,16 @@ def test_each_change_of_a_source_event_is_reflected_once_and_the_memory_is_bound
     assert len(memory) == 2 and memory.is_new(first)  # forgotten: reflected again by the same name
 
 
-@pytest.mark.parametrize("changed,expected", [
-    pytest.param(None, SYNCED_KINDS, id="a start, a relist or the resync copies every kind"),
-    pytest.param(set(), (), id="a wake for pods only lists no kind"),
-    pytest.param({"PersistentVolumeClaim"}, ("PersistentVolumeClaim",), id="a claim's change lists claims only"),
-    pytest.param({"Endpoints"}, ("Service", "Endpoints", "EndpointSlice"),
-                 id="endpoints are decided with the Services, so the three go together"),
+@pytest.mark.parametrize("kind,obj,expected", [
+    pytest.param("Endpoints", {"metadata": {"name": "web"}}, "web", id="Endpoints are their Service's by name"),
+    pytest.param("EndpointSlice", {"metadata": {"name": "web-x1", "labels": {SERVICE_NAME_LABEL: "web"}}}, "web",
+                 id="a slice is its Service's by label"),
+    pytest.param("EndpointSlice", {"metadata": {"name": "orphan"}}, None, id="a slice without the label is nobody's"),
+    pytest.param("ConfigMap", {"metadata": {"name": "web"}}, None, id="other kinds hold no endpoints"),
 ])  # fmt: skip
-def test_a_wake_lists_only_the_kinds_that_changed(changed: set[str] | None, expected: tuple[str, ...]) -> None:
-    assert kinds_to_sync(changed) == expected
+def test_the_endpoints_of_a_service_are_found_by_name_or_label(kind: str, obj: dict[str, Any], expected: str | None,
+                                                               ) -> None:  # fmt: skip
+    assert endpoints_of(kind, obj) == expected
 
 
 @pytest.mark.parametrize("kind,annotations,expected", [

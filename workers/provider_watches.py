@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from kube.informer import Store
-from kube.streams import Endpoint, StreamLoop, list_then_watch
+from kube.streams import ClientEndpoint, StreamLoop, list_then_watch
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,12 @@ class ProviderWatches:
     def __init__(self, provider: k8s.ApiClient, kinds: list[Watched], *,
                  on_listed: Callable[[str, str], None]) -> None:  # fmt: skip
         """`on_listed(namespace, resource)` is called after each list of one kind in one namespace."""
-        self._provider = provider
         self._kinds = kinds
         self._on_listed = on_listed
         self._lock = threading.Lock()
         self._running: dict[str, list[concurrent.futures.Future[None]]] = {}
         self._listed: dict[str, set[str]] = {}
-        self._endpoint: Endpoint | None = None
-        self._configuration: Any = None
+        self._endpoint = ClientEndpoint(provider)
         self._lists: asyncio.Semaphore | None = None
 
     def namespaces(self) -> set[str]:
@@ -104,30 +102,18 @@ class ProviderWatches:
             with self._lock:  # a list that ends as the namespace is dropped changes nothing
                 if namespace not in self._running:
                     return
-                kind.store.sync([kind.transform(o) for o in objects], within=lambda key: key[0] == namespace)
+                kind.store.sync(objects, within=lambda key: key[0] == namespace)
                 self._listed[namespace].add(kind.resource)
             self._on_listed(namespace, kind.resource)
 
         def event(change: str, obj: Obj) -> None:
             with self._lock:
                 if namespace in self._running:
-                    kind.store.event(change, kind.transform(obj))
+                    kind.store.event(change, obj)
 
         async def back_off(failures: int) -> None:
             await asyncio.sleep(min(RETRY_SECONDS * 2 ** (failures - 1), RETRY_MAX_SECONDS))
 
-        await list_then_watch(f"vk-{namespace}-{kind.resource}", self._current_endpoint,
+        await list_then_watch(f"vk-{namespace}-{kind.resource}", self._endpoint,
                               f"/api/v1/namespaces/{namespace}/{kind.resource}", kind.params, on_sync=synced,
-                              on_event=event, on_failure=back_off, lists=self._lists)  # fmt: skip
-
-    async def _current_endpoint(self) -> Endpoint:
-        """The provider with the credentials of now: its kubeconfig file is followed (off the loop: a stat, and
-        a read when it changed) before every list and watch, so rotated credentials are picked up."""
-        follow = getattr(self._provider, "follow", None)
-        if follow is not None:
-            await asyncio.get_running_loop().run_in_executor(None, follow)
-        configuration = self._provider.configuration
-        if self._endpoint is None or self._configuration is not configuration:
-            self._endpoint = Endpoint(self._provider, StreamLoop.shared().session())
-            self._configuration = configuration
-        return self._endpoint
+                              on_event=event, on_failure=back_off, lists=self._lists, transform=kind.transform)  # fmt: skip

@@ -39,6 +39,6 @@ class Role:
     activities: list[Callable[..., Any]] = field(default_factory=list)
     start: Callable[[], None] = _nothing
     stop: Callable[[], None] = _nothing
-    # Called each time this replica comes to lead: fresh watchers (an informer's thread runs once), whose
+    # Called each time this replica comes to lead: fresh watchers (a stopped informer stays stopped), whose
     # first list tells the workflows the state as it is, as after a restart.
     lead: Callable[[], Callable[[], None]] = _leads_nothing

@@ -7,9 +7,12 @@ longer names this cluster, and that no longer drains from it, is deleted here; a
 copy here, silent, until its move ends (models/pool/moves.py). Behind the feature gate SuperClusterPooling;
 with the gate off it syncs everything, as virtualcluster's syncer does without a pool.
 
-Level-triggered: watches wake it and say which kinds of which namespace changed; a pass lists and
-compares both sides of those kinds only, and of every kind at a start, after a relist and every
-RESYNC_SECONDS. A copy whose source digest is unchanged costs no write."""
+Level-triggered, as the virtual kubelet's reflection (kube/workqueue.py): informers keep both sides in
+Stores (the tenant's namespaces, pods and synced kinds; the super cluster's namespaces and copies), every
+change of either side queues the key (tenant namespace, kind, name) of what it concerns, and the handler
+reads both sides of that one object from the Stores and writes what differs. A change of a namespace
+queues everything in it; every RESYNC_SECONDS everything is queued again, a safety net for a write the
+API server took but whose event never came. A copy whose source digest is unchanged costs no write."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import logging
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client as k8s
@@ -27,10 +31,10 @@ from kubernetes.client.exceptions import ApiException
 from kube.clients import client_from_own_kubeconfig_file
 from kube.clock import utcnow
 from kube.errors import already_exists
-from kube.informer import Informer
-from kube.metadata import served_metadata
+from kube.informer import Informer, Store
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
+from kube.workqueue import WorkQueue
 from models.enforcement import status_message
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
@@ -62,9 +66,9 @@ from models.pool.sync import (
     SYNCED_KINDS,
     copy_for_super,
     copy_stays_here,
+    endpoints_of,
     in_scope,
     is_copy,
-    kinds_to_sync,
     load_balancer_status,
     mirror_volume,
     pod_for_super,
@@ -78,12 +82,40 @@ from models.pool.sync import (
 from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
-RESYNC_SECONDS = 10
+RESYNC_SECONDS = 300
+# Handlers at once: each is a few API calls of one object.
+WORKERS = 4
 FIELD_MANAGER = "tidepool-syncer"
+Obj = dict[str, Any]
+Key = tuple[str, str, str]  # (tenant namespace, kind, name)
+NAMESPACE, POD = "Namespace", "Pod"
+EVENTS: Key = ("", "Event", "")  # the Events seen since the last reflection
+Named = tuple[str, str]  # (namespace, name), of either side
 
 
 def _items(response: Any) -> list[dict[str, Any]]:
     return list(json.loads(response.data).get("items", []))
+
+
+def _named(obj: Obj) -> Named:
+    return obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
+
+
+def _trimmed(obj: Obj) -> Obj:
+    obj.get("metadata", {}).pop("managedFields", None)  # the bulk of most objects, and read by nobody here
+    return obj
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    return obj.get("metadata", {}).get("labels") or {}
+
+
+def _annotations(obj: Obj) -> dict[str, str]:
+    return obj.get("metadata", {}).get("annotations") or {}
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
 
 class Syncer:
@@ -92,51 +124,57 @@ class Syncer:
         self.cluster, self.tenant_name, self.pooling = cluster, tenant_name, pooling
         self.up, self.down = k8s.CoreV1Api(tenant), k8s.CoreV1Api(super_cluster)
         self._apis = {"tenant": _KindApis(tenant), "super": _KindApis(super_cluster)}
-        self._wake, self._stop = threading.Event(), threading.Event()
+        self.queue: WorkQueue[Key] = WorkQueue(f"syncer-{cluster}", self._handle, workers=WORKERS)
+        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._changed: dict[str, set[str]] = {}  # tenant namespace -> kinds a watch saw change there
-        self._everything = True  # the next pass copies every kind of every namespace
-        self._this_pass: dict[str, set[str]] | None = None  # what the running pass copies; None: everything
-        self._targets: dict[str, str] = {}  # super namespace -> tenant namespace, as the last passes synced
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
+        # The tenant's side, by (namespace, name), and the super cluster's copies, by (super namespace, name).
+        self._namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"],
+                                                  lambda name, _old, _new: self.queue.add((name, NAMESPACE, "")))
+        self._copy_namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_namespace_changed)
+        self._sources: dict[str, Store[Named, Obj]] = {
+            kind: Store(_named, self._source_changed(kind)) for kind in (POD, *SYNCED_KINDS)}
+        self._copies: dict[str, Store[Named, Obj]] = {
+            kind: Store(_named, self._copy_changed(kind)) for kind in (POD, *SYNCED_KINDS)}
         managed = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}"
         self._informers = [
-            # A namespace placed, moved or created: all of its kinds go (again).
-            Informer(f"syncer-{cluster}-namespaces", self.up.list_namespace, on_sync=self._resync, on_event=self._resync),
-            Informer(f"syncer-{cluster}-pods", self.up.list_pod_for_all_namespaces, on_sync=self._poke, on_event=self._poke),
-            Informer(f"syncer-{cluster}-super-pods", self.down.list_pod_for_all_namespaces, label_selector=managed,
-                     on_sync=self._poke, on_event=self._poke),
-            *(Informer(f"syncer-{cluster}-{kind.lower()}", self._apis["tenant"].list_all(kind),
-                       on_sync=self._resync, on_event=self._changed_in_tenant(kind)) for kind in SYNCED_KINDS),
-            # Status comes up from these: a load balancer's addresses, a claim's binding.
-            *(Informer(f"syncer-{cluster}-super-{kind.lower()}", self._apis["super"].list_all(kind),
-                       label_selector=managed, on_sync=self._resync, on_event=self._changed_in_super(kind))
-              for kind in ("Service", "PersistentVolumeClaim")),
+            self._informer("namespaces", self._namespaces, self.up.list_namespace),
+            self._informer("pods", self._sources[POD], self.up.list_pod_for_all_namespaces),
+            *(self._informer(kind.lower(), self._sources[kind], self._apis["tenant"].list_all(kind))
+              for kind in SYNCED_KINDS),
+            self._informer("super-namespaces", self._copy_namespaces, self.down.list_namespace, label_selector=managed),
+            self._informer("super-pods", self._copies[POD], self.down.list_pod_for_all_namespaces,
+                           label_selector=managed),
+            *(self._informer(f"super-{kind.lower()}", self._copies[kind], self._apis["super"].list_all(kind),
+                             label_selector=managed) for kind in SYNCED_KINDS),
             Informer(f"syncer-{cluster}-super-events", self.down.list_event_for_all_namespaces,
                      field_selector="involvedObject.kind=Pod", on_sync=self._events_listed, on_event=self._event_seen),
         ]  # fmt: skip
-        self._thread = threading.Thread(target=self._loop, name=f"syncer-{cluster}", daemon=True)
+        self._thread = threading.Thread(target=self._resync_loop, name=f"syncer-{cluster}", daemon=True)
 
-    def _poke(self, *_: Any) -> None:
-        self._wake.set()
+    def _informer(self, name: str, store: Store[Any, Obj], list_call: Callable[..., Any], **kwargs: Any) -> Informer[Obj]:
+        return Informer(f"syncer-{self.cluster}-{name}", list_call, on_sync=store.sync, on_event=store.event,
+                        transform=_trimmed, **kwargs)  # fmt: skip
 
-    def _resync(self, *_: Any) -> None:
-        self._everything = True
-        self._wake.set()
+    def _source_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
+        def changed(key: Named, _old: Obj | None, _new: Obj | None) -> None:
+            self.queue.add((key[0], kind, key[1]))
 
-    def _note(self, kind: str, tenant_ns: str | None) -> None:
-        if tenant_ns:
-            with self._lock:
-                self._changed.setdefault(tenant_ns, set()).add(kind)
-            self._wake.set()
+        return changed
 
-    def _changed_in_tenant(self, kind: str) -> Any:
-        return lambda _type, obj: self._note(kind, obj.get("metadata", {}).get("namespace"))
+    def _copy_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
+        def changed(key: Named, old: Obj | None, new: Obj | None) -> None:
+            origin = _labels(new or old or {}).get(LABEL_TENANT_NAMESPACE)
+            if origin:
+                self.queue.add((origin, kind, key[1]))
 
-    def _changed_in_super(self, kind: str) -> Any:
-        return lambda _type, obj: self._note(kind, (obj.get("metadata", {}).get("labels") or {}).get(
-            LABEL_TENANT_NAMESPACE))  # fmt: skip
+        return changed
+
+    def _copy_namespace_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
+        origin = _labels(new or old or {}).get(LABEL_TENANT_NAMESPACE)
+        if origin:
+            self.queue.add((origin, NAMESPACE, ""))
 
     def _events_listed(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -150,7 +188,7 @@ class Syncer:
             self._events.move_to_end(event["metadata"]["uid"])
             while len(self._events) > MAX_REMEMBERED_EVENTS:
                 self._events.popitem(last=False)
-        self._wake.set()
+        self.queue.add(EVENTS)
 
     def start(self) -> Syncer:
         for informer in self._informers:
@@ -160,122 +198,138 @@ class Syncer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
         for informer in self._informers:
             informer.stop()
+        self.queue.stop()
         self._thread.join(timeout=10)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            with self._lock:
-                self._this_pass = None if self._everything else self._changed
-                self._changed, self._everything = {}, False
-            try:
-                self.reconcile()
-                self._reflect_events()
-            except Exception as e:  # noqa: BLE001 - the next pass tries again, with every kind
-                self._everything = True
-                # Never str(ApiException): it carries the response's headers and body.
-                said = f"{e.status} {e.reason}" if isinstance(e, ApiException) else str(e)
-                log.warning("syncer %s: pass failed: %s", self.cluster, said)
-            if not self._wake.wait(RESYNC_SECONDS):
-                self._everything = True
+    def _resync_loop(self) -> None:
+        """Handlers start once both sides are listed (a copy seen before its source is listed is not stale),
+        then everything is queued again every RESYNC_SECONDS."""
+        for informer in self._informers:
+            while not informer.wait_synced(1):
+                if self._stop.is_set():
+                    return
+        self.queue.start()
+        while True:
+            self.queue.add_all(list(self._everything()))
+            if self._stop.wait(RESYNC_SECONDS):
+                return
 
-    def reconcile(self) -> None:
-        wanted: dict[str, str] = {}  # tenant namespace -> super namespace
-        for ns in map(served_metadata, self.up.list_namespace().items):
-            name = ns.name
-            if name in SYSTEM_NAMESPACES or name.startswith("kube-") or ns.deleting:
-                continue
-            if in_scope(placement_of(ns.annotations), self.cluster, pooling=self.pooling,
-                        scheduled=scheduled_of(ns.annotations),
-                        draining=draining_of(ns.annotations)):  # fmt: skip
-                wanted[name] = super_cluster_namespace(self.tenant_name, name)
-        for tenant_ns, target in wanted.items():
-            self._sync_namespace(tenant_ns, target)
-        for copy in map(served_metadata, self.down.list_namespace(label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}").items):
-            origin = copy.labels.get(LABEL_TENANT_NAMESPACE)
-            if origin and origin not in wanted and not copy.deleting:
-                log.info("syncer %s: %s left the placement, deleting %s", self.cluster, origin, copy.name)
-                ignore_not_found(self.down.delete_namespace, copy.name)
+    def _everything(self) -> Iterator[Key]:
+        yield from ((name, NAMESPACE, "") for name in self._namespaces.keys())
+        yield from ((origin, NAMESPACE, "") for copy in self._copy_namespaces.values()
+                    if (origin := _labels(copy).get(LABEL_TENANT_NAMESPACE)))  # fmt: skip
+        for kind in (POD, *SYNCED_KINDS):
+            yield from ((namespace, kind, name) for namespace, name in self._sources[kind].keys())
+            yield from ((origin, kind, copy["metadata"]["name"]) for copy in self._copies[kind].values()
+                        if (origin := _labels(copy).get(LABEL_TENANT_NAMESPACE)))  # fmt: skip
+        yield EVENTS
 
-    def _sync_namespace(self, tenant_ns: str, target: str) -> None:
-        self.down.patch_namespace(target, {"apiVersion": "v1", "kind": "Namespace",
-                                           "metadata": {"name": target, "labels": super_namespace_labels(tenant_ns)}},
-                                  field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip
-        self._targets[target] = tenant_ns
-        self._sync_copies(tenant_ns, target)
-        self._sync_pods(tenant_ns, target)
+    def _in(self, tenant_ns: str, target: str) -> Iterator[Key]:
+        """Every object of a tenant namespace and of its copy."""
+        for kind in (POD, *SYNCED_KINDS):
+            yield from ((tenant_ns, kind, name) for namespace, name in self._sources[kind].keys() if namespace == tenant_ns)
+            yield from ((tenant_ns, kind, name) for namespace, name in self._copies[kind].keys() if namespace == target)
 
-    def _sync_copies(self, tenant_ns: str, target: str) -> None:
-        """Copies down the kinds that may differ, then brings their status up. A failure names the object and
-        kind and does not stop the others (an object the super cluster refuses must not block the rest)."""
-        changed = None if self._this_pass is None else self._this_pass.get(tenant_ns, set())
-        kinds = kinds_to_sync(changed)
-        if not kinds:
+    def _handle(self, key: Key) -> None:
+        tenant_ns, kind, name = key
+        if key == EVENTS:
+            self._reflect_events()
             return
-        up, down = self._apis["tenant"], self._apis["super"]
-        selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-        sources = {kind: up.list(kind, tenant_ns) for kind in kinds}
-        copies = {kind: {o["metadata"]["name"]: o for o in down.list(kind, target, label_selector=selector)
-                         if is_copy(kind, o)} for kind in kinds}  # fmt: skip
-        selectorless = selectorless_services(sources.get("Service", []))
-        for kind in kinds:
-            keep = set()
-            for obj in sources[kind]:
-                body = copy_for_super(kind, obj, target_namespace=target, tenant_namespace=tenant_ns,
-                                      selectorless_services=selectorless)  # fmt: skip
-                if body is None:
-                    continue
-                name = body["metadata"]["name"]
-                keep.add(name)
-                if not unchanged(copies[kind].get(name), body):
-                    self._try(f"copying {kind} {tenant_ns}/{name} to {target}", down.apply, kind, target, body)
-            for stale in set(copies[kind]) - keep:
-                self._try(f"deleting the copy {kind} {target}/{stale}", down.delete, kind, target, stale)
-        if {"Service", "PersistentVolumeClaim"} & set(kinds) and self._shows_status(tenant_ns):
-            self._status_up(tenant_ns, sources, copies)
+        target = self._target(tenant_ns)
+        if kind == NAMESPACE:
+            self._sync_namespace(tenant_ns, target)
+        elif target is None:
+            return  # its copy goes with the copy of its namespace
+        elif kind == POD:
+            self._sync_pod(tenant_ns, target, name)
+        else:
+            self._sync_copy(kind, tenant_ns, target, name)
+
+    def _target(self, tenant_ns: str) -> str | None:
+        """The namespace's copy here, if it is placed here."""
+        ns = self._namespaces.get(tenant_ns)
+        if ns is None or tenant_ns in SYSTEM_NAMESPACES or tenant_ns.startswith("kube-") or _deleting(ns):
+            return None
+        annotations = _annotations(ns)
+        if not in_scope(placement_of(annotations), self.cluster, pooling=self.pooling,
+                        scheduled=scheduled_of(annotations), draining=draining_of(annotations)):  # fmt: skip
+            return None
+        return super_cluster_namespace(self.tenant_name, tenant_ns)
+
+    def _sync_namespace(self, tenant_ns: str, target: str | None) -> None:
+        if target is None:
+            for left in self._copy_namespaces.values():
+                if _labels(left).get(LABEL_TENANT_NAMESPACE) == tenant_ns and not _deleting(left):
+                    log.info("syncer %s: %s left the placement, deleting %s", self.cluster, tenant_ns,
+                             left["metadata"]["name"])  # fmt: skip
+                    ignore_not_found(self.down.delete_namespace, left["metadata"]["name"])
+            return
+        labels = super_namespace_labels(tenant_ns)
+        copy = self._copy_namespaces.get(target)
+        if copy is None or _deleting(copy) or labels.items() - _labels(copy).items():
+            self.down.patch_namespace(target, {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": target, "labels": labels}},
+                                      field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip
+        # Its placement may have changed what goes here: everything in it is looked at again.
+        self.queue.add_all(list(self._in(tenant_ns, target)))
+
+    def _sync_copy(self, kind: str, tenant_ns: str, target: str, name: str) -> None:
+        """One object of a synced kind down, then, for Services and claims, its status up."""
+        source = self._sources[kind].get((tenant_ns, name))
+        copy = self._copies[kind].get((target, name))
+        if copy is not None and not is_copy(kind, copy):
+            copy = None  # the super cluster's own (endpoints it derived): never deleted, overwritten by a copy
+        body: Obj | None = None
+        if source is not None:
+            body = copy_for_super(kind, source, target_namespace=target, tenant_namespace=tenant_ns,
+                                  selectorless_services=self._selectorless(tenant_ns, endpoints_of(kind, source)))  # fmt: skip
+        if body is not None:
+            if not unchanged(copy, body):
+                self._apis["super"].apply(kind, target, body)
+        elif copy is not None:
+            self._apis["super"].delete(kind, target, name)
+        if kind == "Service":  # whether its endpoints are copied follows from its selector
+            self.queue.add((tenant_ns, "Endpoints", name))
+            self.queue.add_all([(tenant_ns, "EndpointSlice", found) for found in self._slices(tenant_ns, target, name)])
+        if kind in ("Service", "PersistentVolumeClaim") and self._shows_status(tenant_ns):
+            self._status_up(kind, tenant_ns, source, copy)
+
+    def _selectorless(self, tenant_ns: str, service: str | None) -> frozenset[str]:
+        """The endpoints' Service, if it has no selector (its owner writes its endpoints, which are copied)."""
+        found = self._sources["Service"].get((tenant_ns, service)) if service else None
+        return selectorless_services([found]) if found is not None else frozenset()
+
+    def _slices(self, tenant_ns: str, target: str, service: str) -> set[str]:
+        """The EndpointSlices of a Service, on either side."""
+        both = [*self._sources["EndpointSlice"].values(), *self._copies["EndpointSlice"].values()]
+        return {o["metadata"]["name"] for o in both
+                if _named(o)[0] in (tenant_ns, target) and endpoints_of("EndpointSlice", o) == service}  # fmt: skip
 
     def _shows_status(self, tenant_ns: str) -> bool:
         """This cluster is the namespace's status cluster (models/pool/sync.py: status_cluster)."""
         if not self.pooling:
             return True
-        annotations = served_metadata(self.up.read_namespace(tenant_ns)).annotations
-        return status_cluster(placement_of(annotations)) == self.cluster
+        ns = self._namespaces.get(tenant_ns)
+        return ns is not None and status_cluster(placement_of(_annotations(ns))) == self.cluster
 
-    def _status_up(self, tenant_ns: str, sources: dict[str, list[dict[str, Any]]],
-                   copies: dict[str, dict[str, dict[str, Any]]]) -> None:  # fmt: skip
-        for service in sources.get("Service", []):
-            name = service["metadata"]["name"]
-            copy = copies["Service"].get(name)
-            status = load_balancer_status(service, copy) if copy else None
-            if status is not None:
-                self._try(f"writing the load balancer status of Service {tenant_ns}/{name}",
-                          self.up.patch_namespaced_service_status, name, tenant_ns, {"status": status})  # fmt: skip
-        if "PersistentVolumeClaim" not in sources:
-            return
-        claims = sources["PersistentVolumeClaim"]
-        for claim in claims:
-            name = claim["metadata"]["name"]
-            copy = copies["PersistentVolumeClaim"].get(name)
-            volume = mirror_volume(claim, copy, cluster=self.cluster, tenant_namespace=tenant_ns) if copy else None
-            if volume is not None and (claim.get("spec") or {}).get("volumeName") != volume["metadata"]["name"]:
-                self._try(f"mirroring the volume of PersistentVolumeClaim {tenant_ns}/{name}",
-                          self.up.patch_persistent_volume, volume["metadata"]["name"], volume, field_manager=FIELD_MANAGER, force=True,
-                          _content_type=APPLY)  # fmt: skip
-        mine = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}={tenant_ns},{LABEL_SUPER_CLUSTER}={self.cluster}"
-        mirrors = _items(self.up.list_persistent_volume(label_selector=mine, _preload_content=False))
-        for stale in stale_mirrors(mirrors, claims):
-            self._try(f"deleting the mirrored PersistentVolume {stale}", ignore_not_found,
-                      self.up.delete_persistent_volume, stale)  # fmt: skip
-
-    def _try(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
-        try:
-            call(*args, **kwargs)
-        except ApiException as e:
-            self._everything = True  # try again at the next pass, whatever wakes it
-            log.warning("syncer %s: %s failed: %s %s", self.cluster, what, e.status, e.reason)
+    def _status_up(self, kind: str, tenant_ns: str, source: Obj | None, copy: Obj | None) -> None:
+        if source is not None and copy is not None:
+            name = source["metadata"]["name"]
+            if kind == "Service" and (status := load_balancer_status(source, copy)) is not None:
+                self.up.patch_namespaced_service_status(name, tenant_ns, {"status": status})
+            volume = mirror_volume(source, copy, cluster=self.cluster, tenant_namespace=tenant_ns) \
+                if kind == "PersistentVolumeClaim" else None  # fmt: skip
+            if volume is not None and (source.get("spec") or {}).get("volumeName") != volume["metadata"]["name"]:
+                self.up.patch_persistent_volume(volume["metadata"]["name"], volume, field_manager=FIELD_MANAGER,
+                                                force=True, _content_type=APPLY)  # fmt: skip
+        if kind == "PersistentVolumeClaim":  # a claim gone (or recreated: another uid): its mirrored volume goes
+            claims = [c for c in self._sources[kind].values() if _named(c)[0] == tenant_ns]
+            mine = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}={tenant_ns},{LABEL_SUPER_CLUSTER}={self.cluster}"
+            mirrors = _items(self.up.list_persistent_volume(label_selector=mine, _preload_content=False))
+            for stale in stale_mirrors(mirrors, claims):
+                ignore_not_found(self.up.delete_persistent_volume, stale)
 
     def _reflect_events(self) -> None:
         """Events about pods' copies, as Events on the tenant pods: only for pods placed here (a cluster a pod
@@ -284,7 +338,8 @@ class Syncer:
             events, self._events = list(self._events.values()), OrderedDict()
         for event in events:
             involved = event.get("involvedObject") or {}
-            tenant_ns = self._targets.get(involved.get("namespace") or "")
+            copy_ns = self._copy_namespaces.get(involved.get("namespace") or "")
+            tenant_ns = _labels(copy_ns).get(LABEL_TENANT_NAMESPACE) if copy_ns is not None else None
             if tenant_ns is None or not self._reflected.is_new(event):
                 continue
             pod: Any = ignore_not_found(self.up.read_namespaced_pod, involved.get("name"), tenant_ns,
@@ -308,42 +363,41 @@ class Syncer:
                     "count", "message", "lastTimestamp") if key in body})  # fmt: skip
             self._reflected.remember(event)
 
-    def _sync_pods(self, tenant_ns: str, target: str) -> None:
-        tenant_pods = _items(self.up.list_namespaced_pod(tenant_ns, _preload_content=False))
-        super_pods = {p["metadata"]["name"]: p for p in _items(self.down.list_namespaced_pod(
-            target, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}", _preload_content=False))}  # fmt: skip
-        mine = set()
-        for pod in tenant_pods:
-            meta = pod["metadata"]
-            annotations = meta.get("annotations") or {}
-            copy = super_pods.get(meta["name"])
-            if copy_stays_here(annotations.get(MOVED_FROM_ANNOTATION), self.cluster, pooling=self.pooling):
-                if not meta.get("deletionTimestamp"):
-                    mine.add(meta["name"])
-                continue
-            if not pod_goes_here(annotations.get(POD_CLUSTER_ANNOTATION), self.cluster, pooling=self.pooling):
-                continue
-            mine.add(meta["name"])
-            if meta.get("deletionTimestamp"):
-                if copy is not None:
-                    ignore_not_found(self.down.delete_namespaced_pod, meta["name"], target)
-                else:
-                    ignore_not_found(self.up.delete_namespaced_pod, meta["name"], tenant_ns, grace_period_seconds=0)
-            elif copy is None:
-                try:
-                    self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
-                        pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
-                except ApiException as e:
-                    if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
-                        self._refused(pod, tenant_ns, status_message(e.body) or str(e.reason))
-                    elif not already_exists(e):
-                        raise
+    def _sync_pod(self, tenant_ns: str, target: str, name: str) -> None:
+        pod = self._sources[POD].get((tenant_ns, name))
+        copy = self._copies[POD].get((target, name))
+        if pod is None:
+            self._delete_copy(copy)
+            return
+        annotations = _annotations(pod)
+        if copy_stays_here(annotations.get(MOVED_FROM_ANNOTATION), self.cluster, pooling=self.pooling):
+            if _deleting(pod):
+                self._delete_copy(copy)
+            return  # moved away: its copy stays, silent, until the move ends
+        if not pod_goes_here(annotations.get(POD_CLUSTER_ANNOTATION), self.cluster, pooling=self.pooling):
+            self._delete_copy(copy)
+        elif _deleting(pod):
+            if copy is not None:
+                self._delete_copy(copy)
             else:
-                status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
-                if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
-                    self._push_status(pod, tenant_ns, status)
-        for name in set(super_pods) - mine:
-            ignore_not_found(self.down.delete_namespaced_pod, name, target)
+                ignore_not_found(self.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
+        elif copy is None:
+            try:
+                self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
+                    pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
+            except ApiException as e:
+                if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
+                    self._refused(pod, tenant_ns, status_message(e.body) or str(e.reason))
+                elif not already_exists(e):
+                    raise
+        else:
+            status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
+            if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
+                self._push_status(pod, tenant_ns, status)
+
+    def _delete_copy(self, copy: Obj | None) -> None:
+        if copy is not None and not _deleting(copy):
+            ignore_not_found(self.down.delete_namespaced_pod, copy["metadata"]["name"], copy["metadata"]["namespace"])
 
     def _refused(self, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
         """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
@@ -357,7 +411,7 @@ class Syncer:
 
     def _push_status(self, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
         """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
-        copy owns its status now), the write is refused and the next pass reads it anew."""
+        copy owns its status now), the write is refused, and the move's event queues the pod again."""
         meta = pod["metadata"]
         try:
             self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
@@ -387,9 +441,6 @@ class _KindApis:
 
     def list_all(self, kind: str) -> Any:
         return self._call("list_{}_for_all_namespaces", kind)
-
-    def list(self, kind: str, namespace: str, **kwargs: Any) -> list[dict[str, Any]]:
-        return _items(self._call("list_namespaced_{}", kind)(namespace, _preload_content=False, **kwargs))
 
     def apply(self, kind: str, namespace: str, body: dict[str, Any]) -> None:
         self._call("patch_namespaced_{}", kind)(body["metadata"]["name"], namespace, body,

@@ -1,5 +1,5 @@
 """What every set of watchers shares: informers started and stopped together, and Temporal calls
-handed from the informers' threads to the worker's event loop."""
+handed from the informers' handler threads to the worker's event loop."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Watchers:
             informer.stop()
 
     def _submit(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        """Informers run in threads; Temporal calls belong to the worker's event loop."""
+        """Informers call handlers on threads of their own; Temporal calls belong to the worker's event loop."""
         assert self._loop is not None, "watchers that call Temporal need the worker's loop"
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         future.add_done_callback(_log_failure)

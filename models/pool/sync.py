@@ -262,14 +262,12 @@ def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespac
     }  # fmt: skip
 
 
-# Kinds a pass copies together: the endpoints rule reads the Services, so a change of either redoes all three.
-LINKED_KINDS = frozenset({"Service", "Endpoints", "EndpointSlice"})
-
-
-def kinds_to_sync(changed: set[str] | None) -> tuple[str, ...]:
-    """The kinds a pass lists and copies for a namespace: those whose watch saw a change there (None: all,
-    as at a start, a relist or the periodic resync), so that a wake lists only what may differ."""
-    if changed is None:
-        return SYNCED_KINDS
-    wanted = changed | LINKED_KINDS if changed & LINKED_KINDS else changed
-    return tuple(kind for kind in SYNCED_KINDS if kind in wanted)
+def endpoints_of(kind: str, obj: dict[str, Any]) -> str | None:
+    """The Service whose endpoints an Endpoints or EndpointSlice holds (whether they are copied depends on
+    it: selectorless_services), None for any other kind."""
+    meta = obj.get("metadata") or {}
+    if kind == "Endpoints":
+        return str(meta.get("name"))
+    if kind == "EndpointSlice":
+        return (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return None

@@ -105,3 +105,26 @@ def test_a_failed_api_call_is_logged_with_the_servers_reason_and_message_bounded
     said = next(r.getMessage() for r in caplog.records if "failed" in r.getMessage())
     assert 'test: k failed: 409 Conflict: Operation cannot be fulfilled on resourcequotas "tidepool-offer" [2J' in said
     assert "\x1b" not in said and len(said) < 400
+
+
+def test_one_owner_s_burst_does_not_hold_back_another_owner_s_key() -> None:
+    """Owners take turns: a namespace that queued 1,000 keys delays another's one key by a turn, not by
+    1,000 handlings (without `owner`, FIFO: it would come last)."""
+    handled: list[tuple[str, int]] = []
+    gate = threading.Event()
+
+    def handle(key: tuple[str, int]) -> None:
+        gate.wait(5)
+        handled.append(key)
+
+    queue: WorkQueue[tuple[str, int]] = WorkQueue("test", handle, workers=1, owner=lambda key: key[0]).start()
+    try:
+        queue.add_all(("busy", i) for i in range(1000))
+        queue.add(("quiet", 0))
+        gate.set()
+        _until(lambda: len(handled) == 1001)
+        # The first "busy" key may have been taken before "quiet" was added; "quiet" is next after at most one more.
+        assert handled.index(("quiet", 0)) <= 2, handled[:5]
+        assert [k for k in handled if k[0] == "busy"] == [("busy", i) for i in range(1000)]  # each owner in order
+    finally:
+        queue.stop()

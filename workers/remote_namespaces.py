@@ -31,7 +31,7 @@ from activities.remote_namespaces import (
 )
 from kube.informer import Informer, Obj, Store
 from kube.objects import finalizers_after, with_condition
-from kube.workqueue import WorkQueue
+from kube.workqueue import WorkQueue, namespace_of
 from models.api.conditions import RemoteNamespaceReadyReason, condition
 from models.api.offloading import RemoteNamespacePhase
 from models.enforcement import QUOTA_NAME
@@ -98,7 +98,7 @@ class RemoteNamespaces:
         self.quotas: Store[str, Obj] = Store(lambda o: o["namespace"], self._quota_changed)
         self.peerings: Store[str, Obj] = Store(lambda o: o["name"], self._peering_changed)
         self.request_queue: WorkQueue[RequestKey] = WorkQueue("remote-namespaces", self._reconcile,
-                                                              workers=REQUEST_WORKERS)  # fmt: skip
+                                                              workers=REQUEST_WORKERS, owner=namespace_of)  # fmt: skip
         self.split_queue: WorkQueue[str] = WorkQueue("offer-split", self._split, workers=SPLIT_WORKERS)
         # What a request's answer reads besides the request: until both are listed, no answer is given (a Pending
         # said at each start-up for want of a list would flap every request's status). Their first list brings

@@ -34,7 +34,7 @@ from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
-from kube.workqueue import WorkQueue
+from kube.workqueue import WorkQueue, namespace_of
 from models.enforcement import status_message
 from models.names import (
     FEATURE_SUPER_CLUSTER_POOLING,
@@ -124,7 +124,8 @@ class Syncer:
         self.cluster, self.tenant_name, self.pooling = cluster, tenant_name, pooling
         self.up, self.down = k8s.CoreV1Api(tenant), k8s.CoreV1Api(super_cluster)
         self._apis = {"tenant": _KindApis(tenant), "super": _KindApis(super_cluster)}
-        self.queue: WorkQueue[Key] = WorkQueue(f"syncer-{cluster}", self._handle, workers=WORKERS)
+        self.queue: WorkQueue[Key] = WorkQueue(f"syncer-{cluster}", self._handle, workers=WORKERS,
+                                                owner=namespace_of)  # one tenant's burst holds no other back
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid

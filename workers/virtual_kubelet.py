@@ -72,7 +72,7 @@ from kube.informer import Informer, Store
 from kube.lease import renew_lease
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
-from kube.workqueue import WorkQueue
+from kube.workqueue import WorkQueue, namespace_of
 from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, ProviderAdmittedReason, condition
 from models.api.offloading import NamespaceOffloadingSpec
 from models.enforcement import Refusal, refusal
@@ -333,12 +333,16 @@ class VirtualKubelet:
         self._targets: dict[str, RemoteTarget] = {}
         self._request_errors: dict[str, str] = {}  # consumer namespace -> why its RemoteNamespace was not created
         self._node_labels: dict[str, str] | None = None  # as its watch last saw them; None while it is missing
-        self.pod_queue: WorkQueue[PodKey] = WorkQueue("pods", self._reconcile_pod, workers=config.pod_workers)
+        # Fair between namespaces: one namespace's burst of 10,000 pods does not hold back another's next one.
+        self.pod_queue: WorkQueue[PodKey] = WorkQueue("pods", self._reconcile_pod, workers=config.pod_workers,
+                                                      owner=namespace_of)  # fmt: skip
         self.config_queue: WorkQueue[ConfigKey] = WorkQueue("config", self._reconcile_config,
-                                                            workers=config.config_workers)  # fmt: skip
+                                                            workers=config.config_workers,
+                                                            owner=lambda key: key[1])  # fmt: skip
         self.service_queue: WorkQueue[PodKey] = WorkQueue("services", self._reconcile_service,
-                                                          workers=config.service_workers)  # fmt: skip
-        self.event_queue: WorkQueue[RemoteKey] = WorkQueue("events", self._reconcile_event, workers=config.event_workers)
+                                                          workers=config.service_workers, owner=namespace_of)  # fmt: skip
+        self.event_queue: WorkQueue[RemoteKey] = WorkQueue("events", self._reconcile_event, workers=config.event_workers,
+                                                           owner=namespace_of)  # fmt: skip
         self.namespace_queue: WorkQueue[str] = WorkQueue("namespaces", self._reconcile_namespace,
                                                          workers=config.namespace_workers)  # fmt: skip
 

@@ -53,6 +53,11 @@ class _Recorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api_client, name)
 
+    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+        # The plain client's: a client that refuses to serialise while its kubeconfig is refused (the virtual
+        # kubelet's provider client) must still let its informers be built, to list once credentials come.
+        return k8s.ApiClient.param_serialize(self._api_client, *args, **kwargs)
+
     def _call_with_legacy_options(self, request: Any, *_: Any) -> Any:
         return request
 

@@ -24,11 +24,18 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from deploy.containers.podman import TESTCONTAINERS_SETTINGS, PodmanService, remove_containers, start_service
 from deploy.localenv.binaries import ensure_binaries, temporal_cli
-from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
+from deploy.localenv.clusters import (
+    CLUSTER_PORTS_ENV,
+    DEFAULT_CLUSTER_PORTS,
+    LocalCluster,
+    create_cluster,
+    delete_cluster,
+)
 from deploy.localenv.env import EnvState, down, temporal_namespaces, up
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
 CLUSTER_NAMES = ("a", "b", "c", "tenant")
+CLUSTER_PORTS_BASE = DEFAULT_CLUSTER_PORTS[0]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # testcontainers reads its settings when imported, which test modules do at collection.
     for key, value in TESTCONTAINERS_SETTINGS.items():
         os.environ.setdefault(key, value)
+    # Each parallel worker (pytest-xdist's gw0, gw1, ...) gives its clusters ports of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        first = CLUSTER_PORTS_BASE + 1000 * (int(worker[2:]) + 1)
+        os.environ.setdefault(CLUSTER_PORTS_ENV, f"{first}-{first + 999}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

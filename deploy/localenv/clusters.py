@@ -34,6 +34,15 @@ NAMESPACE = Path(__file__).resolve().parents[1] / "base" / "namespace.yaml"
 CONSUMER_DECISIONS = Path(__file__).resolve().parents[1] / "base" / "consumer-decisions.yaml"
 CONSUMER_OFFLOADING = Path(__file__).resolve().parents[1] / "base" / "consumer-offloading.yaml"
 CREATE_ATTEMPTS = 3
+# kwokctl picks each component's port itself, the highest free one below 32768, and binds it only later:
+# two processes creating clusters at once (parallel test workers) pick the same ports, and a stopped
+# cluster's ports go to the next cluster created. So every process hands out ports of its own: the range
+# in TIDEPOOL_CLUSTER_PORTS ("first-last"; each parallel test worker has its own), below Linux's
+# ephemeral ports, which anything else bound to port 0 gets.
+CLUSTER_PORTS_ENV = "TIDEPOOL_CLUSTER_PORTS"
+DEFAULT_CLUSTER_PORTS = (20000, 20999)
+_PORT_OPTIONS = ("kubeApiserverPort", "etcdPort", "etcdPeerPort", "kubeControllerManagerPort",
+                 "kubeSchedulerPort", "kwokControllerPort")  # fmt: skip
 # Each fake node's share of its cluster's PodCIDR (node IPAM's default for IPv4, 254 pods).
 NODE_POD_CIDR_PREFIX = 24
 
@@ -119,10 +128,45 @@ def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: 
         {"kind": "ClusterPortForward", "apiVersion": kwok_api, "metadata": fakes_meta,
          "spec": {"forwards": [{"command": ["cat"]}]}},
     ]  # fmt: skip
-    return [_kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki"), *fakes]
+    return [_kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki", ports=_free_ports()), *fakes]
 
 
-def _kwokctl_options(binaries: Binaries, *, pki: Path) -> dict[str, Any]:
+_port_cursor: dict[tuple[int, int], int] = {}
+
+
+def cluster_port_range(environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[int, int]:
+    raw = environ.get(CLUSTER_PORTS_ENV)
+    if not raw:
+        return DEFAULT_CLUSTER_PORTS
+    first, sep, last = raw.partition("-")
+    if not (sep and first.isdigit() and last.isdigit() and 1024 <= int(first) <= int(last) <= 65535):
+        raise ValueError(f"{CLUSTER_PORTS_ENV}={raw!r}: expected FIRST-LAST, ports from 1024 to 65535")
+    return int(first), int(last)
+
+
+def _free_ports() -> dict[str, int]:
+    """One port for each of a cluster's components, the next free ones of this process's range, going round:
+    free means bindable as the components bind (SO_REUSEADDR, as Go does), so that a port left in
+    TIME_WAIT counts as free and one held for a stopped cluster (`stop_cluster`) or serving does not."""
+    first, last = cluster_port_range()
+    size = last - first + 1
+    if size < len(_PORT_OPTIONS):
+        raise ValueError(f"{CLUSTER_PORTS_ENV}: a range of {size} ports is smaller than one cluster's {len(_PORT_OPTIONS)}")
+    cursor = _port_cursor.get((first, last), 0)
+    ports: list[int] = []
+    for step in range(size):
+        port = first + (cursor + step) % size
+        holder = _hold(port, reuse=True)
+        if holder is not None:
+            holder.close()
+            ports.append(port)
+            if len(ports) == len(_PORT_OPTIONS):
+                _port_cursor[(first, last)] = (cursor + step + 1) % size
+                return dict(zip(_PORT_OPTIONS, ports, strict=True))
+    raise RuntimeError(f"fewer than {len(_PORT_OPTIONS)} free ports in {first}-{last} ({CLUSTER_PORTS_ENV})")
+
+
+def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
     # The API server presents a client certificate to kubelets (kwokctl's admin one, made at create), so
     # that a virtual kubelet's API authenticates it as in production; kwok's own kubelet API checks none,
     # and fake nodes serve as before. In the file, not as --extra-args: kwokctl 0.8 indexes those wrongly
@@ -140,6 +184,7 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path) -> dict[str, Any]:
             "kubeSchedulerBinary": str(binaries.kube_scheduler),
             "kwokControllerBinary": str(binaries.kwok),
             "kubectlBinary": str(binaries.kubectl),
+            **ports,
         },
         "componentsPatches": [
             {"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]}
@@ -152,7 +197,6 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
     workdir.mkdir(parents=True, exist_ok=True)
     fake_pods = FakePodFiles.of(name, workdir=workdir)
     config_file = workdir / f"kwokctl-{name}.yaml"
-    config_file.write_text(yaml.safe_dump_all(_kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)))
     kubeconfig = workdir / f"kubeconfig-{name}.yaml"
     env = _kwokctl_env(binaries, workdir)
     log = workdir / f"kwokctl-{name}.log"
@@ -166,6 +210,7 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
     ]  # fmt: skip
     for _ in range(CREATE_ATTEMPTS):
         fake_pods.create(name)  # again after a failed attempt: deleting the cluster removes its directory
+        config_file.write_text(yaml.safe_dump_all(_kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)))
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:
@@ -176,8 +221,8 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
                 return cluster
             except subprocess.CalledProcessError:
                 pass  # kwokctl gave up waiting and said yes: its port may be another cluster's (see below)
-        # kwokctl picks its ports when it creates a cluster and binds them only later: another process
-        # taking one meanwhile makes etcd or the API server fail. A fresh start picks fresh ports.
+        # A port taken between `_free_ports` and the component binding it makes etcd or the API server
+        # fail: a fresh start has fresh ports.
         delete_cluster(name, binaries=binaries, workdir=workdir)
     raise RuntimeError(f"kwokctl could not create cluster {name} in {CREATE_ATTEMPTS} attempts; see {log}")
 

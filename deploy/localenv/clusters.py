@@ -151,7 +151,7 @@ def _free_ports() -> dict[str, int]:
     first, last = cluster_port_range()
     size = last - first + 1
     if size < len(_PORT_OPTIONS):
-        raise ValueError(f"{CLUSTER_PORTS_ENV}: a range of {size} ports is smaller than one cluster's {len(_PORT_OPTIONS)}")
+        raise ValueError(f"{CLUSTER_PORTS_ENV}: {size} ports are fewer than a cluster's {len(_PORT_OPTIONS)}")
     cursor = _port_cursor.get((first, last), 0)
     ports: list[int] = []
     for step in range(size):
@@ -210,7 +210,8 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
     ]  # fmt: skip
     for _ in range(CREATE_ATTEMPTS):
         fake_pods.create(name)  # again after a failed attempt: deleting the cluster removes its directory
-        config_file.write_text(yaml.safe_dump_all(_kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)))
+        config = _kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)  # fresh ports each time
+        config_file.write_text(yaml.safe_dump_all(config))
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if created.returncode == 0:

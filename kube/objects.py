@@ -149,11 +149,14 @@ def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: Reason, mes
 
 
 def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conditions with `value`'s type set; lastTransitionTime moves only when the status does."""
+    """The conditions with `value`'s type set in its place (a new type last), so that setting what is there
+    changes nothing; lastTransitionTime moves only when the status does."""
     status = "True" if value.status else "False"
     old = next((c for c in previous if c.get("type") == value.type), None)
     since = old["lastTransitionTime"] if old and old.get("status") == status else format_rfc3339(utcnow())
     new = {"type": value.type, "status": status, "reason": value.reason, "message": value.message,
            "lastTransitionTime": since}  # fmt: skip
-    return [c for c in previous if c.get("type") != value.type] + [new]
+    kept = [c for c in previous if c.get("type") != value.type]
+    kept.insert(len(kept) if old is None else previous.index(old), new)
+    return kept
 

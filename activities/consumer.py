@@ -24,12 +24,11 @@ from kube.objects import (
     ignore_not_found,
     list_cluster_objects,
     patch_cluster_object,
-    patch_cluster_object_status,
     read_cluster_config,
     read_cluster_object,
     record_event,
-    with_condition,
 )
+from kube.status import CustomObjectStatus, Event, write_status
 from models.admission import (
     NOT_READY_MESSAGE,
     AdmissionSnapshot,
@@ -97,6 +96,7 @@ class ConsumerActivities:
     def __init__(self, *, home: k8s.ApiClient, settings: WorkerSettings) -> None:
         self._home = home
         self._settings = settings
+        self._advertisements = CustomObjectStatus(home, ADVERTISEMENTS)
         # Clients for the providers, from the credentials Secrets they wrote here (`clean_provider` only:
         # everything else this worker does with a provider, its virtual kubelets do).
         self._providers = PeerSecretClients(home)
@@ -126,15 +126,12 @@ class ConsumerActivities:
         order = {c.name: (position, c.arrival[0]) for position, c in enumerate(snapshot.live, start=1)}
         by_hand = {c.name: c.manual for c in snapshot.live if c.manual is not None}
         for decision in decisions:
-            obj = by_name[decision.name]
-            status = dict(obj.get("status") or {})
-            conditions = with_condition(condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message),
-                                        list(status.get("conditions") or []))  # fmt: skip
             deadline = decision.decision_deadline
-            patch_cluster_object_status(self._home, ADVERTISEMENTS, decision.name,
-                                        {"phase": decision.phase, "reason": decision.reason, "conditions": conditions,
-                                         "decisionDeadline": format_rfc3339(deadline) if deadline else None})  # fmt: skip
-            record_event(self._home, obj, reason=decision.reason, message=decision.message, warning=decision.phase == "Refused")
+            write_status(self._advertisements, by_name[decision.name],
+                         fields={"phase": decision.phase, "reason": decision.reason,
+                                 "decisionDeadline": format_rfc3339(deadline) if deadline else None},
+                         conditions=[condition("Accepted", decision.phase == "Accepted", decision.reason, decision.message)],
+                         events=[Event(decision.reason, decision.message, warning=decision.phase == "Refused")])  # fmt: skip
             metrics.decided(provider=decision.provider, phase=decision.phase, reason=decision.reason)
             if len(result.records) < MAX_ADMISSION_RECORDS:
                 position, arrived = order[decision.name]
@@ -236,12 +233,9 @@ class ConsumerActivities:
         obj = read_cluster_object(self._home, ADVERTISEMENTS, request.advertisement)
         if obj is None:
             return
-        status = obj.get("status") or {}
-        conditions = with_condition(condition("Ready", False, "Deleting", f"tearing down: {request.teardown}"),
-                                    list(status.get("conditions") or []))  # fmt: skip
-        patch_cluster_object_status(self._home, ADVERTISEMENTS, request.advertisement,
-                                    {"phase": "Deleting", "reason": request.teardown, "conditions": conditions})
-        record_event(self._home, obj, reason="Deleting", message=f"teardown begins: {request.teardown}")
+        write_status(self._advertisements, obj, fields={"phase": "Deleting", "reason": request.teardown},
+                     conditions=[condition("Ready", False, "Deleting", f"tearing down: {request.teardown}")],
+                     events=[Event("Deleting", f"teardown begins: {request.teardown}")])  # fmt: skip
 
     @activity.defn
     def refuse_not_ready(self, request: RefuseNotReadyInput) -> None:
@@ -253,16 +247,12 @@ class ConsumerActivities:
         patch_cluster_object(self._home, ADVERTISEMENTS, request.advertisement, {"metadata": {"annotations": {
             REFUSED_OFFER_ANNOTATION: offer_fingerprint(obj.get("spec") or {})}}})  # fmt: skip
         timeout = self._config().spec.incoming.virtual_node_ready_timeout_seconds
-        status = obj.get("status") or {}
-        conditions = with_condition(condition("Accepted", False, "VirtualNodeNotReady", NOT_READY_MESSAGE),
-                                    list(status.get("conditions") or []))  # fmt: skip
-        patch_cluster_object_status(self._home, ADVERTISEMENTS, request.advertisement,
-                                    {"phase": "Refused", "reason": "VirtualNodeNotReady", "conditions": conditions})
+        write_status(self._advertisements, obj, fields={"phase": "Refused", "reason": "VirtualNodeNotReady"},
+                     conditions=[condition("Accepted", False, "VirtualNodeNotReady", NOT_READY_MESSAGE)],
+                     events=[Event("VirtualNodeNotReady", f"the virtual node was not Ready within {timeout} s of its "
+                                   "virtual kubelet: refused, the virtual kubelet is removed", warning=True)])  # fmt: skip
         Metrics.of_activity().decided(provider=str((obj.get("spec") or {}).get("clusterId", "")), phase="Refused",
                                       reason="VirtualNodeNotReady")  # fmt: skip
-        record_event(self._home, obj, reason="VirtualNodeNotReady", warning=True,
-                     message=f"the virtual node was not Ready within {timeout} s of its virtual kubelet: refused, "
-                             "the virtual kubelet is removed")  # fmt: skip
 
     @activity.defn
     def delete_virtual_node(self, request: DeleteVirtualNodeInput) -> None:
@@ -380,13 +370,10 @@ class ConsumerActivities:
         obj = read_cluster_object(self._home, ADVERTISEMENTS, name)
         if obj is None:
             return
-        status = obj.get("status") or {}
-        conditions = with_condition(condition(
+        write_status(self._advertisements, obj, conditions=[condition(
             "PodCIDRReady", False, "RemappingTimedOut",
             "the network module has not set status.remoteRemappedPodCIDR within podCIDRWaitTimeoutSeconds; still waiting",
-        ), list(status.get("conditions") or []))  # fmt: skip
-        patch_cluster_object_status(self._home, ADVERTISEMENTS, name, {"conditions": conditions})
-        record_event(self._home, obj, reason="RemappingTimedOut", message="PodCIDR remapping not set in time", warning=True)
+        )], events=[Event("RemappingTimedOut", "PodCIDR remapping not set in time", warning=True)])  # fmt: skip
 
     def _set_finalizer(self, obj: dict[str, Any], *, present: bool, dropping: tuple[str, ...] = ()) -> None:
         """Adds or removes our finalizer, and drops the `dropping` annotations, in one compare-and-swap write."""
@@ -416,12 +403,8 @@ class ConsumerActivities:
         apps.patch_namespaced_deployment(deployment["metadata"]["name"], namespace, deployment,
                                          field_manager="tidepool", force=True,
                                          _content_type="application/apply-patch+yaml")  # fmt: skip
-        status = obj.get("status") or {}
-        conditions = with_condition(condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists"),
-                                    list(status.get("conditions") or []))  # fmt: skip
-        patch_cluster_object_status(self._home, ADVERTISEMENTS, obj["metadata"]["name"], {
+        write_status(self._advertisements, obj, fields={
             "vkReference": {"name": deployment["metadata"]["name"], "namespace": namespace},
             "vnodeReference": {"name": virtual_node_name(provider)},
-            "conditions": conditions,
-        })  # fmt: skip
-        record_event(self._home, obj, reason="VirtualKubeletCreated", message=f"{deployment['metadata']['name']} created")
+        }, conditions=[condition("VirtualKubeletReady", True, "Created", "the virtual kubelet Deployment exists")],
+            events=[Event("VirtualKubeletCreated", f"{deployment['metadata']['name']} created")])  # fmt: skip

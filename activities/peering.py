@@ -46,11 +46,10 @@ from kube.objects import (
     ignore_not_found,
     list_cluster_objects,
     patch_cluster_object,
-    patch_cluster_object_status,
     read_cluster_object,
     record_event,
-    with_condition,
 )
+from kube.status import CustomObjectStatus, write_status
 from models.api import ClusterConfig
 from models.api.advertisement import offered_advertisement
 from models.api.clusterconfig import OutgoingConfig
@@ -113,6 +112,7 @@ class PeeringActivities:
         self._home = home
         self._capacity = capacity
         self._settings = settings
+        self._peering_requests = CustomObjectStatus(home, PEERING_REQUESTS)
         # The foreign clusters' clients, from the PeeringRequests' kubeconfig Secrets: the provider's decision
         # watches use these too (workers/provider.py), one client per foreign cluster.
         self.foreign_clients = PeerSecretClients(home)
@@ -485,15 +485,14 @@ class PeeringActivities:
         current = None if peering_request is None else read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
         if peering_request is None or current is None:
             return False
-        status: dict[str, Any] = {"phase": phase}
+        fields: dict[str, Any] = {"phase": phase}
         if decision is not None:
-            status["advertisementStatus"] = decision.phase
-            status["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
+            fields["advertisementStatus"] = decision.phase
+            fields["remoteRemappedPodCIDR"] = decision.remote_remapped_pod_cidr
         if pushed is not None:
-            status["lastPushTime"] = format_rfc3339(pushed)
-        previous = list((current.get("status") or {}).get("conditions") or [])
+            fields["lastPushTime"] = format_rfc3339(pushed)
         ready = condition("Ready", phase in ("Advertised", "Accepted"), reason or phase, message or f"peering is {phase}")
-        status["conditions"] = with_condition(ready, previous)
-        patch_cluster_object_status(self._home, PEERING_REQUESTS, peering_request, status)
+        write_status(self._peering_requests, current, fields=fields, conditions=[ready])
+        previous = (current.get("status") or {}).get("conditions") or []
         old: dict[str, Any] = next((c for c in previous if c.get("type") == "Ready"), {})
         return (old.get("reason"), old.get("message")) != (ready.reason, ready.message)

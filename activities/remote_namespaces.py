@@ -120,11 +120,6 @@ def patch_remote_namespace(home: k8s.ApiClient, namespace: str, name: str, patch
     k8s.CustomObjectsApi(home).patch_namespaced_custom_object(GROUP, VERSION, namespace, REMOTE_NAMESPACES, name, patch)
 
 
-def patch_remote_namespace_status(home: k8s.ApiClient, namespace: str, name: str, status: dict[str, Any]) -> None:
-    k8s.CustomObjectsApi(home).patch_namespaced_custom_object_status(GROUP, VERSION, namespace, REMOTE_NAMESPACES,
-                                                                     name, {"status": status})  # fmt: skip
-
-
 def _quotas(home: k8s.ApiClient, consumer: str) -> dict[str, dict[str, Any]]:
     """The consumer's quotas, by namespace (raw: status.used as the API server wrote it)."""
     response = k8s.CoreV1Api(home).list_resource_quota_for_all_namespaces(

@@ -21,7 +21,8 @@ from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, sto
 from deploy.localenv.env import EnvState
 from deploy.localenv.temporal import free_port
 from kube.metrics import SUPER_CLUSTER_HEALTH
-from kube.objects import read_cluster_object, with_condition
+from kube.objects import read_cluster_object
+from kube.status import write_status
 from models.api.conditions import condition
 from models.names import SUPER_CLUSTERS, SYSTEM_NAMESPACE
 from models.pool.health import UNKNOWN, Health, ProbeOutcome, health_from_status, next_health
@@ -30,6 +31,7 @@ from models.settings import MetricsSettings
 from tests.kube import apply_cluster_config, create_namespace, create_node
 from tests.running import eventually, worker_settings
 from tests.scraping import scrape, value
+from tests.statuses import RecordingServer
 from workers.pool import run
 
 pytestmark = [pytest.mark.pool, pytest.mark.failover]
@@ -49,11 +51,12 @@ class Step:
 
 
 def _write(health: Health, status: dict[str, Any]) -> dict[str, Any]:
-    """The status after the prober's merge patch (workers/pool_health.py: _write)."""
+    """The status after the prober's write (workers/pool_health.py: _write), as the API server applies it."""
     value = health.condition()
     assert value is not None
-    conditions = with_condition(value, status.get("conditions") or [])
-    return {key: v for key, v in {**status, **health.status(), "conditions": conditions}.items() if v is not None}
+    server = RecordingServer({"metadata": {"name": "super-a"}, "status": status})
+    write_status(server, server.read(), fields=health.status(), conditions=[value])
+    return dict(server.obj["status"])
 
 
 def _probe(outcomes: list[tuple[int, ProbeOutcome]], status: dict[str, Any] | None = None,

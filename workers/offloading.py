@@ -26,7 +26,8 @@ from kubernetes import client as k8s
 from pydantic import ValidationError
 
 from kube.informer import Informer, Store
-from kube.objects import finalizers_after, ignore_not_found, with_condition
+from kube.objects import finalizers_after, ignore_not_found
+from kube.status import CustomObjectStatus, write_status
 from kube.workqueue import WorkQueue
 from models.api.conditions import ConditionValue
 from models.api.offloading import NamespaceOffloading
@@ -84,6 +85,7 @@ def _namespace(obj: Obj) -> Obj:
 class OffloadingController:
     def __init__(self, home: k8s.ApiClient, *, workers: int = WORKERS) -> None:
         self.custom, self.core = k8s.CustomObjectsApi(home), k8s.CoreV1Api(home)
+        self._status = CustomObjectStatus(home, NAMESPACE_OFFLOADINGS, missing_ok=True)
         self.queue: WorkQueue[str] = WorkQueue("offloading", self._reconcile, workers=workers)
         self.offloadings: Store[str, Obj] = Store(_offloading_key, lambda ns, _old, _new: self.queue.add(ns))
         # Virtual nodes and labelled namespaces are few; any change of one may change any namespace's answer.
@@ -143,7 +145,7 @@ class OffloadingController:
         providers.pop("", None)
         selected = selected_providers(offloading.spec.cluster_selector, providers)
         status = offloading.status
-        self._condition(namespace, obj, ready_condition(status.clusters if status else [], selected))
+        self._condition(obj, ready_condition(status.clusters if status else [], selected))
 
     def _drain(self, namespace: str, offloading: NamespaceOffloading) -> None:
         if OFFLOADING_FINALIZER not in offloading.metadata.finalizers:
@@ -161,7 +163,7 @@ class OffloadingController:
         elif step.blocked is not None:
             obj = self.offloadings.get(namespace)
             if obj is not None:
-                self._condition(namespace, obj, step.blocked)
+                self._condition(obj, step.blocked)
 
     # Writes ----------------------------------------------------------------------------------------------
     def _label(self, namespace: str, value: str | None) -> None:
@@ -181,17 +183,7 @@ class OffloadingController:
         ignore_not_found(self.custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS,
                          NAMESPACE_OFFLOADING_NAME, patch)  # fmt: skip
 
-    def _condition(self, namespace: str, obj: Obj, value: ConditionValue) -> None:
+    def _condition(self, obj: Obj, value: ConditionValue) -> None:
         """Ready as `value`, written only when it says something else (status, reason or message) or the
         generation it answers moved; status.clusters is the virtual kubelets' (server-side apply), not touched."""
-        status = obj.get("status") or {}
-        previous: list[Obj] = status.get("conditions") or []
-        old = next((c for c in previous if c.get("type") == value.type), None)
-        generation = _meta(obj).get("generation")
-        same = old is not None and (old.get("status"), old.get("reason"), old.get("message")) == (
-            "True" if value.status else "False", value.reason, value.message)
-        if same and status.get("observedGeneration") == generation:
-            return
-        ignore_not_found(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
-                         NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME,
-                         {"status": {"conditions": with_condition(value, previous), "observedGeneration": generation}})  # fmt: skip
+        write_status(self._status, obj, fields={"observedGeneration": _meta(obj).get("generation")}, conditions=[value])

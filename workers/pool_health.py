@@ -26,7 +26,8 @@ from kube.clients import OwnSecretClients
 from kube.clock import utcnow
 from kube.errors import as_application_error
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, patch_cluster_object_status, read_cluster_config, with_condition
+from kube.objects import list_cluster_objects, read_cluster_config
+from kube.status import CustomObjectStatus, write_status
 from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
 from models.names import SUPER_CLUSTERS
@@ -42,6 +43,7 @@ class HealthProber:
                  now: Callable[[], datetime] = utcnow) -> None:  # fmt: skip
         self._tenant, self._secrets, self._now = tenant, OwnSecretClients(tenant), now
         self._metrics = Metrics(meter)
+        self._status = CustomObjectStatus(tenant, SUPER_CLUSTERS)
         self._stop = threading.Event()
         self._executor = ThreadPoolExecutor(8, thread_name_prefix="pool-probe")
         self._thread = threading.Thread(target=self._loop, name="pool-health", daemon=True)
@@ -81,7 +83,7 @@ class HealthProber:
             health = next_health(previous, outcome, now=self._now(), grace=grace)
             if health != previous:
                 try:
-                    self._write(name, health, (obj.get("status") or {}).get("conditions") or [])
+                    self._write(obj, health)
                 except ApiException as e:  # deleted meanwhile, or a conflict: the next round reads it again
                     log.warning("super cluster %s: status not written: %s", name, as_application_error(e).message)
                     continue
@@ -106,11 +108,10 @@ class HealthProber:
             return ProbeOutcome(allocatable, failure="no Ready, schedulable node", no_ready_node=True)
         return ProbeOutcome(allocatable)
 
-    def _write(self, name: str, health: Health, conditions: list[dict[str, Any]]) -> None:
+    def _write(self, obj: dict[str, Any], health: Health) -> None:
         value = health.condition()
-        status: dict[str, Any] = {**health.status(), "conditions": with_condition(value, conditions) if value else conditions}
-        patch_cluster_object_status(self._tenant, SUPER_CLUSTERS, name, status)
-        log.info("super cluster %s: %s (%s)", name, health.state, health.message)
+        if write_status(self._status, obj, fields=health.status(), conditions=[value] if value else []):
+            log.info("super cluster %s: %s (%s)", obj["metadata"]["name"], health.state, health.message)
 
 
 def _said(error: Exception) -> str:

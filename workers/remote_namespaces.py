@@ -25,12 +25,12 @@ from activities.remote_namespaces import (
     delete_namespace,
     ensure_remote_namespace,
     patch_remote_namespace,
-    patch_remote_namespace_status,
     read_namespace,
     split_consumer_offer,
 )
 from kube.informer import Informer, Obj, Store
-from kube.objects import finalizers_after, with_condition
+from kube.objects import finalizers_after
+from kube.status import CustomObjectStatus, write_status
 from kube.workqueue import WorkQueue, namespace_of
 from models.api.conditions import RemoteNamespaceReadyReason, condition
 from models.api.offloading import RemoteNamespacePhase
@@ -92,6 +92,7 @@ def _peering_request(obj: Obj) -> Obj:
 class RemoteNamespaces:
     def __init__(self, home: k8s.ApiClient) -> None:
         self._home = home
+        self._status = CustomObjectStatus(home, REMOTE_NAMESPACES)
         core, custom = k8s.CoreV1Api(home), k8s.CustomObjectsApi(home)
         self.requests: Store[RequestKey, Obj] = Store(_request_key, self._request_changed)
         self.namespaces: Store[str, Obj] = Store(lambda o: o["name"], self._namespace_changed)
@@ -238,13 +239,5 @@ class RemoteNamespaces:
 
     def _answer(self, obj: Obj, phase: RemoteNamespacePhase, reason: RemoteNamespaceReadyReason, message: str) -> None:
         """The status, written only when it says something new (each write is an event for the consumer)."""
-        status = obj.get("status") or {}
-        previous = list(status.get("conditions") or [])
-        ready: dict[str, Any] = next((c for c in previous if c.get("type") == "Ready"), {})
-        if (status.get("phase"), status.get("message"), ready.get("reason"), ready.get("message")) == (
-                phase, message, reason, message):  # fmt: skip
-            return
-        ready_now = condition("Ready", phase == "Ready", reason, message)
-        meta = obj["metadata"]
-        patch_remote_namespace_status(self._home, meta["namespace"], meta["name"], {
-            "phase": phase, "message": message, "conditions": with_condition(ready_now, previous)})  # fmt: skip
+        write_status(self._status, obj, fields={"phase": phase, "message": message},
+                     conditions=[condition("Ready", phase == "Ready", reason, message)])

@@ -1,6 +1,6 @@
 """Status conditions, the Kubernetes convention: one type per question, a closed CamelCase reason, a
-message for people, and a lastTransitionTime that moves only when the status does (kube.objects
-.with_condition writes them).
+message for people, and a lastTransitionTime that moves only when the status does (kube.status
+.write_status writes them, merged by kube.objects.with_condition).
 
 This module is the one vocabulary: every question tidepool answers on an object has a closed type here
 with its closed reasons, and every writer builds its condition with `condition(...)`, which refuses a
@@ -102,7 +102,7 @@ Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, Virtu
 
 
 class ConditionValue(BaseModel):
-    """A condition before it is written: kube.objects.with_condition adds lastTransitionTime."""
+    """A condition before it is written: kube.status.write_status adds lastTransitionTime."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -12,6 +12,7 @@ Temporal is the binary run directly)."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -36,6 +37,7 @@ from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_p
 
 CLUSTER_NAMES = ("a", "b", "c", "tenant")
 CLUSTER_PORTS_BASE = DEFAULT_CLUSTER_PORTS[0]
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,50 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault(CLUSTER_PORTS_ENV, f"{first}-{first + 999}")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's seconds to {DURATIONS_FILE.name}, by which runs order files")  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Environment tests first, each file in its order: `make test` runs files on parallel workers
-    (pytest-xdist, --dist loadfile), so the long files start at once and the quick ones fill the gaps."""
-    items.sort(key=lambda item: item.get_closest_marker("env") is None)
+    """Environment tests first, then the rest; each group longest file first, by the seconds recorded in
+    durations.json, each file's tests in their order. `make test` hands whole files to parallel workers
+    (pytest-xdist, --dist loadfile, in this order), so the long files start at once and the quick ones
+    fill the gaps at the end."""
+    recorded = _recorded_durations()
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(_file_of(item.nodeid), index)
+
+    def order(item: pytest.Item) -> tuple[bool, float, int]:
+        file = _file_of(item.nodeid)
+        return item.get_closest_marker("env") is None, -recorded.get(file, 0.0), first_seen[file]
+
+    items.sort(key=order)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _recorded_durations() -> dict[str, float]:
+    if not DURATIONS_FILE.exists():
+        return {}
+    return {str(file): float(seconds) for file, seconds in json.loads(DURATIONS_FILE.read_text()).items()}
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _durations[_file_of(report.nodeid)] = _durations.get(_file_of(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Written by the controlling process only (xdist's workers report their tests to it), after a full run.
+    if session.config.getoption("--store-durations") and not hasattr(session.config, "workerinput"):
+        recorded = _recorded_durations() | {file: round(seconds, 1) for file, seconds in _durations.items()}
+        DURATIONS_FILE.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n")
 
 
 @pytest.fixture(scope="session")

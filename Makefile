@@ -32,13 +32,13 @@ demo: $(STAMP) binaries system-packages
 demo-down: $(STAMP)
 	$(PY) -m deploy.localenv.demo down
 
-# Every test, the integration ones against real Temporal and Kubernetes included. TEST_WORKERS=2 runs the
-# test files on two processes (pytest-xdist), each with a local environment of its own; not yet the default:
-# kwokctl takes every cluster's ports from one range, and a cluster a fault test stops and starts again can
-# find its ports taken by the other worker's new cluster (4 tests failed so, in a 37-minute run).
-TEST_WORKERS ?= 0
+# Every test, the integration ones against real Temporal and Kubernetes included, on TEST_WORKERS processes
+# (pytest-xdist), each with a local environment of its own (its clusters on ports of its own). Whole files
+# go to the workers, longest first by tests/durations.json (`--no-loadscope-reorder` keeps that order;
+# refresh the file with PYTEST_ARGS=--store-durations after adding long tests). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
 test: $(STAMP) binaries system-packages images
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Only the tests that need no local environment.
 test-fast: $(STAMP)

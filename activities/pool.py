@@ -292,15 +292,15 @@ class PoolActivities:
                 why = progress.stuck[meta.name] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
                 self._tell_reachability(meta, pod, old, unreachable=old in unreachable, why=why)
                 continue
-            # Pending first, then the annotations, on the status just written: if the old cluster's syncer
-            # pushed Running in between, the second write is refused and the next try starts over.
-            written: k8s.V1Pod = self._core.patch_namespaced_pod_status(meta.name, move.namespace, {
-                "status": recreating_status(old=old, new=choice.cluster, now=format_rfc3339(utcnow()))})  # fmt: skip
-            self._core.patch_namespaced_pod(meta.name, move.namespace, {"metadata": {
-                "resourceVersion": written.metadata.resource_version if written.metadata else None,
-                "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
-                                MOVED_FROM_ANNOTATION: moved_from(view, new=choice.cluster)},
-            }})  # fmt: skip
+            # One write, on the pod as read: the new cluster and the Pending status together (the pods/status
+            # subresource takes metadata too). Written one after the other, the old cluster's syncer pushed
+            # its copy's Running back between them, and the second write, refused, started over each time.
+            self._core.patch_namespaced_pod_status(meta.name, move.namespace, {
+                "metadata": {"resourceVersion": pod.metadata.resource_version if pod.metadata else None,
+                             "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
+                                             MOVED_FROM_ANNOTATION: moved_from(view, new=choice.cluster)}},
+                "status": recreating_status(old=old, new=choice.cluster, now=format_rfc3339(utcnow())),
+            })  # fmt: skip
             used[choice.cluster] = used.get(choice.cluster, Resources()) + requests
             progress.moved[meta.name] = f"{old} → {choice.cluster}"
             self._event(meta, "MovedPod", f"recreated on super cluster {choice.cluster}: its slices left {old}",

@@ -18,6 +18,7 @@ BENCHMARKS = (
     "pool_placement",
     "push_latency",
     "actions_per_day",
+    "versioning",
     "offload_latency",
     "offload_scale",
     "pool_failover",

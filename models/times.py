@@ -44,8 +44,8 @@ def _utc(moment: datetime) -> datetime:
 def _zoned_time(value: object) -> datetime:
     moment = parse_rfc3339(value)
     if moment is None:
-        shown = repr(value) if isinstance(value, str | datetime | None) else f"a {type(value).__name__}"
-        raise ValueError(f"must be an RFC 3339 time with a zone, got {shown[:64]}")
+        shown = repr(value)[:64] if isinstance(value, str | datetime | None) else type(value).__name__
+        raise ValueError(f"must be an RFC 3339 time with a zone, got {shown}")
     return moment
 
 

@@ -106,7 +106,7 @@ def _sentence(error: ErrorDetails, kind: str) -> tuple[tuple[str, ...], str]:
     elif code == "string_too_long":
         rule = f"must be at most {context.get('max_length')} characters long"
     elif code == "extra_forbidden":
-        rule = f"is not a field of a {kind}"
+        rule = "is not a known field"
     elif code == "value_error":  # the models' own validators: their message is the rule
         message = str(context.get("error") or error["msg"])
         if message.startswith(where):
@@ -122,5 +122,5 @@ def _shown(value: Any) -> str:
     try:
         text = repr(value)
     except ValueError:
-        return f"a {type(value).__name__}"
+        return f"{type(value).__name__} too long to show"
     return text if len(text) <= 64 else text[:61] + "..."

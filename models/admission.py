@@ -9,12 +9,15 @@ overshoot the maximum.
 
 Rules, in the order they apply to every Advertisement that is not Accepted and not being deleted:
 
-1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message; among them a
-   spec.network.podCIDR that no pod can have or that is too wide (`network.pod_cidr_problem`: loopback,
-   link-local, multicast, unspecified, reserved, IPv4-mapped; wider than /8 for IPv4, /32 for IPv6);
+1. invalid (`validate_advertisement`) → Refused/Invalid, with every problem in the message: what the model
+   that generates the CRD refuses (models/api/advertisement.py, read leniently: an older CRD, or none, lets
+   more through), among them a spec.network.podCIDR that no pod can have or that is too wide
+   (`network.pod_cidr_problem`: loopback, link-local, multicast, unspecified, reserved, IPv4-mapped; wider than
+   /8 for IPv4, /32 for IPv6); then a name other than its provider's, an offer of nothing, an expired timeToLive;
 2. spec.kubeConfigRef not the Secret the protocol assigns the provider (names.credentials_secret_name in
-   names.SYSTEM_NAMESPACE) → Refused/UnexpectedCredentials: a provider must not point its virtual kubelet
-   at another provider's credentials (activities/consumer.py never follows the ref either);
+   names.SYSTEM_NAMESPACE), or missing or unreadable (and nothing else wrong) → Refused/UnexpectedCredentials:
+   a provider must not point its virtual kubelet at another provider's credentials (activities/consumer.py
+   never follows the ref either);
 3. provider in deniedClusters → Refused/Denied (deny wins over allow);
 4. allowedClusters not empty and provider not in it → Refused/NotAllowed;
 5. a price in spec.prices above the cap for its resource in maxPrices → Refused/PriceTooHigh (a resource
@@ -69,7 +72,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -79,8 +81,9 @@ from typing import Any, Final, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.api import ClusterConfig
-from models.api.advertisement import AdvertisementPhase
+from models.api.advertisement import Advertisement, AdvertisementPhase, read_advertisement
 from models.api.conditions import AcceptedReason, AdmissionReason, PendingReason, RefusedReason
+from models.api.reading import Reading
 from models.explain import MAX_ADMISSION_ENTRIES, AdmissionEntry, as_mapping
 from models.names import (
     DECISION_ANNOTATION,
@@ -90,9 +93,7 @@ from models.names import (
     advertisement_name,
     credentials_secret_name,
 )
-from models.network import pod_cidr_problem
 from models.prices import format_price, price_unit
-from models.quantities import QuantityError, parse_quantity
 from models.resources import Resources
 from models.times import format_rfc3339, parse_rfc3339
 
@@ -106,7 +107,7 @@ REASONS: Final[Mapping[str, frozenset[str]]] = {
     "Pending": frozenset(get_args(PendingReason)),
 }
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+KUBE_CONFIG_REF: Final = "spec.kubeConfigRef"
 # Where an Advertisement without a readable creationTimestamp queues: last (the API server always
 # sets one, so only hand-made objects get here).
 _NEVER = datetime.max.replace(tzinfo=UTC)
@@ -216,101 +217,44 @@ class AdmissionSnapshot:
         )  # fmt: skip
 
 
-def _check_resources(hard: Any) -> list[str]:
-    if hard is None:
-        return ["spec.resourceQuota.hard is missing: an Advertisement must offer resources"]
-    if not isinstance(hard, Mapping):
-        return [f"spec.resourceQuota.hard must be a map of resource name to quantity, got {type(hard).__name__}"]
-    if not hard:
-        return ["spec.resourceQuota.hard is empty: an Advertisement must offer resources"]
-    problems: list[str] = []
-    amounts = []
-    for name, value in hard.items():
-        try:
-            amount = parse_quantity(value)
-        except QuantityError:
-            problems.append(f"spec.resourceQuota.hard.{name} is not a quantity ({value!r})")
-            continue
-        if amount < 0:
-            problems.append(f"spec.resourceQuota.hard.{name} must not be negative, got {value}")
-        amounts.append(amount)
-    if not problems and all(a == 0 for a in amounts):
-        problems.append("spec.resourceQuota.hard offers nothing: every amount is zero")
-    return problems
-
-
-def _check_prices(prices: Any) -> list[str]:
-    if prices is None:
-        return []
-    if not isinstance(prices, Mapping):
-        return [f"spec.prices must be a map of resource name to price, got {type(prices).__name__}"]
-    problems = []
-    for name, value in prices.items():
-        try:
-            if parse_quantity(value) < 0:
-                problems.append(f"spec.prices.{name} must not be negative, got {value}")
-        except QuantityError:
-            problems.append(f"spec.prices.{name} is not a decimal price ({value!r})")
-    return problems
-
-
 def validate_advertisement(adv: Any, now: datetime) -> list[str]:
-    """Why an arriving Advertisement cannot be accepted, one sentence per problem naming the field;
+    """Why an arriving Advertisement cannot be accepted, one sentence per problem naming the field and the rule;
     empty when it can. Never raises: a foreign cluster may write anything the CRD lets through (and an
     older CRD, or none, lets through more). `now` must carry a time zone."""
-    return _timeless_problems(adv) + _expiry_problems(adv, now)
+    return _timeless_problems(read_advertisement(adv)) + _expiry_problems(adv, now)
 
 
 def _expiry_problems(adv: Any, now: datetime) -> list[str]:
-    """The one problem the clock finds: a readable spec.timeToLive that has passed."""
+    """The one problem the clock finds: a readable spec.timeToLive that has passed (read by the codec its field
+    type reads it with, models.times.ZonedTime)."""
     ttl = as_mapping(as_mapping(adv).get("spec")).get("timeToLive")
     expires = parse_rfc3339(ttl)
     return [f"spec.timeToLive {ttl} has passed"] if expires is not None and expires <= now else []
 
 
-def _timeless_problems(adv: Any) -> list[str]:
-    """Every problem of `validate_advertisement` but the clock's (`_expiry_problems`), which comes last."""
-    if not isinstance(adv, Mapping):
-        return [f"the Advertisement must be an object, got {type(adv).__name__}"]
-    spec = adv.get("spec")
-    if not isinstance(spec, Mapping):
-        return ["spec is missing" if spec is None else f"spec must be an object, got {type(spec).__name__}"]
-    problems: list[str] = []
-    provider = spec.get("clusterId")
-    if provider is None or provider == "":
-        problems.append("spec.clusterId is missing: the provider's cluster id is required")
-    elif not isinstance(provider, str):
-        problems.append(f"spec.clusterId must be a string, got {type(provider).__name__}")
-    elif len(provider) > 63 or not _DNS_LABEL.match(provider):
-        problems.append(f"spec.clusterId {provider!r} must be a DNS-1123 label (lower-case alphanumerics and '-', "
-                        "at most 63 characters)")  # fmt: skip
-    else:
-        # One Advertisement per provider: its name is derived from the id, so a second object claiming
-        # the same provider cannot exist, and two virtual kubelets never fight over one virtual node.
-        name = as_mapping(adv.get("metadata")).get("name")
-        if name != advertisement_name(provider):
-            problems.append(
-                f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}"
-            )
-    quota = spec.get("resourceQuota")
-    if quota is not None and not isinstance(quota, Mapping):
-        problems.append(f"spec.resourceQuota must be an object, got {type(quota).__name__}")
-    else:
-        problems += _check_resources(as_mapping(quota).get("hard"))
-    problems += _check_prices(spec.get("prices"))
-    network = spec.get("network")
-    if not isinstance(network, Mapping):
-        problems.append("spec.network is missing" if network is None else
-                        f"spec.network must be an object, got {type(network).__name__}")  # fmt: skip
-    elif problem := pod_cidr_problem(network.get("podCIDR")):
-        problems.append(problem)
-    ttl = spec.get("timeToLive")
-    expires = parse_rfc3339(ttl)
-    if ttl is None:
-        problems.append("spec.timeToLive is missing")
-    elif expires is None:
-        problems.append(f"spec.timeToLive must be an RFC 3339 time with a zone, got {ttl!r}")
+def _timeless_problems(reading: Reading[Advertisement]) -> list[str]:
+    """Every problem of `validate_advertisement` but the clock's (`_expiry_problems`), which comes last: the
+    model's (models.api.advertisement, which generates the CRD), then what is no structure (a name other than its
+    provider's, an offer of nothing), checked on the fields the model read soundly: every problem named at once."""
+    problems = reading.sentences
+    provider, name = reading.sound("spec", "clusterId"), reading.sound("metadata", "name")
+    # One Advertisement per provider: its name is derived from the id, so a second object claiming the same
+    # provider cannot exist, and two virtual kubelets never fight over one virtual node.
+    if isinstance(provider, str) and not reading.unsound("metadata", "name") and name != advertisement_name(provider):
+        problems.append(f"metadata.name {name!r} must be {advertisement_name(provider)!r} for clusterId {provider!r}")
+    # Well formed though it offers nothing (a provider sharing 0% writes it): nothing to accept.
+    hard = reading.sound("spec", "resourceQuota", "hard")
+    if isinstance(hard, Mapping) and not hard:
+        problems.append("spec.resourceQuota.hard is empty: an Advertisement must offer resources")
+    elif isinstance(hard, Mapping) and all(amount == 0 for amount in Resources(hard).values()):
+        problems.append("spec.resourceQuota.hard offers nothing: every amount is zero")
     return problems
+
+
+def _unreadable_credentials_only(c: Candidate) -> bool:
+    """Whether c's only problems are a spec.kubeConfigRef missing or unreadable: the credentials rule (2) says so,
+    naming the Secret the protocol assigns, rather than rule 1."""
+    return c.credentials is None and all(p.startswith((f"{KUBE_CONFIG_REF} ", f"{KUBE_CONFIG_REF}.")) for p in c.problems)
 
 
 @dataclass(frozen=True)
@@ -349,6 +293,7 @@ def candidate(adv: Mapping[str, Any], now: datetime) -> Candidate:
 
 def _candidate(adv: Mapping[str, Any]) -> Candidate:
     """`candidate` blind to the clock: every field read, none left out."""
+    reading = read_advertisement(adv)
     meta, status, spec = as_mapping(adv.get("metadata")), as_mapping(adv.get("status")), as_mapping(adv.get("spec"))
     annotations = as_mapping(meta.get("annotations"))
     name = str(meta.get("name") or "")
@@ -367,13 +312,13 @@ def _candidate(adv: Mapping[str, Any]) -> Candidate:
         reason=reason if isinstance(reason, str) else None,
         message=message if isinstance(message, str) else None,
         arrival=(parse_rfc3339(meta.get("creationTimestamp")) or _NEVER, name),
-        problems=tuple(_timeless_problems(adv)),
+        problems=tuple(_timeless_problems(reading)),
         manual=verdict if verdict in ("accept", "refuse") else None,
         manual_reason=str(annotations.get(DECISION_REASON_ANNOTATION) or ""),
         deleting=bool(meta.get("deletionTimestamp")) or phase == "Deleting",
         credentials=(namespace, secret) if isinstance(namespace, str) and isinstance(secret, str) else None,
-        prices=_lenient_resources(spec.get("prices")),
-        resources=_lenient_resources(as_mapping(spec.get("resourceQuota")).get("hard")),
+        prices=_sound_resources(reading, "spec", "prices"),
+        resources=_sound_resources(reading, "spec", "resourceQuota", "hard"),
         decision_deadline=parse_rfc3339(status.get("decisionDeadline")),
         offer=offer_fingerprint(spec),
         refused_offer=str(annotations[REFUSED_OFFER_ANNOTATION]) if annotations.get(REFUSED_OFFER_ANNOTATION) else None,
@@ -389,16 +334,18 @@ def offer_fingerprint(spec: Mapping[str, Any]) -> str:
     """What the provider offers (resources and prices), as a short digest: a refusal for a virtual node that
     never became Ready holds while it is the same."""
     offer = {"resourceQuota": spec.get("resourceQuota"), "prices": spec.get("prices")}
-    return hashlib.sha256(json.dumps(offer, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _lenient_resources(value: Any) -> Resources:
-    """spec.prices or spec.resourceQuota.hard as resources; empty when it is none (or not one: the
-    Advertisement is invalid then, and `validate_advertisement` says why)."""
     try:
-        return Resources(value) if isinstance(value, Mapping) else Resources()
-    except QuantityError:
-        return Resources()
+        text = json.dumps(offer, sort_keys=True, default=str)
+    except (TypeError, ValueError):  # keys of mixed types, an integer past 4300 digits: only in hand-made objects
+        text = repr(type(offer["resourceQuota"])) + repr(type(offer["prices"]))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _sound_resources(reading: Reading[Advertisement], *path: str) -> Resources:
+    """spec.prices or spec.resourceQuota.hard as the model reads them; empty when there are none (or when they
+    are unsound: the Advertisement is invalid then, and `validate_advertisement` says why)."""
+    value = reading.sound(*path)
+    return Resources(value) if isinstance(value, Mapping) else Resources()
 
 
 def decide(snapshot: AdmissionSnapshot) -> list[Decision]:
@@ -517,7 +464,7 @@ def _timed_out(seconds: int) -> str:
 
 def _decision(snapshot: AdmissionSnapshot, c: Candidate, accepted: int) -> tuple[AdvertisementPhase, AdmissionReason, str]:
     who = f"cluster {c.provider!r}"
-    if c.problems:
+    if c.problems and not _unreadable_credentials_only(c):
         return "Refused", "Invalid", "invalid Advertisement: " + "; ".join(c.problems)
     expected = (SYSTEM_NAMESPACE, credentials_secret_name(c.provider))
     if c.credentials != expected:

@@ -14,14 +14,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import AfterValidator, PlainSerializer, WithJsonSchema
+from pydantic import PlainSerializer, WithJsonSchema
 
-from models.resources import Resources
+from models.quantities import UNSIGNED_PATTERN
+from models.resources import NonNegativeResources, Resources
 
 # A Kubernetes quantity without a sign: the API server refuses a negative or garbage price itself.
-PRICE_PATTERN = (
-    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+PRICE_PATTERN = UNSIGNED_PATTERN
 PRICES_DESCRIPTION = (
     "Price per unit of each resource, a non-negative decimal in the federation's currency: per CPU core for cpu, "
     "per Gi (2^30 bytes) for memory, ephemeral-storage and hugepages-*, per unit for the rest. "
@@ -38,13 +37,6 @@ def price_unit(resource: str) -> str:
     return "unit"
 
 
-def _non_negative(prices: Resources) -> Resources:
-    negative = sorted(name for name, value in prices.items() if value < 0)
-    if negative:
-        raise ValueError(f"a price must not be negative: {', '.join(negative)}")
-    return prices
-
-
 def format_price(price: Decimal) -> str:
     """As people write prices: "0.04", not the quantity form "40m"."""
     return format(price.normalize(), "f")
@@ -54,10 +46,10 @@ def _plain_decimals(prices: Resources) -> dict[str, str]:
     return {name: format_price(prices[name]) for name in sorted(prices)}
 
 
-# A field type for price lists: a Resources, checked non-negative, whose CRD schema refuses a sign.
+# A field type for price lists: a Resources with no negative price (each reported at `<field>.<resource>`),
+# written as plain decimals, whose CRD schema refuses a sign.
 Prices = Annotated[
-    Resources,
-    AfterValidator(_non_negative),
+    NonNegativeResources,
     PlainSerializer(_plain_decimals, return_type=dict[str, str]),
     WithJsonSchema({
         "type": "object",

@@ -39,7 +39,7 @@ def parse_quantity(value: str | int | Decimal) -> Decimal:
             raise QuantityError(f"{value} is not a finite quantity")
         return _bounded(value, str(value))
     if isinstance(value, int):
-        return _bounded(Decimal(value), str(value))
+        return _bounded(Decimal(value), None)  # not str(value): past 4300 digits, that raises
     text = str(value)
     if not text or text != text.strip() or text.lower().lstrip("+-") in {"nan", "inf", "infinity", "snan"}:
         raise QuantityError(f"{text!r} is not a quantity")
@@ -59,9 +59,10 @@ def parse_quantity(value: str | int | Decimal) -> Decimal:
 _MAX_MAGNITUDE = Decimal(10**30)
 
 
-def _bounded(value: Decimal, text: str) -> Decimal:
+def _bounded(value: Decimal, text: str | None) -> Decimal:
     if value.copy_abs() > _MAX_MAGNITUDE:  # copy_abs: no context, which a huge exponent would overflow
-        raise QuantityError(f"{text!r} is beyond any real amount (more than 10^30)")
+        shown = repr(text) if text is not None and len(text) <= 32 else f"{value:.3E}"
+        raise QuantityError(f"{shown} is beyond any real amount (more than 10^30)")
     return value
 
 
@@ -99,6 +100,18 @@ def _validate(value: Any) -> Decimal:
     return parse_quantity(value)
 
 
+def _validate_non_negative(value: Any) -> Decimal:
+    amount = _validate(value)
+    if amount < 0:
+        raise QuantityError(f"must not be negative, got {value}")
+    return amount
+
+
+# A quantity without a sign, as a ResourceList's amounts and prices are written (an offer of -2 cpu means nothing).
+UNSIGNED_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
 # A pydantic field type: accepts any Kubernetes quantity form, holds the exact Decimal, writes the
 # canonical string. Its JSON schema is the Kubernetes one (int-or-string), so CRDs generated from the
 # models accept exactly what the API server's own quantity fields accept.
@@ -114,3 +127,12 @@ Quantity = Annotated[
         }
     ),
 ]
+
+# Quantity, refusing amounts below zero; its JSON schema refuses a sign (and, for integers, a negative).
+NonNegativeQuantity = Annotated[
+    Decimal,
+    BeforeValidator(_validate_non_negative),
+    PlainSerializer(format_quantity, return_type=str),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "pattern": UNSIGNED_PATTERN,
+                    "x-kubernetes-int-or-string": True}),
+]  # fmt: skip

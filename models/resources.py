@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import decimal
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import TypeAdapter
 from pydantic_core import core_schema
 
-from models.quantities import _EXACT, Quantity, QuantityError, format_quantity, parse_quantity
+from models.quantities import _EXACT, NonNegativeQuantity, Quantity, QuantityError, format_quantity, parse_quantity
 
 # The unit a share is rounded down to: Kubernetes schedules CPU in thousandths of a core; bytes are
 # shared in whole mebibytes (an advertised 27487790694 helps nobody); hugepages in whole pages of their
@@ -134,19 +135,42 @@ class Resources(Mapping[str, Decimal]):
     # pydantic integration: a field of type Resources validates a ResourceList and serialises it back.
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
-        quantity_map = handler.generate_schema(dict[str, Quantity])
-        # A Resources passes through as its dict, so that a bad quantity is reported at `<field>.<resource>`.
-        as_dict = core_schema.no_info_before_validator_function(
-            lambda value: dict(value) if isinstance(value, Resources) else value, quantity_map
-        )
-        return core_schema.no_info_after_validator_function(
-            Resources,
-            as_dict,
-            serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda value: value.to_kubernetes(), return_schema=core_schema.dict_schema()
-            ),
-        )
+        return _resources_schema(handler, Quantity)
 
     @classmethod
     def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": TypeAdapter(Quantity).json_schema()}
+
+
+def _resources_schema(handler: Any, quantity: Any) -> core_schema.CoreSchema:
+    """A ResourceList whose amounts are of the field type `quantity`, validated into a Resources."""
+    quantity_map = handler.generate_schema(dict[str, quantity])
+    # A Resources passes through as its dict, so that a bad quantity is reported at `<field>.<resource>`.
+    as_dict = core_schema.no_info_before_validator_function(
+        lambda value: dict(value) if isinstance(value, Resources) else value, quantity_map
+    )
+    return core_schema.no_info_after_validator_function(
+        Resources,
+        as_dict,
+        serialization=core_schema.plain_serializer_function_ser_schema(
+            lambda value: value.to_kubernetes(), return_schema=core_schema.dict_schema()
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _Amounts:
+    """An annotation on a Resources field: its amounts are of the field type `quantity` instead of Quantity."""
+
+    quantity: Any
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return _resources_schema(handler, self.quantity)
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": TypeAdapter(self.quantity).json_schema()}
+
+
+# A ResourceList with no amount below zero (an offer, a price list): each negative one is reported at
+# `<field>.<resource>`, and the CRD generated from it refuses a sign.
+NonNegativeResources = Annotated[Resources, _Amounts(NonNegativeQuantity)]

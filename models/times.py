@@ -6,6 +6,9 @@ elsewhere (kube/clock.py for processes and activities, workflow.now() in workflo
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import BeforeValidator
 
 
 def format_rfc3339(moment: datetime) -> str:
@@ -36,3 +39,16 @@ def parse_rfc3339(value: object) -> datetime | None:
 
 def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _zoned_time(value: object) -> datetime:
+    moment = parse_rfc3339(value)
+    if moment is None:
+        shown = repr(value)[:64] if isinstance(value, str | datetime | None) else type(value).__name__
+        raise ValueError(f"must be an RFC 3339 time with a zone, got {shown}")
+    return moment
+
+
+# A pydantic field type for a time another cluster writes: what parse_rfc3339 reads, nothing else (no number
+# of seconds, no time without a zone, which could not be compared with one that has a zone).
+ZonedTime = Annotated[datetime, BeforeValidator(_zoned_time)]

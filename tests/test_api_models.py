@@ -7,10 +7,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
-from models.api.advertisement import offered_advertisement
+from models.api import KINDS, Advertisement, ClusterConfig, PeeringRequest, SuperCluster
+from models.api.advertisement import offered_advertisement, read_advertisement
+from models.api.common import KubernetesObject
+from models.api.reading import MAX_SENTENCE, read_leniently
 from models.resources import Resources
 
 pytestmark = pytest.mark.api
@@ -63,6 +67,8 @@ INVALID = [
                  id="a request without credentials"),
     pytest.param(Advertisement, advertisement(resourceQuota={"hard": {"cpu": "two"}}), "spec.resourceQuota.hard.cpu",
                  id="a quantity that is not one"),
+    pytest.param(Advertisement, advertisement(resourceQuota={"hard": {"cpu": "-2"}}), "spec.resourceQuota.hard.cpu",
+                 id="a negative amount offered"),
     pytest.param(Advertisement, advertisement(timeToLive="2025-12-31T23:00:00Z"), "spec",
                  id="a time to live before the timestamp"),
     pytest.param(Advertisement, advertisement(network={"podCIDR": "not-a-cidr"}), "spec.network.podCIDR",
@@ -185,3 +191,65 @@ def test_a_push_that_no_consumer_could_accept_is_refused_before_it_leaves() -> N
     with pytest.raises(ValidationError, match="timeToLive must be later than timestamp"):
         offered_advertisement(provider_id="provider-a", offered=Resources({"cpu": "1"}), pod_cidr="10.1.0.0/16",
                               prices=None, timestamp=PUSHED_AT, time_to_live=PUSHED_AT, annotations={})  # fmt: skip
+
+
+# Lenient reading (models/api/reading.py): what another cluster wrote, through the same models.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@st.composite
+def written(draw: st.DrawFn) -> Any:
+    """Anything, or a valid Advertisement with some of its parts, at any depth, replaced by anything."""
+    if draw(st.booleans()):
+        return draw(json_values)
+    obj: Any = advertisement()
+    for path in draw(st.lists(st.sampled_from([("metadata",), ("spec",), ("spec", "network"), ("spec", "prices"),
+                                               ("spec", "resourceQuota", "hard"), ("spec", "kubeConfigRef", "name"),
+                                               ("spec", "timeToLive"), ("spec", "clusterId")]), max_size=3)):  # fmt: skip
+        parent = obj
+        for key in path[:-1]:
+            parent = parent[key] if isinstance(parent.get(key), dict) else {}
+        parent[path[-1]] = draw(json_values)
+    return obj
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(KINDS), raw=written())
+def test_reading_anything_leniently_never_raises_and_each_problem_names_where(kind: type[KubernetesObject],
+                                                                             raw: Any) -> None:  # fmt: skip
+    reading = read_leniently(kind, raw)
+    assert (reading.model is None) == bool(reading.problems)
+    for problem in reading.problems:
+        assert problem.sentence.startswith(".".join(problem.path) or f"the {kind.KIND}"), problem
+        assert len(problem.sentence) <= MAX_SENTENCE
+
+
+@pytest.mark.parametrize(("spec", "sentence"), [
+    pytest.param({"clusterId": None}, "spec.clusterId is missing", id="a null is no value"),
+    pytest.param({"clusterId": "Bad_Id"}, "spec.clusterId 'Bad_Id' must be a DNS-1123 label", id="a pattern, said"),
+    pytest.param({"clusterId": 7}, "spec.clusterId must be a string, got int", id="a wrong type"),
+    pytest.param({"network": ["x"]}, "spec.network must be an object, got list", id="no object"),
+    pytest.param({"resourceQuota": {"hard": {"cpu": "-2"}}}, "spec.resourceQuota.hard.cpu must not be negative, got -2",
+                 id="a validator's own rule"),
+    pytest.param({"network": {"podCIDR": "127.0.0.0/8"}}, "spec.network.podCIDR 127.0.0.0/8 overlaps 127.0.0.0/8",
+                 id="a validator's sentence that names its field"),
+    pytest.param({"timeToLive": "2025-12-31T23:00:00Z"}, "spec: timeToLive must be later than timestamp",
+                 id="a rule across fields"),
+    pytest.param({"timeToLive": 1767225600}, "spec.timeToLive must be an RFC 3339 time with a zone, got int",
+                 id="seconds are no time"),
+    pytest.param({"shape": "round"}, "spec.shape is not a known field", id="an unknown field"),
+])  # fmt: skip
+def test_a_lenient_reading_says_each_problem_with_its_field_and_rule(spec: dict[str, Any], sentence: str) -> None:
+    reading = read_advertisement({**advertisement(**spec), "status": "not read"})
+    assert reading.model is None and any(s.startswith(sentence) for s in reading.sentences), reading.sentences
+
+
+def test_a_lenient_reading_reads_only_the_names_the_api_writes() -> None:
+    raw = advertisement()
+    raw["spec"]["cluster_id"] = raw["spec"].pop("clusterId")
+    assert "spec.clusterId is missing" in read_advertisement(raw).sentences
+    assert read_advertisement(advertisement()).model == Advertisement.from_kubernetes(advertisement())

@@ -102,7 +102,9 @@ READ: list[Edit] = [
 # ... edits none reads ...
 UNREAD: list[Edit] = [
     _set("metadata.resourceVersion", "11"), _set("metadata.labels", {"a": "b"}), _annotate("example.com/x", "y"),
-    _set("spec.timestamp", "2026-11-22T12:01:00Z"), _set("status.vkReference", {"name": "vk"}),
+    # (admission reads spec.timestamp only to hold spec.timeToLive after it: every timeToLive here is later than
+    # both timestamps)
+    _set("spec.timestamp", "2026-11-22T10:31:00Z"), _set("status.vkReference", {"name": "vk"}),
 ]
 # ... and the clock: every push renews the time to live.
 CLOCK: list[Edit] = [_set("spec.timeToLive", t) for t in TIMES]
@@ -114,7 +116,7 @@ def advertisement() -> Obj:
                      "creationTimestamp": "2026-11-22T09:00:00Z"},
         "spec": {"clusterId": "prov", "resourceQuota": {"hard": {"cpu": "2", "memory": "4Gi"}},
                  "kubeConfigRef": {"namespace": SYSTEM_NAMESPACE, "name": credentials_secret_name("prov")},
-                 "network": {"podCIDR": "10.1.0.0/16"}, "timestamp": "2026-11-22T12:00:00Z",
+                 "network": {"podCIDR": "10.1.0.0/16"}, "timestamp": "2026-11-22T10:30:00Z",
                  "timeToLive": "2026-11-22T12:30:00Z"},
         "status": {},
     }  # fmt: skip

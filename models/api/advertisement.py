@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
 from models.api.common import (
+    CIDR_PATTERN,
     DNS_LABEL,
     ApiModel,
     KubernetesObject,
@@ -16,6 +18,7 @@ from models.api.common import (
     SecretReference,
 )
 from models.api.conditions import Condition
+from models.api.reading import Reading, read_leniently
 from models.names import (
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,
@@ -26,15 +29,17 @@ from models.names import (
 )
 from models.network import pod_cidr_problem
 from models.prices import PRICES_DESCRIPTION, Prices
-from models.resources import Resources
+from models.resources import NonNegativeResources, Resources
+from models.times import ZonedTime
 
 AdvertisementPhase = Literal["Pending", "Accepted", "Refused", "Deleting"]
 TTL_RULE = "timeToLive must be later than timestamp"
-CIDR_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])$|^[0-9a-fA-F:]+/[0-9]{1,3}$"
 
 
 class ResourceQuotaSpec(ApiModel):
-    hard: Resources
+    # What the offer holds: no amount below zero. An empty or all-zero offer is well formed (a provider sharing 0%
+    # writes one); the consumer's admission refuses it as offering nothing.
+    hard: NonNegativeResources
 
 
 class LimitRangeItem(ApiModel):
@@ -53,10 +58,12 @@ class NetworkInfo(ApiModel):
     pod_cidr: str = Field(alias="podCIDR", pattern=CIDR_PATTERN)
     gateway_ip: str | None = Field(default=None, alias="gatewayIP")
 
-    @field_validator("pod_cidr")
+    # Before the pattern (which the CRD holds too): a PodCIDR that is no CIDR, or none a pod can have, is named
+    # for what it is ("IPv4-mapped", "not a CIDR: ...") rather than as a pattern missed.
+    @field_validator("pod_cidr", mode="before")
     @classmethod
-    def _usable(cls, value: str) -> str:
-        if problem := pod_cidr_problem(value):
+    def _usable(cls, value: Any) -> Any:
+        if value is not None and (problem := pod_cidr_problem(value)):
             raise ValueError(problem)
         return value
 
@@ -72,8 +79,8 @@ class AdvertisementSpec(ApiModel):
         description="The provider's credentials Secret here; only the protocol's (tidepool-system/"
         "tidepool-kubeconfig-<clusterId>) is accepted, and the virtual kubelet always uses that one."
     )
-    timestamp: datetime
-    time_to_live: datetime
+    timestamp: ZonedTime
+    time_to_live: ZonedTime
 
     @model_validator(mode="after")
     def _lives_after_its_timestamp(self) -> Self:
@@ -120,3 +127,10 @@ def offered_advertisement(*, provider_id: str, offered: Resources, pod_cidr: str
             kube_config_ref=SecretReference(name=credentials_secret_name(provider_id), namespace=SYSTEM_NAMESPACE),
             timestamp=timestamp, time_to_live=time_to_live),
     )  # fmt: skip
+
+
+def read_advertisement(raw: Any) -> Reading[Advertisement]:
+    """An Advertisement as its provider wrote it, read leniently (models/api/reading.py): all but its status,
+    which is the consumer's own record, read field by field by admission."""
+    body = {key: value for key, value in raw.items() if key != "status"} if isinstance(raw, Mapping) else raw
+    return read_leniently(Advertisement, body)

@@ -19,8 +19,9 @@ from kubernetes import client as k8s
 
 from kube.clients import client_from_own_kubeconfig_file
 from kube.informer import Informer
-from kube.objects import list_cluster_objects, patch_cluster_object_status, record_event
+from kube.objects import list_cluster_objects, record_event
 from kube.process import wait_for_termination
+from kube.status import CustomObjectStatus, write_status
 from models.names import ADVERTISEMENTS, GROUP, VERSION
 from models.network import NO_REMAPPING, RemapError, remap_pod_cidr
 from models.settings import WorkerSettings
@@ -63,7 +64,7 @@ class NetworkModule:
                     record_event(self._api, obj, reason="PodCIDRNotRemapped", message=str(e), warning=True)
                     continue
                 decision = {"remoteRemappedPodCIDR": remapped, "remappedForPodCIDR": advertised}
-                patch_cluster_object_status(self._api, ADVERTISEMENTS, name, decision)
+                write_status(CustomObjectStatus(self._api, ADVERTISEMENTS), obj, fields=decision)
                 obj["status"] = {**(obj.get("status") or {}), **decision}  # taken by the next ones
                 log.info("%s: PodCIDR %s remapped to %s", name, advertised, remapped)
 

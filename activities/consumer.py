@@ -60,6 +60,9 @@ from models.consumer import (
     UnreachableTeardowns,
     Verdict,
     advertisement_view,
+    ready_condition,
+    virtual_kubelet_view,
+    virtual_node_view,
 )
 from models.explain import MAX_ADMISSION_RECORDS, AdmissionRecord, OfferDerivation
 from models.names import (
@@ -75,7 +78,6 @@ from models.names import (
     REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
     VERSION,
-    VK_CLEAN_ANNOTATION,
     advertisement_name,
     credentials_secret_name,
     foreign_namespace,
@@ -190,26 +192,19 @@ class ConsumerActivities:
         )
 
     def _children(self, provider: str | None) -> dict[str, Any]:
+        """The virtual kubelet's and node's part of the observation: their views (the consumer's watcher
+        keys on the same ones), and the unreachable node's transition time beside them."""
         if not provider:
             return {}
         apps, core = k8s.AppsV1Api(self._home), k8s.CoreV1Api(self._home)
         deployment = ignore_not_found(apps.read_namespaced_deployment, virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
         node = ignore_not_found(core.read_node, virtual_node_name(provider))
-        unreachable_since, node_ready = None, False
-        if node is not None and node.status is not None:
-            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
-            node_ready = ready is not None and ready.status == "True"
-            if ready is not None and ready.status != "True" and ready.reason == "ProviderUnreachable":
-                unreachable_since = ready.last_transition_time
-        meta = deployment.metadata if deployment is not None else None
-        annotations = (meta.annotations or {}) if meta is not None else {}
+        node_obj = self._home.sanitize_for_serialization(node) if node is not None else None
+        since = parse_rfc3339(ready_condition(node_obj).get("lastTransitionTime"))
         return {
-            "virtual_kubelet_exists": meta is not None and not meta.deletion_timestamp,
-            "provider_clean": annotations.get(VK_CLEAN_ANNOTATION) == "clean",
-            "virtual_node_exists": node is not None,
-            "provider_unreachable_since": unreachable_since,
-            "virtual_node_ready": node_ready,
-        }
+            **virtual_kubelet_view(self._home.sanitize_for_serialization(deployment) if deployment is not None else None).observed(),
+            **virtual_node_view(node_obj).observed(unreachable_since=since),
+        }  # fmt: skip
 
     # One activity per step, so that the history reads as the steps.
     @activity.defn

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.admission import KeptRefusals
 from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation, as_mapping
-from models.names import ADVERTISEMENT_FINALIZER, FORCE_UNPEER_ANNOTATION
+from models.names import ADVERTISEMENT_FINALIZER, FORCE_UNPEER_ANNOTATION, VK_CLEAN_ANNOTATION
 from models.network import NO_REMAPPING
 
 Step = Literal[
@@ -117,6 +117,60 @@ def advertisement_view(obj: Mapping[str, Any]) -> AdvertisementView:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+class VirtualKubeletView(BaseModel):
+    """What the AdvertisementWorkflow reads of its virtual kubelet Deployment (never its replicas or
+    conditions); the consumer's watcher keys on it, as on `AdvertisementView`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    virtual_kubelet_exists: bool  # and is not being deleted
+    provider_clean: bool  # the virtual kubelet reported the provider's namespace clean
+
+    def observed(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def virtual_kubelet_view(obj: Mapping[str, Any] | None) -> VirtualKubeletView:
+    """The view of a Deployment as the API server serves it (camelCase), or of none."""
+    meta = as_mapping(as_mapping(obj).get("metadata"))
+    return VirtualKubeletView(virtual_kubelet_exists=obj is not None and not meta.get("deletionTimestamp"),
+                              provider_clean=as_mapping(meta.get("annotations")).get(VK_CLEAN_ANNOTATION) == "clean")  # fmt: skip
+
+
+class VirtualNodeView(BaseModel):
+    """What the AdvertisementWorkflow reads of its virtual node, minus its clocks: its Ready condition's
+    status, and whether its reason says the provider is unreachable (since when, the observation reads
+    beside the view: heartbeats and transition times wake nothing)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    virtual_node_exists: bool
+    virtual_node_ready: bool  # its Ready condition is True
+    provider_unreachable: bool  # Ready is not True, for the reason ProviderUnreachable
+
+    def observed(self, unreachable_since: datetime | None) -> dict[str, Any]:
+        """The observation's fields: `unreachable_since` is the Ready condition's transition time."""
+        return {"virtual_node_exists": self.virtual_node_exists, "virtual_node_ready": self.virtual_node_ready,
+                "provider_unreachable_since": unreachable_since if self.provider_unreachable else None}  # fmt: skip
+
+
+def virtual_node_view(obj: Mapping[str, Any] | None) -> VirtualNodeView:
+    """The view of a Node as the API server serves it (camelCase), or of none."""
+    ready = ready_condition(obj)
+    status = ready.get("status")
+    return VirtualNodeView(virtual_node_exists=obj is not None, virtual_node_ready=status == "True",
+                           provider_unreachable=status != "True" and ready.get("reason") == "ProviderUnreachable")  # fmt: skip
+
+
+def ready_condition(node: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A Node's Ready condition, empty when it has none."""
+    conditions = as_mapping(as_mapping(node).get("status")).get("conditions")
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == "Ready":
+            return c
+    return {}
 
 
 class AdvertisementState(_Model):

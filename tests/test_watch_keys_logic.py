@@ -35,6 +35,8 @@ from models.consumer import (
     advertisement_view,
     next_step,
     render_details,
+    virtual_kubelet_view,
+    virtual_node_view,
     wake_after,
 )
 from models.explain import as_mapping
@@ -45,6 +47,7 @@ from models.names import (
     FORCE_UNPEER_ANNOTATION,
     REFUSED_OFFER_ANNOTATION,
     SYSTEM_NAMESPACE,
+    VK_CLEAN_ANNOTATION,
     credentials_secret_name,
 )
 
@@ -78,6 +81,38 @@ def _condition_message(message: str) -> Edit:
     return _set("status.conditions", [{"type": "Accepted", "status": "False", "message": message,
                                        "lastTransitionTime": "2026-11-22T11:00:00Z"}])  # fmt: skip
 
+
+
+def _annotate_child(child: str, key: str, value: str | None) -> Edit:
+    def edit(obj: Obj) -> None:
+        if obj.get(child) is not None:
+            _annotate(key, value)(obj[child])
+
+    return edit
+
+
+def _ready(status: str, reason: str | None) -> Edit:
+    def edit(obj: Obj) -> None:
+        if obj.get("node") is not None:
+            obj["node"]["status"]["conditions"] = [{"type": "Ready", "status": status, "reason": reason,
+                                                    "lastTransitionTime": "2026-11-22T11:57:00Z"}]  # fmt: skip
+
+    return edit
+
+
+def _set_child(child: str, path: str, value: Any) -> Edit:
+    def edit(obj: Obj) -> None:
+        if obj.get(child) is not None:
+            _set(path, value)(obj[child])
+
+    return edit
+
+
+def _gone(child: str) -> Edit:
+    def edit(obj: Obj) -> None:
+        obj[child] = None
+
+    return edit
 
 TIMES = ["2026-11-22T11:00:00Z", "2026-11-22T12:30:00Z", "2026-11-22T13:00:00Z"]
 # Edits a decision may read ...
@@ -194,6 +229,85 @@ def test_what_no_lifecycle_decision_reads_and_the_clock_leave_the_advertisement_
 ) -> None:
     a = edited(advertisement(), before)
     assert advertisement_view(edited(a, unread)) == advertisement_view(a)
+
+
+# The virtual kubelet and its node -------------------------------------------------------------------------
+# Edits of the Deployment and the node a lifecycle decision may read, edits none reads, and their clocks.
+CHILD_READ: list[Edit] = [
+    _set_child("deployment", "metadata.deletionTimestamp", "2026-11-22T11:59:00Z"),
+    *[_annotate_child("deployment", VK_CLEAN_ANNOTATION, v) for v in (None, "clean", "dirty")],
+    *[_ready(status, reason) for status in ("True", "False", "Unknown") for reason in (None, "KubeletReady", "ProviderUnreachable")],
+    _set_child("node", "status.conditions", []), _gone("node"), _gone("deployment"),
+]
+CHILD_UNREAD: list[Edit] = [
+    _set_child("deployment", "status.readyReplicas", 0), _set_child("deployment", "metadata.resourceVersion", "9"),
+    _set_child("node", "status.capacity", {"cpu": "9"}), _set_child("node", "metadata.labels", {"a": "b"}),
+    _set_child("node", "metadata.resourceVersion", "9"),
+]
+child_edits = st.lists(st.sampled_from(CHILD_READ + CHILD_UNREAD), max_size=5)
+SINCE = NOW - timedelta(minutes=3)  # the Ready condition's transition time, a clock read beside the view
+
+
+def children() -> Obj:
+    """The virtual kubelet Deployment and node of an accepted, remapped Advertisement, as served."""
+    return {
+        "deployment": {"metadata": {"name": "tidepool-vk-prov", "uid": "d1", "annotations": {}},
+                       "status": {"replicas": 1, "readyReplicas": 1}},
+        "node": {"metadata": {"name": "tidepool-prov", "uid": "n1"},
+                 "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                            "lastHeartbeatTime": "2026-11-22T11:59:00Z",
+                                            "lastTransitionTime": "2026-11-22T11:57:00Z"}]}},
+    }  # fmt: skip
+
+
+def children_read_directly(objs: Obj) -> dict[str, Any]:
+    """What the workflow could read of the two, straight from the objects (as observe_advertisement did
+    before the views)."""
+    deployment, node = objs.get("deployment"), objs.get("node")
+    ready: Obj = next((c for c in (node or {}).get("status", {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    unreachable = ready.get("status") != "True" and ready.get("reason") == "ProviderUnreachable"
+    return {
+        "virtual_kubelet_exists": deployment is not None and not deployment["metadata"].get("deletionTimestamp"),
+        "provider_clean": (deployment or {}).get("metadata", {}).get("annotations", {}).get(VK_CLEAN_ANNOTATION) == "clean",
+        "virtual_node_exists": node is not None, "virtual_node_ready": ready.get("status") == "True",
+        "provider_unreachable_since": SINCE if unreachable else None,
+    }  # fmt: skip
+
+
+def children_through_views(objs: Obj) -> dict[str, Any]:
+    """As activities/consumer.py observe_advertisement builds it: the views, and the clock beside them."""
+    return {**virtual_kubelet_view(objs.get("deployment")).observed(),
+            **virtual_node_view(objs.get("node")).observed(unreachable_since=SINCE)}  # fmt: skip
+
+
+def children_views(objs: Obj) -> tuple[Any, Any]:
+    return virtual_kubelet_view(objs.get("deployment")), virtual_node_view(objs.get("node"))
+
+
+def observation_with(children_fields: dict[str, Any]) -> AdvertisementObservation:
+    accepted = edited(advertisement(), [_set("status.phase", "Accepted"), _set("status.remoteRemappedPodCIDR", "None"),
+                                        _set("metadata.finalizers", [ADVERTISEMENT_FINALIZER])])  # fmt: skip
+    return observation_read_directly(accepted).model_copy(update=children_fields)
+
+
+@settings(max_examples=400, deadline=None)
+@given(before=child_edits, after=child_edits)
+def test_equal_virtual_kubelet_and_node_views_give_equal_lifecycle_decisions(before: list[Edit], after: list[Edit]) -> None:
+    a = edited(children(), before)
+    b = edited(a, after)
+    assert children_through_views(a) == children_read_directly(a)
+    if children_views(a) == children_views(b):
+        assert lifecycle_decisions(observation_with(children_read_directly(a))) == \
+            lifecycle_decisions(observation_with(children_read_directly(b)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=child_edits, unread=st.lists(st.sampled_from(CHILD_UNREAD), min_size=1, max_size=4))
+def test_what_no_lifecycle_decision_reads_of_the_virtual_kubelet_and_node_leaves_their_views(
+    before: list[Edit], unread: list[Edit]
+) -> None:
+    a = edited(children(), before)
+    assert children_views(edited(a, unread)) == children_views(a)
 
 
 # Admission ------------------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ from activities.consumer import ConsumerActivities
 from kube.informer import Informer
 from kube.keys import KeyMemory
 from models.admission import admission_view
-from models.consumer import AdmissionInput, AdvertisementInput, advertisement_view
+from models.consumer import (
+    AdmissionInput,
+    AdvertisementInput,
+    advertisement_view,
+    virtual_kubelet_view,
+    virtual_node_view,
+)
 from models.names import (
     ADVERTISEMENTS,
     CLUSTER_CONFIG_NAME,
@@ -45,7 +51,6 @@ from models.names import (
     SYSTEM_NAMESPACE,
     VERSION,
     VIRTUAL_NODE_TYPE,
-    VK_CLEAN_ANNOTATION,
     admission_workflow_id,
     advertisement_name,
     advertisement_workflow_id,
@@ -94,17 +99,14 @@ def incoming_config_key(obj: Obj) -> Hashable:
 
 
 def virtual_kubelet_key(obj: Obj) -> Hashable:
-    """Existence, deletion and the provider-clean report; never its status (replicas, conditions)."""
-    meta = _meta(obj)
-    return (meta.get("uid"), bool(meta.get("deletionTimestamp")), _annotations(obj).get(VK_CLEAN_ANNOTATION))
+    """The Deployment's incarnation and the view the AdvertisementWorkflow reads of it (models/consumer.py)."""
+    return _meta(obj).get("uid"), virtual_kubelet_view(obj)
 
 
 def virtual_node_key(obj: Obj) -> Hashable:
-    """Existence and the Ready condition's status and reason; never heartbeat or transition times (the
-    workflow reads the transition time itself when the reason says the provider is unreachable)."""
-    conditions: list[dict[str, Any]] = (obj.get("status") or {}).get("conditions") or []
-    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
-    return (_meta(obj).get("uid"), ready.get("status"), ready.get("reason"))
+    """The node's incarnation and the view the AdvertisementWorkflow reads of it: never heartbeats or
+    transition times."""
+    return _meta(obj).get("uid"), virtual_node_view(obj)
 
 
 # The consumer's objects are cluster-scoped or in the system namespace: known by name.

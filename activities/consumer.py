@@ -60,6 +60,7 @@ from models.consumer import (
     UnreachableTeardowns,
     Verdict,
     advertisement_view,
+    lifecycle_settings,
     ready_condition,
     virtual_kubelet_view,
     virtual_node_view,
@@ -178,15 +179,12 @@ class ConsumerActivities:
         if obj is None:
             return AdvertisementObservation(exists=False, **self._children(None))
         spec, meta = obj.get("spec") or {}, obj["metadata"]
-        config = self._config().spec
         provider = str(spec.get("clusterId", ""))
         return AdvertisementObservation(
             exists=True,
             **advertisement_view(obj).observed(),
             time_to_live=parse_rfc3339(spec.get("timeToLive")),
-            pod_cidr_wait_timeout_seconds=config.incoming.pod_cidr_wait_timeout_seconds,
-            keepalive_seconds=config.keepalive.threshold_failures * config.keepalive.retry_seconds,
-            virtual_node_ready_timeout_seconds=config.incoming.virtual_node_ready_timeout_seconds,
+            **lifecycle_settings(self._config()).observed(),
             offer=OfferDerivation.from_annotation((meta.get("annotations") or {}).get(OFFER_DERIVATION_ANNOTATION)),
             **self._children(provider),
         )

@@ -77,6 +77,11 @@ class KeyMemory:
             self._untold_all, self.listed = False, True
             return changed
 
+    def followed(self) -> list[Obj]:
+        """Every object followed now, as last seen."""
+        with self._lock:
+            return [obj for _, obj in self._seen.values()]
+
     def forget(self, identity: Hashable | None = None) -> None:
         with self._lock:
             if identity is None:

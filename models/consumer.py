@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.admission import KeptRefusals
+from models.api import ClusterConfig
 from models.explain import AdmissionEntry, AdmissionRecord, OfferDerivation, as_mapping
 from models.names import ADVERTISEMENT_FINALIZER, FORCE_UNPEER_ANNOTATION, VK_CLEAN_ANNOTATION
 from models.network import NO_REMAPPING
@@ -117,6 +118,29 @@ def advertisement_view(obj: Mapping[str, Any]) -> AdvertisementView:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+class LifecycleSettings(BaseModel):
+    """What the AdvertisementWorkflow reads of the ClusterConfig (its timeouts); the consumer's watcher
+    tells every AdvertisementWorkflow when it changes, as the admission's when `incoming` does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pod_cidr_wait_timeout_seconds: int
+    keepalive_seconds: int
+    virtual_node_ready_timeout_seconds: int | None
+
+    def observed(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def lifecycle_settings(config: ClusterConfig) -> LifecycleSettings:
+    spec = config.spec
+    return LifecycleSettings(
+        pod_cidr_wait_timeout_seconds=spec.incoming.pod_cidr_wait_timeout_seconds,
+        keepalive_seconds=spec.keepalive.threshold_failures * spec.keepalive.retry_seconds,
+        virtual_node_ready_timeout_seconds=spec.incoming.virtual_node_ready_timeout_seconds,
+    )
 
 
 class VirtualKubeletView(BaseModel):

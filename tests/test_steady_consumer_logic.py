@@ -4,17 +4,21 @@ deleted; no past deadline becomes a short loop)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Coroutine, Hashable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
 from models.admission import admission_view
 from models.consumer import AdvertisementObservation, AdvertisementState, next_step, wake_after
 from models.names import ADVERTISEMENT_FINALIZER, DECISION_ANNOTATION, FORCE_UNPEER_ANNOTATION, VK_CLEAN_ANNOTATION
+from models.settings import WorkerSettings
 from workers.consumer import (
+    ConsumerWatchers,
     ObjectKeys,
     advertisement_provider,
     incoming_config_key,
@@ -22,6 +26,7 @@ from workers.consumer import (
     virtual_kubelet_key,
     virtual_node_key,
 )
+from workers.roles import RoleContext
 from workflows.advertisement import ACTING_STEPS
 
 pytestmark = [pytest.mark.steady, pytest.mark.consumer]
@@ -294,3 +299,45 @@ def test_no_past_expiry_is_ever_slept_on(phase: str | None) -> None:
     assert step in ACTING_STEPS or wake_after(obs, state, step, NOW) is None
     if step in ACTING_STEPS:
         assert step in ("DeleteExpired", "MarkDeleting")
+
+
+def _recording_watchers() -> tuple[ConsumerWatchers, list[str]]:
+    """The consumer's watchers, never started, whose Temporal calls are recorded (by workflow) instead."""
+    ctx = RoleContext(client=None, home=k8s.ApiClient(), settings=WorkerSettings(),  # type: ignore[arg-type]
+                      loop=asyncio.new_event_loop())  # fmt: skip
+    watchers, told = ConsumerWatchers(ctx), []
+
+    def submit(coroutine: Coroutine[Any, Any, None]) -> None:
+        # A call wrapped by _forgetting_on_failure is named by what it wraps: admission's signal-with-start,
+        # or an Advertisement's (_advertisement_changed).
+        inner = coroutine.cr_frame.f_locals.get("call") if hasattr(coroutine, "cr_frame") else None
+        told.append("lifecycle" if getattr(inner, "__name__", "") == "_advertisement_changed" else "admission")
+        for each in (inner, coroutine):
+            if each is not None:
+                each.close()
+
+    watchers._submit = submit  # type: ignore[method-assign]
+    ctx.loop.close()
+    return watchers, told
+
+
+def _config(**incoming: Any) -> Obj:
+    return {"metadata": {"name": "tidepool", "uid": "c1"}, "spec": {"incoming": incoming}}
+
+
+def test_a_timeout_every_advertisement_workflow_reads_wakes_each_and_nothing_else_does() -> None:
+    watchers, told = _recording_watchers()
+    watchers._sync_advertisements([advertisement()])
+    told.clear()
+    watchers._sync_config([_config(virtualNodeReadyTimeoutSeconds=120)])
+    assert told == ["admission"]  # its first sight: each lifecycle read the timeouts when it last looked
+    told.clear()
+    watchers._config_event("MODIFIED", _config(virtualNodeReadyTimeoutSeconds=120, maxAcceptableAdvertisements=3))
+    assert told == ["admission"]  # admission's `incoming` moved, no timeout: admission only
+    told.clear()
+    watchers._config_event("MODIFIED", _config(virtualNodeReadyTimeoutSeconds=60, maxAcceptableAdvertisements=3))
+    assert told == ["admission", "lifecycle"]  # `incoming` and a timeout moved: admission and the one lifecycle
+    told.clear()
+    watchers._config_event("MODIFIED", {**_config(virtualNodeReadyTimeoutSeconds=60, maxAcceptableAdvertisements=3),
+                                        "metadata": {"name": "tidepool", "uid": "c1", "labels": {"x": "y"}}})  # fmt: skip
+    assert told == []

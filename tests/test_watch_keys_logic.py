@@ -32,6 +32,10 @@ from models.api import ClusterConfig
 from models.consumer import (
     AdvertisementObservation,
     AdvertisementState,
+    AdvertisementView,
+    LifecycleSettings,
+    VirtualKubeletView,
+    VirtualNodeView,
     advertisement_view,
     next_step,
     render_details,
@@ -370,3 +374,15 @@ def test_a_renewal_is_news_to_admission_only_for_one_refused_as_invalid() -> Non
                                         _set("status.reason", "Invalid")])  # fmt: skip
     assert admission_view(edited(expired, [_set("spec.timeToLive", TIMES[2])])) != admission_view(expired)
     assert admission_decisions(edited(expired, [_set("spec.timeToLive", TIMES[2])])) != admission_decisions(expired)
+
+
+def test_every_field_of_the_lifecycle_s_observation_comes_from_a_view_a_watcher_keys_on_or_is_a_named_clock() -> None:
+    """What AdvertisementObservation holds is read through the views the consumer's watchers key on, the
+    ClusterConfig's timeouts (LifecycleSettings, whose change wakes every lifecycle), or the clocks and
+    records no decision is woken by: a field added to the observation outside them fails here."""
+    from_views = {*AdvertisementView.model_fields, *VirtualKubeletView.model_fields, *LifecycleSettings.model_fields,
+                  *VirtualNodeView(virtual_node_exists=False, virtual_node_ready=False, provider_unreachable=False)
+                  .observed(unreachable_since=None)}  # fmt: skip
+    clocks_and_records = {"exists", "time_to_live", "offer"}  # the object's incarnation; the expiry timer; explain's
+    assert set(AdvertisementObservation.model_fields) == from_views | clocks_and_records
+    assert not from_views & clocks_and_records

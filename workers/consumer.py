@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
 from kubernetes import client as k8s
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
@@ -32,10 +33,13 @@ from activities.consumer import ConsumerActivities
 from kube.informer import Informer
 from kube.keys import KeyMemory
 from models.admission import admission_view
+from models.api import ClusterConfig
 from models.consumer import (
     AdmissionInput,
     AdvertisementInput,
+    LifecycleSettings,
     advertisement_view,
+    lifecycle_settings,
     virtual_kubelet_view,
     virtual_node_view,
 )
@@ -123,6 +127,7 @@ class ConsumerWatchers(Watchers):
         self._config = ObjectKeys(incoming_config_key)
         self._virtual_kubelets = ObjectKeys(virtual_kubelet_key)
         self._virtual_nodes = ObjectKeys(virtual_node_key)
+        self._lifecycle_settings: LifecycleSettings | None = None
         custom, apps, core = k8s.CustomObjectsApi(ctx.home), k8s.AppsV1Api(ctx.home), k8s.CoreV1Api(ctx.home)
         self._informers = [
             Informer("advertisements", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
@@ -150,10 +155,24 @@ class ConsumerWatchers(Watchers):
     def _sync_config(self, objects: list[Obj]) -> None:
         if self._config.sync(objects):
             self._admission_changed()
+        self._lifecycle_settings_seen(objects[0] if objects else None)
 
     def _config_event(self, kind: str, obj: Obj) -> None:
         if self._config.event(kind, obj):
             self._admission_changed()
+        self._lifecycle_settings_seen(None if kind == "DELETED" else obj)
+
+    def _lifecycle_settings_seen(self, obj: Obj | None) -> None:
+        """A change of the timeouts every AdvertisementWorkflow reads wakes each (the first sight of them, at
+        start, is no change: each workflow read them when it last looked)."""
+        try:
+            settings = lifecycle_settings(ClusterConfig.from_kubernetes(obj) if obj else ClusterConfig.default())
+        except ValidationError:
+            return  # the API server's schema holds it; an unreadable one leaves the workflows as they are
+        previous, self._lifecycle_settings = self._lifecycle_settings, settings
+        if previous is not None and settings != previous:
+            for advertisement in self._lifecycles.followed():
+                self._lifecycle_changed(advertisement, deleted=False)
 
     # Advertisements -----------------------------------------------------------------------------------
     def _sync_advertisements(self, objects: list[Obj]) -> None:

@@ -155,11 +155,14 @@ async def test_unoffloading_deletes_the_copies_then_the_remote_namespace_then_th
                                   if p.status.phase == "Running"]) == 2, timeout=60, what="both copies Running")  # fmt: skip
 
     def state() -> tuple[int, bool, str | None]:
-        """(copies left, RemoteNamespace there, the entry's phase or None)."""
-        copies = len(remote.list_namespaced_pod(remote_namespace).items)
+        """(copies left, RemoteNamespace there, the entry's phase or None), read in the order they go: the
+        entry, the RemoteNamespace, the copies. Each only goes, so a later read may show less but never more:
+        read the other way round, a copy listed just before it went beside a RemoteNamespace that went
+        just after it would look like the wrong order."""
+        entry = offloading_entry_of(api, namespace, peering.provider_id)
         request: Any = ignore_not_found(provider_custom.get_namespaced_custom_object, GROUP, VERSION,
                                         peering.control_namespace, REMOTE_NAMESPACES, remote_namespace)  # fmt: skip
-        entry = offloading_entry_of(api, namespace, peering.provider_id)
+        copies = len(remote.list_namespaced_pod(remote_namespace).items)
         requested = request is not None and not request["metadata"].get("deletionTimestamp")
         return copies, requested, None if entry is None else str(entry["phase"])
 

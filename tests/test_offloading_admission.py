@@ -62,12 +62,28 @@ def pod(name: str, *, finalizers: list[str] | None = None, **spec: Any) -> k8s.V
                                      "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec}})
 
 
-def bind(core: k8s.CoreV1Api, namespace: str, name: str, node: str) -> bool:
+def bind(core: k8s.CoreV1Api, namespace: str, name: str, node: str, **options: Any) -> bool:
     """What the scheduler does: a Binding (pods/binding). Read raw: the client cannot parse its Status answer."""
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
-    core.create_namespaced_pod_binding(name, namespace, k8s.V1Binding.model_validate(body), _preload_content=False)
+    core.create_namespaced_pod_binding(name, namespace, k8s.V1Binding.model_validate(body), _preload_content=False,
+                                       **options)  # fmt: skip
     return True
+
+
+def refused(call: Callable[[], Any]) -> bool:
+    try:
+        call()
+    except ApiException as e:
+        return e.status in (403, 422) and "ValidatingAdmissionPolicy" in str(e.body)
+    return False
+
+
+async def in_force(*dry_runs: Callable[[], Any]) -> None:
+    """Waits until each dry run is refused: a policy the cluster's set-up just created takes effect once the
+    API server's informer has seen it, a moment later, and a real call made before would be let through."""
+    for dry_run in dry_runs:
+        await eventually(lambda dry_run=dry_run: refused(dry_run), timeout=30, what="the admission policies in force")
 
 
 def refusal(call: Callable[[], Any]) -> str:
@@ -141,6 +157,9 @@ async def test_a_namespace_not_offloaded_keeps_its_pods_off_virtual_nodes_whatev
     create_namespace(consumer, "team")
     # Tolerating the taint, and out of the scheduler's hands: only this test binds it.
     core.create_namespaced_pod("team", pod("web", tolerations=[TOLERATION], schedulerName="nobody"))
+    await in_force(lambda: bind(core, "team", "web", node, dry_run="All"),
+                   lambda: core.create_namespaced_pod("team", pod("direct", nodeName=node, tolerations=[TOLERATION]),
+                                                      dry_run="All"))  # fmt: skip
     said = refusal(lambda: bind(core, "team", "web", node))
     assert f"namespace team is not offloaded: run `tidepool offload namespace team` before placing its pods on " \
            f"virtual node {node}" in said  # fmt: skip
@@ -219,6 +238,7 @@ async def test_local_pods_get_nothing_and_may_not_be_bound_to_a_virtual_node(con
     await labelled(core, "home-only", "Local")
     made = core.create_namespaced_pod("home-only", pod("web", schedulerName="nobody"))
     assert not tolerates(made) and terms(made) == []
+    await in_force(lambda: bind(core, "home-only", "web", node, dry_run="All"))
     said = refusal(lambda: bind(core, "home-only", "web", node))
     assert f"namespace home-only is offloaded with pod strategy Local: its pods stay home, not on virtual node {node}" \
         in said  # fmt: skip

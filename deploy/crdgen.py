@@ -22,6 +22,7 @@ from models.api.clusterconfig import GRACE_RULE
 from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
 from models.api.common import KubernetesObject
 from models.api.offloading import MAPPING_IMMUTABLE_RULE, NAME_RULE, SELECTED_NAME_RULE
+from models.api.tenant import NAME_RULE as TENANT_NAME_RULE
 from models.names import GROUP, VERSION
 
 CRD_DIR = Path(__file__).with_name("crds")
@@ -46,6 +47,10 @@ VALIDATIONS: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
                              "(has(self.remoteNamespaceName) ? self.remoteNamespaceName : '') == "
                              "(has(oldSelf.remoteNamespaceName) ? oldSelf.remoteNamespaceName : '')",
                      "message": MAPPING_IMMUTABLE_RULE}],
+    },
+    "Tenant": {
+        (): [{"rule": "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+              "message": TENANT_NAME_RULE}],
     },
     "Advertisement": {
         ("spec",): [{"rule": "self.timeToLive > self.timestamp", "message": ADVERTISEMENT_TTL_RULE},
@@ -82,6 +87,12 @@ PRINTER_COLUMNS: dict[str, list[dict[str, str]]] = {
         {"name": "Memory", "type": "string", "jsonPath": ".status.allocatable.memory"},
         {"name": "Failing Since", "type": "date", "jsonPath": ".status.failingSince"},
     ],
+    "Tenant": [
+        {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
+        {"name": "Key", "type": "string", "jsonPath": ".status.key"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
+    ],
     "NamespaceOffloading": [
         {"name": "Pods", "type": "string", "jsonPath": ".spec.podOffloadingStrategy"},
         {"name": "Mapping", "type": "string", "jsonPath": ".spec.namespaceMappingStrategy"},
@@ -93,7 +104,7 @@ PRINTER_COLUMNS: dict[str, list[dict[str, str]]] = {
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     ],
 }
-SHORT_NAMES = {"Advertisement": ["adv"], "PeeringRequest": ["pr"], "ClusterConfig": ["cc"], "SuperCluster": ["sc"],
+SHORT_NAMES = {"Advertisement": ["adv"], "PeeringRequest": ["pr"], "ClusterConfig": ["cc"], "SuperCluster": ["sc"], "Tenant": ["tn"],
                "NamespaceOffloading": ["nso"], "RemoteNamespace": ["rns"]}
 
 

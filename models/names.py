@@ -4,6 +4,7 @@ from here so that a renamed key cannot drift between a writer and its reader."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from typing import Final
 
@@ -16,6 +17,7 @@ CLUSTER_CONFIGS: Final = "clusterconfigs"
 PEERING_REQUESTS: Final = "peeringrequests"
 ADVERTISEMENTS: Final = "advertisements"
 SUPER_CLUSTERS: Final = "superclusters"
+TENANTS: Final = "tenants"
 NAMESPACE_OFFLOADINGS: Final = "namespaceoffloadings"
 REMOTE_NAMESPACES: Final = "remotenamespaces"
 
@@ -247,6 +249,37 @@ POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
 POOL_TASK_QUEUE: Final = "tidepool-pool"
 
 
+# On everything a syncer makes in a super cluster: the Tenant (its name) it was made for.
+LABEL_TENANT: Final = "pool.tidepool.io/tenant"
+TENANT_KEY_LENGTH: Final = 8
+# A super-cluster namespace name is `<tenant key>-<namespace>` while that is at most this long; a longer one
+# is cut and ends in a digest of the whole name, and is exactly 63 long: the two forms never meet.
+PLAIN_NAMESPACE_MAX: Final = 62
+
+
+def _base32_digest(text: str) -> str:
+    """sha256, in characters a Kubernetes name may hold (RFC 4648 base32, lower case)."""
+    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=").lower()
+
+
+def tenant_key(tenant: str) -> str:
+    """A Tenant's prefix in super-cluster names: 't' and 7 characters of a digest of its name. Fixed in
+    length, so that the prefix ends where it ends whatever the names: `a` + `b-c` and `a-b` + `c` cannot
+    meet, as they would if tenant names were the prefix. Two Tenants whose keys collide (1 in 34 billion) are
+    caught at registration: kube/tenants.py serves only the older."""
+    return f"t{_base32_digest(tenant)[:TENANT_KEY_LENGTH - 1]}"
+
+
 def super_cluster_namespace(tenant: str, namespace: str) -> str:
-    """A tenant namespace's name in a super cluster: prefixed, so that two tenants cannot collide."""
-    return f"{tenant}-{namespace}"
+    """A tenant namespace's name in a super cluster: unique per (tenant, namespace), at most 63 long."""
+    plain = f"{tenant_key(tenant)}-{namespace}"
+    if len(plain) <= PLAIN_NAMESPACE_MAX:
+        return plain
+    digest = _base32_digest(namespace)[:12]
+    return f"{plain[:63 - len(digest) - 1]}-{digest}"
+
+
+def tenant_finalizer(super_cluster: str) -> str:
+    """The finalizer a super cluster's syncer holds on a Tenant while that cluster holds anything of it."""
+    name = super_cluster if len(super_cluster) <= 63 else f"{super_cluster[:50]}-{_base32_digest(super_cluster)[:12]}"
+    return f"syncer.pool.tidepool.io/{name}"

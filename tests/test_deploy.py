@@ -87,6 +87,13 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.deploy
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_installs_every_crd_crdgen_writes(overlay: str) -> None:
+    crds = {d["metadata"]["name"] for d in yaml.safe_load_all(render(overlay)) if d and d["kind"] == "CustomResourceDefinition"}
+    assert crds == {p.stem for p in (DEPLOY / "crds").glob("*.yaml")}
+
+
+@pytest.mark.deploy
 def test_the_foreign_virtual_kubelet_cluster_role_is_what_the_worker_hands_out() -> None:
     roles = {d["metadata"]["name"]: d for d in documents(DEPLOY / "base" / "virtual-kubelet-rbac.yaml")
              if d["kind"] == "ClusterRole"}  # fmt: skip

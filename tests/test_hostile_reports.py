@@ -43,6 +43,7 @@ from models.names import (
     VERSION,
     advertisement_name,
     credentials_secret_name,
+    super_cluster_namespace,
 )
 from models.network import NO_REMAPPING
 from models.pods import EVENTS_BURST, EVENTS_PER_MINUTE, MAX_MESSAGE_CHARS
@@ -307,12 +308,12 @@ async def test_a_tenant_cannot_run_a_privileged_pod_nor_take_a_priority_in_a_sup
                 if e.reason == "SuperClusterRefused"]  # fmt: skip
     assert len(warnings) == 1 and "privileged" in (warnings[0].message or "")
     cluster = refused.metadata.annotations[POD_CLUSTER_ANNOTATION]
-    assert not [p for p in k8s.CoreV1Api(pool.supers[cluster].api_client()).list_namespaced_pod("t1-shop").items
+    assert not [p for p in k8s.CoreV1Api(pool.supers[cluster].api_client()).list_namespaced_pod(super_cluster_namespace("t1", "shop")).items
                 if p.metadata.name == "root"]  # fmt: skip
 
     placed = await eventually(lambda: (core.read_namespaced_pod("urgent", "shop").metadata.annotations or {}).get(
         POD_CLUSTER_ANNOTATION), timeout=60, what="the urgent pod placed")  # fmt: skip
     super_core = k8s.CoreV1Api(pool.supers[placed].api_client())
-    copy = await eventually(lambda: super_core.read_namespaced_pod("urgent", "t1-shop"), timeout=60,
+    copy = await eventually(lambda: super_core.read_namespaced_pod("urgent", super_cluster_namespace("t1", "shop")), timeout=60,
                             what="the urgent pod's copy")  # fmt: skip
     assert copy.spec.priority_class_name is None and not copy.spec.priority

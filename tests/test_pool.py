@@ -21,6 +21,7 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SUPER_CLUSTERS,
+    super_cluster_namespace,
 )
 from tests.pool import Pool, running_pool
 from tests.replay import replay_all_runs
@@ -64,7 +65,7 @@ async def test_a_namespace_is_placed_as_slices_its_objects_follow_and_its_pod_ru
     core.create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate({"metadata": {"name": "settings"}, "data": {"a": "b"}}))
     for name, cluster in pool.supers.items():
         await eventually(lambda c=cluster: "settings" in {m.metadata.name for m in
-                         k8s.CoreV1Api(c.api_client()).list_namespaced_config_map("t1-shop").items},
+                         k8s.CoreV1Api(c.api_client()).list_namespaced_config_map(super_cluster_namespace("t1", "shop")).items},
                          timeout=30, what=f"the ConfigMap on {name}")  # fmt: skip
 
     core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
@@ -77,7 +78,7 @@ async def test_a_namespace_is_placed_as_slices_its_objects_follow_and_its_pod_ru
     others = [n for n in pool.supers if n != chosen]
     for name in others:  # exactly one super cluster runs it
         assert "web" not in {p.metadata.name for p in k8s.CoreV1Api(pool.supers[name].api_client())
-                             .list_namespaced_pod("t1-shop").items}  # fmt: skip
+                             .list_namespaced_pod(super_cluster_namespace("t1", "shop")).items}  # fmt: skip
 
     # Shrinking the quota shrinks the placement; a cluster that leaves it loses its copy.
     core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "2", "memory": "4Gi"}}})
@@ -85,7 +86,7 @@ async def test_a_namespace_is_placed_as_slices_its_objects_follow_and_its_pod_ru
                               what="the placement to shrink")  # fmt: skip
     for name, cluster in pool.supers.items():
         if name not in shrunk:
-            await eventually(lambda c=cluster: not _has_namespace(c, "t1-shop"), timeout=60, what=f"{name}'s copy gone")
+            await eventually(lambda c=cluster: not _has_namespace(c, super_cluster_namespace("t1", "shop")), timeout=60, what=f"{name}'s copy gone")
 
 
 async def test_a_namespace_that_fits_nowhere_is_not_placed_and_says_why(pool: Pool) -> None:
@@ -96,7 +97,7 @@ async def test_a_namespace_that_fits_nowhere_is_not_placed_and_says_why(pool: Po
     assert json.loads(status)["reason"] == "InsufficientCapacity"
     assert _placement(api, "huge") == {}
     for cluster in pool.supers.values():
-        assert not _has_namespace(cluster, "t1-huge")  # nothing partial
+        assert not _has_namespace(cluster, super_cluster_namespace("t1", "huge"))  # nothing partial
 
 
 async def test_the_scheduler_history_replays(pool: Pool, temporal_client: Client, unique: str) -> None:

@@ -26,6 +26,7 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     SUPER_CLUSTERS,
+    super_cluster_namespace,
 )
 from tests.pool import Pool, running_pool
 from tests.replay import replay_all_runs
@@ -102,7 +103,7 @@ def _moved_and_running(pool: Pool, namespace: str, new: str, expected: Mapping[s
     """Every one of the `expected` pods (name -> uid) still there, the same pod, on `new` and Running there (the
     tenant's status is the new copy's), the move finished. A pod gone, or made anew, is not moved."""
     pods = _pods(pool, namespace)
-    copies = _copies(pool.supers[new], f"t1-{namespace}")
+    copies = _copies(pool.supers[new], super_cluster_namespace("t1", namespace))
     return (bool(expected) and all(
                 name in pods and str((p := pods[name]).metadata.uid) == uid and _where(p) == new
                 and p.status.phase == "Running" and MOVED_FROM_ANNOTATION not in (p.metadata.annotations or {})
@@ -117,7 +118,7 @@ def _state(pool: Pool, namespace: str) -> str:
     copies: dict[str, Any] = {}
     for name, cluster in pool.supers.items():
         try:
-            copies[name] = {n: p.status.phase for n, p in _copies(cluster, f"t1-{namespace}").items()}
+            copies[name] = {n: p.status.phase for n, p in _copies(cluster, super_cluster_namespace("t1", namespace)).items()}
         except Exception as e:  # noqa: BLE001 - a stopped cluster: said, not raised
             copies[name] = type(e).__name__
     return f"annotations {_annotations(pool, namespace)}; pods {pods}; copies {copies}"
@@ -158,8 +159,8 @@ async def test_a_cluster_stopped_past_the_grace_period_moves_its_pods_and_runs_n
     finally:
         pool.start_cluster(pool.supers[old])
     # Back: its syncer deletes the namespace there (its move finished); nothing of it runs twice.
-    await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copies gone")
-    copies = _copies(pool.supers[new], "t1-shop")
+    await eventually(lambda: not _copies(pool.supers[old], super_cluster_namespace("t1", "shop")), timeout=60, what=f"{old}'s copies gone")
+    copies = _copies(pool.supers[new], super_cluster_namespace("t1", "shop"))
     assert _uids(pool, "shop") == before
     for name, pod in _pods(pool, "shop").items():  # no stale status pushed up by the cluster that came back
         assert _where(pod) == new and pod.status.phase == "Running" and pod.status.pod_ip == copies[name].status.pod_ip
@@ -181,7 +182,7 @@ async def test_a_stop_shorter_than_the_grace_period_moves_nothing(pool: Pool) ->
     assert DRAINING_ANNOTATION not in _annotations(pool, "shop")
     pod = _pods(pool, "shop")["web-0"]
     assert _where(pod) == old and pod.status.phase == "Running" and not pod.status.reason
-    assert "web-0" in _copies(pool.supers[old], "t1-shop")
+    assert "web-0" in _copies(pool.supers[old], super_cluster_namespace("t1", "shop"))
 
 
 async def _watch_no_delete_before_run(pool: Pool, namespace: str, old: str, new: str, pods: Mapping[str, str],
@@ -191,7 +192,7 @@ async def _watch_no_delete_before_run(pool: Pool, namespace: str, old: str, new:
     read first: a copy deleted between the two reads was deleted after the new one ran, or is seen missing."""
     gaps: list[str] = []
     while not stop.is_set():
-        old_copies, new_copies = _copies(pool.supers[old], f"t1-{namespace}"), _copies(pool.supers[new], f"t1-{namespace}")
+        old_copies, new_copies = _copies(pool.supers[old], super_cluster_namespace("t1", namespace)), _copies(pool.supers[new], super_cluster_namespace("t1", namespace))
         tenant = _uids(pool, namespace)
         for name, uid in pods.items():
             if name not in old_copies and (name not in new_copies or new_copies[name].status.phase != "Running"):
@@ -232,7 +233,7 @@ async def test_a_changed_placement_moves_pods_running_elsewhere_before_the_old_c
             pool.core.patch_namespaced_resource_quota("quota", "shop", {"spec": {"hard": {"cpu": "1", "memory": "2Gi"}}})
         await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
                      what=f"the pod Running on {new}")  # fmt: skip
-        await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
+        await eventually(lambda: not _copies(pool.supers[old], super_cluster_namespace("t1", "shop")), timeout=60, what=f"{old}'s copy gone")
     finally:
         done.set()
     assert _placement(pool, "shop") == {new: 1}
@@ -254,7 +255,7 @@ async def test_a_worker_killed_in_the_middle_of_a_move_converges(pool: Pool) -> 
                                and p, timeout=60, what="the pod moved")  # fmt: skip
         assert pod.status.phase == "Pending" and pod.status.reason == "Recreating"
         assert json.loads(_annotations(pool, "shop")[DRAINING_ANNOTATION]) == {old: 1}
-        assert "web-0" in _copies(pool.supers[old], "t1-shop")  # the old copy runs on meanwhile
+        assert "web-0" in _copies(pool.supers[old], super_cluster_namespace("t1", "shop"))  # the old copy runs on meanwhile
         pool.stop_worker()
         await asyncio.sleep(1)
         pool.syncers[new] = Syncer(tenant=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(),
@@ -262,7 +263,7 @@ async def test_a_worker_killed_in_the_middle_of_a_move_converges(pool: Pool) -> 
         pool.start_worker()
         await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
                      what="the move finished")  # fmt: skip
-        await eventually(lambda: not _copies(pool.supers[old], "t1-shop"), timeout=60, what=f"{old}'s copy gone")
+        await eventually(lambda: not _copies(pool.supers[old], super_cluster_namespace("t1", "shop")), timeout=60, what=f"{old}'s copy gone")
     finally:
         done.set()
     assert await watch == []

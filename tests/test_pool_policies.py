@@ -20,6 +20,7 @@ from models.names import (
     POLICY_ANNOTATION,
     SCHEDULED_ANNOTATION,
     SLICE_ANNOTATION,
+    super_cluster_namespace,
 )
 from tests.pool import Pool, running_pool
 from tests.running import eventually
@@ -69,7 +70,7 @@ def _reason(pool: Pool, name: str) -> str | None:
 def _copies(pool: Pool, name: str, among: tuple[str, ...] | None = None) -> set[str]:
     """The super clusters (of `among`, else all) that hold the namespace's copy."""
     return {cluster for cluster, c in pool.supers.items() if among is None or cluster in among
-            if f"t1-{name}" in {n.metadata.name for n in k8s.CoreV1Api(c.api_client()).list_namespace().items
+            if super_cluster_namespace("t1", name) in {n.metadata.name for n in k8s.CoreV1Api(c.api_client()).list_namespace().items
                                 if not n.metadata.deletion_timestamp}}  # fmt: skip
 
 

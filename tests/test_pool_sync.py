@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from models.names import LABEL_TENANT_NAMESPACE, POD_CLUSTER_ANNOTATION
+from models.names import LABEL_TENANT_NAMESPACE, POD_CLUSTER_ANNOTATION, super_cluster_namespace
 from models.pool.sync import is_copy
 from tests.pool import Pool
 from tests.running import eventually
@@ -18,7 +18,7 @@ from tests.test_pool import _has_namespace, _placement, _tenant_namespace, pool 
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
-TARGET = "t1-app"
+TARGET = super_cluster_namespace("t1", "app")
 
 
 def _tenant_objects(api: k8s.ApiClient) -> None:

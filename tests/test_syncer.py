@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY
+from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY, super_cluster_namespace
 from workers.syncer import NAMESPACE, Syncer
 
 pytestmark = [pytest.mark.pool]
@@ -44,7 +44,7 @@ def _syncer() -> tuple[Syncer, _SuperApis]:
 def test_a_change_on_either_side_queues_the_tenant_object_it_concerns() -> None:
     syncer, _ = _syncer()
     syncer._sources["ConfigMap"].event("ADDED", _config_map("app", "settings"))
-    syncer._copies["ConfigMap"].event("ADDED", _config_map("t1-app", "old", **{LABEL_TENANT_NAMESPACE: "app"}))
+    syncer._copies["ConfigMap"].event("ADDED", _config_map(super_cluster_namespace("t1", "app"), "old", **{LABEL_TENANT_NAMESPACE: "app"}))
     queued = [key for keys in syncer.queue._ready.values() for key in keys]  # one line per tenant namespace
     assert queued == [("app", NAMESPACE, ""), ("app", "ConfigMap", "settings"), ("app", "ConfigMap", "old")]
 
@@ -53,13 +53,13 @@ def test_a_source_is_copied_once_and_a_copy_without_a_source_is_deleted() -> Non
     syncer, apis = _syncer()
     syncer._sources["ConfigMap"].sync([_config_map("app", "settings")])
     syncer._handle(("app", "ConfigMap", "settings"))
-    assert apis.calls == [("apply", "ConfigMap", "t1-app", "settings")]
+    assert apis.calls == [("apply", "ConfigMap", super_cluster_namespace("t1", "app"), "settings")]
     copy = apis.applied[0]
-    assert copy["metadata"]["namespace"] == "t1-app" and copy["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+    assert copy["metadata"]["namespace"] == super_cluster_namespace("t1", "app") and copy["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
     syncer._copies["ConfigMap"].event("ADDED", copy)  # its watch event: it holds the source's digest
     apis.calls.clear()
     syncer._handle(("app", "ConfigMap", "settings"))
     assert apis.calls == []  # unchanged: no write
     syncer._sources["ConfigMap"].event("DELETED", _config_map("app", "settings"))
     syncer._handle(("app", "ConfigMap", "settings"))
-    assert apis.calls == [("delete", "ConfigMap", "t1-app", "settings")]
+    assert apis.calls == [("delete", "ConfigMap", super_cluster_namespace("t1", "app"), "settings")]

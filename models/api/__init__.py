@@ -22,12 +22,13 @@ from models.api.peeringrequest import (
     PeeringRequestStatus,
 )
 from models.api.supercluster import SuperCluster, SuperClusterSpec
+from models.api.tenant import Tenant, TenantSpec
 
-KINDS = (ClusterConfig, PeeringRequest, Advertisement, SuperCluster, NamespaceOffloading, RemoteNamespace)
+KINDS = (ClusterConfig, PeeringRequest, Advertisement, SuperCluster, Tenant, NamespaceOffloading, RemoteNamespace)
 
 __all__ = [
     "KINDS", "Advertisement", "AdvertisementSpec", "AdvertisementStatus", "ClusterConfig", "ClusterConfigSpec",
     "Condition", "IncomingConfig", "KeepaliveConfig", "NamespaceOffloading", "ObjectMeta", "ObjectReference", "OutgoingConfig",
     "PeeringRequest", "PeeringRequestSpec", "PeeringRequestStatus", "RemoteNamespace", "SecretReference", "SuperCluster",
-    "SuperClusterSpec",
+    "SuperClusterSpec", "Tenant", "TenantSpec",
 ]  # fmt: skip

@@ -1,0 +1,40 @@
+"""Tenant: a tenant control plane that shares the pool, registered in the pool's management cluster (where
+its SuperClusters are) by `tidepool pool add-tenant`. The pool's scheduler places the namespaces of every
+Tenant, and each super cluster's syncer copies them down, from the control plane its kubeconfig reaches.
+
+The kubeconfig is the tenant's, and the tenant is not trusted: it is read as a peer kubeconfig (server, CA,
+token; anything else refused, kube/clients.py), and the identity it holds is the one `add-tenant` minted in
+the tenant's control plane with what the pool does there and nothing more (deploy/pool/tenant/rbac.yaml)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from models.api.common import ApiModel, KubernetesObject, SecretReference
+from models.api.conditions import Condition
+
+# A Tenant's name is a label value on everything made for it in a super cluster (models/names.py LABEL_TENANT).
+NAME_RULE = "metadata.name must be a DNS label (lower case letters, digits and '-', at most 63 characters)"
+MAX_WEIGHT = 1000
+
+
+class TenantSpec(ApiModel):
+    kube_config_ref: SecretReference = Field(description=(
+        "The Secret (key `kubeconfig`) holding a kubeconfig of the tenant's control plane: server, CA and "
+        "token only. Rotated by writing the Secret again; the pool reloads it."))  # fmt: skip
+    weight: int = Field(default=1, ge=1, le=MAX_WEIGHT, description=(
+        "The tenant's share of the pool when quota asked exceeds it: placed slices follow the weights, max-min."))  # fmt: skip
+
+
+class TenantStatus(ApiModel):
+    conditions: list[Condition] = Field(default_factory=list)
+    key: str | None = Field(default=None, description="The prefix of its namespaces' names in the super clusters.")
+
+
+class Tenant(KubernetesObject):
+    KIND: ClassVar[str] = "Tenant"
+    PLURAL: ClassVar[str] = "tenants"
+    spec: TenantSpec
+    status: TenantStatus | None = None

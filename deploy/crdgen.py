@@ -23,7 +23,8 @@ from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
 from models.api.common import KubernetesObject
 from models.api.offloading import MAPPING_IMMUTABLE_RULE, NAME_RULE, SELECTED_NAME_RULE
 from models.api.tenant import NAME_RULE as TENANT_NAME_RULE
-from models.names import GROUP, VERSION
+from models.api.tenant import SECRET_RULE as TENANT_SECRET_RULE
+from models.names import GROUP, TENANT_SECRETS_NAMESPACE, VERSION
 
 CRD_DIR = Path(__file__).with_name("crds")
 
@@ -51,6 +52,7 @@ VALIDATIONS: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
     "Tenant": {
         (): [{"rule": "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
               "message": TENANT_NAME_RULE}],
+        ("spec",): [{"rule": f"self.kubeConfigRef.namespace == '{TENANT_SECRETS_NAMESPACE}'", "message": TENANT_SECRET_RULE}],
     },
     "Advertisement": {
         ("spec",): [{"rule": "self.timeToLive > self.timestamp", "message": ADVERTISEMENT_TTL_RULE},

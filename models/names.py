@@ -249,6 +249,9 @@ POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
 POOL_TASK_QUEUE: Final = "tidepool-pool"
 
 
+# Of the pool's management cluster: where the Tenants' kubeconfig Secrets are, and the only Secrets the
+# super clusters' syncers may read there.
+TENANT_SECRETS_NAMESPACE: Final = "tidepool-tenants"
 # On everything a syncer makes in a super cluster: the Tenant (its name) it was made for.
 LABEL_TENANT: Final = "pool.tidepool.io/tenant"
 TENANT_KEY_LENGTH: Final = 8

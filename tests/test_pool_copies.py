@@ -63,7 +63,7 @@ def _copies() -> list[pytest.ParameterSet]:
     tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": copy.deepcopy(SPEC)}
     return [
         pytest.param(safe_pod_spec(SPEC), id="the virtual kubelet's copy in the provider"),
-        pytest.param(pod_for_super(tenant_pod, target_namespace="t-shop", tenant_namespace="shop")["spec"],
+        pytest.param(pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop")["spec"],
                      id="the syncer's copy in a super cluster"),
     ]  # fmt: skip
 
@@ -107,7 +107,7 @@ def _served(kind: str, name: str, **fields: Any) -> dict[str, Any]:
 
 
 def _body(kind: str, obj: dict[str, Any], selectorless: frozenset[str] = frozenset()) -> dict[str, Any] | None:
-    return copy_for_super(kind, obj, target_namespace="t-shop", tenant_namespace="shop",
+    return copy_for_super(kind, obj, tenant="t", target_namespace="t-shop", tenant_namespace="shop",
                           selectorless_services=selectorless)  # fmt: skip
 
 
@@ -363,7 +363,7 @@ def test_a_warning_is_said_once_per_period_or_again_when_what_it_says_changes() 
 
 
 def test_a_tenant_namespace_in_a_super_cluster_enforces_pod_security_baseline() -> None:
-    labels = super_namespace_labels("shop")
+    labels = super_namespace_labels("t", "shop")
     assert labels[f"{POD_SECURITY_PREFIX}enforce"] == "baseline"
     assert labels[LABEL_TENANT_NAMESPACE] == "shop"
 
@@ -372,7 +372,7 @@ def test_a_tenant_pod_takes_no_priority_of_its_own_to_a_super_cluster() -> None:
     tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": {
         **copy.deepcopy(SPEC), "priorityClassName": "system-cluster-critical", "priority": 2000000000,
         "preemptionPolicy": "PreemptLowerPriority"}}  # fmt: skip
-    spec = pod_for_super(tenant_pod, target_namespace="t-shop", tenant_namespace="shop")["spec"]
+    spec = pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop")["spec"]
     assert not {"priorityClassName", "priority", "preemptionPolicy"} & set(spec)
 
 

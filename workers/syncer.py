@@ -34,17 +34,24 @@ from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.objects import APPLY, ignore_not_found, record_event
 from kube.process import wait_for_termination
-from kube.workqueue import WorkQueue, namespace_of
+from kube.tenants import TenantConnection, TenantRegistry
+from kube.workqueue import WorkQueue
 from models.enforcement import status_message
 from models.names import (
+    API_VERSION,
     FEATURE_SUPER_CLUSTER_POOLING,
+    GROUP,
     LABEL_MANAGED_BY,
     LABEL_SUPER_CLUSTER,
+    LABEL_TENANT,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
     MOVED_FROM_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
+    TENANTS,
+    VERSION,
     super_cluster_namespace,
+    tenant_finalizer,
 )
 from models.pods import (
     MAX_REMEMBERED_EVENTS,
@@ -87,9 +94,9 @@ RESYNC_SECONDS = 300
 WORKERS = 4
 FIELD_MANAGER = "tidepool-syncer"
 Obj = dict[str, Any]
-Key = tuple[str, str, str]  # (tenant namespace, kind, name)
-NAMESPACE, POD = "Namespace", "Pod"
-EVENTS: Key = ("", "Event", "")  # the Events seen since the last reflection
+Key = tuple[str, str, str, str]  # (tenant, tenant namespace, kind, name)
+NAMESPACE, POD, TENANT = "Namespace", "Pod", "Tenant"
+EVENTS: Key = ("", "", "Event", "")  # the Events seen since the last reflection
 Named = tuple[str, str]  # (namespace, name), of either side
 
 
@@ -118,64 +125,125 @@ def _deleting(obj: Obj) -> bool:
     return bool(obj.get("metadata", {}).get("deletionTimestamp"))
 
 
+class _TenantSide:
+    """One tenant's control plane as a syncer follows it: its namespaces, pods and synced kinds in Stores, fed
+    by informers on the client its Tenant's kubeconfig gives. Replaced whole when that client changes (a
+    rotated kubeconfig): the new side's keys are handled once it has listed, the old one's never again."""
+
+    def __init__(self, syncer: Syncer, connection: TenantConnection) -> None:
+        assert connection.api is not None
+        self.name, self.api = connection.name, connection.api
+        self.up, self.apis = k8s.CoreV1Api(connection.api), _KindApis(connection.api)
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        queue, tenant = syncer.queue, connection.name
+        self.namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"],
+                                                 lambda name, _old, _new: queue.add((tenant, name, NAMESPACE, "")))
+        self.sources: dict[str, Store[Named, Obj]] = {kind: Store(_named, _queues(queue, tenant, kind))
+                                                      for kind in (POD, *SYNCED_KINDS)}  # fmt: skip
+        prefix = f"syncer-{syncer.cluster}-{tenant}"
+        self._informers = [
+            _informer(f"{prefix}-namespaces", self.namespaces, self.up.list_namespace),
+            _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces),
+            *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind)) for kind in SYNCED_KINDS),
+        ]  # fmt: skip
+        self._thread = threading.Thread(target=self._wait_listed, args=(syncer,), name=prefix, daemon=True)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def start(self) -> _TenantSide:
+        for informer in self._informers:
+            informer.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for informer in self._informers:
+            informer.stop()
+
+    def _wait_listed(self, syncer: Syncer) -> None:
+        """Once every kind is listed (an unreachable control plane never is: nothing of it is touched), all
+        of the tenant's keys are handled."""
+        for informer in self._informers:
+            while not informer.wait_synced(1):
+                if self._stop.is_set():
+                    return
+        self._synced.set()
+        syncer.queue.add_all(list(syncer.everything_of(self.name)))
+
+    def everything(self) -> Iterator[Key]:
+        yield from ((self.name, name, NAMESPACE, "") for name in self.namespaces.keys())
+        for kind, store in self.sources.items():
+            yield from ((self.name, namespace, kind, name) for namespace, name in store.keys())
+
+
+def _queues(queue: WorkQueue[Key], tenant: str, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
+    def changed(key: Named, _old: Obj | None, _new: Obj | None) -> None:
+        queue.add((tenant, key[0], kind, key[1]))
+
+    return changed
+
+
+def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], **kwargs: Any) -> Informer[Obj]:
+    return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=_trimmed, **kwargs)
+
+
+def _origin(obj: Obj) -> tuple[str, str] | None:
+    """The (tenant, tenant namespace) a super cluster's copy was made for, from its labels."""
+    labels = _labels(obj)
+    tenant, namespace = labels.get(LABEL_TENANT), labels.get(LABEL_TENANT_NAMESPACE)
+    return (tenant, namespace) if tenant and namespace else None
+
+
 class Syncer:
-    def __init__(self, *, tenant: k8s.ApiClient, super_cluster: k8s.ApiClient, cluster: str, tenant_name: str,
+    """One per super cluster, for every Tenant of the pool: the Tenants and their kubeconfigs come from the
+    pool's management cluster (kube/tenants.py), each tenant's control plane is followed by a _TenantSide,
+    and the super cluster's copies by one set of informers, each copy routed to its tenant by its labels."""
+
+    def __init__(self, *, management: k8s.ApiClient, super_cluster: k8s.ApiClient, cluster: str,
                  pooling: bool = True) -> None:  # fmt: skip
-        self.cluster, self.tenant_name, self.pooling = cluster, tenant_name, pooling
-        self.up, self.down = k8s.CoreV1Api(tenant), k8s.CoreV1Api(super_cluster)
-        self._apis = {"tenant": _KindApis(tenant), "super": _KindApis(super_cluster)}
+        self.cluster, self.pooling = cluster, pooling
+        self.down = k8s.CoreV1Api(super_cluster)
+        self._tenant_objects = k8s.CustomObjectsApi(management)
+        self._super = _KindApis(super_cluster)
         self.queue: WorkQueue[Key] = WorkQueue(f"syncer-{cluster}", self._handle, workers=WORKERS,
-                                                owner=namespace_of)  # one tenant's burst holds no other back
+                                                owner=_tenant_of)  # one tenant's burst holds no other back
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._sides: dict[str, _TenantSide] = {}
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
-        # The tenant's side, by (namespace, name), and the super cluster's copies, by (super namespace, name).
-        self._namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"],
-                                                  lambda name, _old, _new: self.queue.add((name, NAMESPACE, "")))
+        self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed)
+        # The copies, by (super namespace, name).
         self._copy_namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_namespace_changed)
-        self._sources: dict[str, Store[Named, Obj]] = {
-            kind: Store(_named, self._source_changed(kind)) for kind in (POD, *SYNCED_KINDS)}
         self._copies: dict[str, Store[Named, Obj]] = {
             kind: Store(_named, self._copy_changed(kind)) for kind in (POD, *SYNCED_KINDS)}
-        managed = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}"
+        made = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT},{LABEL_TENANT_NAMESPACE}"
+        prefix = f"syncer-{cluster}-super"
         self._informers = [
-            self._informer("namespaces", self._namespaces, self.up.list_namespace),
-            self._informer("pods", self._sources[POD], self.up.list_pod_for_all_namespaces),
-            *(self._informer(kind.lower(), self._sources[kind], self._apis["tenant"].list_all(kind))
+            _informer(f"{prefix}-namespaces", self._copy_namespaces, self.down.list_namespace, label_selector=made),
+            _informer(f"{prefix}-pods", self._copies[POD], self.down.list_pod_for_all_namespaces, label_selector=made),
+            *(_informer(f"{prefix}-{kind.lower()}", self._copies[kind], self._super.list_all(kind), label_selector=made)
               for kind in SYNCED_KINDS),
-            self._informer("super-namespaces", self._copy_namespaces, self.down.list_namespace, label_selector=managed),
-            self._informer("super-pods", self._copies[POD], self.down.list_pod_for_all_namespaces,
-                           label_selector=managed),
-            *(self._informer(f"super-{kind.lower()}", self._copies[kind], self._apis["super"].list_all(kind),
-                             label_selector=managed) for kind in SYNCED_KINDS),
-            Informer(f"syncer-{cluster}-super-events", self.down.list_event_for_all_namespaces,
+            Informer(f"{prefix}-events", self.down.list_event_for_all_namespaces,
                      field_selector="involvedObject.kind=Pod", on_sync=self._events_listed, on_event=self._event_seen),
         ]  # fmt: skip
         self._thread = threading.Thread(target=self._resync_loop, name=f"syncer-{cluster}", daemon=True)
 
-    def _informer(self, name: str, store: Store[Any, Obj], list_call: Callable[..., Any], **kwargs: Any) -> Informer[Obj]:
-        return Informer(f"syncer-{self.cluster}-{name}", list_call, on_sync=store.sync, on_event=store.event,
-                        transform=_trimmed, **kwargs)  # fmt: skip
-
-    def _source_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
-        def changed(key: Named, _old: Obj | None, _new: Obj | None) -> None:
-            self.queue.add((key[0], kind, key[1]))
-
-        return changed
-
     def _copy_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
         def changed(key: Named, old: Obj | None, new: Obj | None) -> None:
-            origin = _labels(new or old or {}).get(LABEL_TENANT_NAMESPACE)
-            if origin:
-                self.queue.add((origin, kind, key[1]))
+            if origin := _origin(new or old or {}):
+                self.queue.add((*origin, kind, key[1]))
 
         return changed
 
     def _copy_namespace_changed(self, _name: str, old: Obj | None, new: Obj | None) -> None:
-        origin = _labels(new or old or {}).get(LABEL_TENANT_NAMESPACE)
-        if origin:
-            self.queue.add((origin, NAMESPACE, ""))
+        if origin := _origin(new or old or {}):
+            self.queue.add((*origin, NAMESPACE, ""))
+            self.queue.add((origin[0], "", TENANT, ""))  # a removed tenant's last namespace gone lets it go
 
     def _events_listed(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -191,7 +259,23 @@ class Syncer:
                 self._events.popitem(last=False)
         self.queue.add(EVENTS)
 
+    def _tenant_changed(self, tenant: str) -> None:
+        """The registry's word on one Tenant: its side started, replaced (a new kubeconfig) or stopped (no
+        usable kubeconfig, or removed). A stopped side's copies stay as they are, until it is served again or
+        its Tenant is removed."""
+        connection = self.registry.get(tenant)
+        with self._lock:
+            side = self._sides.get(tenant)
+            if side is not None and (connection is None or not connection.served or connection.api is not side.api):
+                side.stop()
+                del self._sides[tenant]
+                side = None
+            if side is None and connection is not None and connection.served and not self._stop.is_set():
+                self._sides[tenant] = _TenantSide(self, connection).start()
+        self.queue.add((tenant, "", TENANT, ""))
+
     def start(self) -> Syncer:
+        self.registry.start()
         for informer in self._informers:
             informer.start()
         self._thread.start()
@@ -199,16 +283,21 @@ class Syncer:
 
     def stop(self) -> None:
         self._stop.set()
+        self.registry.stop()
         for informer in self._informers:
             informer.stop()
+        with self._lock:
+            for side in self._sides.values():
+                side.stop()
         self.queue.stop()
         self._thread.join(timeout=10)
 
     def _resync_loop(self) -> None:
-        """Handlers start once both sides are listed (a copy seen before its source is listed is not stale),
-        then everything is queued again every RESYNC_SECONDS."""
-        for informer in self._informers:
-            while not informer.wait_synced(1):
+        """Handlers start once the copies and the Tenants are listed (a copy seen before its tenant's side
+        has listed is left alone: see _handle), then everything is queued again every RESYNC_SECONDS."""
+        listed: list[Callable[[float], bool]] = [*(i.wait_synced for i in self._informers), self.registry.wait_synced]
+        for wait_synced in listed:
+            while not wait_synced(1):
                 if self._stop.is_set():
                     return
         self.queue.start()
@@ -217,120 +306,199 @@ class Syncer:
             if self._stop.wait(RESYNC_SECONDS):
                 return
 
+    def _side(self, tenant: str) -> _TenantSide | None:
+        """The tenant's side, once it has listed: the only state its keys are handled from."""
+        with self._lock:
+            side = self._sides.get(tenant)
+        return side if side is not None and side.synced else None
+
+    def everything_of(self, tenant: str) -> Iterator[Key]:
+        side = self._side(tenant)
+        if side is not None:
+            yield from side.everything()
+        for origin in {o for copy in self._copy_namespaces.values() if (o := _origin(copy)) and o[0] == tenant}:
+            yield (*origin, NAMESPACE, "")
+        for kind, store in self._copies.items():
+            yield from ((*o, kind, copy["metadata"]["name"]) for copy in store.values()
+                        if (o := _origin(copy)) and o[0] == tenant)  # fmt: skip
+        yield tenant, "", TENANT, ""
+
     def _everything(self) -> Iterator[Key]:
-        yield from ((name, NAMESPACE, "") for name in self._namespaces.keys())
-        yield from ((origin, NAMESPACE, "") for copy in self._copy_namespaces.values()
-                    if (origin := _labels(copy).get(LABEL_TENANT_NAMESPACE)))  # fmt: skip
-        for kind in (POD, *SYNCED_KINDS):
-            yield from ((namespace, kind, name) for namespace, name in self._sources[kind].keys())
-            yield from ((origin, kind, copy["metadata"]["name"]) for copy in self._copies[kind].values()
-                        if (origin := _labels(copy).get(LABEL_TENANT_NAMESPACE)))  # fmt: skip
+        tenants = {c.name for c in self.registry.connections()}
+        tenants |= {origin[0] for copy in self._copy_namespaces.values() if (origin := _origin(copy))}
+        for tenant in sorted(tenants):
+            yield from self.everything_of(tenant)
         yield EVENTS
 
-    def _in(self, tenant_ns: str, target: str) -> Iterator[Key]:
+    def _in(self, side: _TenantSide, tenant_ns: str, target: str) -> Iterator[Key]:
         """Every object of a tenant namespace and of its copy."""
         for kind in (POD, *SYNCED_KINDS):
-            yield from ((tenant_ns, kind, name) for namespace, name in self._sources[kind].keys() if namespace == tenant_ns)
-            yield from ((tenant_ns, kind, name) for namespace, name in self._copies[kind].keys() if namespace == target)
+            yield from ((side.name, tenant_ns, kind, name) for namespace, name in side.sources[kind].keys()
+                        if namespace == tenant_ns)  # fmt: skip
+            yield from ((side.name, tenant_ns, kind, name) for namespace, name in self._copies[kind].keys()
+                        if namespace == target)  # fmt: skip
 
     def _handle(self, key: Key) -> None:
-        tenant_ns, kind, name = key
+        tenant, tenant_ns, kind, name = key
         if key == EVENTS:
             self._reflect_events()
             return
-        target = self._target(tenant_ns)
+        if kind == TENANT:
+            self._sync_tenant(tenant)
+            return
+        side = self._side(tenant)
+        if side is None:
+            return  # not followed (unreachable, no kubeconfig, removed): nothing of it is touched here
+        target = self._target(side, tenant_ns)
         if kind == NAMESPACE:
-            self._sync_namespace(tenant_ns, target)
+            self._sync_namespace(side, tenant_ns, target)
         elif target is None:
             return  # its copy goes with the copy of its namespace
         elif kind == POD:
-            self._sync_pod(tenant_ns, target, name)
+            self._sync_pod(side, tenant_ns, target, name)
         else:
-            self._sync_copy(kind, tenant_ns, target, name)
+            self._sync_copy(side, kind, tenant_ns, target, name)
 
-    def _target(self, tenant_ns: str) -> str | None:
+    def _sync_tenant(self, tenant: str) -> None:
+        """This cluster's finalizer on the Tenant: held while the tenant is served, and, once its Tenant is
+        being removed, released only after every namespace made here for it is gone."""
+        connection = self.registry.get(tenant)
+        if connection is None:
+            return  # no Tenant: what carries its label here was not made by this pool's syncers for one
+        mine = tenant_finalizer(self.cluster)
+        if not connection.deleting:
+            if connection.served and mine not in connection.finalizers:
+                self._finalizer(tenant, hold=True)
+            return
+        left = [copy for copy in self._copy_namespaces.values() if (_origin(copy) or ("",))[0] == tenant]
+        for copy in left:
+            if not _deleting(copy):
+                log.info("syncer %s: tenant %s is removed, deleting %s", self.cluster, tenant, copy["metadata"]["name"])
+                ignore_not_found(self.down.delete_namespace, copy["metadata"]["name"])
+        if not left and mine in connection.finalizers:
+            self._finalizer(tenant, hold=False)
+            log.info("syncer %s: tenant %s is removed: nothing of it is left here", self.cluster, tenant)
+
+    def _finalizer(self, tenant: str, *, hold: bool) -> None:
+        """Server-side apply of this syncer's one finalizer: finalizers are a set, each entry owned by its
+        applier, so the other syncers' entries are neither read nor written."""
+        body = {"apiVersion": API_VERSION, "kind": "Tenant",
+                "metadata": {"name": tenant, "finalizers": [tenant_finalizer(self.cluster)] if hold else []}}  # fmt: skip
+        try:
+            self._tenant_objects.patch_cluster_custom_object(GROUP, VERSION, TENANTS, tenant, body,
+                                                             field_manager=f"{FIELD_MANAGER}-{self.cluster}",
+                                                             _content_type=APPLY)  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:  # gone: nothing to hold or release
+                raise
+
+    def _target(self, side: _TenantSide, tenant_ns: str) -> str | None:
         """The namespace's copy here, if it is placed here."""
-        ns = self._namespaces.get(tenant_ns)
+        ns = side.namespaces.get(tenant_ns)
         if ns is None or tenant_ns in SYSTEM_NAMESPACES or tenant_ns.startswith("kube-") or _deleting(ns):
             return None
         annotations = _annotations(ns)
         if not in_scope(placement_of(annotations), self.cluster, pooling=self.pooling,
                         scheduled=scheduled_of(annotations), draining=draining_of(annotations)):  # fmt: skip
             return None
-        return super_cluster_namespace(self.tenant_name, tenant_ns)
+        return super_cluster_namespace(side.name, tenant_ns)
 
-    def _sync_namespace(self, tenant_ns: str, target: str | None) -> None:
+    def _sync_namespace(self, side: _TenantSide, tenant_ns: str, target: str | None) -> None:
         if target is None:
             for left in self._copy_namespaces.values():
-                if _labels(left).get(LABEL_TENANT_NAMESPACE) == tenant_ns and not _deleting(left):
-                    log.info("syncer %s: %s left the placement, deleting %s", self.cluster, tenant_ns,
+                if _origin(left) == (side.name, tenant_ns) and not _deleting(left):
+                    log.info("syncer %s: %s/%s left the placement, deleting %s", self.cluster, side.name, tenant_ns,
                              left["metadata"]["name"])  # fmt: skip
                     ignore_not_found(self.down.delete_namespace, left["metadata"]["name"])
             return
-        labels = super_namespace_labels(tenant_ns)
+        labels = super_namespace_labels(side.name, tenant_ns)
         copy = self._copy_namespaces.get(target)
-        if copy is None or _deleting(copy) or labels.items() - _labels(copy).items():
+        if copy is None:
+            self._create_namespace(side.name, target, labels)
+        elif _origin(copy) != (side.name, tenant_ns):
+            raise NotOurs(f"namespace {target} is {_origin(copy)}'s, not {(side.name, tenant_ns)}'s: left as it is")
+        elif _deleting(copy) or labels.items() - _labels(copy).items():
             self.down.patch_namespace(target, {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": target, "labels": labels}},
                                       field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip
         # Its placement may have changed what goes here: everything in it is looked at again.
-        self.queue.add_all(list(self._in(tenant_ns, target)))
+        self.queue.add_all(list(self._in(side, tenant_ns, target)))
 
-    def _sync_copy(self, kind: str, tenant_ns: str, target: str, name: str) -> None:
+    def _create_namespace(self, tenant: str, target: str, labels: dict[str, str]) -> None:
+        """Made only once this syncer's finalizer holds the Tenant (so that removing it waits for this cluster),
+        and never over a namespace of the same name that is not this tenant namespace's copy: a create, not an
+        apply, which would adopt whatever namespace had that name."""
+        connection = self.registry.get(tenant)
+        if connection is None or tenant_finalizer(self.cluster) not in connection.finalizers:
+            self._finalizer(tenant, hold=True)
+        try:
+            self.down.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": target, "labels": labels}}),
+                                       field_manager=FIELD_MANAGER)  # fmt: skip
+        except ApiException as e:
+            if not already_exists(e):
+                raise
+            found = self.down.read_namespace(target)
+            if _origin({"metadata": {"labels": found.metadata.labels if found.metadata else None}}) != \
+                    (tenant, labels[LABEL_TENANT_NAMESPACE]):  # fmt: skip
+                raise NotOurs(f"namespace {target} exists in super cluster {self.cluster} and is not the copy of "
+                              f"{tenant}'s namespace {labels[LABEL_TENANT_NAMESPACE]}: left as it is") from None
+
+    def _sync_copy(self, side: _TenantSide, kind: str, tenant_ns: str, target: str, name: str) -> None:
         """One object of a synced kind down, then, for Services and claims, its status up."""
-        source = self._sources[kind].get((tenant_ns, name))
+        source = side.sources[kind].get((tenant_ns, name))
         copy = self._copies[kind].get((target, name))
         if copy is not None and not is_copy(kind, copy):
             copy = None  # the super cluster's own (endpoints it derived): never deleted, overwritten by a copy
         body: Obj | None = None
         if source is not None:
-            body = copy_for_super(kind, source, target_namespace=target, tenant_namespace=tenant_ns,
-                                  selectorless_services=self._selectorless(tenant_ns, endpoints_of(kind, source)))  # fmt: skip
+            body = copy_for_super(kind, source, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
+                                  selectorless_services=self._selectorless(side, tenant_ns, endpoints_of(kind, source)))  # fmt: skip
         if body is not None:
             if not unchanged(copy, body):
-                self._apis["super"].apply(kind, target, body)
+                self._super.apply(kind, target, body)
         elif copy is not None:
-            self._apis["super"].delete(kind, target, name)
+            self._super.delete(kind, target, name)
         if kind == "Service":  # whether its endpoints are copied follows from its selector
-            self.queue.add((tenant_ns, "Endpoints", name))
-            self.queue.add_all([(tenant_ns, "EndpointSlice", found) for found in self._slices(tenant_ns, target, name)])
-        if kind in ("Service", "PersistentVolumeClaim") and self._shows_status(tenant_ns):
-            self._status_up(kind, tenant_ns, source, copy)
+            self.queue.add((side.name, tenant_ns, "Endpoints", name))
+            self.queue.add_all([(side.name, tenant_ns, "EndpointSlice", found)
+                                for found in self._slices(side, tenant_ns, target, name)])  # fmt: skip
+        if kind in ("Service", "PersistentVolumeClaim") and self._shows_status(side, tenant_ns):
+            self._status_up(side, kind, tenant_ns, source, copy)
 
-    def _selectorless(self, tenant_ns: str, service: str | None) -> frozenset[str]:
+    def _selectorless(self, side: _TenantSide, tenant_ns: str, service: str | None) -> frozenset[str]:
         """The endpoints' Service, if it has no selector (its owner writes its endpoints, which are copied)."""
-        found = self._sources["Service"].get((tenant_ns, service)) if service else None
+        found = side.sources["Service"].get((tenant_ns, service)) if service else None
         return selectorless_services([found]) if found is not None else frozenset()
 
-    def _slices(self, tenant_ns: str, target: str, service: str) -> set[str]:
+    def _slices(self, side: _TenantSide, tenant_ns: str, target: str, service: str) -> set[str]:
         """The EndpointSlices of a Service, on either side."""
-        both = [*self._sources["EndpointSlice"].values(), *self._copies["EndpointSlice"].values()]
-        return {o["metadata"]["name"] for o in both
-                if _named(o)[0] in (tenant_ns, target) and endpoints_of("EndpointSlice", o) == service}  # fmt: skip
+        both = [*(o for o in side.sources["EndpointSlice"].values() if _named(o)[0] == tenant_ns),
+                *(o for o in self._copies["EndpointSlice"].values() if _named(o)[0] == target)]  # fmt: skip
+        return {o["metadata"]["name"] for o in both if endpoints_of("EndpointSlice", o) == service}
 
-    def _shows_status(self, tenant_ns: str) -> bool:
+    def _shows_status(self, side: _TenantSide, tenant_ns: str) -> bool:
         """This cluster is the namespace's status cluster (models/pool/sync.py: status_cluster)."""
         if not self.pooling:
             return True
-        ns = self._namespaces.get(tenant_ns)
+        ns = side.namespaces.get(tenant_ns)
         return ns is not None and status_cluster(placement_of(_annotations(ns))) == self.cluster
 
-    def _status_up(self, kind: str, tenant_ns: str, source: Obj | None, copy: Obj | None) -> None:
+    def _status_up(self, side: _TenantSide, kind: str, tenant_ns: str, source: Obj | None, copy: Obj | None) -> None:
         if source is not None and copy is not None:
             name = source["metadata"]["name"]
             if kind == "Service" and (status := load_balancer_status(source, copy)) is not None:
-                self.up.patch_namespaced_service_status(name, tenant_ns, {"status": status})
+                side.up.patch_namespaced_service_status(name, tenant_ns, {"status": status})
             volume = mirror_volume(source, copy, cluster=self.cluster, tenant_namespace=tenant_ns) \
                 if kind == "PersistentVolumeClaim" else None  # fmt: skip
             if volume is not None and (source.get("spec") or {}).get("volumeName") != volume["metadata"]["name"]:
-                self.up.patch_persistent_volume(volume["metadata"]["name"], volume, field_manager=FIELD_MANAGER,
+                side.up.patch_persistent_volume(volume["metadata"]["name"], volume, field_manager=FIELD_MANAGER,
                                                 force=True, _content_type=APPLY)  # fmt: skip
         if kind == "PersistentVolumeClaim":  # a claim gone (or recreated: another uid): its mirrored volume goes
-            claims = [c for c in self._sources[kind].values() if _named(c)[0] == tenant_ns]
+            claims = [c for c in side.sources[kind].values() if _named(c)[0] == tenant_ns]
             mine = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}={tenant_ns},{LABEL_SUPER_CLUSTER}={self.cluster}"
-            mirrors = _items(self.up.list_persistent_volume(label_selector=mine, _preload_content=False))
+            mirrors = _items(side.up.list_persistent_volume(label_selector=mine, _preload_content=False))
             for stale in stale_mirrors(mirrors, claims):
-                ignore_not_found(self.up.delete_persistent_volume, stale)
+                ignore_not_found(side.up.delete_persistent_volume, stale)
 
     def _reflect_events(self) -> None:
         """Events about pods' copies, as Events on the tenant pods: only for pods placed here (a cluster a pod
@@ -340,10 +508,12 @@ class Syncer:
         for event in events:
             involved = event.get("involvedObject") or {}
             copy_ns = self._copy_namespaces.get(involved.get("namespace") or "")
-            tenant_ns = _labels(copy_ns).get(LABEL_TENANT_NAMESPACE) if copy_ns is not None else None
-            if tenant_ns is None or not self._reflected.is_new(event):
+            origin = _origin(copy_ns) if copy_ns is not None else None
+            side = self._side(origin[0]) if origin else None
+            if origin is None or side is None or not self._reflected.is_new(event):
                 continue
-            pod: Any = ignore_not_found(self.up.read_namespaced_pod, involved.get("name"), tenant_ns,
+            tenant_ns = origin[1]
+            pod: Any = ignore_not_found(side.up.read_namespaced_pod, involved.get("name"), tenant_ns,
                                         _preload_content=False)  # fmt: skip
             if pod is None:
                 self._reflected.remember(event)
@@ -354,18 +524,19 @@ class Syncer:
                 continue
             body = event_for_origin(event, tenant_pod, labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_SUPER_CLUSTER: self.cluster})
             try:
-                self.up.create_namespaced_event(tenant_ns, k8s.CoreV1Event.model_validate(body))
+                side.up.create_namespaced_event(tenant_ns, k8s.CoreV1Event.model_validate(body))
             except ApiException as e:
                 if not already_exists(e):
-                    log.warning("syncer %s: reflecting Event %s on Pod %s/%s failed: %s %s", self.cluster,
-                                event["metadata"]["name"], tenant_ns, involved.get("name"), e.status, e.reason)  # fmt: skip
+                    log.warning("syncer %s: reflecting Event %s on Pod %s/%s/%s failed: %s %s", self.cluster,
+                                event["metadata"]["name"], side.name, tenant_ns, involved.get("name"), e.status,
+                                e.reason)  # fmt: skip
                     continue
-                self.up.patch_namespaced_event(body["metadata"]["name"], tenant_ns, {key: body[key] for key in (
+                side.up.patch_namespaced_event(body["metadata"]["name"], tenant_ns, {key: body[key] for key in (
                     "count", "message", "lastTimestamp") if key in body})  # fmt: skip
             self._reflected.remember(event)
 
-    def _sync_pod(self, tenant_ns: str, target: str, name: str) -> None:
-        pod = self._sources[POD].get((tenant_ns, name))
+    def _sync_pod(self, side: _TenantSide, tenant_ns: str, target: str, name: str) -> None:
+        pod = side.sources[POD].get((tenant_ns, name))
         copy = self._copies[POD].get((target, name))
         if pod is None:
             self._delete_copy(copy)
@@ -381,47 +552,53 @@ class Syncer:
             if copy is not None:
                 self._delete_copy(copy)
             else:
-                ignore_not_found(self.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
+                ignore_not_found(side.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
         elif copy is None:
             try:
                 self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
-                    pod, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
+                    pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
             except ApiException as e:
                 if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
-                    self._refused(pod, tenant_ns, status_message(e.body) or str(e.reason))
+                    self._refused(side, pod, tenant_ns, status_message(e.body) or str(e.reason))
                 elif not already_exists(e):
                     raise
         else:
             status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
             if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
-                self._push_status(pod, tenant_ns, status)
+                self._push_status(side, pod, tenant_ns, status)
 
     def _delete_copy(self, copy: Obj | None) -> None:
         if copy is not None and not _deleting(copy):
             ignore_not_found(self.down.delete_namespaced_pod, copy["metadata"]["name"], copy["metadata"]["namespace"])
 
-    def _refused(self, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
+    def _refused(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, why: str) -> None:
         """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
         at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
         status = refused_status(cluster=self.cluster, why=why, now=format_rfc3339(utcnow()))
         if says(pod.get("status"), status):
             return
-        self.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
-        record_event(self.up.api_client, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
+        side.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
+        record_event(side.api, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
                      reason="SuperClusterRefused", message=status["message"], warning=True)  # fmt: skip
 
-    def _push_status(self, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
+    def _push_status(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
         """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
         copy owns its status now), the write is refused, and the move's event queues the pod again."""
         meta = pod["metadata"]
         try:
-            self.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
+            side.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
                 "metadata": {"resourceVersion": meta["resourceVersion"]}, **status_patch(status)})  # fmt: skip
         except ApiException as e:
             if e.status != 409:
                 raise
 
 
+class NotOurs(Exception):
+    """A super-cluster namespace that is not the copy the syncer was about to write: never written over."""
+
+
+def _tenant_of(key: Key) -> str:
+    return key[0]
 
 
 class _KindApis:
@@ -454,16 +631,16 @@ class _KindApis:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m workers.syncer", description=__doc__)
-    parser.add_argument("--tenant-kubeconfig", help="unset: in-cluster, as its Deployment runs (deploy/pool/tenant)")
+    parser.add_argument("--management-kubeconfig",
+                        help="the pool's management cluster (Tenants, their kubeconfigs); unset: in-cluster")
     parser.add_argument("--super-kubeconfig", required=True)
     parser.add_argument("--cluster", required=True, help="this super cluster's name in the pool (its SuperCluster)")
-    parser.add_argument("--tenant-name", default="tenant", help="prefix of the namespaces it creates")
     parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
-    syncer = Syncer(tenant=client_from_own_kubeconfig_file(args.tenant_kubeconfig),
+    syncer = Syncer(management=client_from_own_kubeconfig_file(args.management_kubeconfig),
                     super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
-                    tenant_name=args.tenant_name, pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()
+                    pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()
     wait_for_termination()
     syncer.stop()
     return 0

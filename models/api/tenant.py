@@ -10,22 +10,34 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from models.api.common import ApiModel, KubernetesObject, SecretReference
 from models.api.conditions import Condition
+from models.names import TENANT_SECRETS_NAMESPACE
 
 # A Tenant's name is a label value on everything made for it in a super cluster (models/names.py LABEL_TENANT).
 NAME_RULE = "metadata.name must be a DNS label (lower case letters, digits and '-', at most 63 characters)"
 MAX_WEIGHT = 1000
+SECRET_RULE = (f"spec.kubeConfigRef.namespace must be {TENANT_SECRETS_NAMESPACE}: the one namespace of tenants' "
+               "kubeconfigs, which the pool's syncers may read (and no other Secret)")  # fmt: skip
 
 
 class TenantSpec(ApiModel):
     kube_config_ref: SecretReference = Field(description=(
         "The Secret (key `kubeconfig`) holding a kubeconfig of the tenant's control plane: server, CA and "
-        "token only. Rotated by writing the Secret again; the pool reloads it."))  # fmt: skip
+        f"token only, in namespace {TENANT_SECRETS_NAMESPACE}. Rotated by writing the Secret again; the pool "
+        "reloads it."))  # fmt: skip
     weight: int = Field(default=1, ge=1, le=MAX_WEIGHT, description=(
         "The tenant's share of the pool when quota asked exceeds it: placed slices follow the weights, max-min."))  # fmt: skip
+
+
+    @field_validator("kube_config_ref")
+    @classmethod
+    def _in_tenant_secrets(cls, ref: SecretReference) -> SecretReference:
+        if ref.namespace != TENANT_SECRETS_NAMESPACE:
+            raise ValueError(SECRET_RULE)
+        return ref
 
 
 class TenantStatus(ApiModel):

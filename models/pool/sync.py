@@ -33,6 +33,7 @@ from models.enforcement import PodSecurityLevel, pod_security_labels
 from models.names import (
     LABEL_MANAGED_BY,
     LABEL_SUPER_CLUSTER,
+    LABEL_TENANT,
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
     SOURCE_DIGEST_ANNOTATION,
@@ -96,7 +97,7 @@ def copy_stays_here(moved_from: str | None, cluster: str, *, pooling: bool) -> b
     return pooling and moved_from == cluster
 
 
-def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, tenant_namespace: str,
+def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str,
                    selectorless_services: frozenset[str] = frozenset()) -> dict[str, Any] | None:  # fmt: skip
     """The object as the super cluster gets it, or None when it is not copied. `selectorless_services`:
     the names of the namespace's Services without a selector, whose endpoints are copied."""
@@ -114,7 +115,7 @@ def copy_for_super(kind: str, obj: dict[str, Any], *, target_namespace: str, ten
     body: dict[str, Any] = {
         "apiVersion": API_VERSIONS[kind], "kind": kind,
         "metadata": {"name": meta["name"], "namespace": target_namespace,
-                     "labels": {**labels, LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace},
+                     "labels": {**labels, **copy_labels(tenant, tenant_namespace)},
                      "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
                                      if not k.startswith(DROPPED_ANNOTATION_PREFIXES)}},
     }  # fmt: skip
@@ -240,13 +241,18 @@ def stale_mirrors(mirrors: list[dict[str, Any]], claims: list[dict[str, Any]]) -
                   if ((m.get("spec") or {}).get("claimRef") or {}).get("uid") not in live)  # fmt: skip
 
 
-def super_namespace_labels(tenant_namespace: str) -> dict[str, str]:
+def copy_labels(tenant: str, tenant_namespace: str) -> dict[str, str]:
+    """What marks everything a syncer makes in a super cluster as made for this tenant's namespace: a
+    syncer touches (and deletes) only what carries them. Set last, over any the tenant's object carries."""
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant, LABEL_TENANT_NAMESPACE: tenant_namespace}
+
+
+def super_namespace_labels(tenant: str, tenant_namespace: str) -> dict[str, str]:
     """The labels of a tenant namespace's copy: whose it is, and the Pod Security its pods must meet."""
-    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT_NAMESPACE: tenant_namespace,
-            **pod_security_labels(SUPER_CLUSTER_POD_SECURITY)}
+    return {**copy_labels(tenant, tenant_namespace), **pod_security_labels(SUPER_CLUSTER_POD_SECURITY)}
 
 
-def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:
+def pod_for_super(pod: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
     for key in ("nodeName", *TENANT_PRIORITY_FIELDS):
@@ -255,8 +261,7 @@ def pod_for_super(pod: dict[str, Any], *, target_namespace: str, tenant_namespac
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": meta["name"], "namespace": target_namespace,
-                     "labels": {**(meta.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY,
-                                LABEL_TENANT_NAMESPACE: tenant_namespace},
+                     "labels": {**(meta.get("labels") or {}), **copy_labels(tenant, tenant_namespace)},
                      "annotations": {"pool.tidepool.io/tenant-uid": meta["uid"]}},
         "spec": spec,
     }  # fmt: skip

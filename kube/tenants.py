@@ -1,0 +1,172 @@
+"""The pool's Tenants, followed in its management cluster: each registered Tenant with an API client for its
+control plane, built from its kubeconfig Secret and rebuilt when the Secret changes (a rotated token is
+picked up by the next call made with the new client, no restart). The scheduler's worker and every super
+cluster's syncer hold one and are told, per tenant, when its connection changes.
+
+The kubeconfig is the tenant's, untrusted: parsed as a peer kubeconfig (server, CA, token; anything else
+refused, naming the field, never the value). A Tenant without a usable one has no client and a `problem`
+saying why; whoever serves it keeps what it made until the kubeconfig is fixed or the Tenant removed. Two
+Tenants whose keys collide (models/names.py: tenant_key) are served as the older one only."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from pydantic import ValidationError
+
+from kube.clients import client_from_peer_kubeconfig_text
+from kube.informer import Informer, Store
+from models.api import Tenant
+from models.kubeconfig import InvalidKubeconfig
+from models.names import GROUP, TENANT_SECRETS_NAMESPACE, TENANTS, VERSION, tenant_key
+
+log = logging.getLogger("tidepool.tenants")
+Obj = dict[str, Any]
+KUBECONFIG_KEY = "kubeconfig"
+
+
+@dataclass(frozen=True)
+class TenantConnection:
+    """A registered Tenant as the pool serves it. Equal while nothing the pool acts on changed: a new client
+    (another Secret version) makes it unequal, and its informers are started again."""
+
+    name: str
+    key: str
+    weight: int
+    deleting: bool
+    finalizers: tuple[str, ...]
+    credentials: str | None  # the resourceVersion of the Secret its client was built from
+    problem: str | None  # why it has no client
+    api: k8s.ApiClient | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def served(self) -> bool:
+        return self.api is not None and not self.deleting
+
+
+def _secret_kept(obj: Obj) -> Obj:
+    """Only what the registry reads of a Secret: whose it is and its kubeconfig."""
+    meta = obj.get("metadata") or {}
+    data = obj.get("data") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "resourceVersion": meta.get("resourceVersion")},
+            "data": {KUBECONFIG_KEY: data[KUBECONFIG_KEY]} if KUBECONFIG_KEY in data else {}}  # fmt: skip
+
+
+class TenantRegistry:
+    def __init__(self, management: k8s.ApiClient, *, name: str, changed: Callable[[str], None]) -> None:
+        self._changed = changed
+        self._lock = threading.Lock()
+        self._connections: dict[str, TenantConnection] = {}
+        self._tenants: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], lambda *_: self._refresh())
+        self._secrets: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], lambda *_: self._refresh())
+        self._listed: set[str] = set()  # which of the two stores has been listed: nobody is told before both
+        custom, core = k8s.CustomObjectsApi(management), k8s.CoreV1Api(management)
+        self._informers = [
+            Informer(f"{name}-tenants", custom.list_cluster_custom_object, group=GROUP, version=VERSION,
+                     plural=TENANTS, on_sync=self._listing("tenants", self._tenants), on_event=self._tenants.event),
+            Informer(f"{name}-tenant-secrets", core.list_namespaced_secret, namespace=TENANT_SECRETS_NAMESPACE,
+                     on_sync=self._listing("secrets", self._secrets), on_event=self._secrets.event,
+                     transform=_secret_kept),
+        ]  # fmt: skip
+
+    def _listing(self, which: str, store: Store[str, Obj]) -> Callable[[list[Obj]], None]:
+        def listed(objects: list[Obj]) -> None:
+            store.sync(objects)
+            self._listed.add(which)
+            self._refresh()
+
+        return listed
+
+    def start(self) -> TenantRegistry:
+        for informer in self._informers:
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self._informers:
+            informer.stop()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Both listed and every connection worked out: what the registry says from now on is the cluster's."""
+        return all(informer.wait_synced(timeout) for informer in self._informers)
+
+    def get(self, tenant: str) -> TenantConnection | None:
+        with self._lock:
+            return self._connections.get(tenant)
+
+    def connections(self) -> list[TenantConnection]:
+        with self._lock:
+            return list(self._connections.values())
+
+    def _refresh(self) -> None:
+        """Every connection worked out again from the two stores (a few per tenant: cheap), and each one that
+        changed told. Called by both informers' handlers, one at a time."""
+        if len(self._listed) < len(self._informers):
+            return  # a Secret not listed yet is not a Secret missing
+        with self._lock:
+            before = self._connections
+            after: dict[str, TenantConnection] = {}
+            keys: dict[str, str] = {}
+            for obj in sorted(self._tenants.values(), key=_age):
+                connection = self._connect(obj, before.get(obj["metadata"]["name"]), keys)
+                after[connection.name] = connection
+            self._connections = after
+        for name in sorted(before.keys() | after.keys()):
+            old, new = before.get(name), after.get(name)
+            if old != new or (old is not None and new is not None and old.api is not new.api):
+                self._changed(name)
+
+    def _connect(self, obj: Obj, before: TenantConnection | None, keys: dict[str, str]) -> TenantConnection:
+        meta = obj["metadata"]
+        name = meta["name"]
+        common = {"name": name, "key": tenant_key(name), "deleting": bool(meta.get("deletionTimestamp")),
+                  "finalizers": tuple(meta.get("finalizers") or ())}  # fmt: skip
+        try:
+            tenant = Tenant.from_kubernetes(obj)
+        except ValidationError as e:  # the CRD's schema holds these rules: an object older than them
+            return TenantConnection(**common, weight=1, credentials=None, problem=_first_error(e))
+        taken = keys.setdefault(common["key"], name)
+        if taken != name:
+            return TenantConnection(**common, weight=tenant.spec.weight, credentials=None,
+                                    problem=f"its key {common['key']} is Tenant {taken}'s: rename one of them")  # fmt: skip
+        ref = tenant.spec.kube_config_ref
+        secret = self._secrets.get(ref.name)
+        version = (secret or {}).get("metadata", {}).get("resourceVersion")
+        if before is not None and before.api is not None and before.credentials == version:
+            return TenantConnection(**common, weight=tenant.spec.weight, credentials=version, problem=None, api=before.api)
+        problem, api = _client_of(secret, ref.namespace, ref.name)
+        if problem:
+            log.warning("tenant %s: %s", name, problem)
+        return TenantConnection(**common, weight=tenant.spec.weight, credentials=version, problem=problem, api=api)
+
+
+def _client_of(secret: Obj | None, namespace: str, name: str) -> tuple[str | None, k8s.ApiClient | None]:
+    where = f"Secret {namespace}/{name}"
+    if secret is None:
+        return f"{where} with its kubeconfig does not exist", None
+    data = secret["data"].get(KUBECONFIG_KEY)
+    if not data:
+        return f"{where} has no key {KUBECONFIG_KEY!r}", None
+    try:
+        return None, client_from_peer_kubeconfig_text(base64.b64decode(data))
+    except InvalidKubeconfig as e:  # names the field and the rule, never a value
+        return f"{where} key {KUBECONFIG_KEY!r} refused: {e}", None
+    except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
+        return f"{where} key {KUBECONFIG_KEY!r} does not hold a usable kubeconfig ({type(e).__name__})", None
+
+
+def _age(obj: Obj) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("creationTimestamp") or "", meta["name"]
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

@@ -38,6 +38,7 @@ from bench.common import emit, local_env, log, percentile
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import join_pool, start_cluster, stop_cluster
 from kube.objects import apply_cluster_object
+from kube.tenant_identity import add_tenant
 from models.names import (
     API_VERSION,
     CLUSTER_CONFIG_NAME,
@@ -229,7 +230,8 @@ async def _measure(params: dict[str, Any]) -> None:
         clusters = {name: env.cluster(name) for name in SUPERS}
         supers = {name: k8s.CoreV1Api(c.api_client()) for name, c in clusters.items()}
         _setup(tenant, clusters, params)
-        syncers = [Syncer(tenant=tenant, super_cluster=c.api_client(), cluster=name, tenant_name=TENANT_NAME).start()
+        add_tenant(tenant, tenant, TENANT_NAME)  # the tenant's control plane is the pool's management cluster too
+        syncers = [Syncer(management=tenant, super_cluster=c.api_client(), cluster=name).start()
                    for name, c in clusters.items()]  # fmt: skip
         worker = WorkerTasks()  # a worker that died with an error fails the run: its figures would be a dead one's
         worker.start(lambda stop: run_pool_worker(worker_settings(env, tenant_cluster, "pool-bench"), stop=stop,

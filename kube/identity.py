@@ -86,7 +86,7 @@ def mint_provider_identity(
     apply_core(consumer, {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
                           "subjects": subjects,
                           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}})  # fmt: skip
-    token = _request_token(consumer, name, lifetime_seconds)
+    token = request_token(consumer, name, lifetime_seconds)
     return token_kubeconfig(consumer.configuration, server=server, token=token, user=name, namespace=SYSTEM_NAMESPACE)
 
 
@@ -106,7 +106,7 @@ def revoke_provider_identity(consumer: k8s.ApiClient, *, provider_id: str) -> No
 def renew_provider_token(identity: k8s.ApiClient, *, provider_id: str, lifetime_seconds: int) -> str:
     """A kubeconfig with the next token, asked for with the current one (`identity`, which must still work)."""
     name = provider_identity_name(provider_id)
-    token = _request_token(identity, name, lifetime_seconds)
+    token = request_token(identity, name, lifetime_seconds)
     return token_kubeconfig(identity.configuration, server=None, token=token, user=name, namespace=SYSTEM_NAMESPACE)
 
 
@@ -119,7 +119,7 @@ def bearer_token_life(api: k8s.ApiClient) -> TokenLife | None:
     return TokenLife.of_jwt(str(header).removeprefix("Bearer ").strip())
 
 
-def _request_token(api: k8s.ApiClient, service_account: str, lifetime_seconds: int) -> str:
+def request_token(api: k8s.ApiClient, service_account: str, lifetime_seconds: int) -> str:
     request = k8s.AuthenticationV1TokenRequest.model_validate(
         {"spec": {"expirationSeconds": token_lifetime_seconds(lifetime_seconds)}})  # fmt: skip
     issued = k8s.CoreV1Api(api).create_namespaced_service_account_token(service_account, SYSTEM_NAMESPACE, request).status

@@ -18,6 +18,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
+from kube.tenant_identity import add_tenant
 from models.names import SUPER_CLUSTERS, SYSTEM_NAMESPACE
 from models.pool.health import Health, health_from_status
 from tests.kube import apply_cluster_config, create_namespace, create_node
@@ -27,6 +28,7 @@ from workers.syncer import Syncer
 
 # The product's default probe interval (its request timeout is min(5 s, interval)); failover tests pass 5 s.
 PROBE_SECONDS = 10
+TENANT = "t1"
 READY_TIMEOUT_SECONDS = 120  # a loaded machine answers a cluster's first probes slowly
 
 
@@ -120,10 +122,11 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
 
     pool = Pool(tenant, supers, start_worker, workers.kill, grace_seconds, probe_seconds, localenv)
     pool.configure()
+    add_tenant(api, api, TENANT)  # the tenant's control plane is the pool's management cluster too
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
         join_pool(api, name, cluster.kubeconfig)
-        pool.syncers[name] = Syncer(tenant=api, super_cluster=cluster.api_client(), cluster=name, tenant_name="t1").start()
+        pool.syncers[name] = Syncer(management=api, super_cluster=cluster.api_client(), cluster=name).start()
     start_worker()
     try:
         for name in supers:

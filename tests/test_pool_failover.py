@@ -258,8 +258,8 @@ async def test_a_worker_killed_in_the_middle_of_a_move_converges(pool: Pool) -> 
         assert "web-0" in _copies(pool.supers[old], super_cluster_namespace("t1", "shop"))  # the old copy runs on meanwhile
         pool.stop_worker()
         await asyncio.sleep(1)
-        pool.syncers[new] = Syncer(tenant=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(),
-                                   cluster=new, tenant_name="t1").start()  # fmt: skip
+        pool.syncers[new] = Syncer(management=pool.tenant.api_client(), super_cluster=pool.supers[new].api_client(),
+                                   cluster=new).start()  # fmt: skip
         pool.start_worker()
         await _until(pool, "shop", lambda: _moved_and_running(pool, "shop", new, before), timeout=120,
                      what="the move finished")  # fmt: skip

@@ -1,6 +1,6 @@
-"""workers/syncer.py without clusters: a change on either side queues the one object it concerns, and the
-handler compares that object's two sides from the Stores (the copies themselves are tested against real
-clusters in tests/test_pool_sync.py)."""
+"""workers/syncer.py without clusters: a change on either side queues the one object it concerns, keyed by its
+tenant, and the handler compares that object's two sides from the Stores (the copies themselves are tested
+against real clusters in tests/test_pool_sync.py and tests/test_pool_tenants.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,17 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from models.names import LABEL_MANAGED_BY, LABEL_TENANT_NAMESPACE, MANAGED_BY, super_cluster_namespace
-from workers.syncer import NAMESPACE, Syncer
+from kube.tenants import TenantConnection
+from models.names import (
+    LABEL_MANAGED_BY,
+    LABEL_TENANT,
+    LABEL_TENANT_NAMESPACE,
+    MANAGED_BY,
+    super_cluster_namespace,
+    tenant_finalizer,
+    tenant_key,
+)
+from workers.syncer import NAMESPACE, Syncer, _TenantSide
 
 pytestmark = [pytest.mark.pool]
 
@@ -32,34 +41,90 @@ def _config_map(namespace: str, name: str, **labels: str) -> dict[str, Any]:
     return {"metadata": {"namespace": namespace, "name": name, "labels": labels}, "data": {"k": "v"}}
 
 
+def _side(syncer: Syncer, tenant: str) -> _TenantSide:
+    """A tenant's side as if its informers had listed: namespace `app`."""
+    connection = TenantConnection(name=tenant, key=tenant_key(tenant), weight=1, deleting=False,
+                                  finalizers=(tenant_finalizer("s1"),), credentials="1", problem=None,
+                                  api=k8s.ApiClient())  # fmt: skip
+    side = _TenantSide(syncer, connection)
+    side._synced.set()
+    syncer._sides[tenant] = side
+    side.namespaces.sync([{"metadata": {"name": "app"}}])
+    return side
+
+
 def _syncer() -> tuple[Syncer, _SuperApis]:
-    syncer = Syncer(tenant=k8s.ApiClient(), super_cluster=k8s.ApiClient(), cluster="s1", tenant_name="t1",
-                    pooling=False)  # fmt: skip
+    syncer = Syncer(management=k8s.ApiClient(), super_cluster=k8s.ApiClient(), cluster="s1", pooling=False)
     apis = _SuperApis()
-    syncer._apis["super"] = apis  # type: ignore[assignment]
-    syncer._namespaces.sync([{"metadata": {"name": "app"}}])
+    syncer._super = apis  # type: ignore[assignment]
     return syncer, apis
+
+
+def _queued(syncer: Syncer) -> list[tuple[str, str, str, str]]:
+    return [key for keys in syncer.queue._ready.values() for key in keys]
 
 
 def test_a_change_on_either_side_queues_the_tenant_object_it_concerns() -> None:
     syncer, _ = _syncer()
-    syncer._sources["ConfigMap"].event("ADDED", _config_map("app", "settings"))
-    syncer._copies["ConfigMap"].event("ADDED", _config_map(super_cluster_namespace("t1", "app"), "old", **{LABEL_TENANT_NAMESPACE: "app"}))
-    queued = [key for keys in syncer.queue._ready.values() for key in keys]  # one line per tenant namespace
-    assert queued == [("app", NAMESPACE, ""), ("app", "ConfigMap", "settings"), ("app", "ConfigMap", "old")]
+    side = _side(syncer, "t1")
+    side.sources["ConfigMap"].event("ADDED", _config_map("app", "settings"))
+    copy = _config_map(super_cluster_namespace("t1", "app"), "old", **{LABEL_TENANT: "t1", LABEL_TENANT_NAMESPACE: "app"})
+    syncer._copies["ConfigMap"].event("ADDED", copy)
+    assert _queued(syncer) == [("t1", "app", NAMESPACE, ""), ("t1", "app", "ConfigMap", "settings"),
+                               ("t1", "app", "ConfigMap", "old")]  # fmt: skip
+
+
+def test_a_copy_without_a_tenant_label_is_nobody_s_to_queue() -> None:
+    """Made by something else (or by a syncer before tenants were labelled): never routed to a tenant."""
+    syncer, _ = _syncer()
+    syncer._copies["ConfigMap"].event("ADDED", _config_map("t1-app", "old", **{LABEL_TENANT_NAMESPACE: "app"}))
+    assert _queued(syncer) == []
 
 
 def test_a_source_is_copied_once_and_a_copy_without_a_source_is_deleted() -> None:
     syncer, apis = _syncer()
-    syncer._sources["ConfigMap"].sync([_config_map("app", "settings")])
-    syncer._handle(("app", "ConfigMap", "settings"))
-    assert apis.calls == [("apply", "ConfigMap", super_cluster_namespace("t1", "app"), "settings")]
+    side = _side(syncer, "t1")
+    side.sources["ConfigMap"].sync([_config_map("app", "settings")])
+    syncer._handle(("t1", "app", "ConfigMap", "settings"))
+    target = super_cluster_namespace("t1", "app")
+    assert apis.calls == [("apply", "ConfigMap", target, "settings")]
     copy = apis.applied[0]
-    assert copy["metadata"]["namespace"] == super_cluster_namespace("t1", "app") and copy["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+    assert copy["metadata"]["namespace"] == target and copy["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+    assert copy["metadata"]["labels"][LABEL_TENANT] == "t1"
     syncer._copies["ConfigMap"].event("ADDED", copy)  # its watch event: it holds the source's digest
     apis.calls.clear()
-    syncer._handle(("app", "ConfigMap", "settings"))
+    syncer._handle(("t1", "app", "ConfigMap", "settings"))
     assert apis.calls == []  # unchanged: no write
-    syncer._sources["ConfigMap"].event("DELETED", _config_map("app", "settings"))
-    syncer._handle(("app", "ConfigMap", "settings"))
-    assert apis.calls == [("delete", "ConfigMap", super_cluster_namespace("t1", "app"), "settings")]
+    side.sources["ConfigMap"].event("DELETED", _config_map("app", "settings"))
+    syncer._handle(("t1", "app", "ConfigMap", "settings"))
+    assert apis.calls == [("delete", "ConfigMap", target, "settings")]
+
+
+def test_two_tenants_with_the_same_namespace_touch_only_their_own_copies() -> None:
+    syncer, apis = _syncer()
+    one, two = _side(syncer, "one"), _side(syncer, "two")
+    for side in (one, two):
+        side.sources["ConfigMap"].sync([_config_map("app", "settings")])
+    syncer._handle(("one", "app", "ConfigMap", "settings"))
+    syncer._handle(("two", "app", "ConfigMap", "settings"))
+    targets = [namespace for _, _, namespace, _ in apis.calls]
+    assert targets == [super_cluster_namespace("one", "app"), super_cluster_namespace("two", "app")]
+    assert targets[0] != targets[1]
+    for body in apis.applied:
+        syncer._copies["ConfigMap"].event("ADDED", body)
+    apis.calls.clear()
+    one.sources["ConfigMap"].event("DELETED", _config_map("app", "settings"))  # one's source goes: one's copy only
+    for key in [k for k in _queued(syncer) if k[2] == "ConfigMap"]:
+        syncer._handle(key)
+    assert apis.calls == [("delete", "ConfigMap", super_cluster_namespace("one", "app"), "settings")]
+
+
+def test_a_tenant_not_listed_yet_is_not_touched() -> None:
+    """An unreachable control plane never lists: its copies stay, whatever they are."""
+    syncer, apis = _syncer()
+    side = _side(syncer, "t1")
+    side._synced.clear()
+    copy = _config_map(super_cluster_namespace("t1", "app"), "kept", **{LABEL_TENANT: "t1", LABEL_TENANT_NAMESPACE: "app"})
+    syncer._copies["ConfigMap"].event("ADDED", copy)
+    syncer._handle(("t1", "app", "ConfigMap", "kept"))
+    assert apis.calls == []

@@ -1,7 +1,12 @@
-"""The pool scheduler's activity: one pass over the tenant control plane and the super clusters that
+"""The pool scheduler's activity: one pass over every Tenant's control plane and the super clusters that
 places namespaces as quota slices, then pods into their namespace's clusters; and the two later steps of
 moving a namespace's slices (models/pool/moves.py: `move_pods`, `finish_move`). Called by
 workflows/pool.py, one activity at a time, so that concurrent namespaces never overcommit a cluster.
+
+One capacity account for every tenant: a namespace is `<tenant>/<namespace>` in the pass's books
+(models/pool/tenancy.py); namespaces that still need slices are tried in the tenants' fair order
+(models/pool/fairness.py); a tenant whose control plane does not answer keeps what its Tenant's status last
+said it holds, and its namespaces and pods are left as they are until it answers.
 
 It reads, asks models/pool/namespaces.py (which annotations mean what, and what to do),
 models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
@@ -9,19 +14,26 @@ models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from kube.clock import utcnow
+from kube.errors import as_application_error
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, read_cluster_config, record_event
-from models.api import SuperCluster
+from kube.status import CustomObjectStatus, replacing, write_status
+from kube.tenants import TenantRegistry
+from models.api import SuperCluster, Tenant
 from models.api.clusterconfig import PoolConfig
-from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason
+from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason, condition
 from models.names import (
     DRAINING_ANNOTATION,
     MANDATORY_ANNOTATION,
@@ -32,8 +44,10 @@ from models.names import (
     POD_CLUSTER_ANNOTATION,
     SCHEDULED_ANNOTATION,
     SUPER_CLUSTERS,
+    TENANTS,
 )
 from models.pods import condition_of, says
+from models.pool.fairness import Ask, fair_order, pool_capacity
 from models.pool.health import health_from_status
 from models.pool.moves import (
     PodView,
@@ -61,6 +75,7 @@ from models.pool.namespaces import (
     placement_of,
     placement_status,
     previous_reason,
+    requested_slices,
 )
 from models.pool.placement import ClusterSnapshot, headroom
 from models.pool.pods import choose_cluster
@@ -74,15 +89,56 @@ from models.pool.result import (
     PoolNamespaceEntry,
     PoolPassResult,
 )
+from models.pool.slicing import SliceError
+from models.pool.tenancy import holdings, namespace_id, recorded_entries, split_namespace_id
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
 from models.times import format_rfc3339
 
+# A tenant's control plane that takes longer than this to answer one call is unreachable for this pass.
+TENANT_REQUEST_TIMEOUT = 10.0
+
+
+@dataclass
+class TenantView:
+    """One tenant's control plane as a pass reads it."""
+
+    name: str
+    api: k8s.ApiClient
+    namespaces: list[ServedMetadata] = field(default_factory=list)
+    quotas: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.api)
+
+    def read(self) -> TenantView:
+        """Its namespaces (not tidepool's own nor being deleted, oldest first) and their quotas' hards."""
+        for quota in self.core.list_resource_quota_for_all_namespaces(_request_timeout=TENANT_REQUEST_TIMEOUT).items:
+            hard = quota.spec.hard if quota.spec else None
+            self.quotas.setdefault(served_metadata(quota).namespace or "", []).append(dict(hard or {}))
+        listed = self.core.list_namespace(_request_timeout=TENANT_REQUEST_TIMEOUT).items
+        self.namespaces = sorted((meta for meta in map(served_metadata, listed)
+                                  if meta.name not in SYSTEM_NAMESPACES and not meta.deleting),
+                                 key=lambda meta: (meta.created, meta.name))  # fmt: skip
+        return self
+
+
+@dataclass(frozen=True)
+class Books:
+    """Every namespace's placement, what it holds (placement + draining) and its slice, by key, as they stand
+    during the pass: what each decision reads and updates."""
+
+    placements: dict[str, dict[str, int]] = field(default_factory=dict)
+    held: dict[str, dict[str, int]] = field(default_factory=dict)
+    slices: dict[str, Resources] = field(default_factory=dict)
+
 
 class PoolActivities:
-    def __init__(self, *, tenant: k8s.ApiClient) -> None:
-        self._tenant = tenant
-        self._core = k8s.CoreV1Api(tenant)
+    def __init__(self, *, management: k8s.ApiClient, tenants: TenantRegistry) -> None:
+        self._management = management
+        self._tenants = tenants
+        self._tenant_status = CustomObjectStatus(management, TENANTS)
 
     def _snapshots(self, pool: PoolConfig) -> tuple[list[ClusterSnapshot], dict[str, str]]:
         """The super clusters as the prober (workers/pool_health.py) last recorded them on their status:
@@ -90,7 +146,7 @@ class PoolActivities:
         spec.headroom and the pool's headroomPercent of its allocatable."""
         snapshots: list[ClusterSnapshot] = []
         states: dict[str, str] = {}
-        for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS):
+        for obj in list_cluster_objects(self._management, SUPER_CLUSTERS):
             cluster = SuperCluster.from_kubernetes(obj)
             name, health = cluster.metadata.name, health_from_status(obj.get("status"))
             states[name] = health.summary
@@ -100,106 +156,186 @@ class PoolActivities:
                                              headroom=kept_free, placed=Resources()))  # fmt: skip
         return snapshots, states
 
+    def _read_tenants(self) -> tuple[list[TenantView], dict[str, str]]:
+        """The tenants the pass can reach, and why each other one is left as it is (its Tenant's status says)."""
+        views: list[TenantView] = []
+        missed: dict[str, str] = {}
+        for connection in sorted(self._tenants.connections(), key=lambda c: c.name):
+            if connection.deleting:
+                continue  # its syncers remove what it has; it holds nothing more
+            if connection.api is None:
+                missed[connection.name] = connection.problem or "no kubeconfig"
+                continue
+            try:
+                views.append(TenantView(connection.name, connection.api).read())
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                missed[connection.name] = _unreachable(e)
+        return views, missed
+
     @activity.defn
     def schedule_pool(self) -> PoolPassResult:
-        pool = read_cluster_config(self._tenant).spec.pool  # ClusterConfig `tidepool` of the tenant control plane
+        pool = read_cluster_config(self._management).spec.pool  # ClusterConfig `tidepool` of the management cluster
         clusters, health = self._snapshots(pool)
         result = PoolPassResult(clusters=health)
-        quotas: dict[str, list[dict[str, Any]]] = {}
-        for quota in self._core.list_resource_quota_for_all_namespaces().items:
-            hard = quota.spec.hard if quota.spec else None
-            quotas.setdefault(served_metadata(quota).namespace or "", []).append(dict(hard or {}))
-        namespaces = sorted((meta for meta in map(served_metadata, self._core.list_namespace().items)
-                             if meta.name not in SYSTEM_NAMESPACES and not meta.deleting),
-                            key=lambda meta: (meta.created, meta.name))  # fmt: skip
-        placements: dict[str, dict[str, int]] = {}  # namespace -> placement, as it stands after this pass
-        held: dict[str, dict[str, int]] = {}  # namespace -> what it holds: placement + draining
-        slices: dict[str, Resources] = {}  # namespace -> the slice its placement holds
-        for ns in namespaces:
-            slice_ = held_slice(ns.annotations)
-            placements[ns.name] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
-            held[ns.name] = holding(placements[ns.name], draining_of(ns.annotations)) if slice_ is not None else {}
-            if slice_ is not None:
-                slices[ns.name] = slice_
-            if draining_of(ns.annotations):
-                result.draining[ns.name] = draining_of(ns.annotations)
+        views, missed = self._read_tenants()
+        books = Books()
+        for view in views:
+            for ns in view.namespaces:
+                key, slice_ = namespace_id(view.name, ns.name), held_slice(ns.annotations)
+                books.placements[key] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
+                books.held[key] = holding(books.placements[key], draining_of(ns.annotations)) if slice_ is not None else {}
+                if slice_ is not None:
+                    books.slices[key] = slice_
+                if draining_of(ns.annotations):
+                    result.draining[key] = draining_of(ns.annotations)
+        for tenant in missed:  # its slices stay held at what it last held
+            held, slices = recorded_entries(tenant, self._recorded_holding(tenant))
+            books.held.update(held)
+            books.slices.update(slices)
         live: list[PoolNamespaceEntry] | None = []
-        for ns in namespaces:
-            if ns.name not in quotas:
-                continue
-            decision = decide_namespace(name=ns.name, annotations=ns.annotations, hards=quotas[ns.name],
-                                        clusters=clusters, held=held, slices=slices, pool_policy=pool.policy)  # fmt: skip
-            recorded = self._place(ns, decision, held, slices, placements, result)
+        for view, ns in self._in_fair_order(views, books, clusters):
+            key = namespace_id(view.name, ns.name)
+            hards = view.quotas[ns.name]
+            decision = decide_namespace(name=key, annotations=ns.annotations, hards=hards, clusters=clusters,
+                                        held=books.held, slices=books.slices, pool_policy=pool.policy)  # fmt: skip
+            recorded = self._place(view, ns, decision, books, result)
             if recorded is not None:
                 result.decisions.append(recorded)
             if live is not None:  # what `tidepool simulate pool` replays, while the pass is small enough to record
-                live.append(live_entry(ns.name, ns.annotations, quotas[ns.name], decision, placements[ns.name]))
+                live.append(live_entry(key, ns.annotations, hards, decision, books.placements[key]))
                 live = live if len(live) <= MAX_POOL_ENTRIES else None
         if live is not None and len(clusters) <= MAX_POOL_CLUSTERS:
             result.policy, result.live = pool.policy, live
             result.snapshot = [PoolClusterRecord(name=c.name, health=c.health, allocatable=c.allocatable.to_kubernetes(),
                                                  headroom=c.headroom.to_kubernetes()) for c in clusters]  # fmt: skip
         unreachable = {c.name for c in clusters if c.drains}
-        self._place_pods(placements, slices, unreachable, result)
+        for view in views:
+            try:
+                self._place_pods(view, books, unreachable, result)
+            except (urllib3.exceptions.HTTPError, OSError) as e:  # its namespaces are placed; its pods wait for it
+                missed[view.name] = _unreachable(e)
+        self._tell_tenants(views, missed, books)
         return result
 
-    def _place(self, ns: ServedMetadata, decision: NamespaceDecision, held: dict[str, dict[str, int]],
-               slices: dict[str, Resources], placements: dict[str, dict[str, int]],
+    def _in_fair_order(self, views: list[TenantView], books: Books,
+                       clusters: list[ClusterSnapshot]) -> list[tuple[TenantView, ServedMetadata]]:  # fmt: skip
+        """Namespaces with a quota: the placed ones first (each kept, or moved off a failed cluster, as it
+        was), then those that still need slices in the tenants' fair order (models/pool/fairness.py)."""
+        placed: list[tuple[TenantView, ServedMetadata]] = []
+        asking: dict[tuple[str, str], tuple[TenantView, ServedMetadata]] = {}
+        asks: list[Ask] = []
+        for view in views:
+            for ns in view.namespaces:
+                if ns.name not in view.quotas:
+                    continue
+                if placement_of(ns.annotations):
+                    placed.append((view, ns))
+                    continue
+                try:
+                    slice_, count = requested_slices(ns.annotations, view.quotas[ns.name])
+                    demand = Resources({k: v * count for k, v in slice_.items()})
+                except SliceError:
+                    demand = Resources()  # refused whenever it comes: it asks for nothing
+                asking[(view.name, ns.name)] = (view, ns)
+                asks.append(Ask(tenant=view.name, namespace=ns.name, created=ns.created, demand=demand))
+        placed.sort(key=lambda item: (item[1].created, item[0].name, item[1].name))
+        held = {tenant: sum(by_cluster.values(), Resources()) for tenant, by_cluster in holdings(books.held, books.slices).items()}
+        weights = {c.name: c.weight for c in self._tenants.connections()}
+        ordered = fair_order(asks, held=held, weights=weights, capacity=pool_capacity(clusters))
+        return [*placed, *(asking[(ask.tenant, ask.namespace)] for ask in ordered)]
+
+    def _recorded_holding(self, tenant: str) -> dict[str, Resources]:
+        obj = self._tenants.tenant_object(tenant)
+        try:
+            status = Tenant.from_kubernetes(obj).status if obj is not None else None
+        except ValidationError:
+            return {}
+        return dict(status.held) if status is not None else {}
+
+    def _tell_tenants(self, views: list[TenantView], missed: dict[str, str], books: Books) -> None:
+        """Each Tenant's status: its key, whether the pass reached it, and what it holds (kept as it was for
+        one the pass did not reach: the next pass counts it from there)."""
+        held = holdings(books.held, books.slices)
+        reached = {view.name for view in views}
+        for connection in self._tenants.connections():
+            obj = self._tenants.tenant_object(connection.name)
+            if obj is None or connection.deleting:
+                continue
+            fields: dict[str, Any] = {"key": connection.key}
+            if connection.name in reached and connection.name not in missed:
+                now_held = {c: r.to_kubernetes() for c, r in sorted(held.get(connection.name, {}).items())}
+                fields["held"] = replacing((obj.get("status") or {}).get("held") or {}, now_held)
+                ready = condition("Ready", True, "Reachable", "the pool reads its control plane")
+            elif connection.api is None:
+                ready = condition("Ready", False, "InvalidKubeconfig", missed.get(connection.name, ""))
+            else:
+                ready = condition("Ready", False, "Unreachable", f"{missed.get(connection.name, '')}: its namespaces "
+                                  "and pods are left as they are, and what they hold stays held")  # fmt: skip
+            try:
+                write_status(self._tenant_status, obj, fields=fields, conditions=[ready])
+            except ApiException as e:  # deleted meanwhile, or a conflict: the next pass writes it
+                if e.status not in (404, 409):
+                    raise
+
+    def _place(self, view: TenantView, ns: ServedMetadata, decision: NamespaceDecision, books: Books,
                result: PoolPassResult) -> PoolDecision | None:  # fmt: skip
         """Writes what `decision` says on the namespace; returns its record, None when it kept all as it was."""
-        name = ns.name
+        key = namespace_id(view.name, ns.name)
         if isinstance(decision, Keep):
             return None
         if isinstance(decision, Refuse):
-            return self._refuse(ns, decision)
+            return self._refuse(view, ns, decision)
         # What the scheduler last wrote: a user's edit or clear leaves it, so it says where pods run now.
         previous = scheduled_of(ns.annotations) or placement_of(ns.annotations)
         already = draining_of(ns.annotations)
         draining = drain_after(previous=previous, placement=decision.placement, draining=already)
-        placements[name], slices[name] = decision.placement, decision.slice
-        held[name] = holding(decision.placement, draining)
+        books.placements[key], books.slices[key] = decision.placement, decision.slice
+        books.held[key] = holding(decision.placement, draining)
         placement_json = json.dumps(decision.placement, sort_keys=True)
-        self._core.patch_namespace(name, {"metadata": {"annotations": {
+        view.core.patch_namespace(ns.name, {"metadata": {"annotations": {
             PLACEMENTS_ANNOTATION: placement_json, SCHEDULED_ANNOTATION: placement_json,
             PLACED_SLICE_ANNOTATION: json.dumps(decision.slice.to_kubernetes(), sort_keys=True),
             PLACEMENT_STATUS_ANNOTATION: placement_status(decision), MANDATORY_ANNOTATION: mandatory_annotation(decision),
             DRAINING_ANNOTATION: json.dumps(draining, sort_keys=True) if draining else None,
-        }}})  # fmt: skip
-        self._event(ns, "Scheduled", f"{decision.count} slices placed: {placement_json} ({decision.message})")
+        }}}, _request_timeout=TENANT_REQUEST_TIMEOUT)  # fmt: skip
+        _event(view.api, ns, "Scheduled", f"{decision.count} slices placed: {placement_json} ({decision.message})")
         if draining:
-            result.draining[name] = draining
+            result.draining[key] = draining
             if draining != already:
-                self._event(ns, "Draining", f"slices leave {json.dumps(draining, sort_keys=True)}: pods are "
-                                            "recreated elsewhere before anything is removed there")  # fmt: skip
+                _event(view.api, ns, "Draining", f"slices leave {json.dumps(draining, sort_keys=True)}: pods are "
+                                                 "recreated elsewhere before anything is removed there")  # fmt: skip
         Metrics.of_activity().placed(clusters=decision.placement)
-        return PoolDecision(namespace=name, placement=decision.placement, reason=decision.message,
+        return PoolDecision(namespace=key, placement=decision.placement, reason=decision.message,
                             diagnosis=decision.diagnosis, slice=decision.slice.to_kubernetes(), slices=decision.count,
                             mandatory=decision.mandatory)  # fmt: skip
 
-    def _refuse(self, ns: ServedMetadata, decision: Refuse) -> PoolDecision:
+    def _refuse(self, view: TenantView, ns: ServedMetadata, decision: Refuse) -> PoolDecision:
         status = placement_status(decision)
         previous = ns.annotations.get(PLACEMENT_STATUS_ANNOTATION)
         if previous != status:
-            self._core.patch_namespace(ns.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}})
-            self._event(ns, decision.reason, decision.message, warning=True)
+            view.core.patch_namespace(ns.name, {"metadata": {"annotations": {PLACEMENT_STATUS_ANNOTATION: status}}},
+                                      _request_timeout=TENANT_REQUEST_TIMEOUT)  # fmt: skip
+            _event(view.api, ns, decision.reason, decision.message, warning=True)
         if previous_reason(previous) != decision.reason:  # a new failure, not the same one said anew
             Metrics.of_activity().placement_failed(reason=decision.reason)
-        return PoolDecision(namespace=ns.name, placement=None, reason=f"{decision.reason}: {decision.message}",
-                            diagnosis=decision.diagnosis)  # fmt: skip
+        return PoolDecision(namespace=namespace_id(view.name, ns.name), placement=None,
+                            reason=f"{decision.reason}: {decision.message}", diagnosis=decision.diagnosis)  # fmt: skip
 
-    def _place_pods(self, placements: dict[str, dict[str, int]], slices: dict[str, Resources], unreachable: set[str],
-                    result: PoolPassResult) -> None:  # fmt: skip
-        """Pods not placed yet go to a cluster of their namespace's placement; a pod on an Unreachable
-        cluster of the placement (its namespace fits nowhere else) says so. Pods on a cluster that left the
-        placement are `move_pods`'s."""
-        listed = [(served_metadata(pod), pod) for pod in self._core.list_pod_for_all_namespaces().items]
+    def _place_pods(self, view: TenantView, books: Books, unreachable: set[str], result: PoolPassResult) -> None:
+        """A tenant's pods not placed yet go to a cluster of their namespace's placement; a pod on an
+        Unreachable cluster of the placement (its namespace fits nowhere else) says so. Pods on a cluster that
+        left the placement are `move_pods`'s."""
+        core = view.core
+        listed = [(served_metadata(pod), pod) for pod in core.list_pod_for_all_namespaces(
+            _request_timeout=TENANT_REQUEST_TIMEOUT).items]  # fmt: skip
+        placements = {ns: books.placements.get(namespace_id(view.name, ns)) for ns in {m.namespace or "" for m, _ in listed}}
         pods = [(meta, pod) for meta, pod in listed if placements.get(meta.namespace or "")]
         for meta, pod in pods:
             cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
             moving = MOVED_FROM_ANNOTATION in meta.annotations  # Recreating until its move ends: the saga's
-            if cluster in placements[meta.namespace or ""] and not moving and not _ended(meta, pod):
-                self._tell_reachability(meta, pod, cluster or "", unreachable=cluster in unreachable,
-                                        why="its namespace's slices fit in no other super cluster")  # fmt: skip
+            if cluster in (placements[meta.namespace or ""] or {}) and not moving and not _ended(meta, pod):
+                _tell_reachability(view.api, meta, pod, cluster or "", unreachable=cluster in unreachable,
+                                   why="its namespace's slices fit in no other super cluster")  # fmt: skip
         used: dict[tuple[str, str], Resources] = {}
         waiting: list[tuple[ServedMetadata, k8s.V1Pod]] = []
         for meta, pod in pods:
@@ -208,44 +344,45 @@ class PoolActivities:
                 waiting.append((meta, pod))
             elif not _ended(meta, pod):
                 key = (meta.namespace or "", cluster)
-                used[key] = used.get(key, Resources()) + pod_requests(_raw(self._tenant, pod))
+                used[key] = used.get(key, Resources()) + pod_requests(_raw(view.api, pod))
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
             ns = meta.namespace or ""
-            requests = pod_requests(_raw(self._tenant, pod))
-            choice = choose_cluster(requests=requests, placement=placements[ns], slice_=slices[ns],
-                                    used={c: used.get((ns, c), Resources()) for c in placements[ns]})  # fmt: skip
-            pod_key = f"{ns}/{meta.name}"
+            placement, slice_ = placements[ns] or {}, books.slices[namespace_id(view.name, ns)]
+            requests = pod_requests(_raw(view.api, pod))
+            choice = choose_cluster(requests=requests, placement=placement, slice_=slice_,
+                                    used={c: used.get((ns, c), Resources()) for c in placement})  # fmt: skip
+            pod_key = f"{namespace_id(view.name, ns)}/{meta.name}"
             if choice.cluster is None:
                 why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
                 status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
-                if not says(_raw(self._tenant, pod).get("status"), status):  # said once, not at every pass
-                    self._core.patch_namespaced_pod_status(meta.name, ns, {"status": status})
-                    self._event(meta, "FailedScheduling", f"fits in no super cluster of {ns}: {why}", warning=True,
-                                kind="Pod")  # fmt: skip
+                if not says(_raw(view.api, pod).get("status"), status):  # said once, not at every pass
+                    core.patch_namespaced_pod_status(meta.name, ns, {"status": status})
+                    _event(view.api, meta, "FailedScheduling", f"fits in no super cluster of {ns}: {why}", warning=True,
+                           kind="Pod")  # fmt: skip
                 continue
-            self._core.patch_namespaced_pod(meta.name, ns,
-                                            {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: choice.cluster}}})
+            core.patch_namespaced_pod(meta.name, ns, {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: choice.cluster}}})
             used[(ns, choice.cluster)] = used.get((ns, choice.cluster), Resources()) + requests
             result.pods_placed[pod_key] = choice.cluster
 
-    def _tell_reachability(self, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, *, unreachable: bool,
-                           why: str) -> None:  # fmt: skip
-        """A pod on an Unreachable cluster says so (condition and status.reason); once its cluster answers
-        again, the condition says so too (the cluster's syncer clears the reason with its next push)."""
-        status = _raw(self._tenant, pod).get("status") or {}
-        if unreachable:
-            patch = unreachable_status(cluster=cluster, why=why, now=format_rfc3339(utcnow()))
-        elif (condition_of(status, POD_SUPER_CLUSTER_CONDITION) or {}).get("status") == "False":
-            patch = ready_again_status(cluster=cluster, now=format_rfc3339(utcnow()))
-        else:
-            return
-        if not says(status, patch):
-            self._core.patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
+    def _view(self, key: str) -> tuple[TenantView, str]:
+        """The tenant view and namespace of a move's key. A tenant that is not served (no kubeconfig,
+        removed) or does not answer fails the step for good: the workflow goes on with the other moves, and
+        the next pass, once it answers, resumes this one from its annotations."""
+        try:
+            tenant, namespace = split_namespace_id(key)
+        except ValueError as e:
+            raise ApplicationError(str(e), type="InvalidMoveKey", non_retryable=True) from None
+        connection = self._tenants.get(tenant)
+        if connection is None or connection.api is None:
+            raise ApplicationError(f"tenant {tenant} is not served ({connection.problem if connection else 'no Tenant'}):"
+                                   f" the move of {namespace} waits for it", type="TenantUnreachable",
+                                   non_retryable=True)  # fmt: skip
+        return TenantView(tenant, connection.api), namespace
 
-    def _namespace_pods(self, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, k8s.V1Pod, PodView]]]:
+    def _namespace_pods(self, view: TenantView, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, k8s.V1Pod, PodView]]]:
         """The namespace and its pods; a namespace gone or going since the pass has nothing left to move."""
         try:
-            ns = served_metadata(self._core.read_namespace(namespace))
+            ns = served_metadata(view.core.read_namespace(namespace, _request_timeout=TENANT_REQUEST_TIMEOUT))
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -253,101 +390,134 @@ class PoolActivities:
         if ns.deleting:
             raise NamespaceGone(namespace)
         pods = []
-        for pod in self._core.list_namespaced_pod(namespace).items:
+        for pod in view.core.list_namespaced_pod(namespace, _request_timeout=TENANT_REQUEST_TIMEOUT).items:
             meta = served_metadata(pod)
-            view = PodView(name=meta.name, cluster=meta.annotations.get(POD_CLUSTER_ANNOTATION),
-                           moved_from=meta.annotations.get(MOVED_FROM_ANNOTATION),
-                           phase=pod.status.phase if pod.status else None, deleting=meta.deleting)  # fmt: skip
-            pods.append((meta, pod, view))
+            view_of_pod = PodView(name=meta.name, cluster=meta.annotations.get(POD_CLUSTER_ANNOTATION),
+                                  moved_from=meta.annotations.get(MOVED_FROM_ANNOTATION),
+                                  phase=pod.status.phase if pod.status else None, deleting=meta.deleting)  # fmt: skip
+            pods.append((meta, pod, view_of_pod))
         return ns, sorted(pods, key=lambda item: (item[0].created, item[0].name))
 
     @activity.defn
     def move_pods(self, move: MoveInput) -> MoveProgress:
+        view, namespace = self._view(move.namespace)
         try:
-            return self._move_pods(move)
+            return self._move_pods(view, namespace, move)
         except NamespaceGone:
             return MoveProgress(namespace=move.namespace)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise _tenant_unreachable(view.name, e) from None
 
-    def _move_pods(self, move: MoveInput) -> MoveProgress:
+    def _move_pods(self, view: TenantView, namespace: str, move: MoveInput) -> MoveProgress:
         """The saga's second step: every live pod on a cluster its namespace's placement left is recreated on
         one of the placement's (annotations first read, then a Pending status; then the new cluster). A pod
         that fits nowhere stays where it is, and says why. Idempotent: a moved pod is on the placement."""
-        ns, pods = self._namespace_pods(move.namespace)
+        ns, pods = self._namespace_pods(view, namespace)
         placement, draining, slice_ = placement_of(ns.annotations), draining_of(ns.annotations), held_slice(ns.annotations)
         progress = MoveProgress(namespace=move.namespace, draining=draining)
         if not placement or slice_ is None:
             return progress  # not placed (refused): nowhere to move to; its pods stay and the pass says why
         unreachable = {name for name, health in self._health().items() if health}
         used: dict[str, Resources] = {}
-        for _, pod, view in pods:
-            if view.live and view.cluster in placement:
-                used[view.cluster] = used.get(view.cluster, Resources()) + pod_requests(_raw(self._tenant, pod))
-        for meta, pod, view in pods:
-            if not must_move(view, placement):
+        for _, pod, pod_view in pods:
+            if pod_view.live and pod_view.cluster in placement:
+                used[pod_view.cluster] = used.get(pod_view.cluster, Resources()) + pod_requests(_raw(view.api, pod))
+        for meta, pod, pod_view in pods:
+            if not must_move(pod_view, placement):
                 continue
-            old = view.cluster or ""
-            requests = pod_requests(_raw(self._tenant, pod))
+            old = pod_view.cluster or ""
+            requests = pod_requests(_raw(view.api, pod))
             choice = choose_cluster(requests=requests, placement=placement, slice_=slice_, used=used)
             if choice.cluster is None:
                 why = progress.stuck[meta.name] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
-                self._tell_reachability(meta, pod, old, unreachable=old in unreachable, why=why)
+                _tell_reachability(view.api, meta, pod, old, unreachable=old in unreachable, why=why)
                 continue
             # One write, on the pod as read: the new cluster and the Pending status together (the pods/status
             # subresource takes metadata too). Written one after the other, the old cluster's syncer pushed
             # its copy's Running back between them, and the second write, refused, started over each time.
-            self._core.patch_namespaced_pod_status(meta.name, move.namespace, {
+            view.core.patch_namespaced_pod_status(meta.name, namespace, {
                 "metadata": {"resourceVersion": pod.metadata.resource_version if pod.metadata else None,
                              "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
-                                             MOVED_FROM_ANNOTATION: moved_from(view, new=choice.cluster)}},
+                                             MOVED_FROM_ANNOTATION: moved_from(pod_view, new=choice.cluster)}},
                 "status": recreating_status(old=old, new=choice.cluster, now=format_rfc3339(utcnow())),
             })  # fmt: skip
             used[choice.cluster] = used.get(choice.cluster, Resources()) + requests
             progress.moved[meta.name] = f"{old} → {choice.cluster}"
-            self._event(meta, "MovedPod", f"recreated on super cluster {choice.cluster}: its slices left {old}",
-                        kind="Pod")  # fmt: skip
-        ns, pods = self._namespace_pods(move.namespace)  # as the moves left them
-        views = [view for _, _, view in pods]
+            _event(view.api, meta, "MovedPod", f"recreated on super cluster {choice.cluster}: its slices left {old}",
+                   kind="Pod")  # fmt: skip
+        ns, pods = self._namespace_pods(view, namespace)  # as the moves left them
+        views = [pod_view for _, _, pod_view in pods]
         progress.waiting = [v.name for v in views if v.moved_from is not None and v.live and v.phase != "Running"]
         progress.finishable = finished_clusters(draining=draining, placement=placement, pods=views)
         return progress
 
     @activity.defn
     def finish_move(self, move: MoveInput) -> MoveProgress:
+        view, namespace = self._view(move.namespace)
         try:
-            return self._finish_move(move)
+            return self._finish_move(view, namespace, move)
         except NamespaceGone:
             return MoveProgress(namespace=move.namespace)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise _tenant_unreachable(view.name, e) from None
 
-    def _finish_move(self, move: MoveInput) -> MoveProgress:
+    def _finish_move(self, view: TenantView, namespace: str, move: MoveInput) -> MoveProgress:
         """The saga's last step, for the draining clusters whose moved pods all run: moved-from is cleared on
         their pods, then the clusters leave `draining` (their syncers delete the namespace there). Each
         write is idempotent, and a crash between them leaves a state the next try finishes."""
-        ns, pods = self._namespace_pods(move.namespace)
+        ns, pods = self._namespace_pods(view, namespace)
         placement, draining = placement_of(ns.annotations), draining_of(ns.annotations)
-        done = finished_clusters(draining=draining, placement=placement, pods=[view for _, _, view in pods])
-        for meta, pod, view in pods:
-            if view.moved_from in done:
-                self._core.patch_namespaced_pod(meta.name, move.namespace,
-                                                {"metadata": {"annotations": {MOVED_FROM_ANNOTATION: None}}})
-                if view.live:
-                    self._tell_reachability(meta, pod, view.cluster or "", unreachable=False, why="")
+        done = finished_clusters(draining=draining, placement=placement, pods=[pod_view for _, _, pod_view in pods])
+        for meta, pod, pod_view in pods:
+            if pod_view.moved_from in done:
+                view.core.patch_namespaced_pod(meta.name, namespace,
+                                               {"metadata": {"annotations": {MOVED_FROM_ANNOTATION: None}}})
+                if pod_view.live:
+                    _tell_reachability(view.api, meta, pod, pod_view.cluster or "", unreachable=False, why="")
         left = {c: n for c, n in draining.items() if c not in done}
         if done:
-            self._core.patch_namespace(move.namespace, {"metadata": {"annotations": {
+            view.core.patch_namespace(namespace, {"metadata": {"annotations": {
                 DRAINING_ANNOTATION: json.dumps(left, sort_keys=True) if left else None}}})  # fmt: skip
-            self._event(ns, "MoveFinished", f"every pod moved from {', '.join(done)} runs elsewhere: removed there")
+            _event(view.api, ns, "MoveFinished", f"every pod moved from {', '.join(done)} runs elsewhere: removed there")
         return MoveProgress(namespace=move.namespace, draining=left, finishable=done)
 
     def _health(self) -> dict[str, bool]:
         """Whether each super cluster drains (Unreachable), as the prober last wrote it."""
         return {obj["metadata"]["name"]: health_from_status(obj.get("status")).drains
-                for obj in list_cluster_objects(self._tenant, SUPER_CLUSTERS)}  # fmt: skip
+                for obj in list_cluster_objects(self._management, SUPER_CLUSTERS)}  # fmt: skip
 
-    def _event(self, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *, warning: bool = False,
-               kind: str = "Namespace") -> None:  # fmt: skip
-        record_event(self._tenant, {"apiVersion": "v1", "kind": kind, "metadata": {
-            "name": obj.name, "namespace": obj.namespace, "uid": obj.uid}},
-            reason=reason, message=message, warning=warning)  # fmt: skip
+
+def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, *, unreachable: bool,
+                       why: str) -> None:  # fmt: skip
+    """A pod on an Unreachable cluster says so (condition and status.reason); once its cluster answers
+    again, the condition says so too (the cluster's syncer clears the reason with its next push)."""
+    status = _raw(api, pod).get("status") or {}
+    if unreachable:
+        patch = unreachable_status(cluster=cluster, why=why, now=format_rfc3339(utcnow()))
+    elif (condition_of(status, POD_SUPER_CLUSTER_CONDITION) or {}).get("status") == "False":
+        patch = ready_again_status(cluster=cluster, now=format_rfc3339(utcnow()))
+    else:
+        return
+    if not says(status, patch):
+        k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
+
+
+def _event(api: k8s.ApiClient, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *,
+           warning: bool = False, kind: str = "Namespace") -> None:  # fmt: skip
+    record_event(api, {"apiVersion": "v1", "kind": kind, "metadata": {
+        "name": obj.name, "namespace": obj.namespace, "uid": obj.uid}},
+        reason=reason, message=message, warning=warning)  # fmt: skip
+
+
+def _unreachable(error: Exception) -> str:
+    """Why a tenant's control plane is left alone this pass: the vocabulary's words, never a response body."""
+    if isinstance(error, ApiException):
+        return as_application_error(error).message
+    return f"its control plane did not answer ({type(error).__name__})"
+
+
+def _tenant_unreachable(tenant: str, error: Exception) -> ApplicationError:
+    return ApplicationError(f"tenant {tenant}: {_unreachable(error)}", type="TenantUnreachable", non_retryable=True)
 
 
 class NamespaceGone(Exception):

@@ -100,3 +100,12 @@ def merge_patched(target: object, patch: object) -> Any:
         else:
             result[key] = merge_patched(result.get(key), value)
     return result
+
+
+def replacing(current: Any, new: Any) -> Any:
+    """The merge patch that turns `current` into `new` (a merge patch alone keeps every key it does not name:
+    a cluster a tenant no longer holds would stay in its status)."""
+    if not isinstance(new, dict) or not isinstance(current, dict):
+        return new
+    return {**{key: None for key in current if key not in new},
+            **{key: replacing(current.get(key), value) for key, value in new.items()}}  # fmt: skip

@@ -101,6 +101,10 @@ class TenantRegistry:
         with self._lock:
             return self._connections.get(tenant)
 
+    def tenant_object(self, tenant: str) -> Obj | None:
+        """The Tenant as last listed or watched (its status too), for a writer of its status."""
+        return self._tenants.get(tenant)
+
     def connections(self) -> list[TenantConnection]:
         with self._lock:
             return list(self._connections.values())

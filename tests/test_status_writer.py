@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kube.clock import utcnow
-from kube.status import Event, merge_patched, write_status
+from kube.status import Event, merge_patched, replacing, write_status
 from models.api.conditions import condition
 from models.times import parse_rfc3339
 from tests.statuses import RecordingServer
@@ -140,3 +140,9 @@ def test_a_refused_patch_records_no_event() -> None:
 ])  # fmt: skip
 def test_a_merge_patch_applies_as_the_api_server_applies_it(target: Any, patch: Any, after: Any) -> None:
     assert merge_patched(target, patch) == after
+
+
+def test_a_replacing_patch_removes_what_the_new_value_no_longer_has() -> None:
+    current = {"s1": {"cpu": "2", "memory": "4Gi"}, "s2": {"cpu": "1"}}
+    new = {"s1": {"cpu": "4"}}
+    assert merge_patched(current, replacing(current, new)) == new

@@ -1,10 +1,12 @@
-"""The pool's scheduler worker: `python -m workers.pool`, for the operator of a super cluster pool. It
-serves the pool's task queue with PoolSchedulerWorkflow and watches the tenant control plane
-(namespaces, ResourceQuotas, pods), the SuperClusters and the pool's settings (ClusterConfig spec.pool), probes the super clusters
-(workers/pool_health.py: health on the SuperClusters' status), and signals (with start) the scheduler when
-something a pass reads changes (models/pool/triggers.py): not on status churn. Configured like a cluster worker (TIDEPOOL_* variables): TIDEPOOL_CLUSTER_KUBECONFIG is the
-tenant control plane's kubeconfig. Any number of replicas serve the task queue; the one holding the pool's
-Lease (kube/lease.py) watches and probes."""
+"""The pool's scheduler worker: `python -m workers.pool`, for the operator of a super cluster pool, run against
+the pool's management cluster (TIDEPOOL_CLUSTER_KUBECONFIG: where the SuperClusters, the Tenants and the pool's
+ClusterConfig are). It serves the pool's task queue with PoolSchedulerWorkflow; follows the Tenants
+(kube/tenants.py), each with a client for its control plane; watches, in every tenant's control plane, the
+namespaces, ResourceQuotas and pods, and in the management cluster the SuperClusters and the pool's settings
+(ClusterConfig spec.pool); probes the super clusters (workers/pool_health.py: health on the SuperClusters'
+status); renews each tenant's token at half its life (kube/tenant_identity.py); and signals (with start) the
+scheduler when something a pass reads changes (models/pool/triggers.py): not on status churn. Any number of
+replicas serve the task queue; the one holding the pool's Lease (kube/lease.py) watches, probes and renews."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client as k8s
@@ -23,9 +27,14 @@ from temporalio.worker import Worker
 
 from activities.pool import PoolActivities
 from kube.clients import client_from_own_kubeconfig_file
+from kube.clock import utcnow
+from kube.identity import bearer_token_life
 from kube.informer import Informer
 from kube.keys import KeyMemory, by_namespace_and_name
 from kube.lease import LeaderElection
+from kube.tenant_identity import renew_tenant_token, write_tenant_kubeconfig
+from kube.tenants import TenantRegistry
+from models.credentials import renewal_due
 from models.names import (
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
@@ -54,20 +63,65 @@ POOL_ACTIVITY_THREADS = 8
 
 
 class PoolWatchers(Watchers):
-    def __init__(self, *, tenant: k8s.ApiClient, client: Client, task_queue: str, workflow_id: str,
-                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+    """The management cluster's SuperClusters and pool settings, and, per served tenant, its namespaces,
+    quotas and pods: each tenant's informers start when its Tenant is served and start again on a new
+    client (a rotated kubeconfig)."""
+
+    def __init__(self, *, management: k8s.ApiClient, tenants: TenantRegistry, client: Client, task_queue: str,
+                 workflow_id: str, loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
         super().__init__(loop)
         self._client, self._task_queue, self._workflow_id = client, task_queue, workflow_id
-        core, custom = k8s.CoreV1Api(tenant), k8s.CustomObjectsApi(tenant)
+        self._tenants = tenants
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._followed: dict[str, tuple[k8s.ApiClient, list[Informer[dict[str, Any]]]]] = {}
+        custom = k8s.CustomObjectsApi(management)
         self._informers = [
-            self._informer("pool-namespaces", namespace_key, core.list_namespace),
-            self._informer("pool-quotas", quota_key, core.list_resource_quota_for_all_namespaces),
-            self._informer("pool-pods", pod_key, core.list_pod_for_all_namespaces),
             self._informer("pool-superclusters", super_cluster_key, custom.list_cluster_custom_object,
                            group=GROUP, version=VERSION, plural=SUPER_CLUSTERS),
             self._informer("pool-config", pool_config_key, custom.list_cluster_custom_object, group=GROUP,
                            version=VERSION, plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}"),
         ]  # fmt: skip
+
+    def start(self) -> None:
+        super().start()
+        for connection in self._tenants.connections():
+            self.tenant_changed(connection.name)
+
+    def stop(self) -> None:
+        super().stop()
+        with self._lock:
+            self._stopped = True
+            for _, informers in self._followed.values():
+                for informer in informers:
+                    informer.stop()
+            self._followed.clear()
+
+    def tenant_changed(self, tenant: str) -> None:
+        """The registry's word on a Tenant (added, removed, a new kubeconfig, a weight): its informers follow
+        the client it has now, and the scheduler is told (a weight or a tenant is what a pass reads too)."""
+        connection = self._tenants.get(tenant)
+        api = connection.api if connection is not None and connection.served else None
+        with self._lock:
+            if self._stopped:
+                return
+            followed = self._followed.get(tenant)
+            if followed is not None and followed[0] is not api:
+                for informer in followed[1]:
+                    informer.stop()
+                del self._followed[tenant]
+                followed = None
+            if followed is None and api is not None:
+                core = k8s.CoreV1Api(api)
+                informers = [
+                    self._informer(f"pool-{tenant}-namespaces", namespace_key, core.list_namespace),
+                    self._informer(f"pool-{tenant}-quotas", quota_key, core.list_resource_quota_for_all_namespaces),
+                    self._informer(f"pool-{tenant}-pods", pod_key, core.list_pod_for_all_namespaces),
+                ]  # fmt: skip
+                self._followed[tenant] = (api, informers)
+                for informer in informers:
+                    informer.start()
+        self._submit(self._start_or_signal())
 
     def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
                   **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
@@ -105,43 +159,107 @@ class PoolWatchers(Watchers):
         )  # fmt: skip
 
 
+class TokenRenewer:
+    """Each served tenant's token renewed at half its life, with the token itself, into its Secret (the
+    registries reload it). Looks once per RENEW_CHECK_SECONDS: a day's token is renewed within the hour
+    after its half-life; a token that cannot be renewed says so in the log and is tried at the next look."""
+
+    RENEW_CHECK_SECONDS = 3600
+    PERIOD = timedelta(seconds=RENEW_CHECK_SECONDS)
+
+    def __init__(self, management: k8s.ApiClient, tenants: TenantRegistry) -> None:
+        self._management, self._tenants = management, tenants
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pool-token-renewer", daemon=True)
+
+    def start(self) -> TokenRenewer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._tenants.wait_synced(1):
+            if self._stop.is_set():
+                return
+        while True:
+            self.renew_due(now=utcnow())
+            if self._stop.wait(self.RENEW_CHECK_SECONDS):
+                return
+
+    def renew_due(self, *, now: datetime) -> list[str]:
+        """Renews every token past half its life; returns the tenants renewed."""
+        renewed = []
+        for connection in self._tenants.connections():
+            life = bearer_token_life(connection.api) if connection.served and connection.api is not None else None
+            if connection.api is None or life is None or not renewal_due(life, now=now, period=self.PERIOD):
+                continue
+            try:
+                write_tenant_kubeconfig(self._management, connection.name, renew_tenant_token(connection.api))
+            except Exception as e:  # noqa: BLE001 - the next look tries again; the Tenant's status tells if it lapses
+                log.warning("tenant %s: token not renewed: %s", connection.name, type(e).__name__)
+                continue
+            renewed.append(connection.name)
+            log.info("tenant %s: token renewed", connection.name)
+        return renewed
+
+
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> None:  # fmt: skip
     runtime = metrics_runtime(settings.metrics.port, service="pool")
     client = await connect(settings.temporal, runtime=runtime)
-    tenant = client_from_own_kubeconfig_file(settings.cluster.kubeconfig)
+    management = client_from_own_kubeconfig_file(settings.cluster.kubeconfig)
     meter = runtime.metric_meter if runtime else MetricMeter.noop
-    activities = PoolActivities(tenant=tenant)
     loop = asyncio.get_running_loop()
+    watchers: PoolWatchers | None = None
+
+    def tenant_changed(tenant: str) -> None:
+        if watchers is not None:
+            watchers.tenant_changed(tenant)
+
+    # Every replica follows the Tenants: the activities it runs read tenants' control planes.
+    tenants = TenantRegistry(management, name="pool", changed=tenant_changed).start()
+    activities = PoolActivities(management=management, tenants=tenants)
 
     def lead() -> Callable[[], None]:
-        prober = HealthProber(tenant, meter=meter).start()
-        watchers = PoolWatchers(tenant=tenant, client=client, task_queue=task_queue, workflow_id=workflow_id,
-                                loop=loop)  # fmt: skip
+        nonlocal watchers
+        prober = HealthProber(management, meter=meter).start()
+        renewer = TokenRenewer(management, tenants).start()
+        watchers = PoolWatchers(management=management, tenants=tenants, client=client, task_queue=task_queue,
+                                workflow_id=workflow_id, loop=loop)  # fmt: skip
         watchers.start()
 
         def stop() -> None:
-            watchers.stop()
+            nonlocal watchers
+            if watchers is not None:
+                watchers.stop()
+                watchers = None
+            renewer.stop()
             prober.stop()
 
         return stop
 
     started_leading, stopped_leading = leading([Role(name="pool", lead=lead)])
 
-    with ThreadPoolExecutor(POOL_ACTIVITY_THREADS, thread_name_prefix="pool-activity") as executor:
-        async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
-                          activities=[activities.schedule_pool, activities.move_pods, activities.finish_move],
-                          activity_executor=executor, max_concurrent_activities=POOL_ACTIVITY_THREADS,
-                          interceptors=[KubernetesErrors()]):  # fmt: skip
-            election = LeaderElection(
-                tenant, lease=pool_lease_name(workflow_id), namespace=SYSTEM_NAMESPACE,
-                identity=replica_identity(settings.leader), settings=settings.leader,
-                on_started_leading=started_leading, on_stopped_leading=stopped_leading,
-            ).start()  # fmt: skip
-            try:
-                await stop.wait()
-            finally:
-                election.stop()
+    try:
+        with ThreadPoolExecutor(POOL_ACTIVITY_THREADS, thread_name_prefix="pool-activity") as executor:
+            async with Worker(client, task_queue=task_queue, workflows=[PoolSchedulerWorkflow],
+                              activities=[activities.schedule_pool, activities.move_pods, activities.finish_move],
+                              activity_executor=executor, max_concurrent_activities=POOL_ACTIVITY_THREADS,
+                              interceptors=[KubernetesErrors()]):  # fmt: skip
+                election = LeaderElection(
+                    management, lease=pool_lease_name(workflow_id), namespace=SYSTEM_NAMESPACE,
+                    identity=replica_identity(settings.leader), settings=settings.leader,
+                    on_started_leading=started_leading, on_stopped_leading=stopped_leading,
+                ).start()  # fmt: skip
+                try:
+                    await stop.wait()
+                finally:
+                    election.stop()
+    finally:
+        tenants.stop()
 
 
 def main() -> None:

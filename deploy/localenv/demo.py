@@ -36,6 +36,7 @@ from deploy.localenv.env import (
 from deploy.localenv.temporal import free_port, stop_process_group
 from kube.clients import client_from_own_kubeconfig_file
 from kube.objects import apply_cluster_object, list_cluster_objects, read_cluster_object
+from kube.tenant_identity import add_tenant
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -200,12 +201,14 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
                     TIDEPOOL_METRICS_PORT=str(_metrics_port(len(PEER_CLUSTERS), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
+    # The tenant's control plane is the pool's management cluster too: its Tenant, SuperClusters and settings.
+    add_tenant(apis["tenant"], apis["tenant"], "tenant")
     for name in PEER_CLUSTERS:  # a SuperCluster by its cluster id, as `tidepool status` names the cluster
         super_cluster = state.cluster_ids[name]
         join_pool(apis["tenant"], super_cluster, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
         _spawn(state, pids, f"syncer-{name}", [
-            "-m", "workers.syncer", "--tenant-kubeconfig", state.kubeconfigs["tenant"],
-            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", super_cluster, "--tenant-name", "tenant"], pool_env)
+            "-m", "workers.syncer", "--management-kubeconfig", state.kubeconfigs["tenant"],
+            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", super_cluster], pool_env)
     _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
     state.record_worker(cluster_id=POOL_WORKER, namespace=pool_env["TIDEPOOL_TEMPORAL_NAMESPACE"])
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):

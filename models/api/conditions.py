@@ -62,6 +62,8 @@ OffloadingReadyReason = Literal["RemoteNamespacesReady", "RemoteNamespacesPendin
 # RemoteNamespace.status.conditions[type=Ready], written by the provider.
 RemoteNamespaceReadyReason = Literal["Created", "NameTaken", "NameReserved", "NameInvalid", "Pending", "Deleting"]
 POD_PROVIDER_CONDITION: Final = "tidepool.io/ProviderAdmitted"
+# Tenant.status.conditions[type=Ready], written by the pool's pass: whether it reached the tenant's control plane.
+TenantReadyReason = Literal["Reachable", "Unreachable", "InvalidKubeconfig"]
 
 ConditionType = Literal["Accepted", "Ready", "PodCIDRReady", "VirtualKubeletReady", "Placed", "PodScheduled",
                         "pool.tidepool.io/SuperClusterReady", "tidepool.io/ProviderAdmitted"]  # fmt: skip
@@ -71,7 +73,7 @@ REASONS: dict[str, frozenset[str]] = {
     "Ready": frozenset(get_args(AdvertisementReadyReason) + get_args(PeeringReadyReason) + get_args(NodeReadyReason)
                        + get_args(PeeringCredentialsReason) + get_args(SuperClusterReadyReason)
                        + get_args(PoolPodReason) + get_args(OffloadingReadyReason)
-                       + get_args(RemoteNamespaceReadyReason)),
+                       + get_args(RemoteNamespaceReadyReason) + get_args(TenantReadyReason)),
     "PodCIDRReady": frozenset(get_args(PodCIDRReason)),
     "VirtualKubeletReady": frozenset(get_args(VirtualKubeletReason)),
     "Placed": frozenset(get_args(PlacedReason)),
@@ -98,7 +100,7 @@ EventReason = Literal[
 Reason = Literal[AdmissionReason, AdvertisementReadyReason, PodCIDRReason, VirtualKubeletReason, PeeringReadyReason,
                  NodeReadyReason, PlacedReason, EventReason, PeeringCredentialsReason,
                  SuperClusterReadyReason, PoolPodReason, PodScheduledReason, ProviderAdmittedReason,
-                 OffloadingReadyReason, RemoteNamespaceReadyReason]  # fmt: skip
+                 OffloadingReadyReason, RemoteNamespaceReadyReason, TenantReadyReason]  # fmt: skip
 
 
 class ConditionValue(BaseModel):

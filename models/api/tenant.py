@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from models.api.common import ApiModel, KubernetesObject, SecretReference
 from models.api.conditions import Condition
 from models.names import TENANT_SECRETS_NAMESPACE
+from models.resources import Resources
 
 # A Tenant's name is a label value on everything made for it in a super cluster (models/names.py LABEL_TENANT).
 NAME_RULE = "metadata.name must be a DNS label (lower case letters, digits and '-', at most 63 characters)"
@@ -43,6 +44,9 @@ class TenantSpec(ApiModel):
 class TenantStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     key: str | None = Field(default=None, description="The prefix of its namespaces' names in the super clusters.")
+    held: dict[str, Resources] = Field(default_factory=dict, description=(
+        "What its namespaces' slices hold in each super cluster, as the last pass that reached its control "
+        "plane counted: the pool keeps counting it while that control plane does not answer."))  # fmt: skip
 
 
 class Tenant(KubernetesObject):

@@ -20,7 +20,8 @@ class SuperClusterSpec(ApiModel):
 class SuperClusterStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     capacity: Resources | None = None
-    allocatable: Resources | None = Field(default=None, description="Of its Ready, schedulable nodes, at the last probe.")
+    allocatable: Resources | None = Field(default=None, description=(
+        "Of its Ready, schedulable physical nodes (never a peering's virtual nodes), at the last probe."))  # fmt: skip
     failing_since: datetime | None = Field(default=None, description=(
         "When its probes began to fail; absent while they succeed. Kept here so that a restarted prober "
         "keeps counting the grace period."))  # fmt: skip

@@ -96,8 +96,8 @@ class HealthProber:
         try:
             api = self._secrets.get(name=ref.name, namespace=ref.namespace)
             # resourceVersion 0: served from the API server's cache, cheap on a large cluster.
-            listed = k8s.CoreV1Api(api).list_node(resource_version="0", _request_timeout=timeout,
-                                                   _preload_content=False)  # fmt: skip
+            listed: Any = k8s.CoreV1Api(api).list_node(resource_version="0", _request_timeout=timeout,
+                                                        _preload_content=False)  # fmt: skip
             nodes = json.loads(listed.data).get("items") or []
         except Exception as e:  # noqa: BLE001 - any failure to answer is a failed probe
             return ProbeOutcome(Resources(), failure=_said(e))

@@ -22,6 +22,7 @@ from models.api.clusterconfig import GRACE_RULE
 from models.api.clusterconfig import TTL_RULE as CONFIG_TTL_RULE
 from models.api.common import KubernetesObject
 from models.api.offloading import MAPPING_IMMUTABLE_RULE, NAME_RULE, SELECTED_NAME_RULE
+from models.api.supercluster import DEFAULT_PRIORITY_RULE, SYSTEM_PRIORITY_RULE
 from models.api.tenant import NAME_RULE as TENANT_NAME_RULE
 from models.api.tenant import SECRET_RULE as TENANT_SECRET_RULE
 from models.names import GROUP, TENANT_SECRETS_NAMESPACE, VERSION
@@ -53,6 +54,13 @@ VALIDATIONS: dict[str, dict[tuple[str, ...], list[dict[str, str]]]] = {
         (): [{"rule": "self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
               "message": TENANT_NAME_RULE}],
         ("spec",): [{"rule": f"self.kubeConfigRef.namespace == '{TENANT_SECRETS_NAMESPACE}'", "message": TENANT_SECRET_RULE}],
+    },
+    "SuperCluster": {
+        ("spec", "priorityClasses"): [
+            {"rule": "(!has(self.allowed) || self.allowed.all(n, !n.startsWith('system-'))) && "
+                     "(!has(self.default) || !self.default.startsWith('system-'))", "message": SYSTEM_PRIORITY_RULE},
+            {"rule": "!has(self.default) || (has(self.allowed) && self.default in self.allowed)",
+             "message": DEFAULT_PRIORITY_RULE}],
     },
     "Advertisement": {
         ("spec",): [{"rule": "self.timeToLive > self.timestamp", "message": ADVERTISEMENT_TTL_RULE},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from models.api import KINDS, Advertisement, ClusterConfig, PeeringRequest, Supe
 from models.api.advertisement import offered_advertisement, read_advertisement
 from models.api.common import KubernetesObject
 from models.api.reading import MAX_SENTENCE, read_leniently
+from models.api.supercluster import DEFAULT_PRIORITY_RULE, SYSTEM_PRIORITY_RULE
 from models.resources import Resources
 
 pytestmark = pytest.mark.api
@@ -40,6 +42,10 @@ def test_an_empty_cluster_config_takes_every_default() -> None:
         "pool": {"policy": "spread", "probeIntervalSeconds": 10, "unreachableGracePeriodSeconds": 60,
                  "headroomPercent": 0},
     }  # fmt: skip
+
+
+def super_cluster(**spec: Any) -> dict[str, Any]:
+    return {"spec": {"kubeConfigRef": {"name": "s1", "namespace": "tidepool-system"}, **spec}}
 
 
 INVALID = [
@@ -82,6 +88,14 @@ INVALID = [
     pytest.param(ClusterConfig, {"spec": {"incoming": {"maxPrices": {"memory": -1}}}}, "spec.incoming.maxPrices",
                  id="a negative cap"),
     pytest.param(Advertisement, advertisement(prices={"cpu": 0.5}), "spec.prices.cpu", id="a float price"),
+    pytest.param(SuperCluster, super_cluster(podSecurity="privileged"), "spec.podSecurity",
+                 id="a super cluster whose tenants may run privileged pods"),
+    pytest.param(SuperCluster, super_cluster(priorityClasses={"allowed": ["system-node-critical"]}),
+                 "spec.priorityClasses", id="a system priority class allowed to tenants"),
+    pytest.param(SuperCluster, super_cluster(priorityClasses={"allowed": ["batch"], "default": "system-x"}),
+                 "spec.priorityClasses", id="a system priority class as the tenants' default"),
+    pytest.param(SuperCluster, super_cluster(priorityClasses={"allowed": ["batch"], "default": "web"}),
+                 "spec.priorityClasses", id="a default priority class the tenants are not allowed"),
 ]  # fmt: skip
 
 
@@ -91,6 +105,23 @@ def test_a_bad_value_is_refused_with_the_path_of_its_field(kind: Any, obj: dict[
         kind.from_kubernetes({"metadata": {"name": "x"}, **obj})
     paths = {".".join(str(p) for p in e["loc"]) for e in error.value.errors()}
     assert any(p == field or p.startswith(field + ".") or field.startswith(p) for p in paths), paths
+
+
+def test_a_super_cluster_that_sets_nothing_is_baseline_with_no_tenant_priority_class() -> None:
+    spec = SuperCluster.from_kubernetes({"metadata": {"name": "s1"}, **super_cluster()}).spec
+    assert (spec.pod_security, spec.priority_classes.allowed, spec.priority_classes.default) == ("baseline", [], None)
+
+
+@pytest.mark.parametrize(
+    ("classes", "rule"),
+    [
+        pytest.param({"allowed": ["system-cluster-critical"]}, SYSTEM_PRIORITY_RULE, id="system allowed"),
+        pytest.param({"allowed": ["batch"], "default": "web"}, DEFAULT_PRIORITY_RULE, id="default not allowed"),
+    ],
+)  # fmt: skip
+def test_a_super_cluster_priority_class_refused_names_its_rule(classes: dict[str, Any], rule: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(rule)):
+        SuperCluster.from_kubernetes({"metadata": {"name": "s1"}, **super_cluster(priorityClasses=classes)})
 
 
 def test_an_advertisement_round_trips_through_its_kubernetes_form() -> None:

@@ -487,7 +487,8 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("patch", "pods", "--subresource=status", *ns), ("patch", "services", "--subresource=status", *ns),
         ("patch", "persistentvolumeclaims", "--subresource=status", *ns), ("create", "persistentvolumes"),
         ("patch", "persistentvolumes"), ("delete", "persistentvolumes"), ("create", "events", *ns),
-        ("patch", "events", *ns), *[("watch", kind, "-A") for kind in (
+        ("patch", "events", *ns), ("get", "superclusters.tidepool.io"), ("list", "superclusters.tidepool.io"),
+        ("watch", "superclusters.tidepool.io"), *[("watch", kind, "-A") for kind in (
             "configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
             "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
             "networkpolicies.networking.k8s.io")],
@@ -496,7 +497,8 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("get", "namespaces"),
         ("create", "pods", *ns), ("patch", "pods", *ns), ("patch", "namespaces"), ("delete", "namespaces"),
         ("create", "configmaps", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns),
-        ("patch", "superclusters.tidepool.io", "--subresource=status"), ("patch", "nodes"),
+        ("patch", "superclusters.tidepool.io", "--subresource=status"), ("patch", "superclusters.tidepool.io"),
+        ("create", "superclusters.tidepool.io"), ("patch", "nodes"),
     ]  # fmt: skip
     assert refused(tenant, SYNCER, syncer_in_tenant_may, allowed=True) == []
     assert refused(tenant, SYNCER, syncer_in_tenant_may_not, allowed=False) == []

@@ -1,6 +1,7 @@
 """The one token-stripping rule and the one status-copy rule (models/pods.py) that the virtual kubelet's
 copies and the pool syncer's copies share, and what the pool syncer copies down and brings up
-(models/pool/sync.py). Pure: no cluster."""
+(models/pool/sync.py), with the rules that keep tenants apart there (models/pool/isolation.py). Pure: no
+cluster."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from models.api.supercluster import SuperClusterSpec
 from models.enforcement import POD_SECURITY_PREFIX
-from models.names import LABEL_TENANT_NAMESPACE, SOURCE_DIGEST_ANNOTATION
+from models.names import (
+    DRAINING_ANNOTATION,
+    LABEL_TENANT_NAMESPACE,
+    PLACED_SLICE_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+    SOURCE_DIGEST_ANNOTATION,
+)
 from models.pods import (
     MAX_MESSAGE_CHARS,
     MAX_REASON_CHARS,
@@ -23,6 +34,13 @@ from models.pods import (
     event_for_origin,
     status_shape,
     strip_service_account_token,
+)
+from models.pool.isolation import (
+    QuotaShare,
+    SuperClusterSettings,
+    quota_share,
+    slices_held_here,
+    tenant_priority_class,
 )
 from models.pool.moves import refused_status
 from models.pool.sync import (
@@ -40,6 +58,7 @@ from models.pool.sync import (
     super_namespace_labels,
     unchanged,
 )
+from models.resources import Resources
 from models.virtual_kubelet import safe_pod_spec
 
 pytestmark = [pytest.mark.pool, pytest.mark.vk]
@@ -368,12 +387,122 @@ def test_a_tenant_namespace_in_a_super_cluster_enforces_pod_security_baseline() 
     assert labels[LABEL_TENANT_NAMESPACE] == "shop"
 
 
+def test_a_tenant_namespace_enforces_the_level_its_super_cluster_sets_in_every_mode() -> None:
+    labels = super_namespace_labels("t", "shop", settings=SuperClusterSettings(pod_security="restricted"))
+    assert {labels[f"{POD_SECURITY_PREFIX}{mode}"] for mode in ("enforce", "warn", "audit")} == {"restricted"}
+
+
+def test_super_cluster_settings_default_to_a_super_cluster_that_sets_nothing() -> None:
+    spec = SuperClusterSpec.model_validate({"kubeConfigRef": {"name": "s1", "namespace": "tidepool-system"}})
+    assert SuperClusterSettings() == SuperClusterSettings.of(spec) == SuperClusterSettings(
+        pod_security="baseline", allowed_priority_classes=frozenset(), default_priority_class=None)  # fmt: skip
+
+
 def test_a_tenant_pod_takes_no_priority_of_its_own_to_a_super_cluster() -> None:
     tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": {
         **copy.deepcopy(SPEC), "priorityClassName": "system-cluster-critical", "priority": 2000000000,
         "preemptionPolicy": "PreemptLowerPriority"}}  # fmt: skip
     spec = pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop")["spec"]
     assert not {"priorityClassName", "priority", "preemptionPolicy"} & set(spec)
+
+
+ALLOWING = SuperClusterSettings(allowed_priority_classes=frozenset({"batch", "web"}), default_priority_class="batch")
+
+
+@pytest.mark.parametrize(
+    ("requested", "settings", "copied"),
+    [
+        pytest.param("web", ALLOWING, "web", id="an allowed class is kept"),
+        pytest.param("system-node-critical", ALLOWING, "batch", id="a system class gets the default"),
+        pytest.param("tenant-made", ALLOWING, "batch", id="a class the super cluster does not allow gets the default"),
+        pytest.param(None, ALLOWING, "batch", id="no class gets the default"),
+        pytest.param("web", SuperClusterSettings(allowed_priority_classes=frozenset({"web"})), "web",
+                     id="an allowed class is kept without a default"),
+        pytest.param("other", SuperClusterSettings(allowed_priority_classes=frozenset({"web"})), None,
+                     id="any other gets none without a default"),
+    ],
+)  # fmt: skip
+def test_a_tenant_pod_keeps_a_priority_class_its_super_cluster_allows_else_gets_the_default(
+    requested: str | None, settings: SuperClusterSettings, copied: str | None,
+) -> None:  # fmt: skip
+    tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": {
+        **copy.deepcopy(SPEC), "priority": 1000, "preemptionPolicy": "PreemptLowerPriority",
+        **({"priorityClassName": requested} if requested else {})}}  # fmt: skip
+    spec = pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop", settings=settings)["spec"]
+    assert spec.get("priorityClassName") == copied
+    assert not {"priority", "preemptionPolicy"} & set(spec)  # the super cluster's admission resolves them
+
+
+@given(requested=st.one_of(st.none(), st.sampled_from(["web", "batch", "system-node-critical"]), st.text(max_size=8)),
+       allowed=st.frozensets(st.sampled_from(["web", "batch", "gold"])), default=st.sampled_from([None, "web", "gold"]))
+def test_a_copy_names_only_an_allowed_class_or_the_default(requested: str | None, allowed: frozenset[str],
+                                                           default: str | None) -> None:  # fmt: skip
+    settings = SuperClusterSettings(allowed_priority_classes=allowed | ({default} if default else set()),
+                                    default_priority_class=default)  # fmt: skip
+    copied = tenant_priority_class(requested, settings)
+    assert copied == (requested if requested in settings.allowed_priority_classes else default)
+    assert copied is None or copied in settings.allowed_priority_classes
+
+
+SLICE = {PLACED_SLICE_ANNOTATION: '{"cpu": "2", "memory": "4Gi"}'}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "cluster", "share"),
+    [
+        pytest.param({**SLICE, PLACEMENTS_ANNOTATION: '{"s1": 2, "s2": 1}'}, "s1", 2, id="the slices placed there"),
+        pytest.param({**SLICE, PLACEMENTS_ANNOTATION: '{"s2": 3}', DRAINING_ANNOTATION: '{"s1": 1}'}, "s1", 1,
+                     id="slices still draining from there: their pods still run"),
+        pytest.param({**SLICE, PLACEMENTS_ANNOTATION: '{"s1": 1}', DRAINING_ANNOTATION: '{"s1": 1}'}, "s1", 2,
+                     id="placed and draining add up"),
+        pytest.param({**SLICE, PLACEMENTS_ANNOTATION: '{"s2": 3}', SCHEDULED_ANNOTATION: '{"s1": 3}'}, "s1", 3,
+                     id="a user's edit waiting for the scheduler keeps what was scheduled there"),
+    ],
+)  # fmt: skip
+def test_a_super_cluster_holds_the_slices_placed_or_draining_there(annotations: dict[str, str], cluster: str,
+                                                                  share: int) -> None:  # fmt: skip
+    assert slices_held_here(annotations, cluster) == QuotaShare(Resources(cpu="2", memory="4Gi"), share)
+
+
+def test_a_namespace_whose_slice_cannot_be_read_has_its_quota_copied_whole() -> None:
+    assert slices_held_here({PLACED_SLICE_ANNOTATION: "garbage", PLACEMENTS_ANNOTATION: '{"s1": 1}'}, "s1") is None
+
+
+TWO_SLICES = QuotaShare(Resources(cpu="2", memory="4Gi"), 2)
+
+
+@pytest.mark.parametrize(
+    ("hard", "share", "copied"),
+    [
+        pytest.param({"cpu": "6", "memory": "12Gi"}, TWO_SLICES, {"cpu": "4", "memory": "8Gi"},
+                     id="two of three slices"),
+        pytest.param({"requests.cpu": "6", "limits.cpu": "12", "requests.memory": "12Gi"}, TWO_SLICES,
+                     {"requests.cpu": "4", "limits.cpu": "4", "requests.memory": "8Gi"},
+                     id="requests and limits alike"),
+        pytest.param({"cpu": "6", "memory": "12Gi", "pods": "20", "services": "5", "requests.storage": "10Gi"},
+                     TWO_SLICES, {"cpu": "4", "memory": "8Gi", "pods": "20", "services": "5",
+                                  "requests.storage": "10Gi"}, id="counts and unsliced resources are kept"),
+        pytest.param({"cpu": "3", "memory": "6Gi"}, TWO_SLICES, {"cpu": "3", "memory": "6Gi"},
+                     id="never more than the tenant's quota (a last slice partly beyond it)"),
+        pytest.param({"cpu": "6", "memory": "12Gi"}, QuotaShare(Resources(cpu="2", memory="4Gi"), 0),
+                     {"cpu": "0", "memory": "0"}, id="no slice here is no room here"),
+    ],
+)  # fmt: skip
+def test_a_quota_copy_holds_the_share_placed_on_its_super_cluster(hard: dict[str, str], share: QuotaShare,
+                                                                  copied: dict[str, str]) -> None:  # fmt: skip
+    quota = {"metadata": {"name": "q", "namespace": "shop"}, "spec": {"hard": hard}}
+    body = copy_for_super("ResourceQuota", quota, tenant="t", target_namespace="t-shop", tenant_namespace="shop", quota=share)
+    assert body is not None and body["spec"] == {"hard": copied}
+    assert quota_share(hard, share) == copied
+
+
+def test_a_quota_copy_changes_its_digest_when_its_share_does() -> None:
+    quota = {"metadata": {"name": "q", "namespace": "shop"}, "spec": {"hard": {"cpu": "6", "memory": "12Gi"}}}
+    one, two = (copy_for_super("ResourceQuota", quota, tenant="t", target_namespace="t-shop", tenant_namespace="shop",
+                               quota=QuotaShare(Resources(cpu="2", memory="4Gi"), n)) for n in (1, 2))  # fmt: skip
+    assert one is not None and two is not None and not unchanged(one, two)
+    whole = copy_for_super("ResourceQuota", quota, tenant="t", target_namespace="t-shop", tenant_namespace="shop")
+    assert whole is not None and whole["spec"]["hard"] == {"cpu": "6", "memory": "12Gi"}
 
 
 def test_a_pod_its_super_cluster_refuses_is_pending_and_says_why() -> None:

@@ -24,8 +24,16 @@ from kube.metrics import SUPER_CLUSTER_HEALTH
 from kube.objects import read_cluster_object
 from kube.status import write_status
 from models.api.conditions import condition
-from models.names import SUPER_CLUSTERS, SYSTEM_NAMESPACE
-from models.pool.health import UNKNOWN, Health, ProbeOutcome, health_from_status, next_health
+from models.names import LABEL_NODE_TYPE, SUPER_CLUSTERS, SYSTEM_NAMESPACE, VIRTUAL_NODE_TYPE
+from models.pool.health import (
+    NO_PHYSICAL_NODE,
+    UNKNOWN,
+    Health,
+    ProbeOutcome,
+    health_from_status,
+    next_health,
+    probe_of_nodes,
+)
 from models.resources import Resources
 from models.settings import MetricsSettings
 from tests.kube import apply_cluster_config, create_namespace, create_node
@@ -41,7 +49,7 @@ GRACE = timedelta(seconds=60)
 CAPACITY = Resources({"cpu": "8", "memory": "16Gi"})
 OK = ProbeOutcome(CAPACITY)
 DOWN = ProbeOutcome(Resources(), failure="the API server did not answer (MaxRetryError)")
-NO_NODE = ProbeOutcome(Resources(), failure="no Ready, schedulable node", no_ready_node=True)
+NO_NODE = ProbeOutcome(Resources(), failure=NO_PHYSICAL_NODE, no_ready_node=True)
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,39 @@ def test_a_ready_cluster_is_written_again_only_when_its_allocatable_changes(allo
     assert steps[1].written == changed
 
 
+def _node(cpu: str, *, ready: bool = True, unschedulable: bool = False,
+          labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"metadata": {"name": "n", "labels": labels or {}}, "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+
+
+VIRTUAL = {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "allocatable"),
+    [
+        pytest.param([_node("4")], {"cpu": "4", "memory": "8Gi"}, id="a physical node counts cpu and memory"),
+        pytest.param([_node("4"), _node("16", labels=VIRTUAL)], {"cpu": "4", "memory": "8Gi"},
+                     id="a virtual node of a peering is another cluster's capacity"),
+        pytest.param([_node("4"), _node("16", labels={"type": VIRTUAL_NODE_TYPE})], {"cpu": "4", "memory": "8Gi"},
+                     id="nor is a Liqo virtual node"),
+        pytest.param([_node("4"), _node("2", ready=False), _node("2", unschedulable=True)],
+                     {"cpu": "4", "memory": "8Gi"}, id="a node not Ready or cordoned runs nothing new"),
+        pytest.param([_node("4"), _node("2")], {"cpu": "6", "memory": "16Gi"}, id="physical nodes add up"),
+    ],
+)  # fmt: skip
+def test_a_probe_counts_the_ready_schedulable_physical_nodes_only(nodes: list[dict[str, Any]],
+                                                                  allocatable: dict[str, str]) -> None:  # fmt: skip
+    assert probe_of_nodes(nodes) == ProbeOutcome(Resources(allocatable))
+
+
+def test_a_cluster_with_only_virtual_nodes_has_no_physical_node_and_fails_its_probe() -> None:
+    outcome = probe_of_nodes([_node("16", labels=VIRTUAL), _node("4", ready=False)])
+    assert outcome == NO_NODE and "physical" in (outcome.failure or "")
+
+
 # --- The prober against real clusters ---------------------------------------------------------------------
 PROBE_SECONDS = 2
 
@@ -244,6 +285,8 @@ async def prober(localenv: EnvState, make_cluster: Callable[[str], LocalCluster]
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")
         join_pool(api, name, cluster.kubeconfig)
+    # A peering's virtual node in s1, Ready like any kwok node: another cluster's capacity, never s1's.
+    create_node(supers["s1"].api_client(), "s1-virtual", cpu="16", memory="64Gi", labels=VIRTUAL)
     port = free_port()
     settings = worker_settings(localenv, tenant, f"pool-{unique}").model_copy(
         update={"metrics": MetricsSettings(port=port)}
@@ -282,7 +325,7 @@ async def test_a_stopped_super_cluster_is_suspect_then_unreachable_past_the_grac
                                                            "unreachableGracePeriodSeconds": grace})  # fmt: skip
     await eventually(lambda: prober.reason("s1") == prober.reason("s2") == "ProbeSucceeded", timeout=60,
                      what="both super clusters probed")  # fmt: skip
-    assert prober.status("s1")["allocatable"] == {"cpu": "4", "memory": "8Gi"}
+    assert prober.status("s1")["allocatable"] == {"cpu": "4", "memory": "8Gi"}  # its virtual node not counted
     assert await eventually(lambda: prober.health_metric("s1") == "Ready", what="the metric of s1 Ready")
 
     # Steady state: a healthy cluster's status is written once, not at every probe.

@@ -1,4 +1,5 @@
-"""What the pool's syncer copies down besides ConfigMaps and Secrets, and what comes back up, on real
+"""What the pool's syncer copies down besides ConfigMaps and Secrets, what comes back up, and the rules each
+super cluster enforces on the tenants' copies (Pod Security, priority classes, the quota's share), on real
 clusters of the test's own (tests/pool.py, through tests/test_pool.py's fixture: a tenant control plane, two super clusters, the
 scheduler worker and a syncer per super cluster). The test plays the super cluster's cloud controller (a
 load balancer's address) and its storage (a volume to bind)."""
@@ -9,12 +10,22 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
-from models.names import LABEL_TENANT_NAMESPACE, POD_CLUSTER_ANNOTATION, super_cluster_namespace
+from models.api.supercluster import SYSTEM_PRIORITY_RULE
+from models.names import (
+    GROUP,
+    LABEL_TENANT_NAMESPACE,
+    POD_CLUSTER_ANNOTATION,
+    SUPER_CLUSTERS,
+    VERSION,
+    super_cluster_namespace,
+)
 from models.pool.sync import is_copy
 from tests.pool import Pool
 from tests.running import eventually
 from tests.test_pool import _has_namespace, _placement, _tenant_namespace, pool  # noqa: F401 - the fixture
+from workers.syncer import follow_super_cluster
 
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
@@ -125,3 +136,73 @@ async def test_every_kind_goes_down_to_the_placed_cluster_only_and_status_and_ev
     k8s.CoreV1Api(down).patch_namespaced_event("web.probe", TARGET, {"count": 2, "lastTimestamp": "2026-01-01T00:01:00Z"})
     events = await eventually(lambda: (r := reflected()) and r[0].count == 2 and r, timeout=30, what="the count")
     assert len(events) == 1
+
+
+# --- Tenants cannot escape their namespace (models/pool/isolation.py) -------------------------------------
+RESTRICTED_CONTAINER = {"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}},
+                        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"]},
+                                            "seccompProfile": {"type": "RuntimeDefault"}}}  # fmt: skip
+CLASSES = {"allowed": ["tenant-batch"], "default": "tenant-batch"}
+ISO_TARGET = super_cluster_namespace("t1", "iso")
+
+
+def _hard(cluster: k8s.ApiClient, namespace: str) -> dict[str, str] | None:
+    quotas = k8s.CoreV1Api(cluster).list_namespaced_resource_quota(namespace).items
+    return dict(quotas[0].spec.hard or {}) if quotas else None
+
+
+async def test_each_super_cluster_enforces_its_pod_security_priority_classes_and_quota_share(pool: Pool) -> None:  # noqa: F811 - the fixture
+    api = pool.tenant.api_client()
+    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+    # The schema refuses a system class for tenants, naming the rule.
+    with pytest.raises(ApiException) as refused:
+        custom.patch_cluster_custom_object(GROUP, VERSION, SUPER_CLUSTERS, "s1", {"spec": {"priorityClasses": {
+            "allowed": ["system-node-critical"]}}})  # fmt: skip
+    assert refused.value.status == 422 and SYSTEM_PRIORITY_RULE.split(":")[0] in str(refused.value.body)
+    # Each syncer follows its own SuperCluster, as `python -m workers.syncer` does.
+    followers = [follow_super_cluster(api, name, syncer).start() for name, syncer in pool.syncers.items()]
+    try:
+        for name, cluster in pool.supers.items():
+            k8s.SchedulingV1Api(cluster.api_client()).create_priority_class(k8s.V1PriorityClass.model_validate(
+                {"metadata": {"name": "tenant-batch"}, "value": 1000}))  # fmt: skip
+            custom.patch_cluster_custom_object(GROUP, VERSION, SUPER_CLUSTERS, name, {"spec": {
+                "podSecurity": "restricted", "priorityClasses": CLASSES}})  # fmt: skip
+        for name, syncer in pool.syncers.items():
+            await eventually(lambda s=syncer: s.settings.pod_security == "restricted", timeout=30,
+                             what=f"the syncer of {name} following its SuperCluster")  # fmt: skip
+
+        # 3 slices over two clusters (2 + 1); pods and Services are counts, kept whole in each.
+        core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "iso", "annotations": {
+            "pool.tidepool.io/slice": '{"cpu": "1", "memory": "2Gi"}'}}}))  # fmt: skip
+        core.create_namespaced_resource_quota("iso", k8s.V1ResourceQuota.model_validate({"metadata": {"name": "quota"},
+            "spec": {"hard": {"cpu": "3", "memory": "6Gi", "pods": "10"}}}))  # fmt: skip
+        placement = await eventually(lambda: _placement(api, "iso"), timeout=60, what="the placement")
+        assert sorted(placement.values()) == [1, 2], placement
+        for name, slices in placement.items():
+            down = pool.supers[name].api_client()
+            expected = {"cpu": str(slices), "memory": f"{2 * slices}Gi", "pods": "10"}
+            await eventually(lambda d=down, e=expected: _hard(d, ISO_TARGET) == e, timeout=30,
+                             what=f"the quota's share on {name}")  # fmt: skip
+            labels = k8s.CoreV1Api(down).read_namespace(ISO_TARGET).metadata.labels or {}
+            assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+        # A system class is the super cluster's own: the copy gets the default class, and its priority.
+        core.create_namespaced_pod("iso", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
+            "priorityClassName": "system-node-critical", "containers": [RESTRICTED_CONTAINER]}}))  # fmt: skip
+        chosen = await eventually(lambda: (core.read_namespaced_pod("web", "iso").metadata.annotations or {}).get(
+            POD_CLUSTER_ANNOTATION), timeout=30, what="the pod's super cluster")  # fmt: skip
+        down_core = k8s.CoreV1Api(pool.supers[chosen].api_client())
+        copy = await eventually(lambda: down_core.read_namespaced_pod("web", ISO_TARGET), timeout=30, what="the copy")
+        assert (copy.spec.priority_class_name, copy.spec.priority) == ("tenant-batch", 1000)
+
+        # A pod that baseline admits and restricted does not (it runs as root): refused, and it says why.
+        core.create_namespaced_pod("iso", k8s.V1Pod.model_validate({"metadata": {"name": "root"}, "spec": {
+            "containers": [{"name": "root", "image": "nginx",
+                            "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}}))  # fmt: skip
+        status = await eventually(lambda: (s := core.read_namespaced_pod("root", "iso").status).reason
+                                  == "SuperClusterRefused" and s, timeout=30, what="the refusal")  # fmt: skip
+        assert 'PodSecurity "restricted:latest"' in (status.message or "")
+    finally:
+        for follower in followers:
+            follower.stop()

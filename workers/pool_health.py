@@ -10,6 +10,7 @@ cluster never delays the verdict on the others."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from kube.status import CustomObjectStatus, write_status
 from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
 from models.names import SUPER_CLUSTERS
-from models.pool.health import Health, ProbeOutcome, health_from_status, next_health
+from models.pool.health import Health, ProbeOutcome, health_from_status, next_health, probe_of_nodes
 from models.resources import Resources
 
 log = logging.getLogger("tidepool.pool.health")
@@ -95,18 +96,12 @@ class HealthProber:
         try:
             api = self._secrets.get(name=ref.name, namespace=ref.namespace)
             # resourceVersion 0: served from the API server's cache, cheap on a large cluster.
-            nodes = k8s.CoreV1Api(api).list_node(resource_version="0", _request_timeout=timeout).items
+            listed: Any = k8s.CoreV1Api(api).list_node(resource_version="0", _request_timeout=timeout,
+                                                        _preload_content=False)  # fmt: skip
+            nodes = json.loads(listed.data).get("items") or []
         except Exception as e:  # noqa: BLE001 - any failure to answer is a failed probe
             return ProbeOutcome(Resources(), failure=_said(e))
-        allocatable = Resources()
-        for node in nodes:
-            status = node.status or k8s.V1NodeStatus()
-            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
-            if ready and not (node.spec and node.spec.unschedulable):
-                allocatable = allocatable + Resources(status.allocatable or {}).only(("cpu", "memory"))
-        if not allocatable:
-            return ProbeOutcome(allocatable, failure="no Ready, schedulable node", no_ready_node=True)
-        return ProbeOutcome(allocatable)
+        return probe_of_nodes(nodes)
 
     def _write(self, obj: dict[str, Any], health: Health) -> None:
         value = health.condition()

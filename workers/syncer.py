@@ -27,15 +27,17 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from kube.clients import client_from_own_kubeconfig_file
 from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer, Store
-from kube.objects import APPLY, ignore_not_found, record_event
+from kube.objects import APPLY, ignore_not_found, read_cluster_object, record_event
 from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
+from models.api import SuperCluster
 from models.enforcement import status_message
 from models.names import (
     API_VERSION,
@@ -48,6 +50,7 @@ from models.names import (
     MANAGED_BY,
     MOVED_FROM_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
+    SUPER_CLUSTERS,
     TENANTS,
     VERSION,
     super_cluster_namespace,
@@ -62,6 +65,7 @@ from models.pods import (
     status_patch,
     status_shape,
 )
+from models.pool.isolation import QuotaShare, SuperClusterSettings, slices_held_here
 from models.pool.moves import (
     draining_of,
     refused_status,
@@ -204,8 +208,8 @@ class Syncer:
     and the super cluster's copies by one set of informers, each copy routed to its tenant by its labels."""
 
     def __init__(self, *, management: k8s.ApiClient, super_cluster: k8s.ApiClient, cluster: str,
-                 pooling: bool = True) -> None:  # fmt: skip
-        self.cluster, self.pooling = cluster, pooling
+                 pooling: bool = True, settings: SuperClusterSettings = SuperClusterSettings()) -> None:  # fmt: skip
+        self.cluster, self.pooling, self.settings = cluster, pooling, settings
         self.down = k8s.CoreV1Api(super_cluster)
         self._tenant_objects = k8s.CustomObjectsApi(management)
         self._super = _KindApis(super_cluster)
@@ -305,6 +309,14 @@ class Syncer:
             self.queue.add_all(list(self._everything()))
             if self._stop.wait(RESYNC_SECONDS):
                 return
+
+    def use_settings(self, settings: SuperClusterSettings) -> None:
+        """Its SuperCluster changed: every namespace is labelled at the new level, and new copies of pods
+        get the new priority rules (a running pod's spec cannot change: it keeps its class)."""
+        if settings != self.settings:
+            log.info("syncer %s: settings %s", self.cluster, settings)
+            self.settings = settings
+            self.queue.add_all(list(self._everything()))
 
     def _side(self, tenant: str) -> _TenantSide | None:
         """The tenant's side, once it has listed: the only state its keys are handled from."""
@@ -411,7 +423,7 @@ class Syncer:
                              left["metadata"]["name"])  # fmt: skip
                     ignore_not_found(self.down.delete_namespace, left["metadata"]["name"])
             return
-        labels = super_namespace_labels(side.name, tenant_ns)
+        labels = super_namespace_labels(side.name, tenant_ns, settings=self.settings)
         copy = self._copy_namespaces.get(target)
         if copy is None:
             self._create_namespace(side.name, target, labels)
@@ -452,7 +464,8 @@ class Syncer:
         body: Obj | None = None
         if source is not None:
             body = copy_for_super(kind, source, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
-                                  selectorless_services=self._selectorless(side, tenant_ns, endpoints_of(kind, source)))  # fmt: skip
+                                  selectorless_services=self._selectorless(side, tenant_ns, endpoints_of(kind, source)),
+                                  quota=self._quota_share(side, tenant_ns) if kind == "ResourceQuota" else None)  # fmt: skip
         if body is not None:
             if not unchanged(copy, body):
                 self._super.apply(kind, target, body)
@@ -464,6 +477,12 @@ class Syncer:
                                 for found in self._slices(side, tenant_ns, target, name)])  # fmt: skip
         if kind in ("Service", "PersistentVolumeClaim") and self._shows_status(side, tenant_ns):
             self._status_up(side, kind, tenant_ns, source, copy)
+
+    def _quota_share(self, side: _TenantSide, tenant_ns: str) -> QuotaShare | None:
+        """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement
+        changing re-queues the namespace's quotas (_sync_namespace), whose copies then take the new share."""
+        ns = side.namespaces.get(tenant_ns)
+        return slices_held_here(_annotations(ns), self.cluster) if self.pooling and ns is not None else None
 
     def _selectorless(self, side: _TenantSide, tenant_ns: str, service: str | None) -> frozenset[str]:
         """The endpoints' Service, if it has no selector (its owner writes its endpoints, which are copied)."""
@@ -556,7 +575,8 @@ class Syncer:
         elif copy is None:
             try:
                 self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
-                    pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns)))  # fmt: skip
+                    pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
+                    settings=self.settings)))  # fmt: skip
             except ApiException as e:
                 if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
                     self._refused(side, pod, tenant_ns, status_message(e.body) or str(e.reason))
@@ -638,12 +658,42 @@ def main() -> int:
     parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
-    syncer = Syncer(management=client_from_own_kubeconfig_file(args.management_kubeconfig),
-                    super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig), cluster=args.cluster,
-                    pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()
+    management = client_from_own_kubeconfig_file(args.management_kubeconfig)
+    # Read before the first copy is made, so that no namespace is labelled at a level it then leaves.
+    settings = settings_of(read_cluster_object(management, SUPER_CLUSTERS, args.cluster), SuperClusterSettings())
+    syncer = Syncer(management=management, super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig),
+                    cluster=args.cluster, settings=settings,
+                    pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()  # fmt: skip
+    own = follow_super_cluster(management, args.cluster, syncer).start()
     wait_for_termination()
+    own.stop()
     syncer.stop()
     return 0
+
+
+def follow_super_cluster(management: k8s.ApiClient, cluster: str, syncer: Syncer) -> Informer[Obj]:
+    """Watches the syncer's own SuperCluster in the pool's management cluster: a change of its settings
+    takes effect without a restart."""
+
+    def seen(obj: Obj | None) -> None:
+        syncer.use_settings(settings_of(obj, syncer.settings))
+
+    return Informer(f"syncer-{cluster}-supercluster", k8s.CustomObjectsApi(management).list_cluster_custom_object,
+                    group=GROUP, version=VERSION, plural=SUPER_CLUSTERS, field_selector=f"metadata.name={cluster}",
+                    on_sync=lambda listed: seen(listed[0] if listed else None),
+                    on_event=lambda kind, obj: seen(None if kind == "DELETED" else obj))  # fmt: skip
+
+
+def settings_of(obj: Obj | None, current: SuperClusterSettings) -> SuperClusterSettings:
+    """The settings its SuperCluster sets; without one (not registered yet, or deleted while the syncer goes
+    away) or with one that does not validate (an older CRD let it through), the current ones stay."""
+    if obj is None:
+        return current
+    try:
+        return SuperClusterSettings.of(SuperCluster.from_kubernetes(obj).spec)
+    except ValidationError as e:
+        log.warning("SuperCluster %s does not validate, settings kept: %s", obj["metadata"].get("name"), e)
+        return current
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ writes on the SuperCluster's status, and what a scheduling pass (activities/pool
 status is the one record: `kubectl get superclusters` shows it, the pass never probes on its own, and a
 restarted prober keeps counting the grace period from `status.failingSince`.
 
-A probe lists the cluster's nodes. It fails when the API server does not answer (or refuses the
-credentials) and when no node is Ready and schedulable: either way nothing new can run there. States:
+A probe lists the cluster's nodes and counts the physical ones that are Ready and schedulable
+(`probe_of_nodes`): a virtual node of a peering is another cluster's capacity, which that cluster counts
+already. A probe fails when the API server does not answer (or refuses the credentials) and when no physical
+node is Ready and schedulable: either way nothing new can run there of its own. States:
 - Unknown: never probed yet. Keeps its slices; takes no new ones (its capacity is not known).
 - Ready: the last probe succeeded. Keeps and takes slices.
 - Suspect: failing for less than the grace period. A blip: keeps its slices, takes no new ones.
@@ -14,12 +16,14 @@ credentials) and when no node is Ready and schedulable: either way nothing new c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 from models.api.conditions import ConditionValue, SuperClusterReadyReason, condition
 from models.resources import Resources
+from models.sharing import is_physical_node, node_allocatable
 from models.times import format_rfc3339, parse_rfc3339
 
 HealthState = Literal["Unknown", "Ready", "Suspect", "Unreachable"]
@@ -37,7 +41,7 @@ def drains(state: HealthState) -> bool:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """One probe: `failure` is None when the API answered with at least one Ready, schedulable node;
+    """One probe: `failure` is None when the API answered with at least one Ready, schedulable physical node;
     otherwise why not, in words fit for a status (never an exception's text with headers or bodies)."""
 
     allocatable: Resources
@@ -45,12 +49,32 @@ class ProbeOutcome:
     no_ready_node: bool = False  # the API answered, but no node can run a pod
 
 
+NO_PHYSICAL_NODE = "no Ready, schedulable physical node"
+CAPACITY_RESOURCES = ("cpu", "memory")  # what slices are cut from (models/pool/slicing.py: SLICED)
+
+
+def probe_of_nodes(nodes: Iterable[dict[str, Any]]) -> ProbeOutcome:
+    """A probe that listed `nodes` (as the API server serves them): the allocatable of the physical nodes
+    that are Ready and schedulable. A super cluster that peers out gets virtual nodes with the capacity of
+    its providers, which are super clusters of the pool too, or not ours to promise: counting them would
+    promise it twice."""
+    allocatable = Resources()
+    for node in nodes:
+        status, spec = node.get("status") or {}, node.get("spec") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        if ready and not spec.get("unschedulable") and is_physical_node(node):
+            allocatable = allocatable + node_allocatable(node).only(CAPACITY_RESOURCES)
+    if not allocatable:
+        return ProbeOutcome(allocatable, failure=NO_PHYSICAL_NODE, no_ready_node=True)
+    return ProbeOutcome(allocatable)
+
+
 @dataclass(frozen=True)
 class Health:
     state: HealthState
     reason: SuperClusterReadyReason | None  # None while Unknown
     message: str
-    allocatable: Resources  # of Ready, schedulable nodes at the last successful probe
+    allocatable: Resources  # of Ready, schedulable physical nodes at the last successful probe
     failing_since: datetime | None = None
 
     @property

@@ -15,11 +15,12 @@ PVC's binding (through a mirrored PersistentVolume that the tenant's own PV cont
 agrees with what the tenant sees). Events about the pods' copies become Events on the tenant pods, once
 per change of the source Event (models/pods.py: event_for_origin, ReflectedEvents).
 
-Tenants share a super cluster as consumers share a provider, and get the same rules: a tenant's namespace
-there enforces Pod Security (SUPER_CLUSTER_POD_SECURITY: no privileged container, host namespace or host
-path can reach the super cluster's nodes, nor so other tenants), and a tenant pod carries no priority of its
-own (TENANT_PRIORITY_FIELDS): priority classes are the super cluster's, shared by every tenant, and a tenant
-that could name one could preempt the others' pods."""
+Tenants share a super cluster as consumers share a provider, and get the same rules, at the levels its
+SuperCluster sets (models/pool/isolation.py): a tenant's namespace there enforces Pod Security (no
+privileged container, host namespace or host path can reach the super cluster's nodes, nor so other
+tenants), a tenant pod keeps only a priority class the super cluster allows (TENANT_PRIORITY_FIELDS are
+dropped: priority classes are the super cluster's, shared by every tenant, and a tenant that could name
+any could preempt the others' pods), and a ResourceQuota's copy holds the share of the quota placed there."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from models.enforcement import PodSecurityLevel, pod_security_labels
+from models.enforcement import pod_security_labels
 from models.names import (
     LABEL_MANAGED_BY,
     LABEL_SUPER_CLUSTER,
@@ -39,15 +40,11 @@ from models.names import (
     SOURCE_DIGEST_ANNOTATION,
 )
 from models.pods import strip_service_account_token
+from models.pool.isolation import QuotaShare, SuperClusterSettings, quota_share, tenant_priority_class
 
-# The Pod Security level every tenant namespace of a super cluster enforces: baseline, Kubernetes' "no known
-# privilege escalation", the provider's default for consumers' pods too. A pool whose tenants need more (or
-# less) is a change of this constant, for every tenant alike: one tenant's exception would be every tenant's
-# exposure.
-SUPER_CLUSTER_POD_SECURITY: PodSecurityLevel = "baseline"
 # What a tenant pod may not say in a super cluster: its priority (a class name, or the number and policy the
-# tenant's admission resolved it to). Its copy gets the super cluster's default priority, the same for every
-# tenant, so no tenant preempts another's pods.
+# tenant's admission resolved it to). Its copy gets a class the super cluster allows (tenant_priority_class),
+# whose priority the super cluster's admission resolves, the same for every tenant.
 TENANT_PRIORITY_FIELDS = ("priorityClassName", "priority", "preemptionPolicy")
 # Objects a super cluster makes for itself and that must not be copied over its own.
 SKIPPED = {"ConfigMap": {"kube-root-ca.crt"}, "ServiceAccount": {"default"}}
@@ -98,9 +95,11 @@ def copy_stays_here(moved_from: str | None, cluster: str, *, pooling: bool) -> b
 
 
 def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str,
-                   selectorless_services: frozenset[str] = frozenset()) -> dict[str, Any] | None:  # fmt: skip
+                   selectorless_services: frozenset[str] = frozenset(),
+                   quota: QuotaShare | None = None) -> dict[str, Any] | None:  # fmt: skip
     """The object as the super cluster gets it, or None when it is not copied. `selectorless_services`:
-    the names of the namespace's Services without a selector, whose endpoints are copied."""
+    the names of the namespace's Services without a selector, whose endpoints are copied; `quota`: the
+    share of the namespace's quota held there (a ResourceQuota's copy holds it), None for the whole."""
     meta = obj.get("metadata") or {}
     if meta.get("name") in SKIPPED.get(kind, set()):
         return None
@@ -131,7 +130,8 @@ def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namesp
             port.pop("nodePort", None)
         body["spec"] = spec
     elif kind == "ResourceQuota":
-        body["spec"] = {"hard": spec.get("hard") or {}}
+        hard = spec.get("hard") or {}
+        body["spec"] = {"hard": quota_share(hard, quota) if quota is not None else hard}
     elif kind == "PersistentVolumeClaim":
         spec.pop("volumeName", None)  # the super cluster binds its copy to a volume of its own
         body["spec"] = spec
@@ -247,16 +247,21 @@ def copy_labels(tenant: str, tenant_namespace: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant, LABEL_TENANT_NAMESPACE: tenant_namespace}
 
 
-def super_namespace_labels(tenant: str, tenant_namespace: str) -> dict[str, str]:
+def super_namespace_labels(tenant: str, tenant_namespace: str, *,
+                           settings: SuperClusterSettings = SuperClusterSettings()) -> dict[str, str]:  # fmt: skip
     """The labels of a tenant namespace's copy: whose it is, and the Pod Security its pods must meet."""
-    return {**copy_labels(tenant, tenant_namespace), **pod_security_labels(SUPER_CLUSTER_POD_SECURITY)}
+    return {**copy_labels(tenant, tenant_namespace), **pod_security_labels(settings.pod_security)}
 
 
-def pod_for_super(pod: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str) -> dict[str, Any]:
+def pod_for_super(pod: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str,
+                  settings: SuperClusterSettings = SuperClusterSettings()) -> dict[str, Any]:  # fmt: skip
     meta = pod["metadata"]
     spec = copy.deepcopy(pod["spec"])
+    requested = spec.get("priorityClassName")
     for key in ("nodeName", *TENANT_PRIORITY_FIELDS):
         spec.pop(key, None)
+    if (priority_class := tenant_priority_class(requested, settings)) is not None:
+        spec["priorityClassName"] = priority_class
     strip_service_account_token(spec)
     return {
         "apiVersion": "v1", "kind": "Pod",

@@ -433,6 +433,10 @@ def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # a waiting command's progress reaches a pipe as it happens
+
+
 def _pool(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     problem = tenant_arguments_problem(args.name, getattr(args, "weight", None))
     if problem:
@@ -441,10 +445,10 @@ def _pool(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         management = _kubeconfig(args.kubeconfig or _default_kubeconfig())
         tenant_admin = _kubeconfig(args.tenant_kubeconfig, "--tenant-kubeconfig") if args.tenant_kubeconfig else None
         if args.action == "add-tenant" and tenant_admin is not None:  # the parser requires it
-            add_tenant_command(management, tenant_admin, args.name, weight=args.weight, server=args.server, say=print)
+            add_tenant_command(management, tenant_admin, args.name, weight=args.weight, server=args.server, say=_say)
         else:
             remove_tenant_command(management, args.name, wait=args.wait, timeout=args.timeout, tenant_admin=tenant_admin,
-                                  say=print)  # fmt: skip
+                                  say=_say)  # fmt: skip
     except (LookupError, TenantCommandError, ApplicationError, ApiException, HTTPError, OSError) as e:
         reason = (status_message(e.body) or e.reason) if isinstance(e, ApiException) else e
         print(f"tidepool pool {args.action}: {reason}", file=sys.stderr)

@@ -68,9 +68,8 @@ def _documents() -> list[tuple[str, dict[str, Any]]]:
 
 def _cluster(path: str) -> str:
     """Which clusters a manifest is installed on."""
-    return {"pool/tenant": "the pool's tenant control plane", "pool/super-cluster": "each super cluster"}.get(
-        str(Path(path).parent), "every tidepool cluster"
-    )
+    return {"pool/management": "the pool's management cluster", "pool/tenant": "each tenant control plane of the pool",
+            "pool/super-cluster": "each super cluster"}.get(str(Path(path).parent), "every tidepool cluster")
 
 
 def _subjects(binding: dict[str, Any]) -> list[str]:

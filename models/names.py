@@ -282,7 +282,12 @@ def super_cluster_namespace(tenant: str, namespace: str) -> str:
     return f"{plain[:63 - len(digest) - 1]}-{digest}"
 
 
+# Of every super cluster's finalizer on a Tenant; what follows is the cluster's name (`tidepool pool remove-tenant`
+# says which clusters still hold a Tenant).
+TENANT_FINALIZER_PREFIX: Final = "syncer.pool.tidepool.io/"
+
+
 def tenant_finalizer(super_cluster: str) -> str:
     """The finalizer a super cluster's syncer holds on a Tenant while that cluster holds anything of it."""
     name = super_cluster if len(super_cluster) <= 63 else f"{super_cluster[:50]}-{_base32_digest(super_cluster)[:12]}"
-    return f"syncer.pool.tidepool.io/{name}"
+    return f"{TENANT_FINALIZER_PREFIX}{name}"

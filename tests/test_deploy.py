@@ -35,7 +35,10 @@ from activities.credentials import (
 from activities.remote_namespaces import ensure_remote_namespace
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
+from kube import tenant_identity
+from kube.clients import client_from_peer_kubeconfig_text
 from kube.objects import apply_cluster_object, apply_core, read_cluster_object
+from kube.tenant_identity import TENANT_IDENTITY, mint_tenant_identity, renew_tenant_token, revoke_tenant_identity
 from models.enforcement import PODS_POLICY_NAME, QUOTA_NAME, SERVICES_POLICY_NAME, consumer_policies
 from models.names import (
     API_VERSION,
@@ -50,13 +53,14 @@ from models.names import (
     PROVIDER_IDENTITY_PREFIX,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
+    TENANT_SECRETS_NAMESPACE,
     VIRTUAL_NODE_TYPE,
     credentials_secret_name,
     provider_identity_name,
     service_account_subject,
 )
 from models.resources import Resources
-from tests.kube import create_node, wait_for
+from tests.kube import create_namespace, create_node, create_pod, wait_for
 from workers.pool_health import HealthProber
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -408,6 +412,8 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
 
 POOL = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-pool"
 SYNCER = f"system:serviceaccount:{SYSTEM_NAMESPACE}:tidepool-syncer"
+# In a tenant control plane: the identity `tidepool pool add-tenant` mints (deploy/pool/tenant).
+TENANT_POOL = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{TENANT_IDENTITY}"
 
 
 @functools.cache
@@ -417,11 +423,27 @@ def render_pool(part: str) -> str:
     return result.stdout
 
 
+@pytest.mark.deploy
+@pytest.mark.pool
+def test_the_tenant_identity_manifest_is_what_add_tenant_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    applied: list[dict[str, Any]] = []
+
+    def record(_: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+        applied.append(body)
+        return body
+
+    monkeypatch.setattr(tenant_identity, "apply_core", record)
+    monkeypatch.setattr(tenant_identity, "request_token", lambda *_: "token")
+    monkeypatch.setattr(tenant_identity, "token_kubeconfig", lambda *_, **__: "kubeconfig")
+    tenant_identity.mint_tenant_identity(k8s.ApiClient())
+    assert applied == documents(DEPLOY / "pool" / "tenant" / "rbac.yaml")
+
+
 @pytest.mark.env
 @pytest.mark.deploy
 @pytest.mark.pool
-def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_super_cluster_kubeconfig() -> None:
-    rendered = list(yaml.safe_load_all(render_pool("tenant")))
+def test_the_pool_worker_and_each_syncer_run_from_the_image_in_the_management_cluster() -> None:
+    rendered = list(yaml.safe_load_all(render_pool("management")))
     deployments = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in rendered if d["kind"] == "Deployment"}
     worker, syncer = deployments["tidepool-pool"], deployments["tidepool-syncer-s1"]
     assert worker["containers"][0]["command"] == ["python", "-m", "workers.pool"]
@@ -430,7 +452,9 @@ def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_
     assert worker["containers"][0]["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
     assert "TIDEPOOL_CLUSTER_KUBECONFIG" not in config["data"]  # in-cluster
     container = syncer["containers"][0]
-    assert container["command"][:3] == ["python", "-m", "workers.syncer"] and "--cluster=s1" in container["command"]
+    # Every tenant, from the management cluster it runs in (no --management-kubeconfig: in-cluster).
+    assert container["command"] == ["python", "-m", "workers.syncer", "--cluster=s1",
+                                    "--super-kubeconfig=/etc/tidepool/super/kubeconfig"]  # fmt: skip
     assert {c["image"] for c in (worker["containers"][0], container)} == {"ghcr.io/tidepool/tidepool:0.1.0"}
     # The super cluster's kubeconfig is the Secret its SuperCluster names, mounted where the syncer reads it.
     kubeconfig = next(a.split("=", 1)[1] for a in container["command"] if a.startswith("--super-kubeconfig="))
@@ -438,7 +462,18 @@ def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_
     secrets = {v["name"]: v["secret"]["secretName"] for v in syncer["volumes"] if "secret" in v}
     assert [secrets[name] for name, path in mounts.items() if str(Path(kubeconfig).parent) == path] == ["super-s1"]
     assert not [d for d in rendered if d["kind"] == "Secret"]
+    assert {d["metadata"]["name"] for d in rendered if d["kind"] == "Namespace"} == {SYSTEM_NAMESPACE, TENANT_SECRETS_NAMESPACE}
     _two_replicas_each_named_in_the_lease_and_one_evicted_at_a_time(rendered, "tidepool-pool")
+
+
+def _can(cluster: LocalCluster, who: str, *args: str) -> bool:
+    result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=cluster.kubeconfig)
+    assert result.stdout.strip() in ("yes", "no"), result.stderr
+    return result.stdout.strip() == "yes"
+
+
+def _answered_otherwise(cluster: LocalCluster, who: str, checks: list[tuple[str, ...]], *, allowed: bool) -> list[tuple[str, ...]]:
+    return [c for c in checks if _can(cluster, who, *c) != allowed]
 
 
 @pytest.mark.env
@@ -447,88 +482,149 @@ def test_the_pool_worker_and_each_syncer_run_from_the_image_the_syncer_with_its_
 def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_they_do_and_no_more(
     make_cluster: Callable[[str], LocalCluster],
 ) -> None:
-    tenant, super_cluster = make_cluster("pool-tenant"), make_cluster("pool-super")
-    for cluster, part in ((tenant, "tenant"), (super_cluster, "super-cluster")):
+    management, tenant, super_cluster = make_cluster("pool-mgmt"), make_cluster("pool-tenant"), make_cluster("pool-super")
+    for cluster, part in ((management, "management"), (tenant, "tenant"), (super_cluster, "super-cluster")):
         applied = kubectl("apply", "--server-side", "-f", "-", kubeconfig=cluster.kubeconfig, stdin=render_pool(part))
         assert applied.returncode == 0, f"{part}: {applied.stderr}"
 
-    def can(cluster: LocalCluster, who: str, *args: str) -> bool:
-        result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=cluster.kubeconfig)
-        assert result.stdout.strip() in ("yes", "no"), result.stderr
-        return result.stdout.strip() == "yes"
-
-    def refused(cluster: LocalCluster, who: str, checks: list[tuple[str, ...]], *, allowed: bool) -> list[tuple[str, ...]]:
-        return [c for c in checks if can(cluster, who, *c) != allowed]
-
-    ns = ("-n", "shop")
+    ns, tenants = ("-n", "shop"), ("-n", TENANT_SECRETS_NAMESPACE)
     pool_may = [
-        ("list", "namespaces"), ("watch", "namespaces"), ("patch", "namespaces"), ("get", "namespaces"),
-        ("list", "resourcequotas", "-A"), ("watch", "resourcequotas", "-A"), ("list", "pods", "-A"),
-        ("watch", "pods", "-A"), ("patch", "pods", *ns), ("patch", "pods", "--subresource=status", *ns),
-        ("create", "events", *ns), ("list", "superclusters.tidepool.io"), ("watch", "superclusters.tidepool.io"),
+        ("list", "superclusters.tidepool.io"), ("watch", "superclusters.tidepool.io"),
         ("patch", "superclusters.tidepool.io", "--subresource=status"), ("get", "clusterconfigs.tidepool.io"),
         ("watch", "clusterconfigs.tidepool.io"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
-        ("list", "services", *ns), ("patch", "services", "--subresource=status", *ns),
-        ("list", "persistentvolumeclaims", *ns), ("patch", "persistentvolumeclaims", "--subresource=status", *ns),
+        ("list", "tenants.tidepool.io"), ("watch", "tenants.tidepool.io"),
+        ("patch", "tenants.tidepool.io", "--subresource=status"),
+        ("list", "secrets", *tenants), ("watch", "secrets", *tenants), ("patch", "secrets", *tenants),
         *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],
     ]  # fmt: skip
+    # In the management cluster the pool worker touches no tenant namespace: tenants are reached with their identities.
     pool_may_not = [
         ("update", "leases.coordination.k8s.io", "-n", "kube-system"), ("delete", "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE),
         ("patch", "superclusters.tidepool.io"), ("create", "superclusters.tidepool.io"),
         ("patch", "clusterconfigs.tidepool.io"), ("list", "secrets", "-n", SYSTEM_NAMESPACE),
-        ("get", "secrets", *ns), ("get", "secrets", "-n", "kube-system"), ("create", "pods", *ns),
-        ("delete", "pods", *ns), ("create", "namespaces"), ("delete", "namespaces"), ("patch", "nodes"),
-        ("patch", "resourcequotas", *ns), ("patch", "services", *ns),
+        ("get", "secrets", *ns), ("get", "secrets", "-n", "kube-system"), ("create", "secrets", *tenants),
+        ("delete", "secrets", *tenants), ("patch", "tenants.tidepool.io"), ("create", "tenants.tidepool.io"),
+        ("delete", "tenants.tidepool.io"), ("list", "pods", "-A"), ("patch", "namespaces"), ("list", "namespaces"),
+        ("create", "events", *ns), ("create", "pods", *ns), ("delete", "namespaces"), ("patch", "nodes"),
     ]  # fmt: skip
-    assert refused(tenant, POOL, pool_may, allowed=True) == []
-    assert refused(tenant, POOL, pool_may_not, allowed=False) == []
-    syncer_in_tenant_may = [
-        ("watch", "namespaces"), ("list", "pods", "-A"), ("get", "pods", *ns), ("delete", "pods", *ns),
-        ("patch", "pods", "--subresource=status", *ns), ("patch", "services", "--subresource=status", *ns),
-        ("patch", "persistentvolumeclaims", "--subresource=status", *ns), ("create", "persistentvolumes"),
-        ("patch", "persistentvolumes"), ("delete", "persistentvolumes"), ("create", "events", *ns),
-        ("patch", "events", *ns), ("get", "superclusters.tidepool.io"), ("list", "superclusters.tidepool.io"),
-        ("watch", "superclusters.tidepool.io"), *[("watch", kind, "-A") for kind in (
+    assert _answered_otherwise(management, POOL, pool_may, allowed=True) == []
+    assert _answered_otherwise(management, POOL, pool_may_not, allowed=False) == []
+    syncer_in_management_may = [("list", "tenants.tidepool.io"), ("watch", "tenants.tidepool.io"),
+                                ("patch", "tenants.tidepool.io"), ("list", "secrets", *tenants),
+                                ("watch", "secrets", *tenants), ("get", "superclusters.tidepool.io"),
+                                ("list", "superclusters.tidepool.io"), ("watch", "superclusters.tidepool.io")]  # fmt: skip
+    syncer_in_management_may_not = [
+        ("create", "tenants.tidepool.io"), ("delete", "tenants.tidepool.io"),
+        ("patch", "tenants.tidepool.io", "--subresource=status"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
+        ("list", "secrets", "-A"), ("patch", "secrets", *tenants), ("create", "secrets", *tenants),
+        ("patch", "superclusters.tidepool.io"), ("patch", "superclusters.tidepool.io", "--subresource=status"),
+        ("list", "pods", "-A"), ("list", "namespaces"), ("create", "events", *ns),
+    ]  # fmt: skip
+    assert _answered_otherwise(management, SYNCER, syncer_in_management_may, allowed=True) == []
+    assert _answered_otherwise(management, SYNCER, syncer_in_management_may_not, allowed=False) == []
+    # In the tenant: the scheduler's and the syncers' calls there, as the one identity add-tenant mints.
+    in_tenant_may = [
+        ("list", "namespaces"), ("watch", "namespaces"), ("patch", "namespaces"), ("get", "namespaces"),
+        ("list", "resourcequotas", "-A"), ("list", "pods", "-A"), ("get", "pods", *ns), ("patch", "pods", *ns),
+        ("delete", "pods", *ns), ("patch", "pods", "--subresource=status", *ns),
+        ("patch", "services", "--subresource=status", *ns), ("patch", "persistentvolumeclaims", "--subresource=status", *ns),
+        ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumes"),
+        ("create", "events", *ns), ("patch", "events", *ns),
+        ("create", f"serviceaccounts/{TENANT_IDENTITY}", "--subresource=token", "-n", SYSTEM_NAMESPACE),
+        *[("watch", kind, "-A") for kind in (
             "configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
             "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
             "networkpolicies.networking.k8s.io")],
     ]  # fmt: skip
-    syncer_in_tenant_may_not = [
-        ("get", "namespaces"),
-        ("create", "pods", *ns), ("patch", "pods", *ns), ("patch", "namespaces"), ("delete", "namespaces"),
-        ("create", "configmaps", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns),
-        ("patch", "superclusters.tidepool.io", "--subresource=status"), ("patch", "superclusters.tidepool.io"),
-        ("create", "superclusters.tidepool.io"), ("patch", "nodes"),
+    in_tenant_may_not = [
+        ("create", "pods", *ns), ("create", "namespaces"), ("delete", "namespaces"), ("create", "configmaps", *ns),
+        ("create", "secrets", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns), ("patch", "nodes"),
+        ("patch", "resourcequotas", *ns), ("patch", "services", *ns), ("create", "clusterroles"),
+        ("create", "clusterrolebindings"), ("escalate", "clusterroles"), ("bind", "clusterroles"),
+        ("create", "serviceaccounts/default", "--subresource=token", "-n", SYSTEM_NAMESPACE),
+        ("create", f"serviceaccounts/{TENANT_IDENTITY}", "--subresource=token", *ns),
+        ("list", "superclusters.tidepool.io"),
     ]  # fmt: skip
-    assert refused(tenant, SYNCER, syncer_in_tenant_may, allowed=True) == []
-    assert refused(tenant, SYNCER, syncer_in_tenant_may_not, allowed=False) == []
+    assert _answered_otherwise(tenant, TENANT_POOL, in_tenant_may, allowed=True) == []
+    assert _answered_otherwise(tenant, TENANT_POOL, in_tenant_may_not, allowed=False) == []
     copies = ("configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
               "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
               "networkpolicies.networking.k8s.io")  # fmt: skip
     syncer_in_super_may = [
-        ("create", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"), ("watch", "namespaces"),
-        ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"), ("watch", "events", "-A"),
-        ("list", "nodes"), *[("watch", kind, "-A") for kind in copies],
+        ("create", "namespaces"), ("get", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"),
+        ("watch", "namespaces"), ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"),
+        ("watch", "events", "-A"), ("list", "nodes"), *[("watch", kind, "-A") for kind in copies],
         *[(verb, kind, *ns) for kind in copies for verb in ("get", "list", "watch", "create", "patch", "delete")],
     ]  # fmt: skip
     syncer_in_super_may_not = [
         ("patch", "pods", *ns), ("patch", "nodes"), ("delete", "nodes"), ("create", "persistentvolumes"),
         ("create", "clusterroles"), ("create", "rolebindings", *ns), ("create", "deployments.apps", *ns),
     ]  # fmt: skip
-    assert refused(super_cluster, SYNCER, syncer_in_super_may, allowed=True) == []
-    assert refused(super_cluster, SYNCER, syncer_in_super_may_not, allowed=False) == []
+    assert _answered_otherwise(super_cluster, SYNCER, syncer_in_super_may, allowed=True) == []
+    assert _answered_otherwise(super_cluster, SYNCER, syncer_in_super_may_not, allowed=False) == []
 
     # The prober, run for real as the pool worker: reads the ClusterConfig, lists the SuperClusters, reads
     # the kubeconfig Secret one names and writes its health on its status.
-    admin = tenant.api_client()
+    admin = management.api_client()
     k8s.CoreV1Api(admin).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({
         "metadata": {"name": "super-s1"},
         "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")
     apply_cluster_object(admin, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
         "metadata": {"name": "s1"}, "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
-    as_pool = tenant.api_client()
+    as_pool = management.api_client()
     as_pool.set_default_header("Impersonate-User", POOL)
     HealthProber(as_pool).probe_round()
     status = (read_cluster_object(admin, SUPER_CLUSTERS, "s1") or {}).get("status") or {}
     assert [c["reason"] for c in status.get("conditions") or [] if c["type"] == "Ready"] == ["ProbeSucceeded"]
+
+
+@pytest.mark.env
+@pytest.mark.deploy
+@pytest.mark.pool
+@pytest.mark.tenants
+def test_the_token_add_tenant_mints_reads_and_reports_in_the_tenant_and_cannot_create_or_escalate(
+    make_cluster: Callable[[str], LocalCluster],
+) -> None:
+    tenant = make_cluster("pool-tenant")
+    admin = tenant.api_client()
+    create_namespace(admin, "shop")
+    create_pod(admin, "shop", "web")
+    identity = client_from_peer_kubeconfig_text(mint_tenant_identity(admin, lifetime_seconds=600))
+    core, rbac = k8s.CoreV1Api(identity), k8s.RbacAuthorizationV1Api(identity)
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items if p.metadata] == ["web"]
+    core.patch_namespaced_pod_status("web", "shop", {"status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no super cluster"}]}})  # fmt: skip
+    core.list_namespaced_secret("shop")  # the syncers copy Secrets down
+    refusals: dict[str, Callable[[], object]] = {
+        "a pod created": lambda: core.create_namespaced_pod("shop", k8s.V1Pod.model_validate(
+            {"metadata": {"name": "mine"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})),
+        "a namespace deleted": lambda: core.delete_namespace("shop"),
+        "a Secret created": lambda: core.create_namespaced_secret("shop", k8s.V1Secret.model_validate({"metadata": {"name": "s"}})),
+        "a Secret patched": lambda: core.patch_namespaced_secret("default-token", "shop", {"metadata": {"labels": {"x": "y"}}}),
+        "cluster-admin bound": lambda: rbac.create_cluster_role_binding(k8s.V1ClusterRoleBinding.model_validate({
+            "metadata": {"name": "mine"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                      "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": TENANT_IDENTITY, "namespace": SYSTEM_NAMESPACE}]})),
+        "its own role widened": lambda: rbac.patch_cluster_role(TENANT_IDENTITY, {"rules": [
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}),
+        "another's token": lambda: core.create_namespaced_service_account_token("default", SYSTEM_NAMESPACE,
+            k8s.AuthenticationV1TokenRequest.model_validate({"spec": {"expirationSeconds": 600}})),
+    }  # fmt: skip
+    for what, call in refusals.items():
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403, what
+    # Its own next token, asked for with the current one, works; once revoked, no token of it does.
+    renewed = client_from_peer_kubeconfig_text(renew_tenant_token(identity, lifetime_seconds=600))
+    assert k8s.CoreV1Api(renewed).list_namespace().items
+    revoke_tenant_identity(admin)
+
+    def identity_refused() -> bool:
+        try:
+            k8s.CoreV1Api(renewed).list_namespace()
+        except ApiException as e:
+            return e.status in (401, 403)
+        return False
+
+    wait_for(identity_refused, timeout=10, what="the revoked identity refused")

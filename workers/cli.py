@@ -18,6 +18,10 @@
                                                     the recorded admission passes at another maximum
   tidepool simulate pool --policy spread|pack [--since 24h|TIME] [--workflow-id ID] [-o json]
                                                     the recorded pool passes under another policy
+  tidepool pool add-tenant NAME --tenant-kubeconfig FILE [--weight N] [--server URL] [--kubeconfig FILE]
+                                                    registers a tenant control plane with the pool (again: renews)
+  tidepool pool remove-tenant NAME [--wait] [--timeout 10m] [--tenant-kubeconfig FILE] [--kubeconfig FILE]
+                                                    deletes a Tenant; the super clusters drain it
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do;
@@ -30,6 +34,11 @@ expired while the provider was down.
 
 `offload` and `unoffload` run with a kubeconfig of the consumer (--kubeconfig, else $KUBECONFIG, else
 ~/.kube/config) that may write NamespaceOffloadings in NS.
+
+`pool add-tenant` and `pool remove-tenant` run with a kubeconfig of the pool's management cluster (--kubeconfig,
+else $KUBECONFIG, else ~/.kube/config) and, to mint or revoke the pool's identity there, an administrator's
+kubeconfig of the tenant's control plane (--tenant-kubeconfig). A removed Tenant is gone once every super
+cluster's syncer has deleted what it made for it; its kubeconfig Secret and identity go after it.
 
 `explain` reads only the cluster's Temporal namespace: the flags, else TIDEPOOL_TEMPORAL_* as the worker, else
 the local environment's (its state file has each worker's namespace by cluster id, and the pool's):
@@ -52,9 +61,12 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from urllib3.exceptions import HTTPError
 
 from kube.clients import client_from_own_kubeconfig_file
 from kube.clock import utcnow
@@ -63,6 +75,8 @@ from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.api.common import DNS_LABEL
 from models.api.offloading import NamespaceOffloadingSpec
+from models.api.tenant import MAX_WEIGHT
+from models.enforcement import status_message
 from models.explain import Story
 from models.names import (
     ADVERTISEMENTS,
@@ -102,6 +116,12 @@ from workers.offload_command import (
     virtual_node_pod_rows,
 )
 from workers.peer import cancel_peering, leave_provider, request_peering
+from workers.tenant_command import (
+    TenantCommandError,
+    add_tenant_command,
+    remove_tenant_command,
+    tenant_arguments_problem,
+)
 
 # Where `make demo` (deploy/localenv) records the running clusters: the CLI reads the file, it does not
 # import the tooling that writes it (deploy depends on workers, never the other way). The variable names
@@ -327,11 +347,24 @@ def _since(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a duration (30m, 24h, 7d) nor an ISO 8601 time") from None
 
 
-def _kubeconfig(path: str) -> k8s.ApiClient:
+def _kubeconfig(path: str, flag: str = "--kubeconfig") -> k8s.ApiClient:
     try:
         return client_from_own_kubeconfig_file(path)
     except ConfigException as e:
-        raise LookupError(f"--kubeconfig {path}: {e}") from None
+        raise LookupError(f"{flag} {path}: {e}") from None
+
+
+def _duration(text: str) -> float:
+    """Seconds, or a number of s, m or h (--timeout 10m)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (600, 600s, 10m, 1h)")
+    return seconds
 
 
 def _temporal_settings(args: argparse.Namespace, temporal: TemporalSettings) -> tuple[TemporalSettings, str]:
@@ -396,6 +429,29 @@ def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             unoffload_namespace(api, args.namespace, wait=args.wait, timeout=args.timeout, say=print)
     except (LookupError, OffloadError, OSError) as e:
         print(f"tidepool {args.command}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # a waiting command's progress reaches a pipe as it happens
+
+
+def _pool(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    problem = tenant_arguments_problem(args.name, getattr(args, "weight", None))
+    if problem:
+        parser.error(f"pool {args.action}: {problem}")
+    try:
+        management = _kubeconfig(args.kubeconfig or _default_kubeconfig())
+        tenant_admin = _kubeconfig(args.tenant_kubeconfig, "--tenant-kubeconfig") if args.tenant_kubeconfig else None
+        if args.action == "add-tenant" and tenant_admin is not None:  # the parser requires it
+            add_tenant_command(management, tenant_admin, args.name, weight=args.weight, server=args.server, say=_say)
+        else:
+            remove_tenant_command(management, args.name, wait=args.wait, timeout=args.timeout, tenant_admin=tenant_admin,
+                                  say=_say)  # fmt: skip
+    except (LookupError, TenantCommandError, ApplicationError, ApiException, HTTPError, OSError) as e:
+        reason = (status_message(e.body) or e.reason) if isinstance(e, ApiException) else e
+        print(f"tidepool pool {args.action}: {reason}", file=sys.stderr)
         return 1
     return 0
 
@@ -480,7 +536,30 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--state-file", type=Path, default=_local_env_state_file(),
                              help="the local environment's state, where the namespaces are found")
         command.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    pool = sub.add_parser("pool", help="the tenant control planes of the pool, in its management cluster")
+    actions = pool.add_subparsers(dest="action", required=True)
+    add_tenant = actions.add_parser("add-tenant", help="register a tenant control plane (run again: renews its token, "
+                                    "updates its weight)")  # fmt: skip
+    add_tenant.add_argument("--tenant-kubeconfig", metavar="FILE", required=True,
+                            help="an administrator's kubeconfig of the tenant: mints the pool's identity there")
+    add_tenant.add_argument("--weight", type=int, default=1, metavar="N",
+                            help=f"its share of the pool under contention, 1 to {MAX_WEIGHT} (default 1)")
+    add_tenant.add_argument("--server", metavar="URL",
+                            help="the tenant's API server as the pool reaches it (default: the one in --tenant-kubeconfig)")
+    remove_tenant = actions.add_parser("remove-tenant", help="delete a Tenant: every super cluster drains it, then its "
+                                       "Secret (and, with --tenant-kubeconfig, its identity) goes")  # fmt: skip
+    remove_tenant.add_argument("--wait", action="store_true", help="until every super cluster has let it go")
+    remove_tenant.add_argument("--timeout", type=_duration, default=600, metavar="DURATION",
+                               help="of --wait: seconds, or 30s, 10m, 1h (default 10m)")
+    remove_tenant.add_argument("--tenant-kubeconfig", metavar="FILE",
+                               help="an administrator's kubeconfig of the tenant: revokes the pool's identity there")
+    for command in (add_tenant, remove_tenant):
+        command.add_argument("name", metavar="NAME", help="the Tenant (a DNS label)")
+        command.add_argument("--kubeconfig", metavar="FILE", default=None,
+                             help="the pool's management cluster (default: $KUBECONFIG, else ~/.kube/config)")
     args = parser.parse_args(argv)
+    if args.command == "pool":
+        return _pool(parser, args)
     if args.command == "unpeer":
         on_provider, on_consumer = (args.provider, args.consumer_id), (args.consumer, args.provider_id)
         if all(on_provider) == all(on_consumer) or (any(on_provider) and any(on_consumer)):

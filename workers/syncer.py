@@ -401,7 +401,8 @@ class Syncer:
                                                              field_manager=f"{FIELD_MANAGER}-{self.cluster}",
                                                              _content_type=APPLY)  # fmt: skip
         except ApiException as e:
-            if e.status != 404:  # gone: nothing to hold or release
+            # Gone: an apply to a Tenant that no longer exists would create one, and without a spec is refused (422).
+            if e.status not in (404, 422):
                 raise
 
     def _target(self, side: _TenantSide, tenant_ns: str) -> str | None:

@@ -42,6 +42,8 @@ class Pool:
     probe_seconds: int
     localenv: EnvState
     syncers: dict[str, Syncer] = field(default_factory=dict)
+    # Every tenant's control plane by Tenant name: TENANT's is `tenant` (the management cluster too).
+    tenants: dict[str, LocalCluster] = field(default_factory=dict)
 
     @property
     def core(self) -> k8s.CoreV1Api:
@@ -108,8 +110,10 @@ class WorkerTasks:
 @asynccontextmanager
 async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
                        grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS, namespace: str = "default",
-                       workflow_id: str | None = None) -> AsyncIterator[Pool]:  # fmt: skip
-    """The scheduler runs in Temporal namespace `namespace` as `workflow_id` (default: pool-scheduler-<unique>)."""
+                       workflow_id: str | None = None,
+                       other_tenants: dict[str, int] | None = None) -> AsyncIterator[Pool]:  # fmt: skip
+    """The scheduler runs in Temporal namespace `namespace` as `workflow_id` (default: pool-scheduler-<unique>).
+    `other_tenants`: more tenants (name -> weight), each with a control plane of its own, beside TENANT."""
     tenant = make_cluster("tenant")
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
@@ -123,6 +127,10 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
     pool = Pool(tenant, supers, start_worker, workers.kill, grace_seconds, probe_seconds, localenv)
     pool.configure()
     add_tenant(api, api, TENANT)  # the tenant's control plane is the pool's management cluster too
+    pool.tenants[TENANT] = tenant
+    for name, weight in (other_tenants or {}).items():
+        pool.tenants[name] = make_cluster(name)
+        add_tenant(api, pool.tenants[name].api_client(), name, weight=weight)
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each
         join_pool(api, name, cluster.kubeconfig)

@@ -114,7 +114,7 @@ class PoolWatchers(Watchers):
             if followed is None and api is not None:
                 core = k8s.CoreV1Api(api)
                 informers = [
-                    self._informer(f"pool-{tenant}-namespaces", namespace_key, core.list_namespace),
+                    self._informer(f"pool-{tenant}-namespaces", namespace_key, core.list_namespace, relist_signals=True),
                     self._informer(f"pool-{tenant}-quotas", quota_key, core.list_resource_quota_for_all_namespaces),
                     self._informer(f"pool-{tenant}-pods", pod_key, core.list_pod_for_all_namespaces),
                 ]  # fmt: skip
@@ -123,15 +123,17 @@ class PoolWatchers(Watchers):
                     informer.start()
         self._submit(self._start_or_signal())
 
-    def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any],
-                  **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
+    def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any], *,
+                  relist_signals: bool = False, **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
         """An informer whose events signal only when an object's key changes. The first list always
-        signals: nobody has looked before, and it starts the scheduler."""
+        signals: nobody has looked before, and it starts the scheduler. With `relist_signals`, every list
+        does: a list after the first follows a broken watch, and a tenant's control plane back from an
+        outage changes nothing a key sees, while its Tenant still says Unreachable until a pass reaches it."""
         keys = KeyMemory(key, identity=by_namespace_and_name)
 
         def on_sync(objects: list[dict[str, Any]]) -> None:
             first = not keys.listed
-            if keys.sync(objects) or first:
+            if keys.sync(objects) or first or relist_signals:
                 self._changed(keys)
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:

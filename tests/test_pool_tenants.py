@@ -1,0 +1,155 @@
+"""A pool shared by two tenants, end to end on real clusters: two tenant control planes (t1's is the pool's
+management cluster too), two super clusters, the real scheduler worker and one syncer per super cluster serving
+both. Tenants with the same namespace names never touch each other's copies; a removed tenant leaves nothing
+behind; under contention slices follow the tenants' weights, not who asked first; a tenant whose control plane
+stops answering loses nothing, and what it holds stays held."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.env import EnvState
+from kube.objects import read_cluster_object
+from models.names import (
+    LABEL_TENANT,
+    LABEL_TENANT_NAMESPACE,
+    PLACEMENT_STATUS_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    TENANTS,
+    super_cluster_namespace,
+    tenant_finalizer,
+)
+from tests.pool import TENANT, Pool, running_pool
+from tests.running import eventually
+
+pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.tenants]
+SLICE = '{"cpu": "1", "memory": "2Gi"}'
+
+
+def _namespace(api: k8s.ApiClient, name: str, *, slices: int) -> None:
+    core = k8s.CoreV1Api(api)
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name,
+                                                                      "annotations": {"pool.tidepool.io/slice": SLICE}}}))
+    core.create_namespaced_resource_quota(name, k8s.V1ResourceQuota.model_validate(
+        {"metadata": {"name": "quota"}, "spec": {"hard": {"cpu": str(slices), "memory": f"{2 * slices}Gi"}}}))
+
+
+def _annotations(api: k8s.ApiClient, name: str) -> dict[str, str]:
+    return dict(k8s.CoreV1Api(api).read_namespace(name).metadata.annotations or {})
+
+
+def _placed(api: k8s.ApiClient, name: str) -> int:
+    return sum(json.loads(_annotations(api, name).get(PLACEMENTS_ANNOTATION) or "{}").values())
+
+
+def _copies(cluster: LocalCluster) -> dict[str, dict[str, str]]:
+    """The namespaces a syncer made in a super cluster (not being deleted), with their tenant labels."""
+    return {str(n.metadata.name): dict(n.metadata.labels or {}) for n in k8s.CoreV1Api(cluster.api_client())
+            .list_namespace(label_selector=LABEL_TENANT).items if not n.metadata.deletion_timestamp}  # fmt: skip
+
+
+def _tenant(pool: Pool, name: str) -> dict[str, Any]:
+    obj = read_cluster_object(pool.tenant.api_client(), TENANTS, name)
+    assert obj is not None, f"Tenant {name} is gone"
+    return obj
+
+
+def _ready(tenant: dict[str, Any]) -> tuple[str, str] | None:
+    found = [c for c in (tenant.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+    return (found[0]["status"], found[0]["reason"]) if found else None
+
+
+def _pod(api: k8s.ApiClient, namespace: str, name: str) -> None:
+    k8s.CoreV1Api(api).create_namespaced_pod(namespace, k8s.V1Pod.model_validate({"metadata": {"name": name}, "spec": {
+        "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
+
+
+def _running(api: k8s.ApiClient, namespace: str, name: str) -> bool:
+    return k8s.CoreV1Api(api).read_namespaced_pod(name, namespace).status.phase == "Running"
+
+
+async def test_two_tenants_with_the_same_namespaces_share_super_clusters_and_one_s_removal_leaves_the_other_whole(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
+) -> None:
+    async with running_pool(localenv, make_cluster, unique, other_tenants={"t2": 1}) as pool:
+        apis = {name: cluster.api_client() for name, cluster in pool.tenants.items()}
+        for api in apis.values():
+            _namespace(api, "shop", slices=2)
+            k8s.CoreV1Api(api).create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate(
+                {"metadata": {"name": "settings"}, "data": {"owner": "the same name in both"}}))  # fmt: skip
+        for tenant, api in apis.items():
+            await eventually(lambda a=api: _placed(a, "shop") == 2, timeout=90, what=f"{tenant}'s shop placed")
+            _pod(api, "shop", "web")
+        for tenant, api in apis.items():
+            await eventually(lambda a=api: _running(a, "shop", "web"), timeout=90, what=f"{tenant}'s pod Running")
+
+        # Each tenant's namespace has a copy of its own, named apart and labelled with its tenant.
+        targets = {tenant: super_cluster_namespace(tenant, "shop") for tenant in apis}
+        assert targets[TENANT] != targets["t2"]
+        copies: dict[str, dict[str, str]] = {}
+        for cluster in pool.supers.values():
+            copies.update(_copies(cluster))
+        assert {name: (labels[LABEL_TENANT], labels[LABEL_TENANT_NAMESPACE]) for name, labels in copies.items()} == {
+            targets[TENANT]: (TENANT, "shop"), targets["t2"]: ("t2", "shop")}
+        assert {f for f in _tenant(pool, "t2")["metadata"]["finalizers"]} >= {tenant_finalizer(n) for n in pool.supers
+                                                                            if targets["t2"] in _copies(pool.supers[n])}
+
+        # t2 is removed: every super cluster lets it go once nothing of it is left there; t1's copies stay.
+        k8s.CustomObjectsApi(pool.tenant.api_client()).delete_cluster_custom_object("tidepool.io", "v1alpha1", TENANTS, "t2")
+        await eventually(lambda: read_cluster_object(pool.tenant.api_client(), TENANTS, "t2") is None, timeout=120,
+                         what="Tenant t2 gone")  # fmt: skip
+        for name, cluster in pool.supers.items():
+            assert targets["t2"] not in _copies(cluster), f"{name} kept t2's namespace"
+        assert _running(apis[TENANT], "shop", "web")
+        assert any(targets[TENANT] in _copies(cluster) for cluster in pool.supers.values())
+        t1_copy = next(c for c in pool.supers.values() if targets[TENANT] in _copies(c))
+        assert "settings" in {m.metadata.name for m in k8s.CoreV1Api(t1_copy.api_client()).list_namespaced_config_map(
+            targets[TENANT]).items}  # fmt: skip
+
+
+async def test_slices_follow_the_tenants_weights_not_who_asked_first_and_an_unreachable_tenant_keeps_what_it_holds(
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
+) -> None:
+    """The pool holds 8 slices (two clusters of 4). Both tenants ask for 6 one-slice namespaces in the same pass,
+    t1's first: first come, first served would give t1 6 and t2 2; weights 1:3 give t1 2 and t2 6."""
+    async with running_pool(localenv, make_cluster, unique, other_tenants={"t2": 3}) as pool:
+        apis = {name: cluster.api_client() for name, cluster in pool.tenants.items()}
+        pool.stop_worker()  # asks made while no pass runs: the next pass sees them all at once
+        for tenant in (TENANT, "t2"):
+            for i in range(6):
+                _namespace(apis[tenant], f"ns-{i}", slices=1)
+            await asyncio.sleep(1.1)  # t2's are younger by a second (creationTimestamp's resolution)
+        pool.start_worker()
+
+        def placed() -> dict[str, int] | None:
+            counts = {t: sum(_placed(apis[t], f"ns-{i}") for i in range(6)) for t in apis}
+            said = [t for t in apis for i in range(6) if PLACEMENT_STATUS_ANNOTATION in _annotations(apis[t], f"ns-{i}")]
+            return counts if len(said) == 12 else None
+
+        counts = await eventually(placed, timeout=120, what="every namespace decided")
+        assert counts == {TENANT: 2, "t2": 6}
+
+        # t2's control plane stops: its copies keep running, its Tenant says so, and what it holds stays held.
+        t2_copies = {name: [n for n in _copies(c) if _copies(c)[n][LABEL_TENANT] == "t2"] for name, c in pool.supers.items()}
+        pool.stop_cluster(pool.tenants["t2"])
+        try:
+            _namespace(apis[TENANT], "later", slices=1)  # the pool is full: t2's slices are not free for t1
+            await eventually(lambda: _ready(_tenant(pool, "t2")) == ("False", "Unreachable"), timeout=120,
+                             what="Tenant t2 Unreachable")  # fmt: skip
+            status = await eventually(lambda: _annotations(apis[TENANT], "later").get(PLACEMENT_STATUS_ANNOTATION),
+                                      timeout=60, what="t1's new namespace decided")  # fmt: skip
+            assert json.loads(status)["reason"] == "InsufficientCapacity"
+            for name, cluster in pool.supers.items():
+                assert set(t2_copies[name]) <= set(_copies(cluster)), f"{name} lost t2's copies"
+        finally:
+            pool.start_cluster(pool.tenants["t2"])
+        await eventually(lambda: _ready(_tenant(pool, "t2")) == ("True", "Reachable"), timeout=180,
+                         what="Tenant t2 Reachable again")  # fmt: skip
+        assert {t: sum(_placed(apis[t], f"ns-{i}") for i in range(6)) for t in apis} == {TENANT: 2, "t2": 6}

@@ -26,6 +26,7 @@ from kube.metrics import (
     PUSHES,
 )
 from kube.objects import apply_cluster_object, read_cluster_object
+from kube.tenant_identity import add_tenant
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
@@ -112,6 +113,7 @@ async def test_the_pool_worker_serves_placements_and_placement_failures(
     tenant, super_cluster = make_cluster("tenant"), make_cluster("s1")
     api, core = tenant.api_client(), k8s.CoreV1Api(tenant.api_client())
     create_namespace(api, SYSTEM_NAMESPACE)
+    add_tenant(api, api, "t1")  # the tenant's control plane is the pool's management cluster too
     create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi
     core.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "super-s1"},
         "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip

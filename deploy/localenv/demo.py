@@ -1,13 +1,13 @@
 """The demo: `make demo` (python -m deploy.localenv.demo up) runs the main job on the local environment.
 
-It brings up Temporal with its Web UI and clusters a, b, c and tenant with fake nodes, starts a worker,
+It brings up Temporal with its Web UI and clusters a, b, c, tenant and tenant2 with fake nodes, starts a worker,
 a network module and a kubelet stand-in per cluster (each cluster on its own task queue and Temporal
 namespace), peers them (b consumes from a and from c, which share different percentages), offloads the
 namespace `shop` of b (`tidepool offload namespace shop`) and deploys a sample workload there of which some
 pods run on the virtual nodes, i.e. in a and c (each in a namespace of its own there), behind a Service whose
 EndpointSlice addresses it prints (each cluster's pods have IPs of its own PodCIDR; a and c share one, so b
-remaps one of them), runs the super cluster pool quick start (tenant namespaces with quotas placed as slices across a, b and c, a tenant pod
-running in its super cluster), and prints a table.
+remaps one of them), runs the super cluster pool quick start (two tenants, each with a namespace team-red
+whose quota is placed as slices across a, b and c, and a pod running in its super cluster), and prints a table.
 Everything keeps running for exploring; `make demo-down` (python -m deploy.localenv.demo down) stops it all.
 """
 
@@ -54,7 +54,7 @@ from workers.cli import POOL_WORKER, named_clusters, status
 from workers.metrics import METRICS_LINE
 from workers.peer import request_peering
 
-CLUSTERS = ["a", "b", "c", "tenant"]
+CLUSTERS = ["a", "b", "c", "tenant", "tenant2"]
 PEER_CLUSTERS = ["a", "b", "c"]
 # Each provider shares a different part of what it has.
 SHARING = {"a": 40, "b": 30, "c": 60}
@@ -64,7 +64,7 @@ POD_CIDRS = {"a": "10.1.0.0/16", "b": "10.2.0.0/16", "c": "10.1.0.0/16"}
 NODES = {"a": [("a-node-1", "8", "32Gi"), ("a-node-2", "8", "32Gi")],
          "b": [("b-node-1", "4", "8Gi")],
          "c": [("c-node-1", "16", "64Gi")],
-         "tenant": []}  # fmt: skip
+         "tenant": [], "tenant2": []}  # fmt: skip
 REPLICAS = 6
 
 
@@ -125,7 +125,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     `worker_env` is added to the environment of every process started (workers, kubelet stand-ins, syncers)."""
     started = time.monotonic()
     extra = dict(worker_env or {})
-    say(f"starting Temporal{' (Web UI on http://127.0.0.1:8233)' if persistent else ''} and clusters a, b, c, tenant")
+    say(f"starting Temporal{' (Web UI on http://127.0.0.1:8233)' if persistent else ''} and clusters a, b, c, tenant, tenant2")
     state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=persistent)
     apis = {name: client_from_own_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
 
@@ -195,7 +195,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     say("the Service shop/web on b, its EndpointSlice addresses (local and offloaded replicas):")
     print(_endpoints_table(apis["b"], endpoints), flush=True)
 
-    say("super cluster pool: a, b and c join tenant's pool; tenant namespaces get quota slices")
+    say("super cluster pool: a, b and c join the pool of two tenants (tenant, tenant2); their namespaces get quota slices")
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID=POOL_WORKER, TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
@@ -203,6 +203,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     core_t = k8s.CoreV1Api(apis["tenant"])
     # The tenant's control plane is the pool's management cluster too: its Tenant, SuperClusters and settings.
     add_tenant(apis["tenant"], apis["tenant"], "tenant")
+    add_tenant(apis["tenant"], apis["tenant2"], "tenant2")
     for name in PEER_CLUSTERS:  # a SuperCluster by its cluster id, as `tidepool status` names the cluster
         super_cluster = state.cluster_ids[name]
         join_pool(apis["tenant"], super_cluster, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
@@ -218,10 +219,16 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     _wait("the tenant namespaces placed", lambda: all(
         PLACEMENTS_ANNOTATION in ((core_t.read_namespace(t).metadata or k8s.V1ObjectMeta()).annotations or {})
         for t in ("team-red", "team-blue")))
-    core_t.create_namespaced_pod("team-red", k8s.V1Pod.model_validate({"metadata": {"name": "api"}, "spec": {
-        "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
-    _wait("the tenant pod Running in its super cluster",
-          lambda: _phase(core_t.read_namespaced_pod("api", "team-red")) == "Running")
+    # The second tenant has a team-red of its own: same name, its own namespace in the super clusters.
+    core_t2 = k8s.CoreV1Api(apis["tenant2"])
+    core_t2.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "team-red"}}))
+    core_t2.create_namespaced_resource_quota("team-red", k8s.V1ResourceQuota.model_validate({
+        "metadata": {"name": "quota"}, "spec": {"hard": {"cpu": "2", "memory": "4Gi"}}}))  # fmt: skip
+    for core in (core_t, core_t2):
+        core.create_namespaced_pod("team-red", k8s.V1Pod.model_validate({"metadata": {"name": "api"}, "spec": {
+            "containers": [{"name": "api", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
+    _wait("both tenants' pods Running in their super clusters", lambda: all(
+        _phase(core.read_namespaced_pod("api", "team-red")) == "Running" for core in (core_t, core_t2)))
 
     say(f"ready in {time.monotonic() - started:.0f} s")
     print()

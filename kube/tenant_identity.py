@@ -45,7 +45,7 @@ TENANT_RULES: list[dict[str, Any]] = [
      "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": ["list", "watch"]},
-    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "create", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "watch", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]  # fmt: skip
 # In tidepool-system: the next token of its own ServiceAccount, and nobody else's.

@@ -529,6 +529,7 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("delete", "pods", *ns), ("patch", "pods", "--subresource=status", *ns),
         ("patch", "services", "--subresource=status", *ns), ("patch", "persistentvolumeclaims", "--subresource=status", *ns),
         ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumes"),
+        ("watch", "persistentvolumes"),
         ("create", "events", *ns), ("patch", "events", *ns),
         ("create", f"serviceaccounts/{TENANT_IDENTITY}", "--subresource=token", "-n", SYSTEM_NAMESPACE),
         *[("watch", kind, "-A") for kind in (

@@ -1,23 +1,31 @@
-"""The pool's syncer, one per super cluster: `python -m workers.syncer`. It copies every object of the
-tenant namespaces placed on its cluster down (the namespace itself, prefixed with the tenant's name, and
-the kinds of models/pool/sync.py: SYNCED_KINDS), only the pods placed on its cluster, and status back up:
-pod status, and, when its cluster is the namespace's status cluster, LoadBalancer addresses and PVC
-binding; Events about the pods' copies become Events on the tenant pods. A namespace whose placement no
-longer names this cluster, and that no longer drains from it, is deleted here; a pod moved away keeps its
-copy here, silent, until its move ends (models/pool/moves.py). Behind the feature gate SuperClusterPooling;
-with the gate off it syncs everything, as virtualcluster's syncer does without a pool.
+"""The pool's syncer, one per super cluster, for every Tenant of the pool: `python -m workers.syncer`. It follows
+the Tenants in the pool's management cluster (kube/tenants.py: each with a client for its control plane, from
+its kubeconfig Secret) and copies every object of each tenant's namespaces placed on its cluster down (the
+namespace itself, named by models/names.py super_cluster_namespace, and the kinds of models/pool/sync.py:
+SYNCED_KINDS), only the pods placed on its cluster, and status back up: pod status, and, when its cluster is
+the namespace's status cluster, LoadBalancer addresses and PVC binding; Events about the pods' copies become
+Events on the tenant pods. A namespace whose placement no longer names this cluster, and that no longer
+drains from it, is deleted here; a pod moved away keeps its copy here, silent, until its move ends
+(models/pool/moves.py). Behind the feature gate SuperClusterPooling; with the gate off it syncs everything,
+as virtualcluster's syncer does without a pool.
+
+What it makes carries the tenant's and the tenant namespace's labels (copy_labels), and it touches and
+deletes only what carries them; a tenant whose control plane has not listed (unreachable, no usable
+kubeconfig) is not touched at all, so its copies keep running. It holds a finalizer on each Tenant it
+serves (tenant_finalizer), released once the Tenant is being removed and nothing of it is left here.
 
 Level-triggered, as the virtual kubelet's reflection (kube/workqueue.py): informers keep both sides in
-Stores (the tenant's namespaces, pods and synced kinds; the super cluster's namespaces and copies), every
-change of either side queues the key (tenant namespace, kind, name) of what it concerns, and the handler
-reads both sides of that one object from the Stores and writes what differs. A change of a namespace
-queues everything in it; every RESYNC_SECONDS everything is queued again, a safety net for a write the
-API server took but whose event never came. A copy whose source digest is unchanged costs no write."""
+Stores (per tenant, its namespaces, pods, synced kinds and mirrored volumes; the super cluster's namespaces
+and copies), every change of either side queues the key (tenant, tenant namespace, kind, name) of what it
+concerns, and the handler reads both sides of that one object from the Stores and writes what differs. The
+queue takes one key of each tenant in turn, so one tenant's burst does not hold another's pods back. A
+change of a namespace queues everything in it; every RESYNC_SECONDS everything is queued again from the
+Stores (no list call), a safety net for a write the API server took but whose event never came. A copy
+whose source digest is unchanged costs no write."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import threading
@@ -104,10 +112,6 @@ EVENTS: Key = ("", "", "Event", "")  # the Events seen since the last reflection
 Named = tuple[str, str]  # (namespace, name), of either side
 
 
-def _items(response: Any) -> list[dict[str, Any]]:
-    return list(json.loads(response.data).get("items", []))
-
-
 def _named(obj: Obj) -> Named:
     return obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
 
@@ -145,9 +149,14 @@ class _TenantSide:
                                                  lambda name, _old, _new: queue.add((tenant, name, NAMESPACE, "")))
         self.sources: dict[str, Store[Named, Obj]] = {kind: Store(_named, _queues(queue, tenant, kind))
                                                       for kind in (POD, *SYNCED_KINDS)}  # fmt: skip
+        # The PersistentVolumes this super cluster's syncer mirrored into the tenant (mirror_volume): read from
+        # here, so that a resync lists nothing.
+        self.mirrors: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], lambda *_: None)
+        mirrored = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_SUPER_CLUSTER}={syncer.cluster}"
         prefix = f"syncer-{syncer.cluster}-{tenant}"
         self._informers = [
             _informer(f"{prefix}-namespaces", self.namespaces, self.up.list_namespace),
+            _informer(f"{prefix}-mirrors", self.mirrors, self.up.list_persistent_volume, label_selector=mirrored),
             _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces),
             *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind)) for kind in SYNCED_KINDS),
         ]  # fmt: skip
@@ -515,8 +524,7 @@ class Syncer:
                                                 force=True, _content_type=APPLY)  # fmt: skip
         if kind == "PersistentVolumeClaim":  # a claim gone (or recreated: another uid): its mirrored volume goes
             claims = [c for c in side.sources[kind].values() if _named(c)[0] == tenant_ns]
-            mine = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT_NAMESPACE}={tenant_ns},{LABEL_SUPER_CLUSTER}={self.cluster}"
-            mirrors = _items(side.up.list_persistent_volume(label_selector=mine, _preload_content=False))
+            mirrors = [m for m in side.mirrors.values() if _labels(m).get(LABEL_TENANT_NAMESPACE) == tenant_ns]
             for stale in stale_mirrors(mirrors, claims):
                 ignore_not_found(side.up.delete_persistent_volume, stale)
 
@@ -533,12 +541,10 @@ class Syncer:
             if origin is None or side is None or not self._reflected.is_new(event):
                 continue
             tenant_ns = origin[1]
-            pod: Any = ignore_not_found(side.up.read_namespaced_pod, involved.get("name"), tenant_ns,
-                                        _preload_content=False)  # fmt: skip
-            if pod is None:
+            tenant_pod = side.sources[POD].get((tenant_ns, involved.get("name") or ""))
+            if tenant_pod is None:
                 self._reflected.remember(event)
                 continue
-            tenant_pod = json.loads(pod.data)
             placed = (tenant_pod["metadata"].get("annotations") or {}).get(POD_CLUSTER_ANNOTATION)
             if not pod_goes_here(placed, self.cluster, pooling=self.pooling):
                 continue

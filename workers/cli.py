@@ -10,8 +10,9 @@
                  [--namespace-mapping DefaultName|EnforceSameName|SelectedName[=NAME]] [--remote-namespace NAME]
                  [--wait] [--kubeconfig FILE]   on a consumer: lets NS's pods run in the selected providers
   tidepool unoffload namespace NS [--wait] [--kubeconfig FILE]   drains NS's pods home, then unoffloads it
-  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--kubeconfig FILE]
-                 [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
+  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--tenant T]
+                 [--kubeconfig FILE] [--cluster-id ID] [--at TIME] [-o json]
+                                                    the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded pushes, recomputed at another percentage
   tidepool simulate admission --max N [--since 24h|TIME] [--cluster-id ID] [-o json]
@@ -43,7 +44,8 @@ cluster's syncer has deleted what it made for it; its kubeconfig Secret and iden
 `explain` reads only the cluster's Temporal namespace: the flags, else TIDEPOOL_TEMPORAL_* as the worker, else
 the local environment's (its state file has each worker's namespace by cluster id, and the pool's):
 `peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
-`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler);
+`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler),
+of tenant T (--tenant; needed only when the records have NS for several tenants);
 `pod --kubeconfig` a consumer's pod on a virtual node, whose node and Events it reads from that cluster."""
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.api.common import DNS_LABEL
 from models.api.offloading import NamespaceOffloadingSpec
-from models.api.tenant import MAX_WEIGHT
+from models.api.tenant import MAX_WEIGHT, NAME_RULE
 from models.enforcement import status_message
 from models.explain import Story
 from models.names import (
@@ -250,6 +252,11 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the names `explain` and `simulate` are given, naming the argument and the rule (they
     end up in a visibility query and in workflow ids)."""
     consumer_pod = args.kind == "pod" and getattr(args, "kubeconfig", None)
+    tenant = getattr(args, "tenant", None)
+    if tenant is not None and (args.kind not in ("namespace", "pod") or consumer_pod):
+        return "--tenant names a pool's tenant: it is for `explain namespace` and `explain pod` of the pool"
+    if tenant is not None and not _dns_label(tenant):
+        return f"--tenant {tenant!r} is not a Tenant's name: its {NAME_RULE}"
     if args.kind in ("peering", "advertisement", "admission") or consumer_pod:
         subject = {"peering": "FOREIGN", "advertisement": "PROVIDER"}.get(args.kind)
         names = [("--cluster-id", args.cluster_id)] + ([(subject, args.subject)] if subject else [])
@@ -406,11 +413,13 @@ async def _answer(args: argparse.Namespace, temporal: TemporalSettings) -> Story
     if args.kind == "advertisement":
         return await explain_advertisement(client, home=args.cluster_id, provider=args.subject, at=args.at)
     if args.kind == "namespace":
-        return await explain_namespace(client, namespace=args.subject, at=args.at, workflow_id=args.workflow_id)
+        return await explain_namespace(client, namespace=args.subject, tenant=args.tenant, at=args.at,
+                                       workflow_id=args.workflow_id)  # fmt: skip
     namespace, pod = args.subject.split("/", 1)
     if consumer is not None:
         return await explain_consumer_pod(client, consumer, home=args.cluster_id, namespace=namespace, pod=pod, at=args.at)
-    return await explain_pod(client, namespace=namespace, pod=pod, at=args.at, workflow_id=args.workflow_id)
+    return await explain_pod(client, namespace=namespace, pod=pod, tenant=args.tenant, at=args.at,
+                             workflow_id=args.workflow_id)  # fmt: skip
 
 
 def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -507,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("subject", metavar="NAME",
                          help="the foreign cluster (peering), the provider (advertisement), NS (namespace), NS/NAME (pod)")
     explain.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
+    explain.add_argument("--tenant", metavar="T", help="namespace, pod: the pool's tenant whose NS it is (needed when "
+                         "several tenants have a namespace NS)")  # fmt: skip
     explain.add_argument("--kubeconfig", metavar="FILE",
                          help="pod: a consumer's kubeconfig, for a pod on a virtual node (without it: a pool pod)")
     explain.add_argument("--at", type=_timestamp, metavar="TIME",

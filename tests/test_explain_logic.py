@@ -126,6 +126,7 @@ def _pass(at: datetime, *ids: str, cluster: str = "s1") -> Fact:
         "pods_placed": {f"{i}/web": cluster for i in ids}})  # fmt: skip
 
 
+@pytest.mark.tenants
 @pytest.mark.parametrize(("facts", "tenant", "subject", "now"), [
     pytest.param([_pass(T0, "shop")], None, "shop", ["slices placed: s1 1", "pod web on s1"], id="a 0.1 pass's bare name"),
     pytest.param([_pass(T0, "a/shop", "a/other")], None, "a/shop", ["slices placed: s1 1", "pod web on s1"],
@@ -146,12 +147,14 @@ def test_a_pool_namespace_is_found_by_its_tenant_and_without_one_when_one_tenant
     assert namespace_story(f"namespace {found.subject}", found, [], facts).now == now
 
 
+@pytest.mark.tenants
 def test_a_namespace_several_tenants_have_needs_tenant_and_the_error_names_them() -> None:
     facts = [_pass(T0, "shop", "b/shop"), Fact(at=T0, kind="move", name="move_pods", value={"namespace": "a/shop"})]
     with pytest.raises(AmbiguousNamespace, match=r"^--tenant is required: shop is a namespace of tenants a, b$"):
         pool_namespace(facts, "shop")
 
 
+@pytest.mark.tenants
 def test_a_pod_story_of_one_tenant_leaves_out_the_same_pod_of_another() -> None:
     facts = [_pass(T0, "a/shop", cluster="s1"), _pass(T0, "b/shop", cluster="s2"),
              Fact(at=T0 + timedelta(minutes=1), kind="move", name="move_pods",

@@ -248,6 +248,7 @@ def test_a_pass_records_its_inputs_only_up_to_its_bounds() -> None:
     assert size < 200, size  # docs/explain.md: about 180 bytes per namespace
 
 
+@pytest.mark.tenants
 def test_tenants_namespaces_of_one_name_are_replayed_apart_on_one_capacity_account_and_named_by_tenant() -> None:
     """As the hand-computed pack above: a/shop → s3 2 (least room); b/shop → s3 (in use, its last slice), then
     s1: the same super clusters' room, whoever's namespace it is."""

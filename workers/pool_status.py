@@ -62,11 +62,11 @@ def tenant_planes(tenants: Sequence[tuple[k8s.ApiClient, Obj]], clusters: Mappin
     """Each Tenant (with the management cluster it was listed in) matched to a given cluster, else reached
     through its kubeconfig Secret."""
     planes = TenantPlanes()
+    names = [str(as_mapping(tenant.get("metadata")).get("name")) for _, tenant in tenants]
+    planes.given = {name: name for name in names if name in clusters}  # by name first: a server match never takes one
     servers = {_server(api.configuration.host): name for name, api in clusters.items()}
-    for management, tenant in tenants:
-        name = str(as_mapping(tenant.get("metadata")).get("name"))
+    for (management, tenant), name in zip(tenants, names, strict=True):
         if name in clusters:
-            planes.given[name] = name
             continue
         ref = as_mapping(as_mapping(tenant.get("spec")).get("kubeConfigRef"))
         try:

@@ -315,31 +315,90 @@ def advertisement_story(subject: str, cluster_id: str, advertisement: str, workf
     return story
 
 
-def namespace_story(subject: str, namespace: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
+class AmbiguousNamespace(LookupError):
+    """A namespace name that several tenants' records have: `--tenant` must say whose."""
+
+
+class PoolNamespace(BaseModel):
+    """A namespace as the pool's records name it: a pass of 0.1 by its bare name, a later one by its id
+    `<tenant>/<namespace>` (models/pool/tenancy.py)."""
+
+    tenant: str | None = Field(default=None, description="None: no tenant's records found, only bare ones or none.")
+    name: str
+    ids: frozenset[str] = Field(description="The ids its story reads: its tenant's, and the bare name of 0.1's passes.")
+
+    @property
+    def subject(self) -> str:
+        return f"{self.tenant}/{self.name}" if self.tenant else self.name
+
+
+def pool_namespace(facts: Iterable[Fact], name: str, *, tenant: str | None = None) -> PoolNamespace:
+    """Which records tell of namespace `name`: with `tenant`, that tenant's only. Without, the one tenant whose
+    records have it (AmbiguousNamespace naming them when several do), and the bare records of 0.1's passes,
+    which had one tenant and no ids: they are the same namespace before the upgrade."""
+    if tenant is not None:
+        return PoolNamespace(tenant=tenant, name=name, ids=frozenset({f"{tenant}/{name}"}))
+    tenants = sorted({owner for owner, namespace in map(_owner, _recorded_ids(facts)) if owner and namespace == name})
+    if len(tenants) > 1:
+        raise AmbiguousNamespace(f"--tenant is required: {name} is a namespace of tenants {', '.join(tenants)}")
+    owner = tenants[0] if tenants else None
+    return PoolNamespace(tenant=owner, name=name, ids=frozenset({name} | ({f"{owner}/{name}"} if owner else set())))
+
+
+def _recorded_ids(facts: Iterable[Fact]) -> set[str]:
+    """Every namespace id the pool's passes and moves recorded."""
+    ids: set[str] = set()
+    for fact in facts:
+        value = as_mapping(fact.value)
+        if fact.kind == "pool":
+            ids |= {str(d.get("namespace")) for d in value.get("decisions") or [] if isinstance(d, Mapping)}
+            ids |= {str(e.get("namespace")) for e in value.get("live") or [] if isinstance(e, Mapping)}
+            ids |= set(as_mapping(value.get("draining")))
+            ids |= {_pod_key(key)[0] for key in (*as_mapping(value.get("pods_placed")), *as_mapping(value.get("pods_unplaced")))}
+        elif fact.kind == "move" and value.get("namespace"):
+            ids.add(str(value["namespace"]))
+    return ids
+
+
+def _owner(namespace_id: str) -> tuple[str | None, str]:
+    """(tenant, namespace) of an id; (None, name) of a bare name of 0.1."""
+    tenant, _, name = namespace_id.rpartition("/")
+    return tenant or None, name
+
+
+def _pod_key(key: str) -> tuple[str, str]:
+    """(namespace id, pod) of a pod's key, `<namespace id>/<pod>`: a pod's name has no '/'."""
+    namespace, _, pod = key.rpartition("/")
+    return namespace, pod
+
+
+def namespace_story(subject: str, namespace: PoolNamespace, workflows: list[str], facts: Iterable[Fact]) -> Story:
     """The pool's side: each placement of the namespace's quota slices (or why none), with the slice, the
     user's mandatory entries and every other cluster's filter or score reason; its moves; where its pods went."""
     story = Story(subject=subject, cluster_id="pool", workflows=workflows)
+    ids = namespace.ids
     told: str | None = None
     placed: dict[str, str] = {}
     for fact in facts:
         value = as_mapping(fact.value)
         if fact.kind == "pool":
             for decision in value.get("decisions") or []:
-                if decision.get("namespace") != namespace:
+                if decision.get("namespace") not in ids:
                     continue
-                said = json.dumps(decision, sort_keys=True)  # the same decision again: told once
+                said = json.dumps({**decision, "namespace": None}, sort_keys=True)  # the same decision again: told once
                 if said != told:
                     told = said
                     story.entries.append(_placement_entry(fact.at, decision, value.get("clusters") or {}))
             for key, cluster in sorted((value.get("pods_placed") or {}).items()):
-                pod_namespace, _, pod = key.partition("/")
-                if pod_namespace == namespace and placed.get(pod) != cluster:
+                pod_namespace, pod = _pod_key(key)
+                if pod_namespace in ids and placed.get(pod) != cluster:
                     placed[pod] = cluster
                     story.entries.append(Entry(at=fact.at, what=f"pod {pod} → {cluster}"))
             for key, why in sorted((value.get("pods_unplaced") or {}).items()):
-                if key.partition("/")[0] == namespace:
-                    story.entries.append(Entry(at=fact.at, what=f"pod {key.partition('/')[2]} not placed", why=[why]))
-        elif fact.kind == "move" and value.get("namespace") == namespace:
+                pod_namespace, pod = _pod_key(key)
+                if pod_namespace in ids:
+                    story.entries.append(Entry(at=fact.at, what=f"pod {pod} not placed", why=[why]))
+        elif fact.kind == "move" and value.get("namespace") in ids:
             for pod, where in (value.get("moved") or {}).items():  # "old → new"
                 placed[pod] = str(where).rpartition(" → ")[2]
             moved = [f"{pod}: {where}" for pod, where in sorted((value.get("moved") or {}).items())]
@@ -352,7 +411,7 @@ def namespace_story(subject: str, namespace: str, workflows: list[str], facts: I
     return story
 
 
-def pod_story(subject: str, namespace: str, pod: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
+def pod_story(subject: str, namespace: PoolNamespace, pod: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
     """One pod of the pool: its namespace's placements (the clusters it may go to), where it went, its moves."""
     whole = namespace_story(subject, namespace, workflows, facts)
     entries = []

@@ -232,7 +232,8 @@ def _sum(offers: Iterable[Mapping[str, str]]) -> dict[str, str]:
 
 
 class SimulatedNamespace(BaseModel):
-    namespace: str
+    tenant: str | None = Field(default=None, description="Whose namespace; None: a pass of 0.1, which named no tenant.")
+    namespace: str = Field(description="Its name in its tenant's control plane.")
     slices: int = 0
     slice: dict[str, str] = Field(default_factory=dict)
     then: str = Field(description="Its placement at the last pass that listed it, as recorded, or why it had none.")
@@ -260,9 +261,10 @@ class PoolSimulation(BaseModel):
     def render(self) -> str:
         lines = [f"{self.subject}: the recorded passes under policy {self.policy}"
                  + (f", since {self.since:%Y-%m-%d %H:%M:%S} UTC" if self.since else ""), ""]  # fmt: skip
-        header = ["namespace", "slices", "then", "would"]
-        rows = [[n.namespace, f"{n.slices} × {resources_text(n.slice)}" if n.slices else "-", n.then, n.would]
-                for n in self.namespaces]  # fmt: skip
+        tenants = any(n.tenant for n in self.namespaces)  # a tenant column once passes name them
+        header = ["tenant"] * tenants + ["namespace", "slices", "then", "would"]
+        rows = [[n.tenant or "-"] * tenants + [n.namespace, f"{n.slices} × {resources_text(n.slice)}" if n.slices else "-",
+                                               n.then, n.would] for n in self.namespaces]  # fmt: skip
         lines += _table(header, rows)
         lines += ["", f"{self.passes} passes replayed, {self.differing} of {len(self.namespaces)} namespaces would "
                       "have been placed otherwise"
@@ -325,7 +327,7 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
             elif not e.edit:
                 edits.discard(e.namespace)
         for e in entries:
-            row = rows.setdefault(e.namespace, SimulatedNamespace(namespace=e.namespace, then="", would=""))
+            row = rows.setdefault(e.namespace, _simulated(e.namespace))
             row.slices, row.slice, row.then_placement = e.slices, e.slice, dict(e.placement)
             row.then = _placed(e.placement, e.slices, refused=e.refused)
             if e.refused is not None:  # the same under any policy; it holds what it held (as the scheduler's do)
@@ -351,7 +353,7 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
             row.would = _placed(row.would_placement, e.slices)
             row.differs |= row.would_placement != e.placement
         last = entries
-    simulation.namespaces = sorted(rows.values(), key=lambda n: n.namespace)
+    simulation.namespaces = sorted(rows.values(), key=lambda n: (n.tenant or "", n.namespace))
     simulation.differing = sum(n.differs for n in simulation.namespaces)
 
     def complete(placement: Mapping[str, int], entry: PoolNamespaceEntry) -> bool:
@@ -365,6 +367,12 @@ def simulate_pool(subject: str, facts: Iterable[Fact], *, policy: Policy, since:
     simulation.clusters_then = len({c for e in last for c, n in e.placement.items() if n})
     simulation.clusters_would = len({c for e in last for c, n in placed.get(e.namespace, {}).items() if n})
     return simulation
+
+
+def _simulated(namespace_id: str) -> SimulatedNamespace:
+    """A row for a recorded id: `<tenant>/<namespace>`, or a bare name a pass of 0.1 recorded."""
+    tenant, _, name = namespace_id.rpartition("/")
+    return SimulatedNamespace(tenant=tenant or None, namespace=name, then="", would="")
 
 
 def _placed(placement: Mapping[str, int], slices: int, *, refused: str | None = None) -> str:

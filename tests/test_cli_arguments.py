@@ -28,6 +28,9 @@ def _tidepool(*args: str) -> subprocess.CompletedProcess[str]:
     (["explain", "pod", "shop", "--kubeconfig", "cons.yaml", "--cluster-id", "b"], "NAME must be NAMESPACE/POD"),
     (["simulate", "pool", "--policy", "binpack"], "argument --policy: invalid choice: 'binpack'"),
     (["simulate", "pool", "--policy", "pack", "--workflow-id", "a'b"], "--workflow-id \"a'b\" must not contain quotes"),
+    (["explain", "namespace", "shop", "--tenant", "Blue"], "explain namespace: --tenant 'Blue' is not a Tenant's name: its metadata.name must be a DNS label"),
+    (["explain", "pod", "shop/web", "--tenant", "a/b"], "--tenant 'a/b' is not a Tenant's name"),
+    (["explain", "peering", "a", "--cluster-id", "b", "--tenant", "blue"], "explain peering: --tenant names a pool's tenant: it is for `explain namespace` and `explain pod` of the pool"),
 ])  # fmt: skip
 def test_bad_arguments_name_the_argument_and_the_rule(args: list[str], said: str) -> None:
     done = _tidepool(*args)

@@ -41,7 +41,7 @@ from models.names import (
     advertisement_name,
 )
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
-from tests.pool import running_pool
+from tests.pool import TENANT, running_pool
 from tests.running import eventually, running_worker, worker_settings
 from workers.cli import LOCAL_ENV_STATE_VARIABLE, POOL_WORKER
 
@@ -204,6 +204,13 @@ async def test_every_documented_command_runs_as_written_on_the_demo_s_environmen
         await eventually(lambda: (core.read_namespaced_pod("api", "team-red").metadata.annotations or {}).get(
             POD_CLUSTER_ANNOTATION), timeout=60, what="team-red/api's super cluster")  # fmt: skip
         await run(3)
+        # The tenant control plane is the management cluster too (its Tenant's kubeconfig names its server): its
+        # placements are shown once, as the Tenant's, beside the Tenants table.
+        code, out, err = await _run(["tidepool", "status"], cwd=tmp_path, env=env)
+        placed = re.findall(r"^  (\S+) +team-red +\S", out.partition("Pool placements")[2].partition("Pool pods")[0], re.M)
+        if code or placed != [TENANT] or not re.search(rf"^Tenants\n.*\n  {TENANT} +\S+ +1 +True \(Reachable\)", out, re.M):
+            failed.append(f"tidepool status: the tenant's placement as {placed}, not once as {TENANT}'s, or no "
+                          f"Tenants row (exit {code}):\n{out}{err}")  # fmt: skip
         # A cluster id the state does not know: the default namespace is read, and the error names the flag.
         code, _, err = await _run(["tidepool", "explain", "peering", CONSUMER, "--cluster-id", "cluster-x"],
                                   cwd=tmp_path, env=env)  # fmt: skip

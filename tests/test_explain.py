@@ -44,7 +44,7 @@ from models.names import (
 from tests.faults import SecretValues, scan_history
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod, delete_quietly
 from tests.offload import offloaded_namespace, peered, ready_node
-from tests.pool import running_pool
+from tests.pool import TENANT, running_pool
 from tests.running import eventually, running_worker, worker_settings
 from tests.test_consumer import advertisement
 from workers.explain import explain_advertisement, explain_namespace, explain_peering
@@ -193,6 +193,10 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
 
     web = await _cli(localenv, "explain", "pod", "shop/web", "--workflow-id", workflow_id)
     assert [e["what"] for e in web["entries"]][-1] == f"pod web → {chosen}" and web["now"][-1] == f"pod web on {chosen}"
+    assert web["subject"] == f"pod {TENANT}/shop/web"  # the one tenant whose records have shop: no --tenant needed
+    # Another tenant's shop, asked by name: none of this tenant's records.
+    other = await _cli(localenv, "explain", "namespace", "shop", "--tenant", "other", "--workflow-id", workflow_id)
+    assert (other["subject"], other["now"]) == ("namespace other/shop", ["no placement recorded"])
 
     # `simulate pool`, hand-computed: s1 and s2 hold 4 slices each. Spread gave shop s1, s2, s1, s2, ... (the
     # most room left, ties by name): 3 and 3. Pack fills s1 first (least room, ties by name), then s2: 4 and 2.
@@ -200,7 +204,7 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
     assert placement == {"s1": 3, "s2": 3}
     pack = await _cli(localenv, "simulate", "pool", "--policy", "pack", "--workflow-id", workflow_id)
     rows = {n["namespace"]: n for n in pack["namespaces"]}
-    assert (rows["shop"]["then"], rows["shop"]["would"]) == ("s1 3, s2 3", "s1 4, s2 2")
+    assert (rows["shop"]["tenant"], rows["shop"]["then"], rows["shop"]["would"]) == (TENANT, "s1 3, s2 3", "s1 4, s2 2")
     assert rows["huge"]["then"] == rows["huge"]["would"] == "not placed"
     assert (pack["differing"], pack["placed_then"], pack["placed_would"], pack["not_replayable"]) == (1, 1, 1, 0)
     assert pack["quota_then"] == pack["quota_would"] == {"cpu": "6", "memory": "12Gi"}

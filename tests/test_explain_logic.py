@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from models.explain import (
+    AmbiguousNamespace,
     Fact,
     OfferDerivation,
     advertisement_story,
@@ -15,6 +16,7 @@ from models.explain import (
     offloaded_pod_story,
     peering_story,
     pod_story,
+    pool_namespace,
     virtual_node_provider,
 )
 from models.resources import Resources
@@ -105,15 +107,61 @@ def test_the_namespace_story_tells_each_new_placement_with_every_clusters_reason
         Fact(at=T0 + timedelta(minutes=2), kind="move", name="move_pods",
              value={"namespace": "shop", "moved": {"web": "s2 → s1", "api": "s2 → s1"}}),
     ]
-    story = namespace_story("namespace shop", "shop", ["pool-scheduler"], passes)
+    shop = pool_namespace(passes, "shop")
+    story = namespace_story("namespace shop", shop, ["pool-scheduler"], passes)
     assert [e.what for e in story.entries] == ["slices placed: s1 3, s2 3", "pod web → s2",
                                                "move_pods: pods moved off draining clusters"]  # fmt: skip
     assert story.entries[0].why == ["6 slices placed (spread)", "6 slices of cpu 1", "the placement annotation asks for s1 3",
                                     "s3: NotProbed: not probed yet", "s1 was Ready"]  # fmt: skip
-    pod = pod_story("pod shop/web", "shop", "web", ["pool-scheduler"], passes)
+    pod = pod_story("pod shop/web", shop, "web", ["pool-scheduler"], passes)
     assert [e.what for e in pod.entries] == [e.what for e in story.entries]
     assert pod.entries[-1].why == ["web: s2 → s1"]  # the other pod's move is not this pod's story
     assert pod.now == ["slices placed: s1 3, s2 3", "pod web on s1"]  # where the move took it
+
+
+def _pass(at: datetime, *ids: str, cluster: str = "s1") -> Fact:
+    """A pass that placed each namespace id (bare, as 0.1 recorded, or `<tenant>/<namespace>`) and its pod web."""
+    return Fact(at=at, kind="pool", value={
+        "decisions": [{"namespace": i, "placement": {cluster: 1}, "reason": "1 slice placed (spread)"} for i in ids],
+        "pods_placed": {f"{i}/web": cluster for i in ids}})  # fmt: skip
+
+
+@pytest.mark.tenants
+@pytest.mark.parametrize(("facts", "tenant", "subject", "now"), [
+    pytest.param([_pass(T0, "shop")], None, "shop", ["slices placed: s1 1", "pod web on s1"], id="a 0.1 pass's bare name"),
+    pytest.param([_pass(T0, "a/shop", "a/other")], None, "a/shop", ["slices placed: s1 1", "pod web on s1"],
+                 id="one tenant's namespace needs no --tenant"),
+    pytest.param([_pass(T0, "shop", cluster="s2"), _pass(T0 + timedelta(minutes=1), "a/shop")], None, "a/shop",
+                 ["slices placed: s1 1", "pod web on s1"], id="the bare records before the upgrade and the tenant's after"),
+    pytest.param([_pass(T0, "a/shop", cluster="s2"), _pass(T0, "b/shop")], "a", "a/shop",
+                 ["slices placed: s2 1", "pod web on s2"], id="--tenant picks one of several"),
+    pytest.param([_pass(T0, "shop"), _pass(T0, "a/shop")], "b", "b/shop", ["no placement recorded"],
+                 id="--tenant of a tenant without it: nothing, not the bare records"),
+    pytest.param([_pass(T0, "a/other")], None, "shop", ["no placement recorded"], id="no record of it"),
+])  # fmt: skip
+def test_a_pool_namespace_is_found_by_its_tenant_and_without_one_when_one_tenant_has_it(
+    facts: list[Fact], tenant: str | None, subject: str, now: list[str],
+) -> None:
+    found = pool_namespace(facts, "shop", tenant=tenant)
+    assert found.subject == subject
+    assert namespace_story(f"namespace {found.subject}", found, [], facts).now == now
+
+
+@pytest.mark.tenants
+def test_a_namespace_several_tenants_have_needs_tenant_and_the_error_names_them() -> None:
+    facts = [_pass(T0, "shop", "b/shop"), Fact(at=T0, kind="move", name="move_pods", value={"namespace": "a/shop"})]
+    with pytest.raises(AmbiguousNamespace, match=r"^--tenant is required: shop is a namespace of tenants a, b$"):
+        pool_namespace(facts, "shop")
+
+
+@pytest.mark.tenants
+def test_a_pod_story_of_one_tenant_leaves_out_the_same_pod_of_another() -> None:
+    facts = [_pass(T0, "a/shop", cluster="s1"), _pass(T0, "b/shop", cluster="s2"),
+             Fact(at=T0 + timedelta(minutes=1), kind="move", name="move_pods",
+                  value={"namespace": "b/shop", "moved": {"web": "s2 → s3"}})]  # fmt: skip
+    pod = pod_story("pod a/shop/web", pool_namespace(facts, "shop", tenant="a"), "web", [], facts)
+    assert [e.what for e in pod.entries] == ["slices placed: s1 1", "pod web → s1"]
+    assert pod.now == ["slices placed: s1 1", "pod web on s1"]
 
 
 @pytest.mark.parametrize("text", [

@@ -246,3 +246,19 @@ def test_a_pass_records_its_inputs_only_up_to_its_bounds() -> None:
     assert recorded.live is not None
     size = len(recorded.live[0].model_dump_json())
     assert size < 200, size  # docs/explain.md: about 180 bytes per namespace
+
+
+@pytest.mark.tenants
+def test_tenants_namespaces_of_one_name_are_replayed_apart_on_one_capacity_account_and_named_by_tenant() -> None:
+    """As the hand-computed pack above: a/shop → s3 2 (least room); b/shop → s3 (in use, its last slice), then
+    s1: the same super clusters' room, whoever's namespace it is."""
+    pool = Pool("spread")
+    pool.pass_()
+    for tenant in "ab":
+        pool.add(f"{tenant}/shop", 2)
+        pool.pass_()
+    pack = simulate_pool("pool", pool.facts, policy="pack")
+    assert [(n.tenant, n.namespace, n.would) for n in pack.namespaces] == [("a", "shop", "s3 2"), ("b", "shop", "s1 1, s3 1")]
+    lines = pack.render().splitlines()
+    assert lines[2].split() == ["tenant", "namespace", "slices", "then", "would"]
+    assert lines[3].split()[:2] == ["a", "shop"] and lines[4].split()[:2] == ["b", "shop"]

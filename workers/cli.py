@@ -1,7 +1,7 @@
 """The `tidepool` command: what the `temporal` CLI cannot show in one view.
 
   tidepool status [--cluster NAME=KUBECONFIG ...]   peerings, advertisements, virtual nodes, offloaded pods,
-                                                    pool placements and pool pods
+                                                    the pool's tenants, its placements and pods
   tidepool peer --provider KUBECONFIG --provider-id ID --consumer KUBECONFIG --consumer-id ID
                 [--token-lifetime SECONDS] [--consumer-server URL]
   tidepool unpeer --provider KUBECONFIG --consumer-id ID [--force]    on the provider
@@ -10,8 +10,9 @@
                  [--namespace-mapping DefaultName|EnforceSameName|SelectedName[=NAME]] [--remote-namespace NAME]
                  [--wait] [--kubeconfig FILE]   on a consumer: lets NS's pods run in the selected providers
   tidepool unoffload namespace NS [--wait] [--kubeconfig FILE]   drains NS's pods home, then unoffloads it
-  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--kubeconfig FILE]
-                 [--cluster-id ID] [--at TIME] [-o json]   the decisions behind it, from the workflows' histories
+  tidepool explain peering FOREIGN | advertisement PROVIDER | namespace NS | pod NS/NAME [--tenant T]
+                 [--kubeconfig FILE] [--cluster-id ID] [--at TIME] [-o json]
+                                                    the decisions behind it, from the workflows' histories
   tidepool simulate peering FOREIGN --sharing-percentage N [--since 24h|TIME] [--cluster-id ID] [-o json]
                                                     the recorded pushes, recomputed at another percentage
   tidepool simulate admission --max N [--since 24h|TIME] [--cluster-id ID] [-o json]
@@ -25,7 +26,9 @@
 
 Without --cluster, `status` reads the clusters of the running local environment from its state file
 (`make demo` writes it; any JSON file with a `kubeconfigs` map of cluster name to kubeconfig path will do;
-its `cluster_ids` map names each cluster by the cluster id its worker runs as).
+its `cluster_ids` map names each cluster by the cluster id its worker runs as). The pool's Tenants are read
+from a given cluster that has them (its management cluster); a tenant's placements and pods from the given
+cluster of its name, else through its kubeconfig Secret there, read with your credentials.
 
 `peer` runs with an administrator's kubeconfig of each cluster: on the consumer it mints an identity for
 this provider alone (its Advertisement, its credentials Secret, its own next token) and hands the provider
@@ -43,7 +46,8 @@ cluster's syncer has deleted what it made for it; its kubeconfig Secret and iden
 `explain` reads only the cluster's Temporal namespace: the flags, else TIDEPOOL_TEMPORAL_* as the worker, else
 the local environment's (its state file has each worker's namespace by cluster id, and the pool's):
 `peering` on a provider, `advertisement` and `simulate admission` on a consumer (--cluster-id, default TIDEPOOL_CLUSTER_CLUSTER_ID);
-`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler);
+`namespace` and `pod` of the pool, in the pool worker's namespace (--workflow-id if it is not pool-scheduler),
+of tenant T (--tenant; needed only when the records have NS for several tenants);
 `pod --kubeconfig` a consumer's pod on a virtual node, whose node and Events it reads from that cluster."""
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ from kube.objects import list_cluster_objects
 from models.api.clusterconfig import MAX_ACCEPTABLE_ADVERTISEMENTS
 from models.api.common import DNS_LABEL
 from models.api.offloading import NamespaceOffloadingSpec
-from models.api.tenant import MAX_WEIGHT
+from models.api.tenant import MAX_WEIGHT, NAME_RULE
 from models.enforcement import status_message
 from models.explain import Story
 from models.names import (
@@ -86,6 +90,7 @@ from models.names import (
     PLACEMENTS_ANNOTATION,
     POD_CLUSTER_ANNOTATION,
     POOL_SCHEDULER_WORKFLOW_ID,
+    TENANTS,
     VIRTUAL_NODE_TYPE,
     namespace_reserved,
 )
@@ -116,6 +121,7 @@ from workers.offload_command import (
     virtual_node_pod_rows,
 )
 from workers.peer import cancel_peering, leave_provider, request_peering
+from workers.pool_status import TENANT_HEADER, read_tenant, tenant_planes, tenant_rows, unreadable
 from workers.tenant_command import (
     TenantCommandError,
     add_tenant_command,
@@ -160,8 +166,10 @@ def _list(api: k8s.ApiClient, plural: str) -> list[dict[str, Any]]:
 def status(clusters: dict[str, Path]) -> str:
     peerings, adverts, nodes, offloaded, placements, pool_pods = [], [], [], [], [], []
     offloaded_namespaces, virtual_node_pods = [], []
-    for name, kubeconfig in clusters.items():
-        api = client_from_own_kubeconfig_file(str(kubeconfig))
+    apis = {name: client_from_own_kubeconfig_file(str(kubeconfig)) for name, kubeconfig in clusters.items()}
+    tenants = [(api, tenant) for api in apis.values() for tenant in _list(api, TENANTS)]
+    planes = tenant_planes(tenants, apis)
+    for name, api in apis.items():
         for request in _list(api, PEERING_REQUESTS):
             st = request.get("status") or {}
             peerings.append([name, request["spec"]["clusterIdentity"]["clusterId"], st.get("phase", "—"),
@@ -200,13 +208,18 @@ def status(clusters: dict[str, Path]) -> str:
                 offloaded.append([consumer,
                                   f"{annotations.get(ORIGIN_NAMESPACE, '?')}/{annotations.get(ORIGIN_NAME, '?')}", name,
                                   where, phase])  # fmt: skip
-            if POD_CLUSTER_ANNOTATION in annotations:
-                pool_pods.append([name, where, annotations[POD_CLUSTER_ANNOTATION], phase])
-        for ns in namespaces:
-            ns_meta = ns.metadata or k8s.V1ObjectMeta()
-            annotation = (ns_meta.annotations or {}).get(PLACEMENTS_ANNOTATION)
-            if annotation:
-                placements.append([name, ns_meta.name, ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
+        tenant = planes.given.get(name, name)  # a cluster that is no registered Tenant's (0.1's pool): by its name
+        placements += _placement_rows(tenant, namespaces)
+        pool_pods += _pool_pod_rows(tenant, pods)
+    for tenant, tenant_api in sorted(planes.reached.items()):
+        try:
+            tenant_namespaces, tenant_pods = read_tenant(tenant_api)
+        except (ApiException, HTTPError, OSError) as e:
+            planes.problems[tenant] = unreadable(e)
+            continue
+        placements += _placement_rows(tenant, tenant_namespaces)
+        pool_pods += _pool_pod_rows(tenant, tenant_pods)
+    placements += [[tenant, "—", f"not read: {why}"] for tenant, why in sorted(planes.problems.items())]
     return "".join([
         _table("Peerings (provider side)", ["provider", "foreign", "phase", "foreign decision", "last push"], peerings),
         _table("Advertisements (consumer side)", ["consumer", "from", "phase", "reason", "cpu", "memory", "expires"],
@@ -217,9 +230,30 @@ def status(clusters: dict[str, Path]) -> str:
         _table("Pods on virtual nodes (consumer side)", ["cluster", "pod", "node", "phase", "why not running"],
                virtual_node_pods),
         _table("Offloaded pods", ["consumer", "pod", "runs in", "as", "phase there"], offloaded),
+        _table("Tenants", TENANT_HEADER, tenant_rows(tenant for _, tenant in tenants)),
         _table("Pool placements", ["tenant", "namespace", "slices per super cluster"], placements),
         _table("Pool pods", ["tenant", "pod", "super cluster", "phase"], pool_pods),
     ])  # fmt: skip
+
+
+def _placement_rows(tenant: str, namespaces: Sequence[k8s.V1Namespace]) -> list[list[str]]:
+    rows = []
+    for ns in namespaces:
+        meta = ns.metadata or k8s.V1ObjectMeta()
+        annotation = (meta.annotations or {}).get(PLACEMENTS_ANNOTATION)
+        if annotation:
+            rows.append([tenant, meta.name or "", ", ".join(f"{c}×{n}" for c, n in json.loads(annotation).items())])
+    return rows
+
+
+def _pool_pod_rows(tenant: str, pods: Sequence[k8s.V1Pod]) -> list[list[str]]:
+    rows = []
+    for pod in pods:
+        meta = pod.metadata or k8s.V1ObjectMeta()
+        cluster = (meta.annotations or {}).get(POD_CLUSTER_ANNOTATION)
+        if cluster is not None:
+            rows.append([tenant, f"{meta.namespace}/{meta.name}", cluster, (pod.status.phase if pod.status else None) or "Pending"])
+    return rows
 
 
 def _clusters(args: argparse.Namespace) -> dict[str, Path]:
@@ -250,6 +284,11 @@ def _history_arguments_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the names `explain` and `simulate` are given, naming the argument and the rule (they
     end up in a visibility query and in workflow ids)."""
     consumer_pod = args.kind == "pod" and getattr(args, "kubeconfig", None)
+    tenant = getattr(args, "tenant", None)
+    if tenant is not None and (args.kind not in ("namespace", "pod") or consumer_pod):
+        return "--tenant names a pool's tenant: it is for `explain namespace` and `explain pod` of the pool"
+    if tenant is not None and not _dns_label(tenant):
+        return f"--tenant {tenant!r} is not a Tenant's name: its {NAME_RULE}"
     if args.kind in ("peering", "advertisement", "admission") or consumer_pod:
         subject = {"peering": "FOREIGN", "advertisement": "PROVIDER"}.get(args.kind)
         names = [("--cluster-id", args.cluster_id)] + ([(subject, args.subject)] if subject else [])
@@ -406,11 +445,13 @@ async def _answer(args: argparse.Namespace, temporal: TemporalSettings) -> Story
     if args.kind == "advertisement":
         return await explain_advertisement(client, home=args.cluster_id, provider=args.subject, at=args.at)
     if args.kind == "namespace":
-        return await explain_namespace(client, namespace=args.subject, at=args.at, workflow_id=args.workflow_id)
+        return await explain_namespace(client, namespace=args.subject, tenant=args.tenant, at=args.at,
+                                       workflow_id=args.workflow_id)  # fmt: skip
     namespace, pod = args.subject.split("/", 1)
     if consumer is not None:
         return await explain_consumer_pod(client, consumer, home=args.cluster_id, namespace=namespace, pod=pod, at=args.at)
-    return await explain_pod(client, namespace=namespace, pod=pod, at=args.at, workflow_id=args.workflow_id)
+    return await explain_pod(client, namespace=namespace, pod=pod, tenant=args.tenant, at=args.at,
+                             workflow_id=args.workflow_id)  # fmt: skip
 
 
 def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -507,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("subject", metavar="NAME",
                          help="the foreign cluster (peering), the provider (advertisement), NS (namespace), NS/NAME (pod)")
     explain.add_argument("--workflow-id", default=POOL_SCHEDULER_WORKFLOW_ID, help="the pool's scheduler workflow")
+    explain.add_argument("--tenant", metavar="T", help="namespace, pod: the pool's tenant whose NS it is (needed when "
+                         "several tenants have a namespace NS)")  # fmt: skip
     explain.add_argument("--kubeconfig", metavar="FILE",
                          help="pod: a consumer's kubeconfig, for a pod on a virtual node (without it: a pool pod)")
     explain.add_argument("--at", type=_timestamp, metavar="TIME",

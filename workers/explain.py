@@ -30,6 +30,7 @@ from models.explain import (
     offloaded_pod_story,
     peering_story,
     pod_story,
+    pool_namespace,
     virtual_node_provider,
 )
 from models.names import (
@@ -108,19 +109,22 @@ async def explain_advertisement(client: Client, *, home: str, provider: str, at:
     return await _finish(client, story, at, truncated=history.truncated)
 
 
-async def explain_namespace(client: Client, *, namespace: str, at: datetime | None = None,
+async def explain_namespace(client: Client, *, namespace: str, tenant: str | None = None, at: datetime | None = None,
                             workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
-    """The pool's story of a tenant namespace: where its quota slices went and why, and its pods."""
+    """The pool's story of a tenant namespace: where its quota slices went and why, and its pods. Without
+    `tenant`, the one tenant whose records have `namespace` (AmbiguousNamespace when several do)."""
     history = await _facts(client, [workflow_id], until=at)
-    story = namespace_story(f"namespace {namespace}", namespace, [workflow_id], history.facts)
+    found = pool_namespace(history.facts, namespace, tenant=tenant)
+    story = namespace_story(f"namespace {found.subject}", found, [workflow_id], history.facts)
     return await _finish(client, story, at, truncated=history.truncated)
 
 
-async def explain_pod(client: Client, *, namespace: str, pod: str, at: datetime | None = None,
-                      workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
+async def explain_pod(client: Client, *, namespace: str, pod: str, tenant: str | None = None,
+                      at: datetime | None = None, workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
     """The pool's story of one tenant pod: the clusters its namespace was given, and which one it went to."""
     history = await _facts(client, [workflow_id], until=at)
-    story = pod_story(f"pod {namespace}/{pod}", namespace, pod, [workflow_id], history.facts)
+    found = pool_namespace(history.facts, namespace, tenant=tenant)
+    story = pod_story(f"pod {found.subject}/{pod}", found, pod, [workflow_id], history.facts)
     return await _finish(client, story, at, truncated=history.truncated)
 
 

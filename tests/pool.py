@@ -42,7 +42,7 @@ class Pool:
     probe_seconds: int
     localenv: EnvState
     syncers: dict[str, Syncer] = field(default_factory=dict)
-    # Every tenant's control plane by Tenant name: TENANT's is `tenant` (the management cluster too).
+    # Every tenant's control plane by Tenant name; the first one's is `tenant`, the management cluster too.
     tenants: dict[str, LocalCluster] = field(default_factory=dict)
 
     @property
@@ -111,9 +111,10 @@ class WorkerTasks:
 async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
                        grace_seconds: int = 60, probe_seconds: int = PROBE_SECONDS, namespace: str = "default",
                        workflow_id: str | None = None,
-                       other_tenants: dict[str, int] | None = None) -> AsyncIterator[Pool]:  # fmt: skip
+                       tenant_name: str = TENANT, other_tenants: dict[str, int] | None = None) -> AsyncIterator[Pool]:  # fmt: skip
     """The scheduler runs in Temporal namespace `namespace` as `workflow_id` (default: pool-scheduler-<unique>).
-    `other_tenants`: more tenants (name -> weight), each with a control plane of its own, beside TENANT."""
+    The management cluster's own tenant is `tenant_name`; `other_tenants`: more tenants (name -> weight), each
+    with a control plane of its own."""
     tenant = make_cluster("tenant")
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
@@ -126,8 +127,8 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
 
     pool = Pool(tenant, supers, start_worker, workers.kill, grace_seconds, probe_seconds, localenv)
     pool.configure()
-    add_tenant(api, api, TENANT)  # the tenant's control plane is the pool's management cluster too
-    pool.tenants[TENANT] = tenant
+    add_tenant(api, api, tenant_name)  # the tenant's control plane is the pool's management cluster too
+    pool.tenants[tenant_name] = tenant
     for name, weight in (other_tenants or {}).items():
         pool.tenants[name] = make_cluster(name)
         add_tenant(api, pool.tenants[name].api_client(), name, weight=weight)

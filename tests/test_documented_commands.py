@@ -41,7 +41,7 @@ from models.names import (
     advertisement_name,
 )
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
-from tests.pool import TENANT, running_pool
+from tests.pool import running_pool
 from tests.running import eventually, running_worker, worker_settings
 from workers.cli import LOCAL_ENV_STATE_VARIABLE, POOL_WORKER
 
@@ -127,6 +127,9 @@ async def _run(argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[int,
     return process.returncode, out.decode(), err.decode()
 
 
+TENANT = "tenant"  # the demo's first tenant, as the documented commands name it
+
+
 def _sensible(argv: list[str], out: str) -> str | None:
     """What is missing from a command's output, if anything: each command says something of its subject."""
     words = " ".join(argv)
@@ -181,7 +184,7 @@ async def test_every_documented_command_runs_as_written_on_the_demo_s_environmen
         return read_cluster_object(consumer.api_client(), ADVERTISEMENTS, advertisement_name(PROVIDER)) or {}
 
     tenant_namespace = "cluster-tenant"
-    async with (running_pool(localenv, make_cluster, unique, namespace=tenant_namespace,
+    async with (running_pool(localenv, make_cluster, unique, namespace=tenant_namespace, tenant_name=TENANT,
                              workflow_id=POOL_SCHEDULER_WORKFLOW_ID) as pool,
                 _peering_workers(localenv, provider, consumer)):  # fmt: skip
         _state(localenv, {"a": provider.kubeconfig, "b": consumer.kubeconfig, "tenant": pool.tenant.kubeconfig},

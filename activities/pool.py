@@ -14,6 +14,7 @@ models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,8 +96,11 @@ from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
 from models.times import format_rfc3339
 
-# A tenant's control plane that takes longer than this to answer one call is unreachable for this pass.
+# A tenant's control plane that takes longer than this to answer one call is unreachable for this pass (its
+# client tries once: kube/tenants.py).
 TENANT_REQUEST_TIMEOUT = 10.0
+# Tenants read at once at the start of a pass.
+MAX_TENANT_READS = 16
 
 
 @dataclass
@@ -156,28 +160,35 @@ class PoolActivities:
                                              headroom=kept_free, placed=Resources()))  # fmt: skip
         return snapshots, states
 
-    def _read_tenants(self) -> tuple[list[TenantView], dict[str, str]]:
-        """The tenants the pass can reach, and why each other one is left as it is (its Tenant's status says)."""
+    def _read_tenants(self) -> tuple[list[TenantView], dict[str, str], list[str]]:
+        """The tenants the pass can reach (read at once: one that does not answer costs the pass one request
+        timeout, not one per tenant), why each other one is left as it is (its Tenant's status says), and the
+        tenants being removed, whose copies run until their syncers have drained them."""
         views: list[TenantView] = []
         missed: dict[str, str] = {}
+        going: list[str] = []
+        readable = []
         for connection in sorted(self._tenants.connections(), key=lambda c: c.name):
             if connection.deleting:
-                continue  # its syncers remove what it has; it holds nothing more
-            if connection.api is None:
+                going.append(connection.name)
+            elif connection.api is None:
                 missed[connection.name] = connection.problem or "no kubeconfig"
-                continue
-            try:
-                views.append(TenantView(connection.name, connection.api).read())
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-                missed[connection.name] = _unreachable(e)
-        return views, missed
+            else:
+                readable.append(TenantView(connection.name, connection.api))
+        with ThreadPoolExecutor(min(len(readable), MAX_TENANT_READS) or 1, thread_name_prefix="pool-tenant-read") as reads:
+            for view, failure in zip(readable, reads.map(_read, readable), strict=True):
+                if failure is None:
+                    views.append(view)
+                else:
+                    missed[view.name] = failure
+        return views, missed, going
 
     @activity.defn
     def schedule_pool(self) -> PoolPassResult:
         pool = read_cluster_config(self._management).spec.pool  # ClusterConfig `tidepool` of the management cluster
         clusters, health = self._snapshots(pool)
         result = PoolPassResult(clusters=health)
-        views, missed = self._read_tenants()
+        views, missed, going = self._read_tenants()
         books = Books()
         for view in views:
             for ns in view.namespaces:
@@ -188,17 +199,25 @@ class PoolActivities:
                     books.slices[key] = slice_
                 if draining_of(ns.annotations):
                     result.draining[key] = draining_of(ns.annotations)
-        for tenant in missed:  # its slices stay held at what it last held
+        for tenant in [*missed, *going]:  # its slices stay held at what it last held
             held, slices = recorded_entries(tenant, self._recorded_holding(tenant))
             books.held.update(held)
             books.slices.update(slices)
         live: list[PoolNamespaceEntry] | None = []
         for view, ns in self._in_fair_order(views, books, clusters):
+            if view.name in missed:
+                continue  # a write to it failed this pass: the rest of it waits for the next
             key = namespace_id(view.name, ns.name)
             hards = view.quotas[ns.name]
             decision = decide_namespace(name=key, annotations=ns.annotations, hards=hards, clusters=clusters,
                                         held=books.held, slices=books.slices, pool_policy=pool.policy)  # fmt: skip
-            recorded = self._place(view, ns, decision, books, result)
+            try:
+                recorded = self._place(view, ns, decision, books, result)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                # One tenant's control plane refusing or not answering holds no other tenant back; what the
+                # decision holds stays in the books (counted, so never promised twice) and the next pass tries again.
+                missed[view.name] = _unreachable(e)
+                continue
             if recorded is not None:
                 result.decisions.append(recorded)
             if live is not None:  # what `tidepool simulate pool` replays, while the pass is small enough to record
@@ -210,17 +229,20 @@ class PoolActivities:
                                                  headroom=c.headroom.to_kubernetes()) for c in clusters]  # fmt: skip
         unreachable = {c.name for c in clusters if c.drains}
         for view in views:
+            if view.name in missed:
+                continue
             try:
                 self._place_pods(view, books, unreachable, result)
-            except (urllib3.exceptions.HTTPError, OSError) as e:  # its namespaces are placed; its pods wait for it
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:  # its pods wait for the next pass
                 missed[view.name] = _unreachable(e)
         self._tell_tenants(views, missed, books)
         return result
 
     def _in_fair_order(self, views: list[TenantView], books: Books,
                        clusters: list[ClusterSnapshot]) -> list[tuple[TenantView, ServedMetadata]]:  # fmt: skip
-        """Namespaces with a quota: the placed ones first (each kept, or moved off a failed cluster, as it
-        was), then those that still need slices in the tenants' fair order (models/pool/fairness.py)."""
+        """Namespaces with a quota: the placed ones that ask for nothing more first (each kept, or moved off a
+        failed cluster, as it was), then those that still need slices, new or grown, in the tenants' fair order
+        (models/pool/fairness.py)."""
         placed: list[tuple[TenantView, ServedMetadata]] = []
         asking: dict[tuple[str, str], tuple[TenantView, ServedMetadata]] = {}
         asks: list[Ask] = []
@@ -228,14 +250,15 @@ class PoolActivities:
             for ns in view.namespaces:
                 if ns.name not in view.quotas:
                     continue
-                if placement_of(ns.annotations):
-                    placed.append((view, ns))
-                    continue
+                current = sum(placement_of(ns.annotations).values())
                 try:
                     slice_, count = requested_slices(ns.annotations, view.quotas[ns.name])
-                    demand = Resources({k: v * count for k, v in slice_.items()})
                 except SliceError:
-                    demand = Resources()  # refused whenever it comes: it asks for nothing
+                    slice_, count = Resources(), 0  # refused whenever it comes: it asks for nothing
+                if current and count <= current:  # placed, or shrinking: it asks for nothing more
+                    placed.append((view, ns))
+                    continue
+                demand = Resources({k: v * (count - current) for k, v in slice_.items()})  # a grown quota: its extra
                 asking[(view.name, ns.name)] = (view, ns)
                 asks.append(Ask(tenant=view.name, namespace=ns.name, created=ns.created, demand=demand))
         placed.sort(key=lambda item: (item[1].created, item[0].name, item[1].name))
@@ -262,9 +285,10 @@ class PoolActivities:
             if obj is None or connection.deleting:
                 continue
             fields: dict[str, Any] = {"key": connection.key}
-            if connection.name in reached and connection.name not in missed:
+            if connection.name in reached:  # read this pass: what it holds is known, even if a write failed later
                 now_held = {c: r.to_kubernetes() for c, r in sorted(held.get(connection.name, {}).items())}
                 fields["held"] = replacing((obj.get("status") or {}).get("held") or {}, now_held)
+            if connection.name in reached and connection.name not in missed:
                 ready = condition("Ready", True, "Reachable", "the pool reads its control plane")
             elif connection.api is None:
                 ready = condition("Ready", False, "InvalidKubeconfig", missed.get(connection.name, ""))
@@ -485,6 +509,15 @@ class PoolActivities:
         """Whether each super cluster drains (Unreachable), as the prober last wrote it."""
         return {obj["metadata"]["name"]: health_from_status(obj.get("status")).drains
                 for obj in list_cluster_objects(self._management, SUPER_CLUSTERS)}  # fmt: skip
+
+
+def _read(view: TenantView) -> str | None:
+    """Reads a tenant's namespaces and quotas into `view`; why it could not, if it could not."""
+    try:
+        view.read()
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+        return _unreachable(e)
+    return None
 
 
 def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, *, unreachable: bool,

@@ -98,11 +98,12 @@ def revoke_tenant_identity(tenant_admin: k8s.ApiClient) -> None:
     ignore_not_found(core.delete_namespaced_service_account, TENANT_IDENTITY, SYSTEM_NAMESPACE)
 
 
-def write_tenant_kubeconfig(management: k8s.ApiClient, tenant: str, kubeconfig: str) -> None:
-    """The kubeconfig Secret a Tenant names, in tidepool-tenants (made if missing); the registries reload it."""
+def write_tenant_kubeconfig(management: k8s.ApiClient, tenant: str, kubeconfig: str, *, secret: str | None = None) -> None:
+    """The kubeconfig Secret a Tenant names (`secret`, default tenant-<name>), in tidepool-tenants (made if
+    missing); the registries reload it."""
     apply_core(management, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT_SECRETS_NAMESPACE}})
     apply_core(management, {"apiVersion": "v1", "kind": "Secret",
-                            "metadata": {"name": tenant_secret_name(tenant), "namespace": TENANT_SECRETS_NAMESPACE,
+                            "metadata": {"name": secret or tenant_secret_name(tenant), "namespace": TENANT_SECRETS_NAMESPACE,
                                          "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant}},
                             "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}})  # fmt: skip
 

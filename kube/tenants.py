@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
-from kube.clients import client_from_peer_kubeconfig_text
+from kube.clients import parse_peer_kubeconfig, peer_configuration
 from kube.informer import Informer, Store
 from models.api import Tenant
 from models.kubeconfig import InvalidKubeconfig
@@ -159,7 +159,10 @@ def _client_of(secret: Obj | None, namespace: str, name: str) -> tuple[str | Non
     if not data:
         return f"{where} has no key {KUBECONFIG_KEY!r}", None
     try:
-        return None, client_from_peer_kubeconfig_text(base64.b64decode(data))
+        configuration = peer_configuration(parse_peer_kubeconfig(base64.b64decode(data)))
+        # One try per call: a pass reading a tenant that does not answer moves on after one request timeout.
+        configuration.retries = 0
+        return None, k8s.ApiClient(configuration)
     except InvalidKubeconfig as e:  # names the field and the rule, never a value
         return f"{where} key {KUBECONFIG_KEY!r} refused: {e}", None
     except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where

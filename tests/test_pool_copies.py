@@ -137,6 +137,12 @@ def _body(kind: str, obj: dict[str, Any], selectorless: frozenset[str] = frozens
         {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
                   "storageClassName": "fast", "volumeMode": "Filesystem"}},
         id="a claim goes down without the tenant's volume: the super cluster binds its copy to one of its own"),
+    pytest.param("Service", _served("Service", "web", spec={
+        "selector": {"app": "web"}, "ports": [{"port": 80, "nodePort": 30080}], "type": "LoadBalancer",
+        "clusterIP": "10.96.0.9", "clusterIPs": ["10.96.0.9"], "externalIPs": ["203.0.113.7"],
+        "loadBalancerIP": "203.0.113.8"}),
+        {"spec": {"selector": {"app": "web"}, "ports": [{"port": 80}], "type": "LoadBalancer"}},
+        id="a Service goes down without addresses: neither the tenant's nor any it may not claim in a shared cluster"),
     pytest.param("LimitRange", _served("LimitRange", "limits", spec={"limits": [{"type": "Container"}]}),
                  {"spec": {"limits": [{"type": "Container"}]}}, id="a LimitRange goes down whole"),
     pytest.param("Ingress", _served("Ingress", "web", spec={"ingressClassName": "nginx", "rules": []}),

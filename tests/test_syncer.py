@@ -4,10 +4,12 @@ against real clusters in tests/test_pool_sync.py and tests/test_pool_tenants.py)
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from kube.tenants import TenantConnection
 from models.names import (
@@ -68,7 +70,8 @@ def test_a_change_on_either_side_queues_the_tenant_object_it_concerns() -> None:
     syncer, _ = _syncer()
     side = _side(syncer, "t1")
     side.sources["ConfigMap"].event("ADDED", _config_map("app", "settings"))
-    copy = _config_map(super_cluster_namespace("t1", "app"), "old", **{LABEL_TENANT: "t1", LABEL_TENANT_NAMESPACE: "app"})
+    copy = _config_map(super_cluster_namespace("t1", "app"), "old", **{LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: "t1",
+                                                                     LABEL_TENANT_NAMESPACE: "app"})
     syncer._copies["ConfigMap"].event("ADDED", copy)
     assert _queued(syncer) == [("t1", "app", NAMESPACE, ""), ("t1", "app", "ConfigMap", "settings"),
                                ("t1", "app", "ConfigMap", "old")]  # fmt: skip
@@ -124,7 +127,57 @@ def test_a_tenant_not_listed_yet_is_not_touched() -> None:
     syncer, apis = _syncer()
     side = _side(syncer, "t1")
     side._synced.clear()
-    copy = _config_map(super_cluster_namespace("t1", "app"), "kept", **{LABEL_TENANT: "t1", LABEL_TENANT_NAMESPACE: "app"})
+    copy = _config_map(super_cluster_namespace("t1", "app"), "kept", **{LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: "t1",
+                                                                     LABEL_TENANT_NAMESPACE: "app"})
     syncer._copies["ConfigMap"].event("ADDED", copy)
     syncer._handle(("t1", "app", "ConfigMap", "kept"))
     assert apis.calls == []
+
+
+class _Refusing:
+    """A super cluster whose API server refuses every pod copy, saying `message`."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def create_namespaced_pod(self, namespace: str, body: Any) -> None:
+        raise _forbidden(self.message)
+
+
+def _forbidden(message: str) -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "message": message})
+    return error
+
+
+class _TenantPods:
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+        self.statuses.append(body)
+
+
+@pytest.mark.parametrize("message,told", [
+    pytest.param('pods "web" is forbidden: violates PodSecurity "baseline:latest": privileged', True,
+                 id="a rule it breaks: told to the tenant, once"),
+    pytest.param('pods "web" is forbidden: exceeded quota: q, requested: cpu=1, used: cpu=2, limited: cpu=2', False,
+                 id="its namespace's quota copy not raised yet: tried again after a backoff"),
+    pytest.param("unable to create new content in namespace x because it is being terminated", False,
+                 id="its namespace's old copy still going: tried again after a backoff"),
+])  # fmt: skip
+def test_only_a_refusal_that_lasts_is_told_to_the_tenant(message: str, told: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    syncer, _ = _syncer()
+    side = _side(syncer, "t1")
+    syncer.down = _Refusing(message)  # type: ignore[assignment]
+    side.up = _TenantPods()  # type: ignore[assignment]
+    monkeypatch.setattr("workers.syncer.record_event", lambda *args, **kwargs: None)
+    side.sources["Pod"].sync([{"metadata": {"namespace": "app", "name": "web", "uid": "u1"},
+                               "spec": {"containers": [{"name": "c", "image": "x"}]}}])  # fmt: skip
+    if told:
+        syncer._handle(("t1", "app", "Pod", "web"))
+        assert [s["status"]["reason"] for s in side.up.statuses] == ["SuperClusterRefused"]  # type: ignore[attr-defined]
+    else:
+        with pytest.raises(ApiException):
+            syncer._handle(("t1", "app", "Pod", "web"))
+        assert side.up.statuses == []  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ from kube.keys import KeyMemory, by_namespace_and_name
 from kube.lease import LeaderElection
 from kube.tenant_identity import renew_tenant_token, write_tenant_kubeconfig
 from kube.tenants import TenantRegistry
+from models.api import Tenant
 from models.credentials import renewal_due
 from models.names import (
     CLUSTER_CONFIG_NAME,
@@ -198,8 +199,11 @@ class TokenRenewer:
             life = bearer_token_life(connection.api) if connection.served and connection.api is not None else None
             if connection.api is None or life is None or not renewal_due(life, now=now, period=self.PERIOD):
                 continue
-            try:
-                write_tenant_kubeconfig(self._management, connection.name, renew_tenant_token(connection.api))
+            obj = self._tenants.tenant_object(connection.name)
+            try:  # into the Secret its Tenant names, whoever wrote the Tenant
+                secret = Tenant.from_kubernetes(obj).spec.kube_config_ref.name if obj is not None else None
+                write_tenant_kubeconfig(self._management, connection.name, renew_tenant_token(connection.api),
+                                        secret=secret)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - the next look tries again; the Tenant's status tells if it lapses
                 log.warning("tenant %s: token not renewed: %s", connection.name, type(e).__name__)
                 continue

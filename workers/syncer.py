@@ -106,6 +106,9 @@ RESYNC_SECONDS = 300
 WORKERS = 4
 FIELD_MANAGER = "tidepool-syncer"
 Obj = dict[str, Any]
+# Refusals of a pod's copy that pass: its namespace's quota copy not raised yet for slices that just came, or
+# its namespace's old copy still terminating. Retried after a backoff, never told to the tenant as refused.
+PASSING_REFUSALS = ("exceeded quota", "is being terminated")
 Key = tuple[str, str, str, str]  # (tenant, tenant namespace, kind, name)
 NAMESPACE, POD, TENANT = "Namespace", "Pod", "Tenant"
 EVENTS: Key = ("", "", "Event", "")  # the Events seen since the last reflection
@@ -205,10 +208,11 @@ def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], 
 
 
 def _origin(obj: Obj) -> tuple[str, str] | None:
-    """The (tenant, tenant namespace) a super cluster's copy was made for, from its labels."""
+    """The (tenant, tenant namespace) a super cluster's copy was made for, from its labels; None for what no
+    syncer made."""
     labels = _labels(obj)
     tenant, namespace = labels.get(LABEL_TENANT), labels.get(LABEL_TENANT_NAMESPACE)
-    return (tenant, namespace) if tenant and namespace else None
+    return (tenant, namespace) if tenant and namespace and labels.get(LABEL_MANAGED_BY) == MANAGED_BY else None
 
 
 class Syncer:
@@ -396,9 +400,15 @@ class Syncer:
             if not _deleting(copy):
                 log.info("syncer %s: tenant %s is removed, deleting %s", self.cluster, tenant, copy["metadata"]["name"])
                 ignore_not_found(self.down.delete_namespace, copy["metadata"]["name"])
-        if not left and mine in connection.finalizers:
+        if not left and mine in connection.finalizers and not self._any_left(tenant):
             self._finalizer(tenant, hold=False)
             log.info("syncer %s: tenant %s is removed: nothing of it is left here", self.cluster, tenant)
+
+    def _any_left(self, tenant: str) -> bool:
+        """Asked of the API server, not the Store: a namespace created a moment ago may not have reached the
+        Store yet, and a finalizer released past it would leave it behind. Only while a Tenant goes."""
+        made = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_TENANT}={tenant}"
+        return bool(self.down.list_namespace(label_selector=made, limit=1).items)
 
     def _finalizer(self, tenant: str, *, hold: bool) -> None:
         """Server-side apply of this syncer's one finalizer: finalizers are a set, each entry owned by its
@@ -410,8 +420,9 @@ class Syncer:
                                                              field_manager=f"{FIELD_MANAGER}-{self.cluster}",
                                                              _content_type=APPLY)  # fmt: skip
         except ApiException as e:
-            # Gone: an apply to a Tenant that no longer exists would create one, and without a spec is refused (422).
-            if e.status not in (404, 422):
+            # A release to a Tenant gone is done: an apply there would create one, refused without a spec (422). A
+            # hold refused (gone, or being deleted: no finalizer may be added then) must stop what would follow it.
+            if hold or e.status not in (404, 422):
                 raise
 
     def _target(self, side: _TenantSide, tenant_ns: str) -> str | None:
@@ -439,7 +450,9 @@ class Syncer:
             self._create_namespace(side.name, target, labels)
         elif _origin(copy) != (side.name, tenant_ns):
             raise NotOurs(f"namespace {target} is {_origin(copy)}'s, not {(side.name, tenant_ns)}'s: left as it is")
-        elif _deleting(copy) or labels.items() - _labels(copy).items():
+        elif _deleting(copy):
+            return  # its DELETED event queues the namespace again, to be made anew
+        elif labels.items() - _labels(copy).items():
             self.down.patch_namespace(target, {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": target, "labels": labels}},
                                       field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)  # fmt: skip
@@ -451,7 +464,9 @@ class Syncer:
         and never over a namespace of the same name that is not this tenant namespace's copy: a create, not an
         apply, which would adopt whatever namespace had that name."""
         connection = self.registry.get(tenant)
-        if connection is None or tenant_finalizer(self.cluster) not in connection.finalizers:
+        if connection is None or not connection.served:
+            return  # removed (or no longer served) meanwhile: nothing more is made for it
+        if tenant_finalizer(self.cluster) not in connection.finalizers:
             self._finalizer(tenant, hold=True)
         try:
             self.down.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": target, "labels": labels}}),
@@ -585,10 +600,11 @@ class Syncer:
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
                     settings=self.settings)))  # fmt: skip
             except ApiException as e:
-                if e.status == 403:  # its Pod Security level (or another admission rule) refuses it
-                    self._refused(side, pod, tenant_ns, status_message(e.body) or str(e.reason))
+                said = status_message(e.body) or str(e.reason)
+                if e.status == 403 and not any(passing in said for passing in PASSING_REFUSALS):
+                    self._refused(side, pod, tenant_ns, said)  # its Pod Security level (or another rule) refuses it
                 elif not already_exists(e):
-                    raise
+                    raise  # tried again after a backoff
         else:
             status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
             if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference

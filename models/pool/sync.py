@@ -126,6 +126,8 @@ def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namesp
     elif kind == "Service":
         for key in ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies", "ipFamilyPolicy"):
             spec.pop(key, None)  # the super cluster allocates its own
+        for key in ("externalIPs", "loadBalancerIP"):
+            spec.pop(key, None)  # addresses a tenant may not claim in a shared cluster (CVE-2020-8554)
         for port in spec.get("ports") or []:
             port.pop("nodePort", None)
         body["spec"] = spec

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import urllib3
@@ -29,14 +29,16 @@ from kube.clock import utcnow
 from kube.errors import as_application_error
 from kube.metadata import ServedMetadata, served_metadata
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, read_cluster_config, record_event
+from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
 from models.api import SuperCluster, Tenant
 from models.api.clusterconfig import PoolConfig
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason, condition
+from models.api.tenant import NamespacePlacement, TenantStatus
 from models.names import (
     DRAINING_ANNOTATION,
+    GROUP,
     MANDATORY_ANNOTATION,
     MOVED_FROM_ANNOTATION,
     PLACED_SLICE_ANNOTATION,
@@ -46,6 +48,7 @@ from models.names import (
     SCHEDULED_ANNOTATION,
     SUPER_CLUSTERS,
     TENANTS,
+    VERSION,
 )
 from models.pods import condition_of, says
 from models.pool.fairness import Ask, fair_order, pool_capacity
@@ -91,7 +94,7 @@ from models.pool.result import (
     PoolPassResult,
 )
 from models.pool.slicing import SliceError
-from models.pool.tenancy import holdings, namespace_id, recorded_entries, split_namespace_id
+from models.pool.tenancy import holdings, namespace_id, recorded_entries, split_namespace_id, trusted_annotations
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
 from models.times import format_rfc3339
@@ -109,6 +112,7 @@ class TenantView:
 
     name: str
     api: k8s.ApiClient
+    records: dict[str, NamespacePlacement] = field(default_factory=dict)  # the pool's, from its Tenant's status
     namespaces: list[ServedMetadata] = field(default_factory=list)
     quotas: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -117,12 +121,15 @@ class TenantView:
         return k8s.CoreV1Api(self.api)
 
     def read(self) -> TenantView:
-        """Its namespaces (not tidepool's own nor being deleted, oldest first) and their quotas' hards."""
+        """Its namespaces (not tidepool's own nor being deleted, oldest first), their annotations with what the pool
+        owns taken from its records (models/pool/tenancy.py trusted_annotations), and their quotas' hards."""
         for quota in self.core.list_resource_quota_for_all_namespaces(_request_timeout=TENANT_REQUEST_TIMEOUT).items:
             hard = quota.spec.hard if quota.spec else None
             self.quotas.setdefault(served_metadata(quota).namespace or "", []).append(dict(hard or {}))
         listed = self.core.list_namespace(_request_timeout=TENANT_REQUEST_TIMEOUT).items
-        self.namespaces = sorted((meta for meta in map(served_metadata, listed)
+        self.namespaces = sorted((replace(meta, annotations=trusted_annotations(meta.annotations, self.records.get(meta.name),
+                                                                                edits=True))
+                                  for meta in map(served_metadata, listed)
                                   if meta.name not in SYSTEM_NAMESPACES and not meta.deleting),
                                  key=lambda meta: (meta.created, meta.name))  # fmt: skip
         return self
@@ -136,6 +143,30 @@ class Books:
     placements: dict[str, dict[str, int]] = field(default_factory=dict)
     held: dict[str, dict[str, int]] = field(default_factory=dict)
     slices: dict[str, Resources] = field(default_factory=dict)
+    draining: dict[str, dict[str, int]] = field(default_factory=dict)
+    mandatory: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def _books(self) -> tuple[dict[str, Any], ...]:
+        return self.placements, self.held, self.slices, self.draining, self.mandatory
+
+    def of(self, key: str) -> tuple[Any, ...]:
+        """What the books say of one namespace, to `restore` if a write of its decision fails."""
+        return tuple(book.get(key) for book in self._books())
+
+    def restore(self, key: str, saved: tuple[Any, ...]) -> None:
+        for book, value in zip(self._books(), saved, strict=True):
+            if value is None:
+                book.pop(key, None)
+            else:
+                book[key] = value
+
+    def record(self, key: str) -> NamespacePlacement | None:
+        """The pool's record of a namespace, as the pass leaves it; None for one that holds nothing."""
+        placement, draining = self.placements.get(key) or {}, self.draining.get(key) or {}
+        if not (placement or draining) or key not in self.slices:
+            return None
+        return NamespacePlacement(placement=placement, draining=draining, slice=self.slices[key],
+                                  mandatory=self.mandatory.get(key) or {})  # fmt: skip
 
 
 class PoolActivities:
@@ -160,7 +191,7 @@ class PoolActivities:
                                              headroom=kept_free, placed=Resources()))  # fmt: skip
         return snapshots, states
 
-    def _read_tenants(self) -> tuple[list[TenantView], dict[str, str], list[str]]:
+    def _read_tenants(self, objects: dict[str, dict[str, Any]]) -> tuple[list[TenantView], dict[str, str], list[str]]:
         """The tenants the pass can reach (read at once: one that does not answer costs the pass one request
         timeout, not one per tenant), why each other one is left as it is (its Tenant's status says), and the
         tenants being removed, whose copies run until their syncers have drained them."""
@@ -174,7 +205,7 @@ class PoolActivities:
             elif connection.api is None:
                 missed[connection.name] = connection.problem or "no kubeconfig"
             else:
-                readable.append(TenantView(connection.name, connection.api))
+                readable.append(TenantView(connection.name, connection.api, records=_records(objects.get(connection.name))))
         with ThreadPoolExecutor(min(len(readable), MAX_TENANT_READS) or 1, thread_name_prefix="pool-tenant-read") as reads:
             for view, failure in zip(readable, reads.map(_read, readable), strict=True):
                 if failure is None:
@@ -188,19 +219,25 @@ class PoolActivities:
         pool = read_cluster_config(self._management).spec.pool  # ClusterConfig `tidepool` of the management cluster
         clusters, health = self._snapshots(pool)
         result = PoolPassResult(clusters=health)
-        views, missed, going = self._read_tenants()
+        # The Tenants as they are now (the registry's copies may not have seen the last pass's write): the pool's
+        # records of every namespace, and the status this pass writes over.
+        objects = {obj["metadata"]["name"]: obj for obj in list_cluster_objects(self._management, TENANTS)}
+        views, missed, going = self._read_tenants(objects)
         books = Books()
         for view in views:
             for ns in view.namespaces:
                 key, slice_ = namespace_id(view.name, ns.name), held_slice(ns.annotations)
-                books.placements[key] = placement_of(ns.annotations) if slice_ is not None else {}  # garbage holds nothing
-                books.held[key] = holding(books.placements[key], draining_of(ns.annotations)) if slice_ is not None else {}
+                # What the pool placed (its record, in the annotations as the pass reads them); garbage holds nothing.
+                books.placements[key] = scheduled_of(ns.annotations) if slice_ is not None else {}
+                books.draining[key] = draining_of(ns.annotations) if slice_ is not None else {}
+                books.held[key] = holding(books.placements[key], books.draining[key])
+                books.mandatory[key] = view.records[ns.name].mandatory if ns.name in view.records else {}
                 if slice_ is not None:
                     books.slices[key] = slice_
                 if draining_of(ns.annotations):
                     result.draining[key] = draining_of(ns.annotations)
         for tenant in [*missed, *going]:  # its slices stay held at what it last held
-            held, slices = recorded_entries(tenant, self._recorded_holding(tenant))
+            held, slices = recorded_entries(tenant, _recorded_holding(objects.get(tenant)))
             books.held.update(held)
             books.slices.update(slices)
         live: list[PoolNamespaceEntry] | None = []
@@ -211,9 +248,11 @@ class PoolActivities:
             hards = view.quotas[ns.name]
             decision = decide_namespace(name=key, annotations=ns.annotations, hards=hards, clusters=clusters,
                                         held=books.held, slices=books.slices, pool_policy=pool.policy)  # fmt: skip
+            saved = books.of(key)
             try:
                 recorded = self._place(view, ns, decision, books, result)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                books.restore(key, saved)  # not written: the namespace stays as the pool last recorded it
                 # One tenant's control plane refusing or not answering holds no other tenant back; what the
                 # decision holds stays in the books (counted, so never promised twice) and the next pass tries again.
                 missed[view.name] = _unreachable(e)
@@ -235,7 +274,7 @@ class PoolActivities:
                 self._place_pods(view, books, unreachable, result)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:  # its pods wait for the next pass
                 missed[view.name] = _unreachable(e)
-        self._tell_tenants(views, missed, books)
+        self._tell_tenants(views, missed, books, objects)
         return result
 
     def _in_fair_order(self, views: list[TenantView], books: Books,
@@ -250,7 +289,7 @@ class PoolActivities:
             for ns in view.namespaces:
                 if ns.name not in view.quotas:
                     continue
-                current = sum(placement_of(ns.annotations).values())
+                current = sum(scheduled_of(ns.annotations).values())
                 try:
                     slice_, count = requested_slices(ns.annotations, view.quotas[ns.name])
                 except SliceError:
@@ -267,27 +306,24 @@ class PoolActivities:
         ordered = fair_order(asks, held=held, weights=weights, capacity=pool_capacity(clusters))
         return [*placed, *(asking[(ask.tenant, ask.namespace)] for ask in ordered)]
 
-    def _recorded_holding(self, tenant: str) -> dict[str, Resources]:
-        obj = self._tenants.tenant_object(tenant)
-        try:
-            status = Tenant.from_kubernetes(obj).status if obj is not None else None
-        except ValidationError:
-            return {}
-        return dict(status.held) if status is not None else {}
-
-    def _tell_tenants(self, views: list[TenantView], missed: dict[str, str], books: Books) -> None:
+    def _tell_tenants(self, views: list[TenantView], missed: dict[str, str], books: Books,
+                      objects: dict[str, dict[str, Any]]) -> None:  # fmt: skip
         """Each Tenant's status: its key, whether the pass reached it, and what it holds (kept as it was for
         one the pass did not reach: the next pass counts it from there)."""
         held = holdings(books.held, books.slices)
         reached = {view.name for view in views}
         for connection in self._tenants.connections():
-            obj = self._tenants.tenant_object(connection.name)
+            obj = objects.get(connection.name)
             if obj is None or connection.deleting:
                 continue
             fields: dict[str, Any] = {"key": connection.key}
             if connection.name in reached:  # read this pass: what it holds is known, even if a write failed later
                 now_held = {c: r.to_kubernetes() for c, r in sorted(held.get(connection.name, {}).items())}
                 fields["held"] = replacing((obj.get("status") or {}).get("held") or {}, now_held)
+                records = {split_namespace_id(key)[1]: record.model_dump(mode="json", by_alias=True)
+                           for key in books.placements if split_namespace_id(key)[0] == connection.name
+                           and (record := books.record(key)) is not None}  # fmt: skip
+                fields["placements"] = replacing((obj.get("status") or {}).get("placements") or {}, records)
             if connection.name in reached and connection.name not in missed:
                 ready = condition("Ready", True, "Reachable", "the pool reads its control plane")
             elif connection.api is None:
@@ -310,10 +346,11 @@ class PoolActivities:
         if isinstance(decision, Refuse):
             return self._refuse(view, ns, decision)
         # What the scheduler last wrote: a user's edit or clear leaves it, so it says where pods run now.
-        previous = scheduled_of(ns.annotations) or placement_of(ns.annotations)
+        previous = scheduled_of(ns.annotations)  # the pool's record: where its pods may run now
         already = draining_of(ns.annotations)
         draining = drain_after(previous=previous, placement=decision.placement, draining=already)
         books.placements[key], books.slices[key] = decision.placement, decision.slice
+        books.draining[key], books.mandatory[key] = draining, dict(decision.mandatory)
         books.held[key] = holding(decision.placement, draining)
         placement_json = json.dumps(decision.placement, sort_keys=True)
         view.core.patch_namespace(ns.name, {"metadata": {"annotations": {
@@ -411,6 +448,8 @@ class PoolActivities:
             if e.status != 404:
                 raise
             raise NamespaceGone(namespace) from None
+        record = _records(read_cluster_object(self._management, TENANTS, view.name)).get(namespace)
+        ns = replace(ns, annotations=trusted_annotations(ns.annotations, record, edits=False))
         if ns.deleting:
             raise NamespaceGone(namespace)
         pods = []
@@ -500,6 +539,10 @@ class PoolActivities:
                     _tell_reachability(view.api, meta, pod, pod_view.cluster or "", unreachable=False, why="")
         left = {c: n for c, n in draining.items() if c not in done}
         if done:
+            # The record first: it is what the syncers follow (the finished clusters drop their copies at once).
+            k8s.CustomObjectsApi(self._management).patch_cluster_custom_object_status(
+                GROUP, VERSION, TENANTS, view.name,
+                {"status": {"placements": {namespace: {"draining": replacing(draining, left) or None}}}})  # fmt: skip
             view.core.patch_namespace(namespace, {"metadata": {"annotations": {
                 DRAINING_ANNOTATION: json.dumps(left, sort_keys=True) if left else None}}})  # fmt: skip
             _event(view.api, ns, "MoveFinished", f"every pod moved from {', '.join(done)} runs elsewhere: removed there")
@@ -509,6 +552,24 @@ class PoolActivities:
         """Whether each super cluster drains (Unreachable), as the prober last wrote it."""
         return {obj["metadata"]["name"]: health_from_status(obj.get("status")).drains
                 for obj in list_cluster_objects(self._management, SUPER_CLUSTERS)}  # fmt: skip
+
+
+def _status(obj: dict[str, Any] | None) -> TenantStatus | None:
+    try:
+        return Tenant.from_kubernetes(obj).status if obj is not None else None
+    except ValidationError:  # the CRD's schema holds these rules: an object older than them
+        return None
+
+
+def _records(obj: dict[str, Any] | None) -> dict[str, NamespacePlacement]:
+    """The pool's records of a tenant's namespaces, in its Tenant's status."""
+    status = _status(obj)
+    return dict(status.placements) if status is not None else {}
+
+
+def _recorded_holding(obj: dict[str, Any] | None) -> dict[str, Resources]:
+    status = _status(obj)
+    return dict(status.held) if status is not None else {}
 
 
 def _read(view: TenantView) -> str | None:

@@ -60,11 +60,15 @@ def _secret_kept(obj: Obj) -> Obj:
 
 
 class TenantRegistry:
-    def __init__(self, management: k8s.ApiClient, *, name: str, changed: Callable[[str], None]) -> None:
+    def __init__(self, management: k8s.ApiClient, *, name: str, changed: Callable[[str], None],
+                 tenant_object_changed: Callable[[str, Obj | None, Obj | None], None] | None = None) -> None:  # fmt: skip
+        """`changed(tenant)`: its connection changed; `tenant_object_changed(tenant, old, new)`: anything of
+        its Tenant did (its status: the pool's records)."""
         self._changed = changed
+        self._object_changed = tenant_object_changed
         self._lock = threading.Lock()
         self._connections: dict[str, TenantConnection] = {}
-        self._tenants: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], lambda *_: self._refresh())
+        self._tenants: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._tenant_seen)
         self._secrets: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], lambda *_: self._refresh())
         self._listed: set[str] = set()  # which of the two stores has been listed: nobody is told before both
         custom, core = k8s.CustomObjectsApi(management), k8s.CoreV1Api(management)
@@ -75,6 +79,11 @@ class TenantRegistry:
                      on_sync=self._listing("secrets", self._secrets), on_event=self._secrets.event,
                      transform=_secret_kept),
         ]  # fmt: skip
+
+    def _tenant_seen(self, tenant: str, old: Obj | None, new: Obj | None) -> None:
+        self._refresh()
+        if self._object_changed is not None:
+            self._object_changed(tenant, old, new)
 
     def _listing(self, which: str, store: Store[str, Obj]) -> Callable[[list[Obj]], None]:
         def listed(objects: list[Obj]) -> None:

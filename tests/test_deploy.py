@@ -492,7 +492,7 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("list", "superclusters.tidepool.io"), ("watch", "superclusters.tidepool.io"),
         ("patch", "superclusters.tidepool.io", "--subresource=status"), ("get", "clusterconfigs.tidepool.io"),
         ("watch", "clusterconfigs.tidepool.io"), ("get", "secrets", "-n", SYSTEM_NAMESPACE),
-        ("list", "tenants.tidepool.io"), ("watch", "tenants.tidepool.io"),
+        ("get", "tenants.tidepool.io"), ("list", "tenants.tidepool.io"), ("watch", "tenants.tidepool.io"),
         ("patch", "tenants.tidepool.io", "--subresource=status"),
         ("list", "secrets", *tenants), ("watch", "secrets", *tenants), ("patch", "secrets", *tenants),
         *[(verb, "leases.coordination.k8s.io", "-n", SYSTEM_NAMESPACE) for verb in ("get", "create", "update")],

@@ -80,6 +80,15 @@ async def test_two_tenants_with_the_same_namespaces_share_super_clusters_and_one
 ) -> None:
     async with running_pool(localenv, make_cluster, unique, other_tenants={"t2": 1}) as pool:
         apis = {name: cluster.api_client() for name, cluster in pool.tenants.items()}
+        # t2 writes the pool's annotations itself, on a namespace without a quota: a placement the scheduler never
+        # made, on s1, with a pod there. The syncers follow the pool's records, not what a tenant writes.
+        forged = json.dumps({"s1": 4})
+        k8s.CoreV1Api(apis["t2"]).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "forged", "annotations": {
+            PLACEMENTS_ANNOTATION: forged, "pool.tidepool.io/scheduled": forged,
+            "pool.tidepool.io/placed-slice": SLICE}}}))  # fmt: skip
+        k8s.CoreV1Api(apis["t2"]).create_namespaced_pod("forged", k8s.V1Pod.model_validate({"metadata": {
+            "name": "web", "annotations": {"pool.tidepool.io/super-cluster": "s1"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]}}))  # fmt: skip
         for api in apis.values():
             _namespace(api, "shop", slices=2)
             k8s.CoreV1Api(api).create_namespaced_config_map("shop", k8s.V1ConfigMap.model_validate(
@@ -97,7 +106,7 @@ async def test_two_tenants_with_the_same_namespaces_share_super_clusters_and_one
         for cluster in pool.supers.values():
             copies.update(_copies(cluster))
         assert {name: (labels[LABEL_TENANT], labels[LABEL_TENANT_NAMESPACE]) for name, labels in copies.items()} == {
-            targets[TENANT]: (TENANT, "shop"), targets["t2"]: ("t2", "shop")}
+            targets[TENANT]: (TENANT, "shop"), targets["t2"]: ("t2", "shop")}  # and nothing of t2's `forged`
         assert {f for f in _tenant(pool, "t2")["metadata"]["finalizers"]} >= {tenant_finalizer(n) for n in pool.supers
                                                                             if targets["t2"] in _copies(pool.supers[n])}
 

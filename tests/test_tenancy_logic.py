@@ -1,5 +1,6 @@
 """Names of tenant namespaces in a shared super cluster (models/names.py): no two (tenant, namespace) pairs
-ever share a name, every name is a valid namespace name, and a Tenant's key is fixed in length."""
+ever share a name, every name is a valid namespace name, and a Tenant's key is fixed in length. And what of a
+namespace's placement the pool takes from the tenant, which writes its annotations (models/pool/tenancy.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,22 @@ import re
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from models.names import TENANT_KEY_LENGTH, super_cluster_namespace, tenant_finalizer, tenant_key
+from models.api.tenant import NamespacePlacement
+from models.names import (
+    DRAINING_ANNOTATION,
+    MANDATORY_ANNOTATION,
+    PLACED_SLICE_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+    TENANT_KEY_LENGTH,
+    super_cluster_namespace,
+    tenant_finalizer,
+    tenant_key,
+)
+from models.pool.moves import draining_of, scheduled_of
+from models.pool.namespaces import held_slice, placement_of
+from models.pool.tenancy import trusted_annotations
+from models.resources import Resources
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Names as the API server allows them: DNS labels up to 63, with '-' runs and lengths near the cut.
@@ -55,3 +71,27 @@ def test_a_finalizer_per_super_cluster_is_a_qualified_name() -> None:
 def test_one_tenant_s_namespaces_never_share_a_name(tenant: str, n1: str, n2: str) -> None:
     assume(n1 != n2)
     assert super_cluster_namespace(tenant, n1) != super_cluster_namespace(tenant, n2)
+
+
+FORGED = {PLACEMENTS_ANNOTATION: '{"a": 50}', SCHEDULED_ANNOTATION: '{"a": 50}', DRAINING_ANNOTATION: '{"b": 9}',
+          PLACED_SLICE_ANNOTATION: '{"cpu": "64", "memory": "256Gi"}', MANDATORY_ANNOTATION: '{"a": 50}', "team": "red"}
+
+
+def test_without_a_record_nothing_the_tenant_wrote_of_a_placement_is_taken() -> None:
+    """A tenant writing the scheduler's annotations itself gets no copy anywhere (the syncers), and to the pass
+    its `scheduled` placement is no placement at all: the pass places it as any new namespace, by capacity."""
+    assert trusted_annotations(FORGED, None, edits=False) == {"team": "red"}
+    assert trusted_annotations(FORGED, None, edits=True) == {"team": "red"}  # placements == scheduled: not a request
+    edited = {**FORGED, PLACEMENTS_ANNOTATION: '{"a": 2}'}
+    assert trusted_annotations(edited, None, edits=True) == {PLACEMENTS_ANNOTATION: '{"a": 2}', "team": "red"}
+
+
+def test_with_a_record_what_the_pool_owns_is_the_record_s() -> None:
+    record = NamespacePlacement(placement={"a": 1, "b": 1}, draining={"c": 1}, slice=Resources(cpu="1", memory="2Gi"))
+    synced = trusted_annotations(FORGED, record, edits=False)
+    assert placement_of(synced) == {"a": 1, "b": 1} and scheduled_of(synced) == {"a": 1, "b": 1}
+    assert draining_of(synced) == {"c": 1} and held_slice(synced) == Resources(cpu="1", memory="2Gi")
+    assert MANDATORY_ANNOTATION not in synced
+    weighed = trusted_annotations(FORGED, record, edits=True)
+    assert placement_of(weighed) == {"a": 50}  # the tenant's request, which the pass weighs against capacity
+    assert scheduled_of(weighed) == {"a": 1, "b": 1}

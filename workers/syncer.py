@@ -46,6 +46,7 @@ from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
 from models.api import SuperCluster
+from models.api.tenant import NamespacePlacement
 from models.enforcement import status_message
 from models.names import (
     API_VERSION,
@@ -98,6 +99,7 @@ from models.pool.sync import (
     super_namespace_labels,
     unchanged,
 )
+from models.pool.tenancy import trusted_annotations
 from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
@@ -207,6 +209,25 @@ def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], 
     return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=_trimmed, **kwargs)
 
 
+def _record(tenant: Obj | None, namespace: str) -> NamespacePlacement | None:
+    """The pool's record of a tenant namespace, from its Tenant's status; None when it has none (or a status
+    that does not read: nothing is copied for it then)."""
+    placements = ((tenant or {}).get("status") or {}).get("placements") or {}
+    if namespace not in placements:
+        return None
+    try:
+        return NamespacePlacement.model_validate(placements[namespace])
+    except ValidationError:
+        return None
+
+
+def _records_changed(old: Obj | None, new: Obj | None) -> set[str]:
+    """The namespaces whose record differs between two versions of a Tenant."""
+    before = ((old or {}).get("status") or {}).get("placements") or {}
+    after = ((new or {}).get("status") or {}).get("placements") or {}
+    return {ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns)}
+
+
 def _origin(obj: Obj) -> tuple[str, str] | None:
     """The (tenant, tenant namespace) a super cluster's copy was made for, from its labels; None for what no
     syncer made."""
@@ -233,7 +254,8 @@ class Syncer:
         self._sides: dict[str, _TenantSide] = {}
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
-        self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed)
+        self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed,
+                                       tenant_object_changed=self._tenant_object_changed)  # fmt: skip
         # The copies, by (super namespace, name).
         self._copy_namespaces: Store[str, Obj] = Store(lambda o: o["metadata"]["name"], self._copy_namespace_changed)
         self._copies: dict[str, Store[Named, Obj]] = {
@@ -275,6 +297,10 @@ class Syncer:
             while len(self._events) > MAX_REMEMBERED_EVENTS:
                 self._events.popitem(last=False)
         self.queue.add(EVENTS)
+
+    def _tenant_object_changed(self, tenant: str, old: Obj | None, new: Obj | None) -> None:
+        """The pool wrote its records of the tenant's namespaces: each one that changed is looked at again."""
+        self.queue.add_all([(tenant, namespace, NAMESPACE, "") for namespace in sorted(_records_changed(old, new))])
 
     def _tenant_changed(self, tenant: str) -> None:
         """The registry's word on one Tenant: its side started, replaced (a new kubeconfig) or stopped (no
@@ -425,12 +451,19 @@ class Syncer:
             if hold or e.status not in (404, 422):
                 raise
 
+    def _placement_view(self, side: _TenantSide, tenant_ns: str, ns: Obj) -> dict[str, str]:
+        """The namespace's annotations with its placement as the pool recorded it in the Tenant's status (which
+        the tenant cannot write), never as the namespace says: a tenant writing its own placement annotations
+        gets nothing copied beyond what the scheduler placed."""
+        return trusted_annotations(_annotations(ns), _record(self.registry.tenant_object(side.name), tenant_ns),
+                                   edits=False)  # fmt: skip
+
     def _target(self, side: _TenantSide, tenant_ns: str) -> str | None:
         """The namespace's copy here, if it is placed here."""
         ns = side.namespaces.get(tenant_ns)
         if ns is None or tenant_ns in SYSTEM_NAMESPACES or tenant_ns.startswith("kube-") or _deleting(ns):
             return None
-        annotations = _annotations(ns)
+        annotations = self._placement_view(side, tenant_ns, ns)
         if not in_scope(placement_of(annotations), self.cluster, pooling=self.pooling,
                         scheduled=scheduled_of(annotations), draining=draining_of(annotations)):  # fmt: skip
             return None
@@ -507,7 +540,9 @@ class Syncer:
         """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement
         changing re-queues the namespace's quotas (_sync_namespace), whose copies then take the new share."""
         ns = side.namespaces.get(tenant_ns)
-        return slices_held_here(_annotations(ns), self.cluster) if self.pooling and ns is not None else None
+        if not self.pooling or ns is None:
+            return None
+        return slices_held_here(self._placement_view(side, tenant_ns, ns), self.cluster)
 
     def _selectorless(self, side: _TenantSide, tenant_ns: str, service: str | None) -> frozenset[str]:
         """The endpoints' Service, if it has no selector (its owner writes its endpoints, which are copied)."""
@@ -525,7 +560,7 @@ class Syncer:
         if not self.pooling:
             return True
         ns = side.namespaces.get(tenant_ns)
-        return ns is not None and status_cluster(placement_of(_annotations(ns))) == self.cluster
+        return ns is not None and status_cluster(placement_of(self._placement_view(side, tenant_ns, ns))) == self.cluster
 
     def _status_up(self, side: _TenantSide, kind: str, tenant_ns: str, source: Obj | None, copy: Obj | None) -> None:
         if source is not None and copy is not None:

@@ -41,12 +41,25 @@ class TenantSpec(ApiModel):
         return ref
 
 
+class NamespacePlacement(ApiModel):
+    """The pool's record of one tenant namespace, which the tenant cannot write: where its slices are, where they
+    still drain from, their size, and the entries of a user's placement it honours. The syncers copy from this,
+    never from the namespace's own annotations, which the tenant can write."""
+
+    placement: dict[str, int] = Field(default_factory=dict)
+    draining: dict[str, int] = Field(default_factory=dict)
+    slice: Resources = Field(default_factory=Resources)
+    mandatory: dict[str, int] = Field(default_factory=dict)
+
+
 class TenantStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     key: str | None = Field(default=None, description="The prefix of its namespaces' names in the super clusters.")
     held: dict[str, Resources] = Field(default_factory=dict, description=(
         "What its namespaces' slices hold in each super cluster, as the last pass that reached its control "
         "plane counted: the pool keeps counting it while that control plane does not answer."))  # fmt: skip
+    placements: dict[str, NamespacePlacement] = Field(default_factory=dict, description=(
+        "The pool's placement of each of its namespaces that holds slices, by namespace: what the syncers follow."))  # fmt: skip
 
 
 class Tenant(KubernetesObject):

@@ -6,8 +6,17 @@ tenant is promised the same capacity."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
+from models.api.tenant import NamespacePlacement
+from models.names import (
+    DRAINING_ANNOTATION,
+    MANDATORY_ANNOTATION,
+    PLACED_SLICE_ANNOTATION,
+    PLACEMENTS_ANNOTATION,
+    SCHEDULED_ANNOTATION,
+)
 from models.resources import Resources
 
 # An entry of an unreachable tenant's recorded holding in the pass's books: no namespace name has an '@'.
@@ -46,3 +55,35 @@ def recorded_entries(tenant: str, recorded: Mapping[str, Resources]) -> tuple[di
     cluster, one slice of exactly what it holds there."""
     keys = {cluster: namespace_id(tenant, f"{RECORDED}{cluster}") for cluster in recorded}
     return ({keys[c]: {c: 1} for c in recorded}, {keys[c]: amount for c, amount in recorded.items()})
+
+
+# What only the pool writes of a namespace's placement: the tenant's copies of these annotations are shown to
+# it, never read back. PLACEMENTS_ANNOTATION is the tenant's to edit (a placement it asks for).
+POOL_OWNED = (SCHEDULED_ANNOTATION, PLACED_SLICE_ANNOTATION, DRAINING_ANNOTATION, MANDATORY_ANNOTATION)
+
+
+def trusted_annotations(annotations: Mapping[str, str], record: NamespacePlacement | None, *,
+                        edits: bool) -> dict[str, str]:  # fmt: skip
+    """A tenant namespace's annotations with what the pool owns taken from its record (the Tenant's status in
+    the management cluster), never from the namespace, whose annotations the tenant can write: a forged
+    `scheduled`, slice or `draining` would have the syncers copy beyond what the scheduler placed, and the pass
+    keep it. With `edits` (the scheduler's pass) the tenant's own placements annotation stays, as a request the
+    pass weighs against capacity; without (the syncers), the placement is the record's alone."""
+    trusted = {key: value for key, value in annotations.items() if key not in POOL_OWNED}
+    if not edits or (PLACEMENTS_ANNOTATION in annotations and annotations[PLACEMENTS_ANNOTATION] ==
+                     annotations.get(SCHEDULED_ANNOTATION) and record is None):  # fmt: skip
+        # Not the tenant's request: the syncers follow the record alone, and a placement equal to `scheduled`
+        # without a record is one the scheduler wrote and no longer holds (0.1's, or a record since dropped).
+        trusted.pop(PLACEMENTS_ANNOTATION, None)
+    if record is None or not (record.placement or record.draining):
+        return trusted
+    placement = json.dumps(record.placement, sort_keys=True)
+    trusted[SCHEDULED_ANNOTATION] = placement
+    trusted[PLACED_SLICE_ANNOTATION] = json.dumps(record.slice.to_kubernetes(), sort_keys=True)
+    if record.draining:
+        trusted[DRAINING_ANNOTATION] = json.dumps(record.draining, sort_keys=True)
+    if record.mandatory:
+        trusted[MANDATORY_ANNOTATION] = json.dumps(record.mandatory, sort_keys=True)
+    if not edits:
+        trusted[PLACEMENTS_ANNOTATION] = placement
+    return trusted

@@ -406,6 +406,7 @@ class Run:
     watches: Watches = field(default_factory=Watches)
     syncers: Syncers = field(default_factory=Syncers)
     cores: dict[str, k8s.CoreV1Api] = field(default_factory=dict)  # every cluster's, with `threads` connections
+    lists_at_start: dict[str, tuple[float, float]] = field(default_factory=dict)  # `list_calls`, before the syncers
     placed: dict[str, str] = field(default_factory=dict)  # tenant -> the super cluster its `app` is on
 
     @property
@@ -432,6 +433,9 @@ class Run:
             api = cluster.api_client()
             _nodes(api, name, index, everything)
             _flow_schema(api, [SYNCER_IDENTITY])
+        self.lists_at_start = self.list_calls()  # before any syncer: what they list from here on is counted
+        for name, cluster in self.supers.items():
+            api = cluster.api_client()
             join_pool(mgmt, name, cluster.kubeconfig)
             self.syncers.start(name, management=syncer_mgmt, logs=state,
                                super_cluster=_syncer_kubeconfig(api, state / f"syncer-{name}.yaml"))  # fmt: skip
@@ -520,14 +524,28 @@ class Run:
         self.watches.wait(every, watch, deadline=deadline, what=f"quiet pods ({name_prefix})")
         return since(keys, done_at(keys, self.watches.merged(watch)), created)
 
-    def idle_lists(self) -> tuple[float, dict[str, float], float]:
-        """(syncer LISTs in the idle window, per cluster, every client's LISTs) once settled."""
-        admins = {n: c.api_client() for n, c in [*self.tenants.items(), *self.supers.items()]}
-        before = {n: list_calls(_metrics(a), flow_schema=FLOW_SCHEMA) for n, a in admins.items()}
+    def list_calls(self) -> dict[str, tuple[float, float]]:
+        """`list_calls` of every cluster's API server, by cluster."""
+        clusters = [*self.tenants.items(), *self.supers.items()]
+        return {n: list_calls(_metrics(c.api_client()), flow_schema=FLOW_SCHEMA) for n, c in clusters}
+
+    def idle_lists(self) -> IdleLists:
+        before = self.list_calls()
         time.sleep(float(self.params["idle_seconds"]))
-        after = {n: list_calls(_metrics(a), flow_schema=FLOW_SCHEMA) for n, a in admins.items()}
-        per_cluster = {n: after[n][0] - before[n][0] for n in admins}
-        return sum(per_cluster.values()), per_cluster, sum(after[n][1] - before[n][1] for n in admins)
+        after = self.list_calls()
+        return IdleLists(
+            syncers={n: after[n][0] - before[n][0] for n in after},
+            every_client=sum(after[n][1] - before[n][1] for n in after),
+            counted_before=sum(before[n][0] - self.lists_at_start[n][0] for n in before),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IdleLists:
+    syncers: dict[str, float]  # the syncers' LISTs in the idle window, by cluster
+    every_client: float  # every client's LISTs in the window, all clusters
+    counted_before: float  # the syncers' (and in the tenants the pool worker's) LISTs before the window: not 0,
+    # or the FlowSchema counted nothing and a 0 in the window would prove nothing
 
 
 def _has_default_account(core: k8s.CoreV1Api, namespace: str) -> bool:
@@ -574,7 +592,7 @@ async def _measure(params: dict[str, Any]) -> None:
             log(f"quiet pods: p99 {tail(quiet_burst, 99):.1f} s during the burst, {tail(quiet_alone, 99):.1f} s alone")
             await asyncio.sleep(SETTLE_SECONDS)
             await worker.stop()  # in the tenants the pool worker is the syncers' identity: silent for the window
-            lists, lists_per_cluster, every_list = await asyncio.to_thread(run.idle_lists)
+            lists = await asyncio.to_thread(run.idle_lists)
         finally:
             try:
                 await worker.stop()
@@ -584,12 +602,12 @@ async def _measure(params: dict[str, Any]) -> None:
                     watch.stop()
     _report(params, pooled=pooled, pool_seconds=pool_seconds, direct=direct, direct_seconds=direct_seconds,
             rss=(rss_before, rss_after, copies), quiet=(quiet_burst, quiet_alone),
-            lists=(lists, lists_per_cluster, every_list))  # fmt: skip
+            lists=lists)  # fmt: skip
 
 
 def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds: float, direct: Sequence[float],
             direct_seconds: float, rss: tuple[dict[str, float], dict[str, float], dict[str, int]],
-            quiet: tuple[Sequence[float], Sequence[float]], lists: tuple[float, dict[str, float], float]) -> None:  # fmt: skip
+            quiet: tuple[Sequence[float], Sequence[float]], lists: IdleLists) -> None:  # fmt: skip
     common = dict(params)
     misses = {"misses": sum(map(math.isinf, pooled)), "baseline_misses": sum(map(math.isinf, direct))}
     emit("pods_running_seconds", pool_seconds, "s", baseline=direct_seconds,  # a miss made either infinite
@@ -608,9 +626,10 @@ def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds:
          params={**common, "target": "<= 5 s", "p50": tail(during, 50), "baseline_p50": tail(alone, 50),
                  "misses": sum(map(math.isinf, during)), "baseline_misses": sum(map(math.isinf, alone)),
                  "baseline": "the same quiet pods without the burst"})  # fmt: skip
-    count, per_cluster, every = lists
-    emit("syncer_list_calls_per_minute_idle", count * 60 / float(params["idle_seconds"]), "calls/min", baseline=None,
-         params={**common, "target": "0", "per_cluster": per_cluster, "every_client_lists": every,
+    emit("syncer_list_calls_per_minute_idle", sum(lists.syncers.values()) * 60 / float(params["idle_seconds"]),
+         "calls/min", baseline=None,
+         params={**common, "target": "0", "per_cluster": lists.syncers, "every_client_lists": lists.every_client,
+                 "counted_before_idle": lists.counted_before,
                  "method": f"FlowSchema {FLOW_SCHEMA} on the syncers' identities, pool worker stopped"})  # fmt: skip
 
 

@@ -2,8 +2,8 @@
 count of a history, the pool workload generator and the soak's accounting (RSS slope, window counts,
 not-Ready time, lost pods, rotations). The benchmarks are measured by hand (`python -m bench <name>`): tests
 do not assert timings. A few run at a tiny size to check their plumbing, not their figures: offload_scale at
-20 pods (two clusters of its own, about 2 minutes), and, only when TIDEPOOL_BENCH_SOAK / TIDEPOOL_BENCH_FAILOVER
-is set, a 2-minute soak and a small failover run."""
+20 pods (two clusters of its own, about 2 minutes), and, only when TIDEPOOL_BENCH_SOAK / TIDEPOOL_BENCH_FAILOVER /
+TIDEPOOL_BENCH_SYNC_SCALE is set, a 2-minute soak, a small failover run and a small pool_sync_scale run."""
 
 from __future__ import annotations
 
@@ -455,6 +455,8 @@ SYNC_SCALE_FIGURES = {"pods_running_seconds", "syncer_rss_kib_per_pod", "other_t
 @pytest.mark.env
 @pytest.mark.tenants
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_SYNC_SCALE"),
+                    reason="four clusters of its own for about 4 minutes: set TIDEPOOL_BENCH_SYNC_SCALE=1 to run it")  # fmt: skip
 def test_a_small_sync_scale_run_prints_every_figure_finite_and_misses_no_pod(capsys: pytest.CaptureFixture[str]) -> None:
     from bench.pool_sync_scale import run
 

@@ -537,6 +537,7 @@ class Run:
             syncers={n: after[n][0] - before[n][0] for n in after},
             every_client=sum(after[n][1] - before[n][1] for n in after),
             counted_before=sum(before[n][0] - self.lists_at_start[n][0] for n in before),
+            every_client_before=sum(before[n][1] - self.lists_at_start[n][1] for n in before),
         )  # fmt: skip
 
 
@@ -546,6 +547,7 @@ class IdleLists:
     every_client: float  # every client's LISTs in the window, all clusters
     counted_before: float  # the syncers' (and in the tenants the pool worker's) LISTs before the window: not 0,
     # or the FlowSchema counted nothing and a 0 in the window would prove nothing
+    every_client_before: float  # every client's LISTs before the window: not 0 either, or none was parsed
 
 
 def _has_default_account(core: k8s.CoreV1Api, namespace: str) -> bool:
@@ -629,7 +631,7 @@ def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds:
     emit("syncer_list_calls_per_minute_idle", sum(lists.syncers.values()) * 60 / float(params["idle_seconds"]),
          "calls/min", baseline=None,
          params={**common, "target": "0", "per_cluster": lists.syncers, "every_client_lists": lists.every_client,
-                 "counted_before_idle": lists.counted_before,
+                 "counted_before_idle": lists.counted_before, "every_client_lists_before_idle": lists.every_client_before,
                  "method": f"FlowSchema {FLOW_SCHEMA} on the syncers' identities, pool worker stopped"})  # fmt: skip
 
 

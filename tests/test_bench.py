@@ -456,7 +456,7 @@ SYNC_SCALE_FIGURES = {"pods_running_seconds", "syncer_rss_kib_per_pod", "other_t
 @pytest.mark.tenants
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_SYNC_SCALE"),
-                    reason="four clusters of its own for about 4 minutes: set TIDEPOOL_BENCH_SYNC_SCALE=1 to run it")  # fmt: skip
+                    reason="three clusters of its own, 1 to 4 minutes: set TIDEPOOL_BENCH_SYNC_SCALE=1 to run it")  # fmt: skip
 def test_a_small_sync_scale_run_prints_every_figure_finite_and_misses_no_pod(capsys: pytest.CaptureFixture[str]) -> None:
     from bench.pool_sync_scale import run
 
@@ -470,4 +470,5 @@ def test_a_small_sync_scale_run_prints_every_figure_finite_and_misses_no_pod(cap
         assert figure["baseline"] is None or 0 < figure["baseline"] < math.inf, figure
     assert figures["pods_running_seconds"]["params"]["pods_total"] == 20
     assert figures["syncer_rss_kib_per_pod"]["params"]["copies"] == {"s1": 20}  # measured after the tenants' burst
-    assert figures["syncer_list_calls_per_minute_idle"]["params"]["counted_before_idle"] > 0  # the FlowSchema counts
+    lists = figures["syncer_list_calls_per_minute_idle"]["params"]
+    assert lists["counted_before_idle"] > 0 and lists["every_client_lists_before_idle"] > 0  # both counts count

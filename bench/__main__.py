@@ -22,6 +22,7 @@ BENCHMARKS = (
     "offload_latency",
     "offload_scale",
     "pool_failover",
+    "pool_sync_scale",
     "peering_scale",
     "resource_compute",
 )

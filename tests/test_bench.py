@@ -2,8 +2,8 @@
 count of a history, the pool workload generator and the soak's accounting (RSS slope, window counts,
 not-Ready time, lost pods, rotations). The benchmarks are measured by hand (`python -m bench <name>`): tests
 do not assert timings. A few run at a tiny size to check their plumbing, not their figures: offload_scale at
-20 pods (two clusters of its own, about 2 minutes), and, only when TIDEPOOL_BENCH_SOAK / TIDEPOOL_BENCH_FAILOVER
-is set, a 2-minute soak and a small failover run."""
+20 pods (two clusters of its own, about 2 minutes), and, only when TIDEPOOL_BENCH_SOAK / TIDEPOOL_BENCH_FAILOVER /
+TIDEPOOL_BENCH_SYNC_SCALE is set, a 2-minute soak, a small failover run and a small pool_sync_scale run."""
 
 from __future__ import annotations
 
@@ -405,3 +405,70 @@ def test_a_small_offload_scale_run_prints_every_figure_and_misses_no_pod(capsys:
     assert figures["virtual_kubelet_cpu_seconds_per_pod"]["value"] > 0
     assert figures["pods_running_seconds"]["params"]["pods"] == 20
     assert figures["pods_running_seconds"]["params"]["namespaces"] == 4
+
+
+# pool_sync_scale (bench/pool_sync_scale.py) --------------------------------------------------------------
+
+
+def test_sync_scale_interleaves_the_tenants_creates_so_that_every_tenant_starts_at_once() -> None:
+    from bench.pool_sync_scale import interleaved
+
+    a, b = [("a", "app", "p0"), ("a", "app", "p1"), ("a", "app", "p2")], [("b", "app", "p0")]
+    assert interleaved([a, b]) == [("a", "app", "p0"), ("b", "app", "p0"), ("a", "app", "p1"), ("a", "app", "p2")]
+
+
+def test_sync_scale_times_a_pod_to_the_last_side_that_ran_it_and_a_side_that_never_did_is_a_miss() -> None:
+    from bench.pool_sync_scale import done_at, since
+
+    keys = [("t0", "app", "p0"), ("t0", "app", "p1")]
+    on_super, on_tenant = {keys[0]: 3.0, keys[1]: 4.0}, {keys[0]: 5.0}
+    done = done_at(keys, on_super, on_tenant)
+    assert done == [5.0, math.inf]  # p1 Running in the super cluster but never shown so in its tenant
+    assert since(keys, done, {keys[0]: 1.0, keys[1]: 1.0}) == [4.0, math.inf]
+
+
+def test_sync_scale_counts_the_lists_of_its_flow_schema_and_of_every_client_from_an_api_servers_metrics() -> None:
+    from bench.pool_sync_scale import FLOW_SCHEMA, list_calls
+
+    text = "\n".join([
+        "# HELP apiserver_request_total [STABLE] Counter of apiserver requests",
+        'apiserver_request_total{code="200",component="apiserver",resource="pods",verb="LIST",version="v1"} 7',
+        'apiserver_request_total{code="200",component="apiserver",resource="pods",verb="WATCH",version="v1"} 9',
+        'apiserver_request_total{code="200",component="apiserver",resource="secrets",verb="LIST",version="v1"} 2',
+        f'apiserver_flowcontrol_dispatched_requests_total{{flow_schema="{FLOW_SCHEMA}",priority_level="workload-high"}} 3',
+        'apiserver_flowcontrol_dispatched_requests_total{flow_schema="global-default",priority_level="global-default"} 40',
+    ])  # fmt: skip
+    assert list_calls(text, flow_schema=FLOW_SCHEMA) == (3.0, 9.0)
+    assert list_calls("", flow_schema=FLOW_SCHEMA) == (0.0, 0.0)  # a schema that counted nothing yet
+
+
+def test_sync_scale_quota_fits_its_pods() -> None:
+    from bench.pool_sync_scale import quota_of
+
+    assert quota_of(500) == {"cpu": "5000m", "memory": "8000Mi"}
+
+
+SYNC_SCALE_FIGURES = {"pods_running_seconds", "syncer_rss_kib_per_pod", "other_tenant_pod_seconds_p99",
+                      "syncer_list_calls_per_minute_idle"}  # fmt: skip
+
+
+@pytest.mark.env
+@pytest.mark.tenants
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not os.environ.get("TIDEPOOL_BENCH_SYNC_SCALE"),
+                    reason="three clusters of its own, 1 to 4 minutes: set TIDEPOOL_BENCH_SYNC_SCALE=1 to run it")  # fmt: skip
+def test_a_small_sync_scale_run_prints_every_figure_finite_and_misses_no_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.pool_sync_scale import run
+
+    run({"tenants": 2, "pods": 10, "supers": 1, "quiet_pods": 3, "threads": 8, "idle_seconds": 10,
+         "deadline_seconds": 180})  # fmt: skip
+    figures = {f["name"]: f for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+               for f in [json.loads(line)]}  # fmt: skip
+    assert set(figures) == SYNC_SCALE_FIGURES
+    for figure in figures.values():
+        assert 0 <= figure["value"] < math.inf, figure
+        assert figure["baseline"] is None or 0 < figure["baseline"] < math.inf, figure
+    assert figures["pods_running_seconds"]["params"]["pods_total"] == 20
+    assert figures["syncer_rss_kib_per_pod"]["params"]["copies"] == {"s1": 20}  # measured after the tenants' burst
+    lists = figures["syncer_list_calls_per_minute_idle"]["params"]
+    assert lists["counted_before_idle"] > 0 and lists["every_client_lists_before_idle"] > 0  # both counts count

@@ -72,20 +72,8 @@ def mint_provider_identity(
     a kubeconfig with a new token for it. `server`: the consumer's API server as the provider reaches it,
     if not the address `consumer` uses."""
     name = provider_identity_name(provider_id)
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id}
-    meta = {"name": name, "labels": labels}
-    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM_NAMESPACE}]
-    apply_core(consumer, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
-    apply_core(consumer, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE}})
-    apply_core(consumer, {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": meta,
-                          "rules": provider_cluster_rules(provider_id)})  # fmt: skip
-    apply_core(consumer, {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": meta, "subjects": subjects,
-                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}})  # fmt: skip
-    apply_core(consumer, {"apiVersion": RBAC, "kind": "Role", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
-                          "rules": provider_namespace_rules(provider_id)})  # fmt: skip
-    apply_core(consumer, {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
-                          "subjects": subjects,
-                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}})  # fmt: skip
+    apply_identity(consumer, name=name, labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_PROVIDER: provider_id},
+                   cluster_rules=provider_cluster_rules(provider_id), namespace_rules=provider_namespace_rules(provider_id))  # fmt: skip
     token = request_token(consumer, name, lifetime_seconds)
     return token_kubeconfig(consumer.configuration, server=server, token=token, user=name, namespace=SYSTEM_NAMESPACE)
 
@@ -94,8 +82,28 @@ def revoke_provider_identity(consumer: k8s.ApiClient, *, provider_id: str) -> No
     """The consumer's unpeer: the provider's identity goes, bindings first, so that it can write nothing here
     any more (no Advertisement comes back) and every token minted for it stops working with its
     ServiceAccount. A later `tidepool peer` mints it again."""
-    name = provider_identity_name(provider_id)
-    rbac, core = k8s.RbacAuthorizationV1Api(consumer), k8s.CoreV1Api(consumer)
+    revoke_identity(consumer, provider_identity_name(provider_id))
+
+
+def apply_identity(api: k8s.ApiClient, *, name: str, labels: dict[str, str], cluster_rules: list[dict[str, Any]],
+                   namespace_rules: list[dict[str, Any]]) -> None:  # fmt: skip
+    """A ServiceAccount `name` in tidepool-system (made if missing), with a ClusterRole and a Role of these rules
+    bound to it, each named `name`: every call puts them back as they should be (server-side apply)."""
+    meta = {"name": name, "labels": labels}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM_NAMESPACE}]
+    apply_core(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    apply_core(api, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE}})
+    for kind, namespace, rules in (("ClusterRole", None, cluster_rules), ("Role", SYSTEM_NAMESPACE, namespace_rules)):
+        where = {"namespace": namespace} if namespace else {}
+        apply_core(api, {"apiVersion": RBAC, "kind": kind, "metadata": {**meta, **where}, "rules": rules})
+        apply_core(api, {"apiVersion": RBAC, "kind": f"{kind}Binding", "metadata": {**meta, **where}, "subjects": subjects,
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}})  # fmt: skip
+
+
+def revoke_identity(api: k8s.ApiClient, name: str) -> None:
+    """An identity `apply_identity` made goes, bindings first, so that no token minted for it works a moment
+    longer than its bindings."""
+    rbac, core = k8s.RbacAuthorizationV1Api(api), k8s.CoreV1Api(api)
     ignore_not_found(rbac.delete_cluster_role_binding, name)
     ignore_not_found(rbac.delete_namespaced_role_binding, name, SYSTEM_NAMESPACE)
     ignore_not_found(rbac.delete_cluster_role, name)

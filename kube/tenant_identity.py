@@ -14,8 +14,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from kube.identity import RBAC, request_token, token_kubeconfig
-from kube.objects import apply_cluster_object, apply_core, ignore_not_found
+from kube.identity import apply_identity, request_token, revoke_identity, token_kubeconfig
+from kube.objects import apply_cluster_object, apply_core
 from models.names import (
     API_VERSION,
     LABEL_MANAGED_BY,
@@ -63,19 +63,8 @@ def mint_tenant_identity(tenant_admin: k8s.ApiClient, *, lifetime_seconds: int =
     """Apply the pool's identity in the tenant's control plane (every call puts it back as it should be) and
     return a kubeconfig with a new token for it. `server`: the tenant's API server as the pool reaches it, if
     not the address `tenant_admin` uses."""
-    meta = {"name": TENANT_IDENTITY, "labels": {LABEL_MANAGED_BY: MANAGED_BY}}
-    subjects = [{"kind": "ServiceAccount", "name": TENANT_IDENTITY, "namespace": SYSTEM_NAMESPACE}]
-    apply_core(tenant_admin, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
-    apply_core(tenant_admin, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE}})
-    apply_core(tenant_admin, {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": meta, "rules": TENANT_RULES})
-    apply_core(tenant_admin, {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": meta, "subjects": subjects,
-                              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                          "name": TENANT_IDENTITY}})  # fmt: skip
-    apply_core(tenant_admin, {"apiVersion": RBAC, "kind": "Role", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
-                              "rules": TENANT_NAMESPACE_RULES})  # fmt: skip
-    apply_core(tenant_admin, {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE},
-                              "subjects": subjects, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                                "name": TENANT_IDENTITY}})  # fmt: skip
+    apply_identity(tenant_admin, name=TENANT_IDENTITY, labels={LABEL_MANAGED_BY: MANAGED_BY},
+                   cluster_rules=TENANT_RULES, namespace_rules=TENANT_NAMESPACE_RULES)  # fmt: skip
     token = request_token(tenant_admin, TENANT_IDENTITY, lifetime_seconds)
     return token_kubeconfig(tenant_admin.configuration, server=server, token=token, user=TENANT_IDENTITY,
                             namespace=SYSTEM_NAMESPACE)  # fmt: skip
@@ -89,13 +78,7 @@ def renew_tenant_token(identity: k8s.ApiClient, *, lifetime_seconds: int = TENAN
 
 
 def revoke_tenant_identity(tenant_admin: k8s.ApiClient) -> None:
-    """Bindings first, so that no token minted for it works a moment longer than its binding."""
-    rbac, core = k8s.RbacAuthorizationV1Api(tenant_admin), k8s.CoreV1Api(tenant_admin)
-    ignore_not_found(rbac.delete_cluster_role_binding, TENANT_IDENTITY)
-    ignore_not_found(rbac.delete_namespaced_role_binding, TENANT_IDENTITY, SYSTEM_NAMESPACE)
-    ignore_not_found(rbac.delete_cluster_role, TENANT_IDENTITY)
-    ignore_not_found(rbac.delete_namespaced_role, TENANT_IDENTITY, SYSTEM_NAMESPACE)
-    ignore_not_found(core.delete_namespaced_service_account, TENANT_IDENTITY, SYSTEM_NAMESPACE)
+    revoke_identity(tenant_admin, TENANT_IDENTITY)
 
 
 def write_tenant_kubeconfig(management: k8s.ApiClient, tenant: str, kubeconfig: str, *, secret: str | None = None) -> None:

@@ -35,7 +35,7 @@ from activities.credentials import (
 from activities.remote_namespaces import ensure_remote_namespace
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster
-from kube import tenant_identity
+from kube import identity, tenant_identity
 from kube.clients import client_from_peer_kubeconfig_text
 from kube.objects import apply_cluster_object, apply_core, read_cluster_object
 from kube.tenant_identity import TENANT_IDENTITY, mint_tenant_identity, renew_tenant_token, revoke_tenant_identity
@@ -432,7 +432,7 @@ def test_the_tenant_identity_manifest_is_what_add_tenant_applies(monkeypatch: py
         applied.append(body)
         return body
 
-    monkeypatch.setattr(tenant_identity, "apply_core", record)
+    monkeypatch.setattr(identity, "apply_core", record)
     monkeypatch.setattr(tenant_identity, "request_token", lambda *_: "token")
     monkeypatch.setattr(tenant_identity, "token_kubeconfig", lambda *_, **__: "kubeconfig")
     tenant_identity.mint_tenant_identity(k8s.ApiClient())

@@ -36,6 +36,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
 from deploy.localenv.env import EnvState
 from kube.objects import apply_cluster_object, read_cluster_object
+from kube.tenant_identity import add_tenant
 from models.api import Advertisement, ClusterConfig, PeeringRequest, SuperCluster
 from models.api.common import SecretReference
 from models.consumer import AdvertisementState
@@ -499,6 +500,7 @@ async def pool(localenv: EnvState, pool_clusters: dict[str, LocalCluster]) -> As
     tenant, super_ = pool_clusters["tenant"], pool_clusters["super"]
     api = tenant.api_client()
     create_namespace(api, SYSTEM_NAMESPACE)
+    add_tenant(api, api, "t1")  # the tenant's control plane is the pool's management cluster too
     create_node(super_.api_client(), "s-node", cpu="8", memory="16Gi")
     k8s.CoreV1Api(api).create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": "super-s1"},
         "data": {"kubeconfig": base64.b64encode(super_.kubeconfig.read_bytes()).decode()}}))  # fmt: skip

@@ -111,6 +111,8 @@ Obj = dict[str, Any]
 # Refusals of a pod's copy that pass: its namespace's quota copy not raised yet for slices that just came, or
 # its namespace's old copy still terminating. Retried after a backoff, never told to the tenant as refused.
 PASSING_REFUSALS = ("exceeded quota", "is being terminated")
+# Refusals told to tenants, remembered so that none is told twice: bounded, the oldest forgotten first.
+MAX_REMEMBERED_REFUSALS = 10_000
 Key = tuple[str, str, str, str]  # (tenant, tenant namespace, kind, name)
 NAMESPACE, POD, TENANT = "Namespace", "Pod", "Tenant"
 EVENTS: Key = ("", "", "Event", "")  # the Events seen since the last reflection
@@ -254,6 +256,7 @@ class Syncer:
         self._sides: dict[str, _TenantSide] = {}
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
+        self._refusals_told: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, pod uid) -> why, bounded
         self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed,
                                        tenant_object_changed=self._tenant_object_changed)  # fmt: skip
         # The copies, by (super namespace, name).
@@ -653,11 +656,16 @@ class Syncer:
         """The tenant pod says why the super cluster refuses it, once (its spec does not change: trying again
         at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
         status = refused_status(cluster=self.cluster, why=why, now=format_rfc3339(utcnow()))
-        if says(pod.get("status"), status):
-            return
+        told = (side.name, pod["metadata"].get("uid") or "")
+        if says(pod.get("status"), status) or self._refusals_told.get(told) == why:
+            return  # said already (the Store may not have seen that write yet when the pod comes round again)
         side.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
         record_event(side.api, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
                      reason="SuperClusterRefused", message=status["message"], warning=True)  # fmt: skip
+        with self._lock:
+            self._refusals_told[told] = why
+            while len(self._refusals_told) > MAX_REMEMBERED_REFUSALS:
+                self._refusals_told.popitem(last=False)
 
     def _push_status(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
         """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's

@@ -129,15 +129,21 @@ def test_add_tenant_registers_a_tenant_the_pool_reaches_and_a_second_run_renews_
     assert refused.value.status == 422 and NAME_RULE in str(refused.value.body)
 
 
+def _blue_added(make_cluster: Callable[[str], LocalCluster]) -> tuple[LocalCluster, LocalCluster]:
+    """A management cluster and a tenant control plane of the test's own, the tenant added as `blue`."""
+    management_cluster, tenant = make_cluster("mgmt"), make_cluster("tenant")
+    added = _tidepool("pool", "add-tenant", "blue", "--tenant-kubeconfig", tenant.kubeconfig, "--kubeconfig",
+                      management_cluster.kubeconfig)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    return management_cluster, tenant
+
+
 @pytest.mark.env
 def test_remove_tenant_waits_for_every_super_cluster_to_let_it_go_then_deletes_its_secret_and_identity(
     make_cluster: Callable[[str], LocalCluster],
 ) -> None:
-    management_cluster, tenant = make_cluster("mgmt"), make_cluster("tenant")
+    management_cluster, tenant = _blue_added(make_cluster)
     management = management_cluster.api_client()
-    added = _tidepool("pool", "add-tenant", "blue", "--tenant-kubeconfig", tenant.kubeconfig, "--kubeconfig",
-                      management_cluster.kubeconfig)  # fmt: skip
-    assert added.returncode == 0, added.stderr
     _hold(management, "blue", "s1", "s2")
     removing = subprocess.Popen([sys.executable, "-m", "workers.cli", "pool", "remove-tenant", "blue", "--wait",
                                  "--timeout", "2m", "--tenant-kubeconfig", str(tenant.kubeconfig),
@@ -173,11 +179,8 @@ def test_remove_tenant_waits_for_every_super_cluster_to_let_it_go_then_deletes_i
 def test_remove_tenant_times_out_naming_the_super_clusters_that_still_hold_it_and_keeps_its_secret(
     make_cluster: Callable[[str], LocalCluster],
 ) -> None:
-    management_cluster, tenant = make_cluster("mgmt"), make_cluster("tenant")
+    management_cluster, tenant = _blue_added(make_cluster)
     management = management_cluster.api_client()
-    added = _tidepool("pool", "add-tenant", "blue", "--tenant-kubeconfig", tenant.kubeconfig, "--kubeconfig",
-                      management_cluster.kubeconfig)  # fmt: skip
-    assert added.returncode == 0, added.stderr
     _hold(management, "blue", "s1")
     started = time.monotonic()
     done = _tidepool("pool", "remove-tenant", "blue", "--wait", "--timeout", "3s", "--kubeconfig",

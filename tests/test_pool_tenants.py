@@ -138,9 +138,13 @@ async def test_slices_follow_the_tenants_weights_not_who_asked_first_and_an_unre
         pool.start_worker()
 
         def placed() -> dict[str, int] | None:
-            counts = {t: sum(_placed(apis[t], f"ns-{i}") for i in range(6)) for t in apis}
-            said = [t for t in apis for i in range(6) if PLACEMENT_STATUS_ANNOTATION in _annotations(apis[t], f"ns-{i}")]
-            return counts if len(said) == 12 else None
+            # One read per namespace: the pass writes them one by one, so counts and verdicts from separate
+            # reads could see a namespace undecided in one and decided in the other.
+            seen = {t: [_annotations(apis[t], f"ns-{i}") for i in range(6)] for t in apis}
+            if not all(PLACEMENT_STATUS_ANNOTATION in a for found in seen.values() for a in found):
+                return None
+            return {t: sum(sum(json.loads(a.get(PLACEMENTS_ANNOTATION) or "{}").values()) for a in found)
+                    for t, found in seen.items()}
 
         counts = await eventually(placed, timeout=120, what="every namespace decided")
         assert counts == {TENANT: 2, "t2": 6}

@@ -21,7 +21,6 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -32,10 +31,10 @@ from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
-from models.api import SuperCluster, Tenant
+from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason, condition
-from models.api.tenant import NamespacePlacement, TenantStatus
+from models.api.tenant import NamespacePlacement
 from models.names import (
     DRAINING_ANNOTATION,
     GROUP,
@@ -94,7 +93,15 @@ from models.pool.result import (
     PoolPassResult,
 )
 from models.pool.slicing import SliceError
-from models.pool.tenancy import holdings, namespace_id, recorded_entries, split_namespace_id, trusted_annotations
+from models.pool.tenancy import (
+    holdings,
+    namespace_id,
+    recorded_entries,
+    recorded_held,
+    recorded_placements,
+    split_namespace_id,
+    trusted_annotations,
+)
 from models.resources import Resources
 from models.sharing import FINISHED_PHASES, pod_requests
 from models.times import format_rfc3339
@@ -205,7 +212,7 @@ class PoolActivities:
             elif connection.api is None:
                 missed[connection.name] = connection.problem or "no kubeconfig"
             else:
-                readable.append(TenantView(connection.name, connection.api, records=_records(objects.get(connection.name))))
+                readable.append(TenantView(connection.name, connection.api, records=recorded_placements(objects.get(connection.name))))
         with ThreadPoolExecutor(min(len(readable), MAX_TENANT_READS) or 1, thread_name_prefix="pool-tenant-read") as reads:
             for view, failure in zip(readable, reads.map(_read, readable), strict=True):
                 if failure is None:
@@ -237,7 +244,7 @@ class PoolActivities:
                 if draining_of(ns.annotations):
                     result.draining[key] = draining_of(ns.annotations)
         for tenant in [*missed, *going]:  # its slices stay held at what it last held
-            held, slices = recorded_entries(tenant, _recorded_holding(objects.get(tenant)))
+            held, slices = recorded_entries(tenant, recorded_held(objects.get(tenant)))
             books.held.update(held)
             books.slices.update(slices)
         live: list[PoolNamespaceEntry] | None = []
@@ -448,7 +455,7 @@ class PoolActivities:
             if e.status != 404:
                 raise
             raise NamespaceGone(namespace) from None
-        record = _records(read_cluster_object(self._management, TENANTS, view.name)).get(namespace)
+        record = recorded_placements(read_cluster_object(self._management, TENANTS, view.name)).get(namespace)
         ns = replace(ns, annotations=trusted_annotations(ns.annotations, record, edits=False))
         if ns.deleting:
             raise NamespaceGone(namespace)
@@ -552,24 +559,6 @@ class PoolActivities:
         """Whether each super cluster drains (Unreachable), as the prober last wrote it."""
         return {obj["metadata"]["name"]: health_from_status(obj.get("status")).drains
                 for obj in list_cluster_objects(self._management, SUPER_CLUSTERS)}  # fmt: skip
-
-
-def _status(obj: dict[str, Any] | None) -> TenantStatus | None:
-    try:
-        return Tenant.from_kubernetes(obj).status if obj is not None else None
-    except ValidationError:  # the CRD's schema holds these rules: an object older than them
-        return None
-
-
-def _records(obj: dict[str, Any] | None) -> dict[str, NamespacePlacement]:
-    """The pool's records of a tenant's namespaces, in its Tenant's status."""
-    status = _status(obj)
-    return dict(status.placements) if status is not None else {}
-
-
-def _recorded_holding(obj: dict[str, Any] | None) -> dict[str, Resources]:
-    status = _status(obj)
-    return dict(status.held) if status is not None else {}
 
 
 def _read(view: TenantView) -> str | None:

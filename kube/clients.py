@@ -18,6 +18,7 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Mapping
 from time import monotonic
 from typing import Any
 
@@ -338,28 +339,46 @@ class SecretClients:
                     type=MISSING_CREDENTIALS,
                 ) from None  # the response as a cause would reach the workflow's history
             raise
-        data = (secret.data or {}).get(key)
-        if not data:
-            raise ApplicationError(f"Secret {namespace}/{name} has no key {key!r}", type=MISSING_CREDENTIALS)
         version = secret.metadata.resource_version if secret.metadata else None
         with self._lock:
             cached = self._cache.get((namespace, name))
             if cached and version is not None and cached[0] == version:
                 return cached[1]
             try:
-                api = self._client(base64.b64decode(data))
-            except InvalidKubeconfig as e:  # names the field and the rule, never a value
+                api = client_from_secret_data(secret.data, namespace=namespace, name=name, key=key, parse=self._client)
+            except UnusableKubeconfigSecret as e:
                 raise ApplicationError(
-                    f"Secret {namespace}/{name} key {key!r} refused: {e}",
-                    type=INVALID_CREDENTIALS, non_retryable=True,  # the same resourceVersion never passes
-                ) from None
-            except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
-                raise ApplicationError(
-                    f"Secret {namespace}/{name} key {key!r} does not hold a usable kubeconfig ({type(e).__name__})",
-                    type=INVALID_CREDENTIALS, non_retryable=True,  # the same resourceVersion never parses
+                    str(e), type=MISSING_CREDENTIALS if e.missing else INVALID_CREDENTIALS,
+                    non_retryable=not e.missing,  # the same resourceVersion never parses
                 ) from None
             self._cache[(namespace, name)] = (version, api)
             return api
+
+
+class UnusableKubeconfigSecret(Exception):
+    """A Secret's kubeconfig that gives no client; the message names the Secret, the key and the rule, never
+    a value. `missing`: the key is absent or empty (may come later), else it is there and refused."""
+
+    def __init__(self, message: str, *, missing: bool) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def client_from_secret_data(data: Mapping[str, bytes | str] | None, *, namespace: str, name: str, key: str,
+                            parse: Callable[[bytes], k8s.ApiClient]) -> k8s.ApiClient:  # fmt: skip
+    """The client of the kubeconfig under `key` of a Secret's (base64) data, read by `parse`; the one reader of
+    kubeconfig Secrets, so that every holder says the same of the same problem."""
+    where = f"Secret {namespace}/{name} key {key!r}"
+    encoded = (data or {}).get(key)
+    if not encoded:
+        raise UnusableKubeconfigSecret(f"Secret {namespace}/{name} has no key {key!r}", missing=True)
+    try:
+        return parse(base64.b64decode(encoded))
+    except InvalidKubeconfig as e:  # names the field and the rule, never a value
+        raise UnusableKubeconfigSecret(f"{where} refused: {e}", missing=False) from None
+    except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
+        raise UnusableKubeconfigSecret(f"{where} does not hold a usable kubeconfig ({type(e).__name__})",
+                                       missing=False) from None
 
 
 class PeerSecretClients(SecretClients):

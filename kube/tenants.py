@@ -10,7 +10,6 @@ Tenants whose keys collide (models/names.py: tenant_key) are served as the older
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 from collections.abc import Callable
@@ -20,10 +19,9 @@ from typing import Any
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
-from kube.clients import parse_peer_kubeconfig, peer_configuration
+from kube.clients import UnusableKubeconfigSecret, client_from_secret_data, parse_peer_kubeconfig, peer_configuration
 from kube.informer import Informer, Store
 from models.api import Tenant
-from models.kubeconfig import InvalidKubeconfig
 from models.names import GROUP, TENANT_SECRETS_NAMESPACE, TENANTS, VERSION, tenant_key
 
 log = logging.getLogger("tidepool.tenants")
@@ -161,21 +159,20 @@ class TenantRegistry:
 
 
 def _client_of(secret: Obj | None, namespace: str, name: str) -> tuple[str | None, k8s.ApiClient | None]:
-    where = f"Secret {namespace}/{name}"
     if secret is None:
-        return f"{where} with its kubeconfig does not exist", None
-    data = secret["data"].get(KUBECONFIG_KEY)
-    if not data:
-        return f"{where} has no key {KUBECONFIG_KEY!r}", None
+        return f"Secret {namespace}/{name} with its kubeconfig does not exist", None
     try:
-        configuration = peer_configuration(parse_peer_kubeconfig(base64.b64decode(data)))
-        # One try per call: a pass reading a tenant that does not answer moves on after one request timeout.
-        configuration.retries = 0
-        return None, k8s.ApiClient(configuration)
-    except InvalidKubeconfig as e:  # names the field and the rule, never a value
-        return f"{where} key {KUBECONFIG_KEY!r} refused: {e}", None
-    except Exception as e:  # noqa: BLE001 - whatever the parser says may quote the Secret: say only where
-        return f"{where} key {KUBECONFIG_KEY!r} does not hold a usable kubeconfig ({type(e).__name__})", None
+        return None, client_from_secret_data(secret.get("data"), namespace=namespace, name=name, key=KUBECONFIG_KEY,
+                                             parse=_tenant_client)  # fmt: skip
+    except UnusableKubeconfigSecret as e:
+        return str(e), None
+
+
+def _tenant_client(text: bytes) -> k8s.ApiClient:
+    configuration = peer_configuration(parse_peer_kubeconfig(text))
+    # One try per call: a pass reading a tenant that does not answer moves on after one request timeout.
+    configuration.retries = 0
+    return k8s.ApiClient(configuration)
 
 
 def _age(obj: Obj) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from models.names import (
 )
 from models.pool.moves import draining_of, scheduled_of
 from models.pool.namespaces import held_slice, placement_of
-from models.pool.tenancy import trusted_annotations
+from models.pool.tenancy import recorded_held, recorded_placement, recorded_placements, trusted_annotations
 from models.resources import Resources
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -95,3 +95,16 @@ def test_with_a_record_what_the_pool_owns_is_the_record_s() -> None:
     weighed = trusted_annotations(FORGED, record, edits=True)
     assert placement_of(weighed) == {"a": 50}  # the tenant's request, which the pass weighs against capacity
     assert scheduled_of(weighed) == {"a": 1, "b": 1}
+
+
+def test_a_record_that_does_not_read_is_left_out_and_the_others_stand() -> None:
+    good = {"placement": {"s1": 2}, "slice": {"cpu": "1", "memory": "2Gi"}}
+    tenant = {"status": {"placements": {"shop": good, "old": {"placement": "s1"}, "bad": None},
+                         "held": {"s1": {"cpu": "2"}, "s3": "lots"}}}
+    assert set(recorded_placements(tenant)) == {"shop"}
+    assert recorded_placements(tenant)["shop"].placement == {"s1": 2}
+    assert recorded_placement(tenant, "shop") == recorded_placements(tenant)["shop"]
+    assert recorded_placement(tenant, "old") is None and recorded_placement(tenant, "missing") is None
+    assert recorded_held(tenant) == {"s1": Resources({"cpu": 2})}
+    for nothing in (None, {}, {"status": None}, {"status": {"placements": ["shop"], "held": "all"}}):
+        assert recorded_placements(nothing) == {} and recorded_held(nothing) == {}

@@ -46,7 +46,6 @@ from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
 from models.api import SuperCluster
-from models.api.tenant import NamespacePlacement
 from models.enforcement import status_message
 from models.names import (
     API_VERSION,
@@ -99,7 +98,7 @@ from models.pool.sync import (
     super_namespace_labels,
     unchanged,
 )
-from models.pool.tenancy import trusted_annotations
+from models.pool.tenancy import recorded_placement, trusted_annotations
 from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
@@ -209,18 +208,6 @@ def _queues(queue: WorkQueue[Key], tenant: str, kind: str) -> Callable[[Named, O
 
 def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], **kwargs: Any) -> Informer[Obj]:
     return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=_trimmed, **kwargs)
-
-
-def _record(tenant: Obj | None, namespace: str) -> NamespacePlacement | None:
-    """The pool's record of a tenant namespace, from its Tenant's status; None when it has none (or a status
-    that does not read: nothing is copied for it then)."""
-    placements = ((tenant or {}).get("status") or {}).get("placements") or {}
-    if namespace not in placements:
-        return None
-    try:
-        return NamespacePlacement.model_validate(placements[namespace])
-    except ValidationError:
-        return None
 
 
 def _records_changed(old: Obj | None, new: Obj | None) -> set[str]:
@@ -458,7 +445,7 @@ class Syncer:
         """The namespace's annotations with its placement as the pool recorded it in the Tenant's status (which
         the tenant cannot write), never as the namespace says: a tenant writing its own placement annotations
         gets nothing copied beyond what the scheduler placed."""
-        return trusted_annotations(_annotations(ns), _record(self.registry.tenant_object(side.name), tenant_ns),
+        return trusted_annotations(_annotations(ns), recorded_placement(self.registry.tenant_object(side.name), tenant_ns),
                                    edits=False)  # fmt: skip
 
     def _target(self, side: _TenantSide, tenant_ns: str) -> str | None:

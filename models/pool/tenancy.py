@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from models.api.tenant import NamespacePlacement
 from models.names import (
@@ -33,6 +36,40 @@ def split_namespace_id(key: str) -> tuple[str, str]:
     if not tenant or not namespace:
         raise ValueError(f"{key!r} names no tenant: expected <tenant>/<namespace>")
     return tenant, namespace
+
+
+_PLACEMENT = TypeAdapter(NamespacePlacement)
+_RESOURCES = TypeAdapter(Resources)
+
+
+def recorded_placements(tenant: Mapping[str, Any] | None) -> dict[str, NamespacePlacement]:
+    """The pool's records of a tenant's namespaces, from its Tenant's status (the one reader: the pass, the
+    moves and the syncers). Each entry is read on its own: one that does not read (written under an older
+    schema) is left out, and nothing is copied for its namespace, while the others stand."""
+    return _entries(tenant, "placements", _PLACEMENT)
+
+
+def recorded_placement(tenant: Mapping[str, Any] | None, namespace: str) -> NamespacePlacement | None:
+    """The record of one namespace (read alone: a syncer asks for it on every object it syncs)."""
+    return _entries(tenant, "placements", _PLACEMENT, only=namespace).get(namespace)
+
+
+def recorded_held(tenant: Mapping[str, Any] | None) -> dict[str, Resources]:
+    """What a tenant's slices hold per super cluster, as its Tenant's status last said."""
+    return _entries(tenant, "held", _RESOURCES)
+
+
+def _entries(tenant: Mapping[str, Any] | None, field: str, adapter: TypeAdapter[Any], *,
+             only: str | None = None) -> dict[str, Any]:  # fmt: skip
+    found = ((tenant or {}).get("status") or {}).get(field)
+    found = found if isinstance(found, Mapping) else {}
+    read: dict[str, Any] = {}
+    for key, value in (found.items() if only is None else [(only, found[only])] if only in found else []):
+        try:
+            read[str(key)] = adapter.validate_python(value)
+        except ValidationError:
+            continue
+    return read
 
 
 def holdings(held: Mapping[str, Mapping[str, int]], slices: Mapping[str, Resources]) -> dict[str, dict[str, Resources]]:

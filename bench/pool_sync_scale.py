@@ -68,6 +68,7 @@ from kube.tenant_identity import TENANT_IDENTITY, add_tenant
 from models.names import (
     LABEL_TENANT,
     LABEL_TENANT_NAMESPACE,
+    POD_CLUSTER_ANNOTATION,
     SLICE_ANNOTATION,
     SUPER_CLUSTERS,
     SYSTEM_NAMESPACE,
@@ -155,6 +156,8 @@ class RunningWatch:
 
     def __init__(self, name: str, api: k8s.ApiClient, key_of: Callable[[dict[str, Any]], Key | None]) -> None:
         self.running_at: dict[Key, float] = {}
+        self.seen_at: dict[Key, float] = {}  # first seen: a copy made
+        self.placed_at: dict[Key, float] = {}  # first seen with the pool's super cluster annotation: a pod placed
         self.present: set[Key] = set()
         self._key_of = key_of
         self._changed = threading.Condition()
@@ -198,6 +201,9 @@ class RunningWatch:
         if key is None:
             return
         self.present.add(key)
+        self.seen_at.setdefault(key, at)
+        if POD_CLUSTER_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+            self.placed_at.setdefault(key, at)
         if key not in self.running_at and (pod.get("status") or {}).get("phase") == "Running":
             self.running_at[key] = at
 
@@ -493,7 +499,8 @@ class Run:
         _wait_until(lambda: not any(k[0] == "" for w in supers.values() for k in w.snapshot()[1]), what="the baseline deleted")
         return since(keys, done, posted), max(done) - started
 
-    def pool(self) -> tuple[list[float], float]:
+    def pool(self) -> tuple[list[float], float, dict[str, float]]:
+        """The burst through the pool; with the median seconds of each stage of a pod's way."""
         pods, tenants, supers = int(self.params["pods"]), self.watches.tenants, self.watches.supers
         groups = [[(tenant, APP, f"app-{i}") for i in range(pods)] for tenant in self.tenants]
         created: dict[Key, float] = {}
@@ -503,7 +510,24 @@ class Run:
         keys = [key for group in groups for key in group]
         self.watches.wait(keys, supers, tenants, deadline=deadline, what="pool")
         done = done_at(keys, self.watches.merged(supers), self.watches.merged(tenants))
-        return since(keys, done, created), max(done) - started
+        return since(keys, done, created), max(done) - started, self.stages(keys, created)
+
+    def stages(self, keys: Sequence[Key], created: Mapping[Key, float]) -> dict[str, float]:
+        """Where a pod's time goes: created → placed (the pool's pass wrote its super cluster) → copied (the
+        syncer made its copy) → copy Running (the super cluster's scheduler and node) → Running in its tenant
+        (the syncer pushed the status up). Medians over the pods that went the whole way."""
+        placed = {k: v for w in self.watches.tenants.values() for k, v in dict(w.placed_at).items()}
+        copied = {k: v for w in self.watches.supers.values() for k, v in dict(w.seen_at).items()}
+        copy_running = self.watches.merged(self.watches.supers)
+        tenant_running = self.watches.merged(self.watches.tenants)
+        marks = [("placed", placed), ("copied", copied), ("copy_running", copy_running), ("tenant_running", tenant_running)]
+        whole = [k for k in keys if k in created and all(k in m for _, m in marks)]
+        stages: dict[str, float] = {}
+        before: Mapping[Key, float] = created
+        for name, mark in marks:
+            stages[f"to_{name}_p50"] = tail([mark[k] - before[k] for k in whole], 50) if whole else math.inf
+            before = mark
+        return stages
 
     def quiet(self, name_prefix: str, *, burst: bool) -> list[float]:
         """The last tenant's quiet pods, one a second; with `burst`, the first tenant's burst pods at once beside."""
@@ -584,8 +608,9 @@ async def _measure(params: dict[str, Any]) -> None:
             direct, direct_seconds = await asyncio.to_thread(run.direct)
             log(f"direct: {len(direct)} pods Running in {direct_seconds:.1f} s")
             rss_before = run.syncers.rss_kib()
-            pooled, pool_seconds = await asyncio.to_thread(run.pool)
-            log(f"pool: {len(pooled)} pods Running in {pool_seconds:.1f} s")
+            pooled, pool_seconds, stages = await asyncio.to_thread(run.pool)
+            log(f"pool: {len(pooled)} pods Running in {pool_seconds:.1f} s; stages (p50 s): "
+                + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
             await asyncio.sleep(SETTLE_SECONDS)
             rss_after = run.syncers.rss_kib()
             copies = {n: sum(1 for k in w.snapshot()[1] if k[0]) for n, w in run.watches.supers.items()}
@@ -602,19 +627,20 @@ async def _measure(params: dict[str, Any]) -> None:
                 run.syncers.stop()
                 for watch in run.watches.all():
                     watch.stop()
-    _report(params, pooled=pooled, pool_seconds=pool_seconds, direct=direct, direct_seconds=direct_seconds,
+    _report(params, pooled=pooled, pool_seconds=pool_seconds, stages=stages, direct=direct, direct_seconds=direct_seconds,
             rss=(rss_before, rss_after, copies), quiet=(quiet_burst, quiet_alone),
             lists=lists)  # fmt: skip
 
 
-def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds: float, direct: Sequence[float],
+def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds: float, stages: Mapping[str, float],
+            direct: Sequence[float],
             direct_seconds: float, rss: tuple[dict[str, float], dict[str, float], dict[str, int]],
             quiet: tuple[Sequence[float], Sequence[float]], lists: IdleLists) -> None:  # fmt: skip
     common = dict(params)
     misses = {"misses": sum(map(math.isinf, pooled)), "baseline_misses": sum(map(math.isinf, direct))}
     emit("pods_running_seconds", pool_seconds, "s", baseline=direct_seconds,  # a miss made either infinite
          params={**common, **misses, "target": "ratio <= 1.25", "pods_total": len(pooled),
-                 "pod_p99_seconds": tail(pooled, 99), "baseline_pod_p99_seconds": tail(direct, 99),
+                 "pod_p99_seconds": tail(pooled, 99), "baseline_pod_p99_seconds": tail(direct, 99), "stages": dict(stages),
                  "baseline": "the same pods created directly in the super clusters, spread as the pool spread them"})  # fmt: skip
     before, after, copies = rss
     per_pod = {n: (after[n] - before[n]) / copies[n] for n in after if copies.get(n)}

@@ -1,6 +1,6 @@
 """The pool's Tenants, followed in its management cluster: each registered Tenant with an API client for its
-control plane, built from its kubeconfig Secret and rebuilt when the Secret changes (a rotated token is
-picked up by the next call made with the new client, no restart). The scheduler's worker and every super
+control plane, built from its kubeconfig Secret and rebuilt when the Secret changes to another server or CA;
+a rotated token goes into the client in use, so its next call carries it and nothing restarts. The scheduler's worker and every super
 cluster's syncer hold one and are told, per tenant, when its connection changes.
 
 The kubeconfig is the tenant's, untrusted: parsed as a peer kubeconfig (server, CA, token; anything else
@@ -31,15 +31,16 @@ KUBECONFIG_KEY = "kubeconfig"
 
 @dataclass(frozen=True)
 class TenantConnection:
-    """A registered Tenant as the pool serves it. Equal while nothing the pool acts on changed: a new client
-    (another Secret version) makes it unequal, and its informers are started again."""
+    """A registered Tenant as the pool serves it. Equal while nothing the pool acts on changed: a renewed
+    token is no change (the client in use takes it); a client for another server or CA is one, and its
+    holders start their informers again."""
 
     name: str
     key: str
     weight: int
     deleting: bool
     finalizers: tuple[str, ...]
-    credentials: str | None  # the resourceVersion of the Secret its client was built from
+    credentials: str | None = field(compare=False)  # the resourceVersion of the Secret its client was built from
     problem: str | None  # why it has no client
     api: k8s.ApiClient | None = field(default=None, compare=False, repr=False)
 
@@ -155,7 +156,18 @@ class TenantRegistry:
         problem, api = _client_of(secret, ref.namespace, ref.name)
         if problem:
             log.warning("tenant %s: %s", name, problem)
+        elif before is not None and before.api is not None and api is not None and _same_endpoint(before.api, api):
+            # A renewed token (the pool renews each one at half its life): the client in use takes it, so
+            # that its holders keep their informers and caches rather than listing the tenant again.
+            before.api.configuration.api_key = dict(api.configuration.api_key)
+            api = before.api
         return TenantConnection(**common, weight=tenant.spec.weight, credentials=version, problem=problem, api=api)
+
+
+def _same_endpoint(old: k8s.ApiClient, new: k8s.ApiClient) -> bool:
+    """The same server behind the same CA (its file is named by its content: kube/clients.py _ca_file)."""
+    return bool(old.configuration.host == new.configuration.host
+                and old.configuration.ssl_ca_cert == new.configuration.ssl_ca_cert)
 
 
 def _client_of(secret: Obj | None, namespace: str, name: str) -> tuple[str | None, k8s.ApiClient | None]:

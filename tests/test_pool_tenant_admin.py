@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -117,6 +118,10 @@ def test_add_tenant_registers_a_tenant_the_pool_reaches_and_a_second_run_renews_
         renewed = wait_for(lambda: (c := registry.get("blue")) is not None and c.credentials != first.credentials
                            and c.api is not None and c, timeout=30, what="the renewed client")  # fmt: skip
         assert renewed.weight == 5
+        # The client in use took the new token: whoever holds it keeps its informers, nothing lists again.
+        assert renewed.api is first.api
+        token = yaml.safe_load(base64.b64decode(after.data["kubeconfig"]))["users"][0]["user"]["token"]
+        assert renewed.api.configuration.api_key["BearerToken"] == f"Bearer {token}"
         assert k8s.CoreV1Api(renewed.api).list_namespaced_pod("default").items == []
         # The kubeconfig holds a token of the minted identity, never the administrator's credentials.
         assert b"client-key" not in base64.b64decode(after.data["kubeconfig"])

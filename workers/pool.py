@@ -76,6 +76,8 @@ class PoolWatchers(Watchers):
         self._lock = threading.Lock()
         self._stopped = False
         self._followed: dict[str, tuple[k8s.ApiClient, list[Informer[dict[str, Any]]]]] = {}
+        self._untold: set[KeyMemory] = set()  # informers whose change waits for the signal in flight
+        self._signalling = False
         custom = k8s.CustomObjectsApi(management)
         self._informers = [
             self._informer("pool-superclusters", super_cluster_key, custom.list_cluster_custom_object,
@@ -147,12 +149,26 @@ class PoolWatchers(Watchers):
         self._submit(self._signal(keys))
 
     async def _signal(self, keys: KeyMemory) -> None:
-        """A signal Temporal did not take is told again at the informer's next event or list."""
+        """One signal in flight at a time (on the worker's loop): what changes meanwhile is told by one more
+        after it, not one each (a burst of a thousand pods is a handful of signals, and the scheduler's next
+        pass reads them all anyway). A signal Temporal did not take is told again at the informers' next
+        event or list."""
+        self._untold.add(keys)
+        if self._signalling:
+            return
+        self._signalling = True
         try:
-            await self._start_or_signal()
-        except Exception:
-            keys.forget()
-            raise
+            while self._untold:
+                told, self._untold = self._untold, set()
+                try:
+                    await self._start_or_signal()
+                except Exception:
+                    for memory in told | self._untold:
+                        memory.forget()
+                    self._untold = set()
+                    raise
+        finally:
+            self._signalling = False
 
     async def _start_or_signal(self) -> None:
         await self._client.start_workflow(

@@ -105,6 +105,9 @@ log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 300
 # Handlers at once: each is a few API calls of one object.
 WORKERS = 4
+# What a tenant keeps in the namespaces the pool never places (its kube-system's Secrets among them) is
+# neither listed nor held.
+OUTSIDE_SYSTEM_NAMESPACES = ",".join(f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES))
 FIELD_MANAGER = "tidepool-syncer"
 Obj = dict[str, Any]
 # Refusals of a pod's copy that pass: its namespace's quota copy not raised yet for slices that just came, or
@@ -163,8 +166,10 @@ class _TenantSide:
         self._informers = [
             _informer(f"{prefix}-namespaces", self.namespaces, self.up.list_namespace),
             _informer(f"{prefix}-mirrors", self.mirrors, self.up.list_persistent_volume, label_selector=mirrored),
-            _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces),
-            *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind)) for kind in SYNCED_KINDS),
+            _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces,
+                      field_selector=OUTSIDE_SYSTEM_NAMESPACES),
+            *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind),
+                        field_selector=OUTSIDE_SYSTEM_NAMESPACES) for kind in SYNCED_KINDS),
         ]  # fmt: skip
         self._thread = threading.Thread(target=self._wait_listed, args=(syncer,), name=prefix, daemon=True)
 

@@ -14,8 +14,10 @@ models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import urllib3
@@ -111,6 +113,8 @@ from models.times import format_rfc3339
 TENANT_REQUEST_TIMEOUT = 10.0
 # Tenants read at once at the start of a pass.
 MAX_TENANT_READS = 16
+# Pod writes of one tenant at once in a pass (its client keeps kube/clients.py CONNECTIONS_PER_CLIENT).
+MAX_POD_WRITES = 16
 
 
 @dataclass
@@ -413,6 +417,9 @@ class PoolActivities:
             elif not _ended(meta, pod):
                 key = (meta.namespace or "", cluster)
                 used[key] = used.get(key, Resources()) + pod_requests(_raw(view.api, pod))
+        # Decided one after the other (each choice counts the ones before it), written at once: a burst of
+        # pods waits for the slowest write, not for the sum of them.
+        writes: list[Callable[[], None]] = []
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
             ns = meta.namespace or ""
             placement, slice_ = placements[ns] or {}, books.slices[namespace_id(view.name, ns)]
@@ -424,13 +431,12 @@ class PoolActivities:
                 why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
                 status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
                 if not says(_raw(view.api, pod).get("status"), status):  # said once, not at every pass
-                    core.patch_namespaced_pod_status(meta.name, ns, {"status": status})
-                    _event(view.api, meta, "FailedScheduling", f"fits in no super cluster of {ns}: {why}", warning=True,
-                           kind="Pod")  # fmt: skip
+                    writes.append(partial(_tell_unschedulable, view.api, meta, status, why))
                 continue
-            core.patch_namespaced_pod(meta.name, ns, {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: choice.cluster}}})
             used[(ns, choice.cluster)] = used.get((ns, choice.cluster), Resources()) + requests
-            result.pods_placed[pod_key] = choice.cluster
+            writes.append(partial(_place_pod, core, meta, choice.cluster, result.pods_placed, pod_key))
+        _write_all(writes)
+        result.pods_placed = dict(sorted(result.pods_placed.items()))  # written in any order, recorded in one
 
     def _view(self, key: str) -> tuple[TenantView, str]:
         """The tenant view and namespace of a move's key. A tenant that is not served (no kubeconfig,
@@ -583,6 +589,28 @@ def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod,
         return
     if not says(status, patch):
         k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
+
+
+def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, cluster: str, placed: dict[str, str], pod_key: str) -> None:
+    core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: cluster}}})
+    placed[pod_key] = cluster  # only once written: the result says what the syncers will follow
+
+
+def _tell_unschedulable(api: k8s.ApiClient, meta: ServedMetadata, status: dict[str, Any], why: str) -> None:
+    k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": status})
+    _event(api, meta, "FailedScheduling", f"fits in no super cluster of {meta.namespace}: {why}", warning=True, kind="Pod")
+
+
+def _write_all(writes: list[Callable[[], None]]) -> None:
+    """Every write tried, MAX_POD_WRITES at a time; the first failure raised once all have ended (those that
+    went through stand, and the next pass does the rest)."""
+    if not writes:
+        return
+    with ThreadPoolExecutor(min(len(writes), MAX_POD_WRITES), thread_name_prefix="pool-pod-write") as pool:
+        failures = [f.exception() for f in [pool.submit(write) for write in writes]]
+    for failure in failures:
+        if failure is not None:
+            raise failure
 
 
 def _event(api: k8s.ApiClient, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *,

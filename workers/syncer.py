@@ -103,8 +103,9 @@ from models.times import format_rfc3339
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 300
-# Handlers at once: each is a few API calls of one object.
-WORKERS = 4
+# Handlers at once: each is a few API calls of one object, mostly waiting on an API server; a burst of a
+# tenant's pods is copied as fast as a client creating them directly with as many connections.
+WORKERS = 16
 # What a tenant keeps in the namespaces the pool never places (its kube-system's Secrets among them) is
 # neither listed nor held.
 OUTSIDE_SYSTEM_NAMESPACES = ",".join(f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES))

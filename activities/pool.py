@@ -33,6 +33,7 @@ from kube.metrics import Metrics
 from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
+from kube.writes import write_all
 from models.api import SuperCluster
 from models.api.clusterconfig import PoolConfig
 from models.api.conditions import POD_SUPER_CLUSTER_CONDITION, EventReason, PlacedReason, condition
@@ -83,7 +84,7 @@ from models.pool.namespaces import (
     requested_slices,
 )
 from models.pool.placement import ClusterSnapshot, headroom
-from models.pool.pods import choose_cluster
+from models.pool.pods import WaitingPod, choose_cluster, place_waiting
 from models.pool.result import (
     MAX_POOL_CLUSTERS,
     MAX_POOL_ENTRIES,
@@ -420,22 +421,24 @@ class PoolActivities:
         # Decided one after the other (each choice counts the ones before it), written at once: a burst of
         # pods waits for the slowest write, not for the sum of them.
         writes: list[Callable[[], None]] = []
+        by_namespace: dict[str, list[tuple[ServedMetadata, k8s.V1Pod]]] = {}
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
-            ns = meta.namespace or ""
-            placement, slice_ = placements[ns] or {}, books.slices[namespace_id(view.name, ns)]
-            requests = pod_requests(_raw(view.api, pod))
-            choice = choose_cluster(requests=requests, placement=placement, slice_=slice_,
+            by_namespace.setdefault(meta.namespace or "", []).append((meta, pod))
+        for ns, its in sorted(by_namespace.items()):
+            placement = placements[ns] or {}
+            choices = place_waiting([WaitingPod(m.name, pod_requests(_raw(view.api, p))) for m, p in its],
+                                    placement=placement, slice_=books.slices[namespace_id(view.name, ns)],
                                     used={c: used.get((ns, c), Resources()) for c in placement})  # fmt: skip
-            pod_key = f"{namespace_id(view.name, ns)}/{meta.name}"
-            if choice.cluster is None:
+            for meta, pod in its:
+                choice, pod_key = choices[meta.name], f"{namespace_id(view.name, ns)}/{meta.name}"
+                if choice.cluster is not None:
+                    writes.append(partial(_place_pod, core, meta, pod, choice.cluster, result.pods_placed, pod_key))
+                    continue
                 why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
                 status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
                 if not says(_raw(view.api, pod).get("status"), status):  # said once, not at every pass
                     writes.append(partial(_tell_unschedulable, view.api, meta, status, why))
-                continue
-            used[(ns, choice.cluster)] = used.get((ns, choice.cluster), Resources()) + requests
-            writes.append(partial(_place_pod, core, meta, choice.cluster, result.pods_placed, pod_key))
-        _write_all(writes)
+        write_all(writes, at_once=MAX_POD_WRITES, name="pool-pod-write")
         result.pods_placed = dict(sorted(result.pods_placed.items()))  # written in any order, recorded in one
 
     def _view(self, key: str) -> tuple[TenantView, str]:
@@ -591,26 +594,24 @@ def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod,
         k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
 
 
-def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, cluster: str, placed: dict[str, str], pod_key: str) -> None:
-    core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {"annotations": {POD_CLUSTER_ANNOTATION: cluster}}})
+def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, placed: dict[str, str],
+               pod_key: str) -> None:  # fmt: skip
+    """Onto the pod as read: the pod placer (workers/pod_placer.py) may have placed it meanwhile, and its
+    choice stands (a 409 here)."""
+    try:
+        core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {
+            "resourceVersion": pod.metadata.resource_version if pod.metadata else None,
+            "annotations": {POD_CLUSTER_ANNOTATION: cluster}}})  # fmt: skip
+    except ApiException as e:
+        if e.status in (404, 409):
+            return
+        raise
     placed[pod_key] = cluster  # only once written: the result says what the syncers will follow
 
 
 def _tell_unschedulable(api: k8s.ApiClient, meta: ServedMetadata, status: dict[str, Any], why: str) -> None:
     k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": status})
     _event(api, meta, "FailedScheduling", f"fits in no super cluster of {meta.namespace}: {why}", warning=True, kind="Pod")
-
-
-def _write_all(writes: list[Callable[[], None]]) -> None:
-    """Every write tried, MAX_POD_WRITES at a time; the first failure raised once all have ended (those that
-    went through stand, and the next pass does the rest)."""
-    if not writes:
-        return
-    with ThreadPoolExecutor(min(len(writes), MAX_POD_WRITES), thread_name_prefix="pool-pod-write") as pool:
-        failures = [f.exception() for f in [pool.submit(write) for write in writes]]
-    for failure in failures:
-        if failure is not None:
-            raise failure
 
 
 def _event(api: k8s.ApiClient, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *,

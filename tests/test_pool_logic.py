@@ -19,7 +19,7 @@ from models.pool.placement import (
     headroom,
     schedule,
 )
-from models.pool.pods import choose_cluster
+from models.pool.pods import WaitingPod, choose_cluster, place_waiting
 from models.pool.slicing import (
     SliceError,
     default_slice,
@@ -286,3 +286,26 @@ def test_pod_placement(requests: dict[str, str], used: dict[str, dict[str, str]]
     assert result.cluster == expected
     if expected is None:
         assert all(r.startswith("InsufficientQuota") for r in result.reasons.values())
+
+
+@given(st.lists(st.integers(min_value=1, max_value=1500), max_size=30),
+       st.dictionaries(st.sampled_from(["s1", "s2", "s3"]), st.integers(min_value=1, max_value=3), min_size=1),
+       st.dictionaries(st.sampled_from(["s1", "s2", "s3"]), st.integers(min_value=0, max_value=2000)))  # fmt: skip
+def test_waiting_pods_never_get_more_than_the_slices_hold_and_one_that_fits_is_never_left(
+    millicores: list[int], placement: dict[str, int], used_milli: dict[str, int]
+) -> None:
+    """place_waiting, the one rule of the pass and the pod placer: per cluster, what is used plus what is
+    placed stays within the slices there (when it started within); a pod is left only when it fits nowhere."""
+    slice_ = Resources({"cpu": 1})
+    used = {c: Resources({"cpu": Decimal(m) / 1000}) for c, m in used_milli.items()}
+    pods = [WaitingPod(f"p{i}", Resources({"cpu": Decimal(m) / 1000})) for i, m in enumerate(millicores)]
+    chosen = place_waiting(pods, placement=placement, slice_=slice_, used=used)
+    total = {c: used.get(c, Resources()).get("cpu", 0) for c in placement}
+    for pod in pods:
+        room = {c: placement[c] - total[c] for c in placement}
+        cluster = chosen[pod.name].cluster
+        if cluster is None:
+            assert all(pod.requests["cpu"] > r for r in room.values())
+        else:
+            assert pod.requests["cpu"] <= room[cluster]
+            total[cluster] += pod.requests["cpu"]

@@ -6,7 +6,8 @@ namespaces, ResourceQuotas and pods, and in the management cluster the SuperClus
 (ClusterConfig spec.pool); probes the super clusters (workers/pool_health.py: health on the SuperClusters'
 status); renews each tenant's token at half its life (kube/tenant_identity.py); and signals (with start) the
 scheduler when something a pass reads changes (models/pool/triggers.py): not on status churn. Any number of
-replicas serve the task queue; the one holding the pool's Lease (kube/lease.py) watches, probes and renews."""
+replicas serve the task queue; the one holding the pool's Lease (kube/lease.py) watches, probes, renews, and
+places each new tenant pod as it comes (workers/pod_placer.py)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from models.settings import WorkerSettings
 from workers.cluster import connect, leading, replica_identity
 from workers.errors import KubernetesErrors
 from workers.metrics import metrics_runtime
+from workers.pod_placer import PodPlacer
 from workers.pool_health import HealthProber
 from workers.roles import Role
 from workers.watching import Watchers
@@ -236,28 +238,39 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
     meter = runtime.metric_meter if runtime else MetricMeter.noop
     loop = asyncio.get_running_loop()
     watchers: PoolWatchers | None = None
+    placer: PodPlacer | None = None
 
     def tenant_changed(tenant: str) -> None:
-        if watchers is not None:
-            watchers.tenant_changed(tenant)
+        for follower in (watchers, placer):
+            if follower is not None:
+                follower.tenant_changed(tenant)
+
+    def tenant_object_changed(tenant: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        if placer is not None:
+            placer.records_changed(tenant, old, new)
 
     # Every replica follows the Tenants: the activities it runs read tenants' control planes.
-    tenants = TenantRegistry(management, name="pool", changed=tenant_changed).start()
+    tenants = TenantRegistry(management, name="pool", changed=tenant_changed,
+                             tenant_object_changed=tenant_object_changed).start()  # fmt: skip
     activities = PoolActivities(management=management, tenants=tenants)
 
     def lead() -> Callable[[], None]:
-        nonlocal watchers
+        nonlocal watchers, placer
         prober = HealthProber(management, meter=meter).start()
         renewer = TokenRenewer(management, tenants).start()
+        placer = PodPlacer(tenants).start()
         watchers = PoolWatchers(management=management, tenants=tenants, client=client, task_queue=task_queue,
                                 workflow_id=workflow_id, loop=loop)  # fmt: skip
         watchers.start()
 
         def stop() -> None:
-            nonlocal watchers
+            nonlocal watchers, placer
             if watchers is not None:
                 watchers.stop()
                 watchers = None
+            if placer is not None:
+                placer.stop()
+                placer = None
             renewer.stop()
             prober.stop()
 

@@ -131,6 +131,14 @@ def _trimmed(obj: Obj) -> Obj:
     return obj
 
 
+def _copy_kept(pod: Obj) -> Obj:
+    """Of a pod's copy, what the syncer reads: who it is, where it runs and its status (its spec is the
+    tenant pod's, held on that side already)."""
+    kept = _trimmed(pod)
+    kept["spec"] = {"nodeName": (pod.get("spec") or {}).get("nodeName")}
+    return kept
+
+
 def _labels(obj: Obj) -> dict[str, str]:
     return obj.get("metadata", {}).get("labels") or {}
 
@@ -212,8 +220,9 @@ def _queues(queue: WorkQueue[Key], tenant: str, kind: str) -> Callable[[Named, O
     return changed
 
 
-def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], **kwargs: Any) -> Informer[Obj]:
-    return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=_trimmed, **kwargs)
+def _informer(name: str, store: Store[Any, Obj], list_call: Callable[..., Any], *,
+              transform: Callable[[Obj], Obj] = _trimmed, **kwargs: Any) -> Informer[Obj]:  # fmt: skip
+    return Informer(name, list_call, on_sync=store.sync, on_event=store.event, transform=transform, **kwargs)
 
 
 def _records_changed(old: Obj | None, new: Obj | None) -> set[str]:
@@ -260,7 +269,8 @@ class Syncer:
         prefix = f"syncer-{cluster}-super"
         self._informers = [
             _informer(f"{prefix}-namespaces", self._copy_namespaces, self.down.list_namespace, label_selector=made),
-            _informer(f"{prefix}-pods", self._copies[POD], self.down.list_pod_for_all_namespaces, label_selector=made),
+            _informer(f"{prefix}-pods", self._copies[POD], self.down.list_pod_for_all_namespaces, label_selector=made,
+                      transform=_copy_kept),
             *(_informer(f"{prefix}-{kind.lower()}", self._copies[kind], self._super.list_all(kind), label_selector=made)
               for kind in SYNCED_KINDS),
             Informer(f"{prefix}-events", self.down.list_event_for_all_namespaces,

@@ -32,3 +32,24 @@ def choose_cluster(
         return PodPlacement(None, reasons or {"*": "NotPlaced: the namespace has no placement yet"})
     best = min(room, key=lambda c: (-sum(v / slice_[k] for k, v in room[c].items() if k in slice_ and slice_[k]), c))
     return PodPlacement(best, {})
+
+
+@dataclass(frozen=True)
+class WaitingPod:
+    name: str
+    requests: Resources
+
+
+def place_waiting(waiting: list[WaitingPod], *, placement: dict[str, int], slice_: Resources,
+                  used: dict[str, Resources]) -> dict[str, PodPlacement]:  # fmt: skip
+    """Each waiting pod of one namespace, in the order given (oldest first), to the cluster `choose_cluster`
+    picks with the pods before it counted: the one rule of the scheduling pass and of the pod placer
+    (workers/pod_placer.py). `used`: what the namespace's placed, live pods hold per cluster."""
+    used = dict(used)
+    chosen: dict[str, PodPlacement] = {}
+    for pod in waiting:
+        choice = chosen[pod.name] = choose_cluster(requests=pod.requests, placement=placement, slice_=slice_,
+                                                   used={c: used.get(c, Resources()) for c in placement})  # fmt: skip
+        if choice.cluster is not None:
+            used[choice.cluster] = used.get(choice.cluster, Resources()) + pod.requests
+    return chosen

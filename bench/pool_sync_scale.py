@@ -525,8 +525,12 @@ class Run:
         stages: dict[str, float] = {}
         before: Mapping[Key, float] = created
         for name, mark in marks:
-            stages[f"to_{name}_p50"] = tail([mark[k] - before[k] for k in whole], 50) if whole else math.inf
+            for p in (50, 99):
+                stages[f"to_{name}_p{p}"] = tail([mark[k] - before[k] for k in whole], p) if whole else math.inf
             before = mark
+        for key in sorted(whole, key=lambda k: tenant_running[k] - created[k])[-3:]:  # the slowest, stage by stage
+            at = [created[key], *(mark[key] for _, mark in marks)]
+            log(f"slow: {'/'.join(key)} " + ", ".join(f"{name} +{at[i + 1] - at[i]:.2f}" for i, (name, _) in enumerate(marks)))
         return stages
 
     def quiet(self, name_prefix: str, *, burst: bool) -> list[float]:

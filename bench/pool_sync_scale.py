@@ -1,7 +1,7 @@
 """pool_sync_scale: the pool's syncers at scale (issue 36): `tenants` tenant control planes × `pods` pods each,
-on `supers` super clusters of the benchmark's own, with the real pool worker (scheduler and prober) in this
-process and one syncer per super cluster as a subprocess (`python -m workers.syncer`), so that its memory is
-its own. The first tenant's control plane is the pool's management cluster too, as in tests/pool.py; the
+on `supers` super clusters of the benchmark's own, with the real pool worker (`python -m workers.pool`:
+scheduler, prober, pod placer) and one syncer per super cluster (`python -m workers.syncer`) each in a process
+of its own, as users run them (and so that a syncer's memory is its own). The first tenant's control plane is the pool's management cluster too, as in tests/pool.py; the
 tenants' kube-schedulers are stopped (the pool places their pods: a tenant's scheduler would only write
 FailedScheduling for each one). Every tenant has a namespace `app` of one slice that fits its pods, placed by
 the pool before anything is measured (so is its copy in the super cluster), and its pods ask 10m / 16Mi.
@@ -77,9 +77,6 @@ from models.names import (
 from models.pool.health import health_from_status
 from models.pool.namespaces import placement_of
 from tests.kube import apply_cluster_config, create_node
-from tests.pool import WorkerTasks
-from tests.running import worker_settings
-from workers.pool import run as run_pool_worker
 
 DEFAULTS: dict[str, Any] = {"tenants": 20, "pods": 500, "supers": 3, "quiet_pods": 20, "threads": 16,
                             "idle_seconds": 60, "deadline_seconds": 600}  # fmt: skip
@@ -370,6 +367,40 @@ def _placed_copy(tenant: k8s.CoreV1Api, supers: Mapping[str, k8s.CoreV1Api], ten
     return where
 
 
+class PoolWorker:
+    """`python -m workers.pool` against the management cluster, in a process of its own as users run it: its
+    watches, pod placer and passes do not share the benchmark's interpreter with the creating threads."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: EnvState, management: LocalCluster, logs: Path) -> None:
+        variables = dict(os.environ, TIDEPOOL_CLUSTER_CLUSTER_ID="pool-bench",
+                         TIDEPOOL_CLUSTER_KUBECONFIG=str(management.kubeconfig),
+                         TIDEPOOL_TEMPORAL_ADDRESS=env.temporal_address, TIDEPOOL_TEMPORAL_NAMESPACE="default",
+                         TIDEPOOL_METRICS_PORT="0")  # fmt: skip
+        with open(logs / "pool-worker.log", "ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", "workers.pool"], cwd=ROOT, env=variables,
+                                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+
+    def check(self) -> None:
+        """A worker that died fails the run: its figures would be a dead one's."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"the pool worker exited with {self.process.returncode}: see pool-worker.log")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.check()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
 class Syncers:
     """One `python -m workers.syncer` per super cluster, its output in the environment's state directory."""
 
@@ -603,16 +634,16 @@ async def _measure(params: dict[str, Any]) -> None:
     tenants, supers = tenant_names(int(params["tenants"])), super_names(int(params["supers"]))
     with local_env([*tenants, *supers]) as env:
         run = Run(params, env, {n: env.cluster(n) for n in tenants}, {n: env.cluster(n) for n in supers})
-        worker = WorkerTasks()  # a worker that died with an error fails the run: its figures would be a dead one's
+        worker = PoolWorker()
         try:
             await asyncio.to_thread(run.setup)
-            worker.start(lambda stop: run_pool_worker(worker_settings(env, run.management, "pool-bench"), stop=stop,
-                                                      task_queue="pool-bench", workflow_id="pool-scheduler-bench"))  # fmt: skip
+            worker.start(env, run.management, Path(env.state_dir))
             await asyncio.to_thread(run.wait_ready)
             direct, direct_seconds = await asyncio.to_thread(run.direct)
             log(f"direct: {len(direct)} pods Running in {direct_seconds:.1f} s")
             rss_before = run.syncers.rss_kib()
             pooled, pool_seconds, stages = await asyncio.to_thread(run.pool)
+            worker.check()
             log(f"pool: {len(pooled)} pods Running in {pool_seconds:.1f} s; stages (p50 s): "
                 + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
             await asyncio.sleep(SETTLE_SECONDS)
@@ -622,11 +653,11 @@ async def _measure(params: dict[str, Any]) -> None:
             quiet_burst = await asyncio.to_thread(run.quiet, "burst", burst=True)
             log(f"quiet pods: p99 {tail(quiet_burst, 99):.1f} s during the burst, {tail(quiet_alone, 99):.1f} s alone")
             await asyncio.sleep(SETTLE_SECONDS)
-            await worker.stop()  # in the tenants the pool worker is the syncers' identity: silent for the window
+            worker.stop()  # in the tenants the pool worker is the syncers' identity: silent for the window
             lists = await asyncio.to_thread(run.idle_lists)
         finally:
             try:
-                await worker.stop()
+                worker.stop()
             finally:
                 run.syncers.stop()
                 for watch in run.watches.all():

@@ -45,9 +45,12 @@ from models.pool.isolation import (
 from models.pool.moves import refused_status
 from models.pool.sync import (
     API_VERSIONS,
+    EVERY_HOST,
     SERVICE_NAME_LABEL,
     copy_for_super,
     endpoints_of,
+    hosts_overlap,
+    ingress_hosts,
     is_copy,
     load_balancer_status,
     mirror_volume,
@@ -56,6 +59,7 @@ from models.pool.sync import (
     stale_mirrors,
     status_cluster,
     super_namespace_labels,
+    taken_hosts,
     unchanged,
 )
 from models.resources import Resources
@@ -517,3 +521,43 @@ def test_a_pod_its_super_cluster_refuses_is_pending_and_says_why() -> None:
     assert (status["phase"], status["reason"]) == ("Pending", "SuperClusterRefused")
     assert status["message"].startswith(f"super cluster s1 refuses it: {why}") and len(status["message"]) == 1024
     assert status["conditions"][0]["type"] == "PodScheduled" and status["conditions"][0]["status"] == "False"
+
+
+def _ingress(*hosts: str | None, tls: tuple[str, ...] = (), default: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"rules": [{"host": h} if h else {} for h in hosts]}
+    if tls:
+        spec["tls"] = [{"hosts": list(tls)}]
+    if default:
+        spec["defaultBackend"] = {"service": {"name": "web", "port": {"number": 80}}}
+    return {"spec": spec}
+
+
+def test_an_ingress_claims_its_rules_and_tls_hosts_and_every_host_without_one() -> None:
+    assert ingress_hosts(_ingress("Shop.Example.com", tls=("shop.example.com", "api.example.com"))) == {
+        "shop.example.com", "api.example.com"}  # fmt: skip
+    assert ingress_hosts(_ingress(None)) == {EVERY_HOST}
+    assert ingress_hosts(_ingress("a.example.com", default=True)) == {"a.example.com", EVERY_HOST}
+    assert ingress_hosts({"spec": {"rules": "garbage", "tls": [None]}}) == frozenset()
+
+
+@pytest.mark.parametrize(("one", "other", "overlap"), [
+    ("shop.example.com", "shop.example.com", True),
+    ("*.example.com", "shop.example.com", True),
+    ("shop.example.com", "*.example.com", True),
+    ("*.example.com", "a.b.example.com", False),  # a wildcard is one label
+    ("*.example.com", "example.com", False),
+    (EVERY_HOST, EVERY_HOST, True),
+    (EVERY_HOST, "shop.example.com", False),  # a catch-all takes what no rule names: named hosts stay theirs
+    ("shop.example.com", "web.example.com", False),
+])  # fmt: skip
+def test_hosts_overlap_when_one_request_could_reach_both(one: str, other: str, overlap: bool) -> None:
+    assert hosts_overlap(one, other) is overlap
+
+
+def test_the_first_tenant_keeps_a_host_and_a_tenant_never_blocks_itself() -> None:
+    claims = {"shop.example.com": "t1", "*.apps.example.com": "t1", EVERY_HOST: "t3"}
+    assert taken_hosts(frozenset({"shop.example.com", "mine.example.com"}), tenant="t2", claims=claims) == {
+        "shop.example.com": "t1"}  # fmt: skip
+    assert taken_hosts(frozenset({"x.apps.example.com"}), tenant="t2", claims=claims) == {"x.apps.example.com": "t1"}
+    assert taken_hosts(frozenset({EVERY_HOST}), tenant="t2", claims=claims) == {EVERY_HOST: "t3"}
+    assert taken_hosts(frozenset({"shop.example.com", "*.apps.example.com"}), tenant="t1", claims=claims) == {}

@@ -29,6 +29,7 @@ import argparse
 import logging
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -87,6 +88,7 @@ from models.pool.sync import (
     copy_stays_here,
     endpoints_of,
     in_scope,
+    ingress_hosts,
     is_copy,
     load_balancer_status,
     mirror_volume,
@@ -96,6 +98,7 @@ from models.pool.sync import (
     stale_mirrors,
     status_cluster,
     super_namespace_labels,
+    taken_hosts,
     unchanged,
 )
 from models.pool.tenancy import recorded_placement, trusted_annotations
@@ -116,6 +119,8 @@ Obj = dict[str, Any]
 PASSING_REFUSALS = ("exceeded quota", "is being terminated")
 # Refusals told to tenants, remembered so that none is told twice: bounded, the oldest forgotten first.
 MAX_REMEMBERED_REFUSALS = 10_000
+# How long an Ingress copy this syncer applied counts as holding its hosts before its watch event is in.
+INGRESS_CLAIM_SECONDS = 30.0
 Key = tuple[str, str, str, str]  # (tenant, tenant namespace, kind, name)
 NAMESPACE, POD, TENANT = "Namespace", "Pod", "Tenant"
 EVENTS: Key = ("", "", "Event", "")  # the Events seen since the last reflection
@@ -259,6 +264,10 @@ class Syncer:
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
         self._refusals_told: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, pod uid) -> why, bounded
+        self._ingress_lock = threading.Lock()
+        # (tenant, host) -> when (monotonic) this process applied an Ingress copy holding it, for a while.
+        self._ingress_applied: dict[tuple[str, str], float] = {}
+        self._ingress_told: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # bounded
         self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed,
                                        tenant_object_changed=self._tenant_object_changed)  # fmt: skip
         # The copies, by (super namespace, name).
@@ -530,7 +539,9 @@ class Syncer:
             body = copy_for_super(kind, source, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
                                   selectorless_services=self._selectorless(side, tenant_ns, endpoints_of(kind, source)),
                                   quota=self._quota_share(side, tenant_ns) if kind == "ResourceQuota" else None)  # fmt: skip
-        if body is not None:
+        if body is not None and kind == "Ingress":
+            self._sync_ingress(side, tenant_ns, target, source or {}, copy, body)
+        elif body is not None:
             if not unchanged(copy, body):
                 self._super.apply(kind, target, body)
         elif copy is not None:
@@ -541,6 +552,39 @@ class Syncer:
                                 for found in self._slices(side, tenant_ns, target, name)])  # fmt: skip
         if kind in ("Service", "PersistentVolumeClaim") and self._shows_status(side, tenant_ns):
             self._status_up(side, kind, tenant_ns, source, copy)
+
+    def _sync_ingress(self, side: _TenantSide, tenant_ns: str, target: str, source: Obj, copy: Obj | None,
+                      body: Obj) -> None:  # fmt: skip
+        """An Ingress goes down only with hosts no other tenant's copy holds here (the first keeps a host); one
+        that asks for a taken host is not copied, or its copy stays as it was, and the tenant is told once.
+        Checked and applied under one lock, with this process's recent applies counted until its store has
+        them, so that two tenants asking at once never both get a host."""
+        hosts = ingress_hosts(body)
+        with self._ingress_lock:
+            now = time.monotonic()
+            self._ingress_applied = {k: at for k, at in self._ingress_applied.items() if now - at < INGRESS_CLAIM_SECONDS}
+            claims = {host: owner for owner, host in self._ingress_applied}
+            for held in self._copies["Ingress"].values():
+                owner = _labels(held).get(LABEL_TENANT)
+                if owner and held is not copy:
+                    claims.update(dict.fromkeys(ingress_hosts(held), owner))
+            taken = taken_hosts(hosts, tenant=side.name, claims=claims)
+            if not taken:
+                if not unchanged(copy, body):
+                    self._super.apply("Ingress", target, body)
+                    self._ingress_applied.update(dict.fromkeys(((side.name, host) for host in hosts), now))
+                return
+        said = ", ".join(f"{host} (held by another tenant)" for host in sorted(taken))
+        told = (side.name, tenant_ns, source.get("metadata", {}).get("name") or "", said)
+        with self._lock:
+            if told in self._ingress_told:
+                return
+            self._ingress_told[told] = None
+            while len(self._ingress_told) > MAX_REMEMBERED_REFUSALS:
+                self._ingress_told.popitem(last=False)
+        record_event(side.api, {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": source.get("metadata") or {}},
+                     reason="IngressHostTaken", message=f"not copied to super cluster {self.cluster}: {said}",
+                     warning=True)  # fmt: skip
 
     def _quota_share(self, side: _TenantSide, tenant_ns: str) -> QuotaShare | None:
         """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement

@@ -94,6 +94,7 @@ EventReason = Literal[
     "ConsumerSilent",  # a consumer's virtual kubelet stopped renewing its keepalive: the provider deleted its copies
     "ProviderReportedForeignIP",  # a copy's status named an address outside its provider's PodCIDR: not shown
     "ReflectedEventsDropped",  # more Events about a copy than a pod's budget: the rest counted, not shown
+    "IngressHostTaken",  # a tenant's Ingress asks for a host another tenant's copy holds in a super cluster
 ]
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.

@@ -283,3 +283,45 @@ def endpoints_of(kind: str, obj: dict[str, Any]) -> str | None:
     if kind == "EndpointSlice":
         return (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
     return None
+
+
+# An Ingress rule without a host takes every host the controller has no other rule for: that, too, is a claim.
+EVERY_HOST = "*"
+
+
+def ingress_hosts(ingress: Mapping[str, Any]) -> frozenset[str]:
+    """The hosts an Ingress claims on a super cluster's ingress controller: its rules' hosts and its TLS hosts,
+    lower-cased; EVERY_HOST for a rule without one, or a default backend."""
+    spec = ingress.get("spec") or {}
+    hosts: set[str] = set()
+    rules, tls_entries = spec.get("rules"), spec.get("tls")
+    for rule in rules if isinstance(rules, list) else []:
+        if isinstance(rule, Mapping):
+            hosts.add(str(rule["host"]).lower() if rule.get("host") else EVERY_HOST)
+    for tls in tls_entries if isinstance(tls_entries, list) else []:
+        named = tls.get("hosts") if isinstance(tls, Mapping) else None
+        hosts.update(str(h).lower() for h in (named if isinstance(named, list) else []) if h)
+    if spec.get("defaultBackend"):
+        hosts.add(EVERY_HOST)
+    return frozenset(hosts)
+
+
+def hosts_overlap(one: str, other: str) -> bool:
+    """Whether two Ingress hosts can take the same request: equal, both catch-alls, or a wildcard (`*.x.y`, one
+    label) and a host it matches."""
+    if one == other:
+        return True
+    for wildcard, host in ((one, other), (other, one)):
+        if wildcard.startswith("*.") and host != EVERY_HOST:
+            label, _, rest = host.partition(".")
+            if label and label != "*" and rest == wildcard[2:]:
+                return True
+    return False
+
+
+def taken_hosts(hosts: frozenset[str], *, tenant: str, claims: Mapping[str, str]) -> dict[str, str]:
+    """Of an Ingress's hosts, those another tenant already holds in the super cluster (`claims`: host → the
+    tenant whose Ingress copy holds it), each with that tenant: the first copy keeps a host, so that one
+    tenant's Ingress never takes another's traffic."""
+    return {host: owner for host in sorted(hosts) for claimed, owner in sorted(claims.items())
+            if owner != tenant and hosts_overlap(host, claimed)}  # fmt: skip

@@ -54,14 +54,11 @@ TENANT_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]  # fmt: skip
-# The virtual nodes' heartbeats, and the client CA the kubelet APIs trust: a Role in each of these namespaces.
+# The virtual nodes' heartbeats: a Role in each of these namespaces. (The client CA the kubelet APIs trust,
+# kube-system/extension-apiserver-authentication, is read under the configmaps rule above, which the copies need.)
 TENANT_OTHER_ROLES: dict[str, list[dict[str, Any]]] = {
     "kube-node-lease": [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch", "delete"]},
-    ],
-    "kube-system": [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["extension-apiserver-authentication"],
-         "verbs": ["get"]},
     ],
 }  # fmt: skip
 # In tidepool-system: the next token of its own ServiceAccount, and nobody else's.

@@ -219,7 +219,12 @@ class TenantNodes:
                         raise
             # A strategic merge keeps list entries it is not told to drop: an older address would stay first.
             addresses = [{"$patch": "replace"}, *body["status"]["addresses"]]
-            tenant.core.patch_node_status(name, {"status": {**body["status"], "addresses": addresses}})
+            try:
+                tenant.core.patch_node_status(name, {"status": {**body["status"], "addresses": addresses}})
+            except ApiException as e:
+                if e.status == 404:  # deleted by hand: registered again at the next heartbeat, as a kubelet does
+                    tenant.reported.pop(name, None)
+                raise
             tenant.reported[name] = (body["status"], time.monotonic())
 
     # --- heartbeat and collection ---
@@ -241,8 +246,8 @@ class TenantNodes:
         copies = self._copies_of(tenant.name)
         ours = set(tenant.nodes.keys()) | set(tenant.reported)
         used = nodes_in_use(super_cluster=self.cluster, copies=copies, tenant_pods=tenant.pods.values(), tenant_nodes=ours)
-        for copy in copies:
-            physical = self._physical.get((copy.get("spec") or {}).get("nodeName") or "")
+        for scheduled in sorted({node for copy in copies if (node := (copy.get("spec") or {}).get("nodeName"))}):
+            physical = self._physical.get(scheduled)
             if physical is not None:
                 self._report(tenant, physical)
         now = time.monotonic()

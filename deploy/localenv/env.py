@@ -87,7 +87,8 @@ def up(
 ) -> EnvState:
     """Starts Temporal and the clusters. `persistent` is the demo's mode: a database file and the Web UI
     on its usual port; otherwise in memory on free ports (tests). `temporal` is a server already running
-    (the tests' container, started with `temporal_namespaces`): it is used, and left to its owner."""
+    (the tests' container, started with `temporal_namespaces`): it is used, and left to its owner.
+    `without_scheduler`: the clusters that run no kube-scheduler (a pool's tenant control planes)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     binaries = binaries or ensure_binaries()
     state = EnvState(state_dir=str(state_dir))

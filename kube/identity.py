@@ -15,6 +15,7 @@ minting machine is referred to."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +87,35 @@ def revoke_provider_identity(consumer: k8s.ApiClient, *, provider_id: str) -> No
 
 
 def apply_identity(api: k8s.ApiClient, *, name: str, labels: dict[str, str], cluster_rules: list[dict[str, Any]],
-                   namespace_rules: list[dict[str, Any]]) -> None:  # fmt: skip
+                   namespace_rules: list[dict[str, Any]], other_roles: Mapping[str, list[dict[str, Any]]] | None = None,
+                   ) -> None:  # fmt: skip
     """A ServiceAccount `name` in tidepool-system (made if missing), with a ClusterRole and a Role of these rules
-    bound to it, each named `name`: every call puts them back as they should be (server-side apply)."""
+    bound to it, each named `name`: every call puts them back as they should be (server-side apply).
+    `other_roles`: a Role of its rules in each of these namespaces (which every cluster has: kube-system...)."""
     meta = {"name": name, "labels": labels}
     subjects = [{"kind": "ServiceAccount", "name": name, "namespace": SYSTEM_NAMESPACE}]
     apply_core(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
     apply_core(api, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": SYSTEM_NAMESPACE}})
-    for kind, namespace, rules in (("ClusterRole", None, cluster_rules), ("Role", SYSTEM_NAMESPACE, namespace_rules)):
+    roles = [("ClusterRole", None, cluster_rules), ("Role", SYSTEM_NAMESPACE, namespace_rules),
+             *(("Role", namespace, rules) for namespace, rules in (other_roles or {}).items())]  # fmt: skip
+    for kind, namespace, rules in roles:
         where = {"namespace": namespace} if namespace else {}
         apply_core(api, {"apiVersion": RBAC, "kind": kind, "metadata": {**meta, **where}, "rules": rules})
         apply_core(api, {"apiVersion": RBAC, "kind": f"{kind}Binding", "metadata": {**meta, **where}, "subjects": subjects,
                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}})  # fmt: skip
 
 
-def revoke_identity(api: k8s.ApiClient, name: str) -> None:
+def revoke_identity(api: k8s.ApiClient, name: str, *, other_namespaces: Iterable[str] = ()) -> None:
     """An identity `apply_identity` made goes, bindings first, so that no token minted for it works a moment
-    longer than its bindings."""
+    longer than its bindings. `other_namespaces`: those of its `other_roles`."""
     rbac, core = k8s.RbacAuthorizationV1Api(api), k8s.CoreV1Api(api)
+    namespaces = [SYSTEM_NAMESPACE, *other_namespaces]
     ignore_not_found(rbac.delete_cluster_role_binding, name)
-    ignore_not_found(rbac.delete_namespaced_role_binding, name, SYSTEM_NAMESPACE)
+    for namespace in namespaces:
+        ignore_not_found(rbac.delete_namespaced_role_binding, name, namespace)
     ignore_not_found(rbac.delete_cluster_role, name)
-    ignore_not_found(rbac.delete_namespaced_role, name, SYSTEM_NAMESPACE)
+    for namespace in namespaces:
+        ignore_not_found(rbac.delete_namespaced_role, name, namespace)
     ignore_not_found(core.delete_namespaced_service_account, name, SYSTEM_NAMESPACE)
 
 

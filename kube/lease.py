@@ -38,6 +38,18 @@ from models.times import format_micro_time
 log = logging.getLogger(__name__)
 
 
+# A kubelet's heartbeat (virtual kubelets' nodes, the syncers' tenant nodes): a Lease in kube-node-lease named as
+# the node, of NODE_LEASE_SECONDS, renewed every NODE_LEASE_RENEW_SECONDS (a quarter of it, a kubelet's default).
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_SECONDS = 40
+NODE_LEASE_RENEW_SECONDS = 10
+
+
+def renew_node_lease(api: k8s.ApiClient, node: str) -> None:
+    """A node's heartbeat: the node-lifecycle controller keeps it Ready while this Lease is renewed."""
+    renew_lease(api, NODE_LEASE_NAMESPACE, node, holder=node, duration_seconds=NODE_LEASE_SECONDS)
+
+
 def renew_lease(api: k8s.ApiClient, namespace: str, name: str, *, holder: str, duration_seconds: int) -> None:
     """A heartbeat Lease (a virtual node's, a consumer's keepalive): renewTime now, created on first renewal.
     One writer, no election: a plain patch, without the resourceVersion LeaderElection writes at."""

@@ -34,7 +34,9 @@ TENANT_TOKEN_LIFETIME_SECONDS = 24 * 3600
 # quotas, pods into their namespace's clusters (an annotation, a status condition), Events on both; a move
 # waits on Services and claims. The syncers: read every synced kind (models/pool/sync.py SYNCED_KINDS),
 # push status up (pods, LoadBalancer addresses, PVC binding through mirrored PersistentVolumes), reflect
-# Events, delete a tenant pod whose copy was evicted.
+# Events, delete a tenant pod whose copy was evicted. Tenant pods look like pods (workers/tenant_nodes.py): the
+# syncers keep virtual nodes (their status), bind pods to them, and ask whether a kubelet API's caller may
+# reach them (nodes/proxy).
 TENANT_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
@@ -47,7 +49,18 @@ TENANT_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "watch", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
 ]  # fmt: skip
+# The virtual nodes' heartbeats: a Role in each of these namespaces. (The client CA the kubelet APIs trust,
+# kube-system/extension-apiserver-authentication, is read under the configmaps rule above, which the copies need.)
+TENANT_OTHER_ROLES: dict[str, list[dict[str, Any]]] = {
+    "kube-node-lease": [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "patch", "delete"]},
+    ],
+}  # fmt: skip
 # In tidepool-system: the next token of its own ServiceAccount, and nobody else's.
 TENANT_NAMESPACE_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["serviceaccounts/token"], "resourceNames": [TENANT_IDENTITY], "verbs": ["create"]},
@@ -64,7 +77,7 @@ def mint_tenant_identity(tenant_admin: k8s.ApiClient, *, lifetime_seconds: int =
     return a kubeconfig with a new token for it. `server`: the tenant's API server as the pool reaches it, if
     not the address `tenant_admin` uses."""
     apply_identity(tenant_admin, name=TENANT_IDENTITY, labels={LABEL_MANAGED_BY: MANAGED_BY},
-                   cluster_rules=TENANT_RULES, namespace_rules=TENANT_NAMESPACE_RULES)  # fmt: skip
+                   cluster_rules=TENANT_RULES, namespace_rules=TENANT_NAMESPACE_RULES, other_roles=TENANT_OTHER_ROLES)  # fmt: skip
     token = request_token(tenant_admin, TENANT_IDENTITY, lifetime_seconds)
     return token_kubeconfig(tenant_admin.configuration, server=server, token=token, user=TENANT_IDENTITY,
                             namespace=SYSTEM_NAMESPACE)  # fmt: skip
@@ -78,7 +91,7 @@ def renew_tenant_token(identity: k8s.ApiClient, *, lifetime_seconds: int = TENAN
 
 
 def revoke_tenant_identity(tenant_admin: k8s.ApiClient) -> None:
-    revoke_identity(tenant_admin, TENANT_IDENTITY)
+    revoke_identity(tenant_admin, TENANT_IDENTITY, other_namespaces=TENANT_OTHER_ROLES)
 
 
 def write_tenant_kubeconfig(management: k8s.ApiClient, tenant: str, kubeconfig: str, *, secret: str | None = None) -> None:

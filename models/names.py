@@ -242,8 +242,13 @@ MOVED_FROM_ANNOTATION: Final = "pool.tidepool.io/moved-from"
 LABEL_TENANT_NAMESPACE: Final = "pool.tidepool.io/tenant-namespace"
 # On a copy in a super cluster: a digest of what the syncer last applied, so that an unchanged source costs no write.
 SOURCE_DIGEST_ANNOTATION: Final = "pool.tidepool.io/source-digest"
-# On what a syncer writes into the tenant control plane (mirrored volumes, reflected Events): the super cluster.
+# On what a syncer writes into the tenant control plane (mirrored volumes, reflected Events, virtual nodes): the
+# super cluster. Also the key of the NoSchedule taint on a tenant's virtual nodes.
 LABEL_SUPER_CLUSTER: Final = "pool.tidepool.io/super-cluster"
+# On a pod's copy in a super cluster: the tenant pod's uid (the kubelet API serves a copy only if it is that pod's).
+TENANT_UID_ANNOTATION: Final = "pool.tidepool.io/tenant-uid"
+# The `type` label of a tenant's virtual nodes, as virtualcluster's syncer labels them.
+TENANT_NODE_TYPE: Final = "virtual-kubelet"
 FEATURE_SUPER_CLUSTER_POOLING: Final = "SuperClusterPooling"
 POOL_SCHEDULER_WORKFLOW_ID: Final = "pool-scheduler"
 POOL_TASK_QUEUE: Final = "tidepool-pool"
@@ -291,3 +296,24 @@ def tenant_finalizer(super_cluster: str) -> str:
     """The finalizer a super cluster's syncer holds on a Tenant while that cluster holds anything of it."""
     name = super_cluster if len(super_cluster) <= 63 else f"{super_cluster[:50]}-{_base32_digest(super_cluster)[:12]}"
     return f"{TENANT_FINALIZER_PREFIX}{name}"
+
+
+# A tenant's virtual node is named `<super cluster>.<node>` while that is at most this long and the super
+# cluster's name has no dot; otherwise it is cut and ends in a digest of both names, and is exactly
+# TENANT_NODE_NAME_MAX long: the two forms never meet. At most 63, so that the name is also a label value
+# (kubernetes.io/hostname).
+TENANT_NODE_NAME_MAX: Final = 63
+TENANT_NODE_DIGEST_MIN: Final = 16
+
+
+def tenant_node_name(super_cluster: str, node: str) -> str:
+    """The virtual node in a tenant's control plane standing for physical node `node` of `super_cluster`:
+    distinct for distinct (super cluster, node) pairs. In the plain form the super cluster is everything up to
+    the first dot; a dotted or long pair takes the digested form, whose length no plain name has."""
+    plain = f"{super_cluster}.{node}"
+    if "." not in super_cluster and len(plain) < TENANT_NODE_NAME_MAX:
+        return plain
+    readable = plain[:TENANT_NODE_NAME_MAX - TENANT_NODE_DIGEST_MIN - 1].rstrip(".-")
+    length = TENANT_NODE_NAME_MAX - len(readable) - 1
+    digest = base64.b32encode(hashlib.shake_256(f"{super_cluster}/{node}".encode()).digest(length)).decode().lower()
+    return f"{readable}.{digest[:length]}"

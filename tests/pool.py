@@ -15,7 +15,14 @@ from typing import Any
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
-from deploy.localenv.clusters import LocalCluster, join_pool, start_cluster, stop_cluster
+from deploy.localenv.clusters import (
+    LocalCluster,
+    create_cluster,
+    delete_cluster,
+    join_pool,
+    start_cluster,
+    stop_cluster,
+)
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from kube.tenant_identity import add_tenant
@@ -114,8 +121,29 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
                        tenant_name: str = TENANT, other_tenants: dict[str, int] | None = None) -> AsyncIterator[Pool]:  # fmt: skip
     """The scheduler runs in Temporal namespace `namespace` as `workflow_id` (default: pool-scheduler-<unique>).
     The management cluster's own tenant is `tenant_name`; `other_tenants`: more tenants (name -> weight), each
-    with a control plane of its own."""
-    tenant = make_cluster("tenant")
+    with a control plane of its own. Tenant control planes run no kube-scheduler, as the pool requires."""
+    workdir, made = Path(localenv.state_dir) / "kwok", []
+
+    def make_tenant(role: str) -> LocalCluster:
+        made.append(f"{role}-{unique}")
+        return create_cluster(made[-1], binaries=ensure_binaries(), workdir=workdir, scheduler=False)
+
+    try:
+        async with _running_pool(localenv, make_cluster, make_tenant, unique, grace_seconds=grace_seconds,
+                                 probe_seconds=probe_seconds, namespace=namespace, workflow_id=workflow_id,
+                                 tenant_name=tenant_name, other_tenants=other_tenants) as pool:  # fmt: skip
+            yield pool
+    finally:
+        for name in made:
+            delete_cluster(name, binaries=ensure_binaries(), workdir=workdir)
+
+
+@asynccontextmanager
+async def _running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCluster],
+                        make_tenant: Callable[[str], LocalCluster], unique: str, *, grace_seconds: int,
+                        probe_seconds: int, namespace: str, workflow_id: str | None, tenant_name: str,
+                        other_tenants: dict[str, int] | None) -> AsyncIterator[Pool]:  # fmt: skip
+    tenant = make_tenant("tenant")
     supers = {"s1": make_cluster("s1"), "s2": make_cluster("s2")}
     api = tenant.api_client()
     create_namespace(api, SYSTEM_NAMESPACE)
@@ -130,7 +158,7 @@ async def running_pool(localenv: EnvState, make_cluster: Callable[[str], LocalCl
     add_tenant(api, api, tenant_name)  # the tenant's control plane is the pool's management cluster too
     pool.tenants[tenant_name] = tenant
     for name, weight in (other_tenants or {}).items():
-        pool.tenants[name] = make_cluster(name)
+        pool.tenants[name] = make_tenant(name)
         add_tenant(api, pool.tenants[name].api_client(), name, weight=weight)
     for name, cluster in supers.items():
         create_node(cluster.api_client(), f"{name}-node", cpu="4", memory="8Gi")  # 4 slices of 1 CPU / 2Gi each

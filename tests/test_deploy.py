@@ -532,6 +532,13 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("watch", "persistentvolumes"),
         ("create", "events", *ns), ("patch", "events", *ns),
         ("create", f"serviceaccounts/{TENANT_IDENTITY}", "--subresource=token", "-n", SYSTEM_NAMESPACE),
+        # Its virtual nodes (workers/tenant_nodes.py): kept, heartbeaten, pods bound to them, callers reviewed.
+        *[(verb, "nodes") for verb in ("create", "get", "list", "watch", "patch", "delete")],
+        ("patch", "nodes", "--subresource=status"), ("create", "pods", "--subresource=binding", *ns),
+        ("create", "leases.coordination.k8s.io", "-n", "kube-node-lease"),
+        ("patch", "leases.coordination.k8s.io", "-n", "kube-node-lease"),
+        ("get", "configmaps/extension-apiserver-authentication", "-n", "kube-system"),
+        ("create", "subjectaccessreviews.authorization.k8s.io"),
         *[("watch", kind, "-A") for kind in (
             "configmaps", "secrets", "services", "serviceaccounts", "resourcequotas", "limitranges",
             "persistentvolumeclaims", "endpoints", "endpointslices.discovery.k8s.io", "ingresses.networking.k8s.io",
@@ -539,7 +546,8 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
     ]  # fmt: skip
     in_tenant_may_not = [
         ("create", "pods", *ns), ("create", "namespaces"), ("delete", "namespaces"), ("create", "configmaps", *ns),
-        ("create", "secrets", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns), ("patch", "nodes"),
+        ("create", "secrets", *ns), ("patch", "secrets", *ns), ("delete", "services", *ns),
+        ("get", "nodes", "--subresource=proxy"), ("create", "leases.coordination.k8s.io", *ns),
         ("patch", "resourcequotas", *ns), ("patch", "services", *ns), ("create", "clusterroles"),
         ("create", "clusterrolebindings"), ("escalate", "clusterroles"), ("bind", "clusterroles"),
         ("create", "serviceaccounts/default", "--subresource=token", "-n", SYSTEM_NAMESPACE),
@@ -554,7 +562,9 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
     syncer_in_super_may = [
         ("create", "namespaces"), ("get", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"),
         ("watch", "namespaces"), ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"),
-        ("watch", "events", "-A"), ("list", "nodes"), *[("watch", kind, "-A") for kind in copies],
+        ("watch", "events", "-A"), ("list", "nodes"), ("watch", "nodes"), *[("watch", kind, "-A") for kind in copies],
+        ("get", "pods", "--subresource=log", *ns), ("create", "pods", "--subresource=exec", *ns),
+        ("create", "pods", "--subresource=portforward", *ns),
         *[(verb, kind, *ns) for kind in copies for verb in ("get", "list", "watch", "create", "patch", "delete")],
     ]  # fmt: skip
     syncer_in_super_may_not = [

@@ -18,6 +18,7 @@ from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from kube.objects import read_cluster_object
 from models.names import (
+    LABEL_SUPER_CLUSTER,
     LABEL_TENANT,
     LABEL_TENANT_NAMESPACE,
     PLACEMENT_STATUS_ANNOTATION,
@@ -71,6 +72,11 @@ def _pod(api: k8s.ApiClient, namespace: str, name: str) -> None:
         "containers": [{"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}}))
 
 
+def _virtual_nodes(api: k8s.ApiClient) -> set[str]:
+    """The nodes the pool's syncers keep in a tenant's control plane."""
+    return {str(n.metadata.name) for n in k8s.CoreV1Api(api).list_node(label_selector=LABEL_SUPER_CLUSTER).items}
+
+
 def _running(api: k8s.ApiClient, namespace: str, name: str) -> bool:
     return k8s.CoreV1Api(api).read_namespaced_pod(name, namespace).status.phase == "Running"
 
@@ -110,12 +116,16 @@ async def test_two_tenants_with_the_same_namespaces_share_super_clusters_and_one
         assert {f for f in _tenant(pool, "t2")["metadata"]["finalizers"]} >= {tenant_finalizer(n) for n in pool.supers
                                                                             if targets["t2"] in _copies(pool.supers[n])}
 
+        # t2's running pod is on a virtual node of its super cluster in t2's control plane (workers/tenant_nodes.py).
+        t2_nodes = await eventually(lambda: _virtual_nodes(apis["t2"]), timeout=60, what="t2's virtual node")
+
         # t2 is removed: every super cluster lets it go once nothing of it is left there; t1's copies stay.
         k8s.CustomObjectsApi(pool.tenant.api_client()).delete_cluster_custom_object("tidepool.io", "v1alpha1", TENANTS, "t2")
         await eventually(lambda: read_cluster_object(pool.tenant.api_client(), TENANTS, "t2") is None, timeout=120,
                          what="Tenant t2 gone")  # fmt: skip
         for name, cluster in pool.supers.items():
             assert targets["t2"] not in _copies(cluster), f"{name} kept t2's namespace"
+        assert t2_nodes and _virtual_nodes(apis["t2"]) == set(), "t2's virtual nodes outlived its Tenant"
         assert _running(apis[TENANT], "shop", "web")
         assert any(targets[TENANT] in _copies(cluster) for cluster in pool.supers.values())
         t1_copy = next(c for c in pool.supers.values() if targets[TENANT] in _copies(c))

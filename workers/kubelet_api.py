@@ -9,6 +9,11 @@ status (InternalIP, daemonEndpoints.kubeletEndpoint.Port).
   authentication, key client-ca-file, read again every CLIENT_CA_REFRESH_SECONDS) is required; its CN and
   O are then authorized by a SubjectAccessReview on nodes/proxy of this node (get for GET, create for
   POST), as kubelets do. Only pods bound to the node are served; others are 404.
+- Many nodes: the pool's syncer (workers/tenant_nodes.py) runs one per tenant, for all of that tenant's
+  virtual nodes of its super cluster (`serves`, one address and port for all of them; the API server does not
+  say which node it called). The review is then on the node the pod is bound to, or, for a pod bound to
+  none of them, on every node. Its `locate` may raise Elsewhere (a pod the pool moved to another super
+  cluster): the caller is told where it runs now.
 - Routes: /containerLogs/{ns}/{pod}/{container} (provider pods/log, relayed chunked);
   /exec and /attach/{ns}/{pod}[/{uid}]/{container} (SPDY/3.1 from the API server, kube/spdy.py; a
   WebSocket v5/v4 channel session to the provider's API server); /portForward/{ns}/{pod}[/{uid}] (SPDY
@@ -93,12 +98,20 @@ class CopyRef(NamedTuple):
 Locate = Callable[[str, str], list[CopyRef]]
 
 
+class Elsewhere(Exception):
+    """A pod whose copy is not in this provider any more; the message says where it runs now."""
+
+
 class KubeletApi:
     """The server; `start()` binds and serves in a thread, `stop()` closes it and its connections."""
 
     def __init__(self, *, host: str, port: int, provider: ApiClientSource, locate: Locate,
-                 consumer: k8s.ApiClient, node_name: str) -> None:  # fmt: skip
-        self.host, self.node_name, self.locate = host, node_name, locate
+                 consumer: k8s.ApiClient, node_name: str, serves: Callable[[str], bool] | None = None,
+                 origin_uid: str = ORIGIN_UID) -> None:  # fmt: skip
+        """`node_name`: the one node served; with `serves` (which nodes are), only what this API is called in
+        logs and messages. `origin_uid`: the annotation of a copy that names the consumer pod's uid."""
+        self.host, self.node_name, self.locate, self.origin_uid = host, node_name, locate, origin_uid
+        self._serves = serves
         self._provider, self._consumer = provider, consumer
         self._requested_port = port
         self._server: _Server | None = None
@@ -136,12 +149,32 @@ class KubeletApi:
 
     # --- authorization and mapping ---
 
-    def authorized(self, peer_cert: dict[str, Any], *, verb: str) -> bool:
+    def serves(self, node: str | None) -> bool:
+        return node is not None and (self._serves(node) if self._serves is not None else node == self.node_name)
+
+    def node_of(self, namespace: str, pod: str) -> str:
+        """The node a request about a pod is authorized on: this API's one node; of many, the one the pod is
+        bound to, or "" (every node) for a pod bound to none of them."""
+        if self._serves is None:
+            return self.node_name
+        bound = self._bound(namespace, pod)
+        node = bound.spec.node_name if bound is not None and bound.spec is not None else None
+        return node if node is not None and self.serves(node) else ""
+
+    def _bound(self, namespace: str, pod: str) -> k8s.V1Pod | None:
+        try:
+            return k8s.CoreV1Api(self._consumer).read_namespaced_pod(pod, namespace,
+                                                                     _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def authorized(self, peer_cert: dict[str, Any], *, verb: str, node: str) -> bool:
         user, groups = _identity(peer_cert)
+        attributes = {"verb": verb, "resource": "nodes", "subresource": "proxy", **({"name": node} if node else {})}
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                  "spec": {"user": user, "groups": groups,
-                           "resourceAttributes": {"verb": verb, "resource": "nodes", "subresource": "proxy",
-                                                  "name": self.node_name}}}  # fmt: skip
+                  "spec": {"user": user, "groups": groups, "resourceAttributes": attributes}}  # fmt: skip
         result = k8s.AuthorizationV1Api(self._consumer).create_subject_access_review(
             k8s.V1SubjectAccessReview.model_validate(review), _request_timeout=REQUEST_TIMEOUT_SECONDS
         )
@@ -152,15 +185,9 @@ class KubeletApi:
         copy that is not this pod's. A name is not a pod: the provider may have put another pod under the
         copy's name (a pod it made, one of an earlier pod of the same name; under the single-namespace layout,
         another consumer pod's copy, `a-b`/`c` and `a`/`b-c` sharing one name), so the copy is read and must
-        carry this pod's uid (ORIGIN_UID, which the virtual kubelet writes at creation)."""
-        try:
-            bound = k8s.CoreV1Api(self._consumer).read_namespaced_pod(pod, namespace,
-                                                                      _request_timeout=REQUEST_TIMEOUT_SECONDS)  # fmt: skip
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        if bound.spec is None or bound.spec.node_name != self.node_name or bound.metadata is None:
+        carry this pod's uid (`origin_uid`: ORIGIN_UID, which the virtual kubelet writes at creation)."""
+        bound = self._bound(namespace, pod)
+        if bound is None or bound.spec is None or not self.serves(bound.spec.node_name) or bound.metadata is None:
             return None
         if uid is not None and bound.metadata.uid != uid:
             return None
@@ -172,7 +199,7 @@ class KubeletApi:
                 if e.status in (403, 404):  # not there (nor, 403, its namespace any more)
                     continue
                 raise
-            origin = ((copy.metadata.annotations if copy.metadata else None) or {}).get(ORIGIN_UID)
+            origin = ((copy.metadata.annotations if copy.metadata else None) or {}).get(self.origin_uid)
             if origin == bound.metadata.uid:
                 return where
             log.warning("kubelet API: the provider's pod %s/%s is not the copy of %s/%s (origin uid %s): refused",
@@ -369,9 +396,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if route is None or verb not in methods:
             return self._status(404, "NotFound", f"no such kubelet API path: {url.path}")
         try:
-            if not api.authorized(self.connection.getpeercert() or {}, verb=verb):
-                return self._status(403, "Forbidden", f"forbidden: nodes/proxy {verb} on node {api.node_name}")
+            node = api.node_of(route.namespace, route.pod)
+            if not api.authorized(self.connection.getpeercert() or {}, verb=verb, node=node):
+                return self._status(403, "Forbidden", f"forbidden: nodes/proxy {verb} on node {node or api.node_name}")
             copy = api.copy_of(route.namespace, route.pod, route.uid)
+        except Elsewhere as e:
+            return self._status(404, "NotFound", str(e))
         except ApiException as e:
             log.warning("kubelet API: consumer or provider call failed: %s", e.status)
             return self._status(503, "ServiceUnavailable", "the consumer's or the provider's API server did not answer")

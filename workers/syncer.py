@@ -21,7 +21,11 @@ concerns, and the handler reads both sides of that one object from the Stores an
 queue takes one key of each tenant in turn, so one tenant's burst does not hold another's pods back. A
 change of a namespace queues everything in it; every RESYNC_SECONDS everything is queued again from the
 Stores (no list call), a safety net for a write the API server took but whose event never came. A copy
-whose source digest is unchanged costs no write."""
+whose source digest is unchanged costs no write.
+
+Tenant pods look like pods (workers/tenant_nodes.py): a pod whose copy is scheduled here is bound, in its
+tenant's control plane, to a virtual node standing for the copy's node, and a kubelet API per tenant serves
+its logs, exec and port-forward."""
 
 from __future__ import annotations
 
@@ -103,6 +107,7 @@ from models.pool.sync import (
 )
 from models.pool.tenancy import recorded_placement, trusted_annotations
 from models.times import format_rfc3339
+from workers.tenant_nodes import TenantNodes
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 300
@@ -251,7 +256,9 @@ class Syncer:
     and the super cluster's copies by one set of informers, each copy routed to its tenant by its labels."""
 
     def __init__(self, *, management: k8s.ApiClient, super_cluster: k8s.ApiClient, cluster: str,
-                 pooling: bool = True, settings: SuperClusterSettings = SuperClusterSettings()) -> None:  # fmt: skip
+                 pooling: bool = True, settings: SuperClusterSettings = SuperClusterSettings(),
+                 kubelet_address: str = "127.0.0.1") -> None:  # fmt: skip
+        """`kubelet_address`: where tenants' API servers reach this syncer's kubelet APIs (their nodes' InternalIP)."""
         self.cluster, self.pooling, self.settings = cluster, pooling, settings
         self.down = k8s.CoreV1Api(super_cluster)
         self._tenant_objects = k8s.CustomObjectsApi(management)
@@ -286,6 +293,11 @@ class Syncer:
                      field_selector="involvedObject.kind=Pod", on_sync=self._events_listed, on_event=self._event_seen),
         ]  # fmt: skip
         self._thread = threading.Thread(target=self._resync_loop, name=f"syncer-{cluster}", daemon=True)
+        self.nodes = TenantNodes(super_cluster=super_cluster, cluster=cluster, address=kubelet_address,
+                                 copies_of=self._pod_copies_of)  # fmt: skip
+
+    def _pod_copies_of(self, tenant: str) -> list[Obj]:
+        return [copy for copy in self._copies[POD].values() if (_origin(copy) or ("",))[0] == tenant]
 
     def _copy_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
         def changed(key: Named, old: Obj | None, new: Obj | None) -> None:
@@ -326,13 +338,16 @@ class Syncer:
             side = self._sides.get(tenant)
             if side is not None and (connection is None or not connection.served or connection.api is not side.api):
                 side.stop()
+                self.nodes.unfollow(tenant)
                 del self._sides[tenant]
                 side = None
             if side is None and connection is not None and connection.served and not self._stop.is_set():
-                self._sides[tenant] = _TenantSide(self, connection).start()
+                self._sides[tenant] = side = _TenantSide(self, connection).start()
+                self.nodes.follow(tenant, side.api, side.sources[POD])
         self.queue.add((tenant, "", TENANT, ""))
 
     def start(self) -> Syncer:
+        self.nodes.start()
         self.registry.start()
         for informer in self._informers:
             informer.start()
@@ -348,6 +363,7 @@ class Syncer:
             for side in self._sides.values():
                 side.stop()
         self.queue.stop()
+        self.nodes.stop()
         self._thread.join(timeout=10)
 
     def _resync_loop(self) -> None:
@@ -442,6 +458,8 @@ class Syncer:
                 log.info("syncer %s: tenant %s is removed, deleting %s", self.cluster, tenant, copy["metadata"]["name"])
                 ignore_not_found(self.down.delete_namespace, copy["metadata"]["name"])
         if not left and mine in connection.finalizers and not self._any_left(tenant):
+            if connection.api is not None:
+                self.nodes.remove(tenant, connection.api)  # its virtual nodes of this cluster, before it may go
             self._finalizer(tenant, hold=False)
             log.info("syncer %s: tenant %s is removed: nothing of it is left here", self.cluster, tenant)
 
@@ -694,6 +712,7 @@ class Syncer:
             status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
             if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
                 self._push_status(side, pod, tenant_ns, status)
+            self.nodes.bind(side.name, pod, copy)  # after the status: a node not shown yet holds no status back
 
     def _delete_copy(self, copy: Obj | None) -> None:
         if copy is not None and not _deleting(copy):
@@ -769,13 +788,15 @@ def main() -> int:
     parser.add_argument("--super-kubeconfig", required=True)
     parser.add_argument("--cluster", required=True, help="this super cluster's name in the pool (its SuperCluster)")
     parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
+    parser.add_argument("--kubelet-address", default="127.0.0.1",
+                        help="the address tenants' API servers reach this syncer's kubelet APIs at (one port per tenant)")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
     management = client_from_own_kubeconfig_file(args.management_kubeconfig)
     # Read before the first copy is made, so that no namespace is labelled at a level it then leaves.
     settings = settings_of(read_cluster_object(management, SUPER_CLUSTERS, args.cluster), SuperClusterSettings())
     syncer = Syncer(management=management, super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig),
-                    cluster=args.cluster, settings=settings,
+                    cluster=args.cluster, settings=settings, kubelet_address=args.kubelet_address,
                     pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()  # fmt: skip
     own = follow_super_cluster(management, args.cluster, syncer).start()
     wait_for_termination()

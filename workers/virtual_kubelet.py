@@ -3,7 +3,7 @@ creates for an accepted Advertisement. It stands for the provider as one node of
 
 - registers the virtual node (capacity = the Advertisement's, kept current), renews its Lease, and says
   in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable,
-  InvalidCredentials). Like a kubelet, the Lease (renewed every LEASE_RENEW_SECONDS) is the heartbeat;
+  InvalidCredentials). Like a kubelet, the Lease (renewed every NODE_LEASE_RENEW_SECONDS) is the heartbeat;
   the node's status is patched when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
 - renews a keepalive Lease in the provider namespace (kube/copies.py, every KEEPALIVE_RENEW_SECONDS):
   should this cluster go away, the provider deletes the copies itself once it has lapsed;
@@ -69,7 +69,7 @@ from kube.clock import utcnow
 from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.errors import already_exists
 from kube.informer import Informer, Store
-from kube.lease import renew_lease
+from kube.lease import NODE_LEASE_RENEW_SECONDS, renew_node_lease
 from kube.metrics import Metrics
 from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue, namespace_of
@@ -153,10 +153,8 @@ REFLECTION_RESYNC_SECONDS = 300
 SECRET_REREAD_SECONDS = 60
 # A ConfigMap's or Secret's reconcile runs under one of these, by key: more than the workers that share them.
 CONFIG_LOCKS = 64
-LEASE_SECONDS = 40
-# A kubelet's defaults: the Lease is the heartbeat (renewed every 10 s, a quarter of its duration); the
-# node's status is written when it changes, and at least every 5 minutes (nodeStatusReportFrequency).
-LEASE_RENEW_SECONDS = 10
+# A kubelet's defaults: the Lease is the heartbeat (kube/lease.py NODE_LEASE_RENEW_SECONDS); the node's status
+# is written when it changes, and at least every 5 minutes (nodeStatusReportFrequency).
 NODE_STATUS_REPORT_SECONDS = 300
 # Passes run every RESYNC_SECONDS or sooner when woken: renew a little early rather than skip a period.
 LEASE_RENEW_SLACK_SECONDS = 1
@@ -605,10 +603,10 @@ class VirtualKubelet:
     def _renew_lease(self) -> None:
         started = time.monotonic()
         if self._lease_renewed_at is not None and (
-            started - self._lease_renewed_at < LEASE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
+            started - self._lease_renewed_at < NODE_LEASE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
         ):
             return  # a pass woken early by a pod event: the Lease is fresh enough
-        renew_lease(self.consumer, "kube-node-lease", self.node, holder=self.node, duration_seconds=LEASE_SECONDS)
+        renew_node_lease(self.consumer, self.node)
         self._lease_renewed_at = started
 
     def _renew_keepalive(self) -> None:

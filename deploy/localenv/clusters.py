@@ -111,7 +111,8 @@ def _kwokctl_env(binaries: Binaries, workdir: Path) -> dict[str, str]:
     return env
 
 
-def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: FakePodFiles) -> list[dict[str, Any]]:
+def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: FakePodFiles,
+                    scheduler: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """kwokctl's configuration and the kwok documents that make fake pods serve logs, exec, attach and
     port-forward (FakePodFiles). ClusterExec runs any command on this machine as the kwok controller's user
     for whoever may exec in the cluster: for local clusters only."""
@@ -128,7 +129,8 @@ def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: 
         {"kind": "ClusterPortForward", "apiVersion": kwok_api, "metadata": fakes_meta,
          "spec": {"forwards": [{"command": ["cat"]}]}},
     ]  # fmt: skip
-    return [_kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki", ports=_free_ports()), *fakes]
+    options = _kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki", ports=_free_ports(), scheduler=scheduler)
+    return [options, *fakes]
 
 
 _port_cursor: dict[tuple[int, int], int] = {}
@@ -166,7 +168,7 @@ def _free_ports() -> dict[str, int]:
     raise RuntimeError(f"fewer than {len(_PORT_OPTIONS)} free ports in {first}-{last} ({CLUSTER_PORTS_ENV})")
 
 
-def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
+def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], scheduler: bool = True) -> dict[str, Any]:
     # The API server presents a client certificate to kubelets (kwokctl's admin one, made at create), so
     # that a virtual kubelet's API authenticates it as in production; kwok's own kubelet API checks none,
     # and fake nodes serve as before. In the file, not as --extra-args: kwokctl 0.8 indexes those wrongly
@@ -183,6 +185,8 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int]) ->
             "kubeControllerManagerBinary": str(binaries.kube_controller_manager),
             "kubeSchedulerBinary": str(binaries.kube_scheduler),
             "kwokControllerBinary": str(binaries.kwok),
+            # A tenant control plane of the pool runs none: the pool schedules its pods (docs/pool.md).
+            "disableKubeScheduler": not scheduler,
             "kubectlBinary": str(binaries.kubectl),
             **ports,
         },
@@ -192,8 +196,9 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int]) ->
     }
 
 
-def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalCluster:
-    """Creates (or adopts, when it already runs) cluster `name` and installs tidepool's CRDs."""
+def create_cluster(name: str, *, binaries: Binaries, workdir: Path, scheduler: bool = True) -> LocalCluster:
+    """Creates (or adopts, when it already runs) cluster `name` and installs tidepool's CRDs. `scheduler`:
+    whether it runs a kube-scheduler (a pool's tenant control plane does not)."""
     workdir.mkdir(parents=True, exist_ok=True)
     fake_pods = FakePodFiles.of(name, workdir=workdir)
     config_file = workdir / f"kwokctl-{name}.yaml"
@@ -210,7 +215,8 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path) -> LocalClus
     ]  # fmt: skip
     for _ in range(CREATE_ATTEMPTS):
         fake_pods.create(name)  # again after a failed attempt: deleting the cluster removes its directory
-        config = _kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods)  # fresh ports each time
+        config = _kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods,
+                                 scheduler=scheduler)  # fresh ports each time
         config_file.write_text(yaml.safe_dump_all(config))
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

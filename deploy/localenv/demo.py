@@ -56,6 +56,7 @@ from workers.peer import request_peering
 
 CLUSTERS = ["a", "b", "c", "tenant", "tenant2"]
 PEER_CLUSTERS = ["a", "b", "c"]
+TENANT_CLUSTERS = ["tenant", "tenant2"]
 # Each provider shares a different part of what it has.
 SHARING = {"a": 40, "b": 30, "c": 60}
 # What each worker advertises and its network module keeps clear of, and the blocks its nodes' pods get
@@ -126,7 +127,8 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     started = time.monotonic()
     extra = dict(worker_env or {})
     say(f"starting Temporal{' (Web UI on http://127.0.0.1:8233)' if persistent else ''} and clusters a, b, c, tenant, tenant2")
-    state = up(clusters=CLUSTERS, state_dir=state_dir, persistent=persistent)
+    # The tenants' control planes run no kube-scheduler: the pool schedules their pods (docs/pool.md).
+    state = up(clusters=CLUSTERS, without_scheduler=TENANT_CLUSTERS, state_dir=state_dir, persistent=persistent)
     apis = {name: client_from_own_kubeconfig_file(state.kubeconfigs[name]) for name in CLUSTERS}
 
     say("adding fake nodes and ClusterConfigs")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,7 @@ class EnvState:
 def up(
     *,
     clusters: list[str],
+    without_scheduler: Collection[str] = (),
     state_dir: Path = DEFAULT_STATE_DIR,
     persistent: bool = True,
     extra_namespaces: list[str] | None = None,
@@ -85,7 +87,8 @@ def up(
 ) -> EnvState:
     """Starts Temporal and the clusters. `persistent` is the demo's mode: a database file and the Web UI
     on its usual port; otherwise in memory on free ports (tests). `temporal` is a server already running
-    (the tests' container, started with `temporal_namespaces`): it is used, and left to its owner."""
+    (the tests' container, started with `temporal_namespaces`): it is used, and left to its owner.
+    `without_scheduler`: the clusters that run no kube-scheduler (a pool's tenant control planes)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     binaries = binaries or ensure_binaries()
     state = EnvState(state_dir=str(state_dir))
@@ -107,7 +110,8 @@ def up(
     for name in clusters:
         started = time.monotonic()
         try:
-            cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
+            cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok",
+                                     scheduler=name not in without_scheduler)  # fmt: skip
         except BaseException:
             # `down` knows only the clusters in the state: one that failed half-way is stopped here.
             delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")

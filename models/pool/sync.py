@@ -38,6 +38,7 @@ from models.names import (
     LABEL_TENANT_NAMESPACE,
     MANAGED_BY,
     SOURCE_DIGEST_ANNOTATION,
+    TENANT_UID_ANNOTATION,
 )
 from models.pods import strip_service_account_token
 from models.pool.isolation import QuotaShare, SuperClusterSettings, quota_share, tenant_priority_class
@@ -269,7 +270,7 @@ def pod_for_super(pod: dict[str, Any], *, tenant: str, target_namespace: str, te
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": meta["name"], "namespace": target_namespace,
                      "labels": {**(meta.get("labels") or {}), **copy_labels(tenant, tenant_namespace)},
-                     "annotations": {"pool.tidepool.io/tenant-uid": meta["uid"]}},
+                     "annotations": {TENANT_UID_ANNOTATION: meta["uid"]}},
         "spec": spec,
     }  # fmt: skip
 

@@ -519,6 +519,7 @@ class Run:
         deadline = self.deadline()
         started = time.perf_counter()
         _create_all(self.cores, interleaved(groups), int(self.params["threads"]), created)
+        log(f"created in {time.perf_counter() - started:.1f} s")  # the creating client's own share of the figure
         keys = [("", ns, name) for group in groups for (_, ns, name) in group]
         posted = {("", ns, name): at for (_, ns, name), at in created.items()}
         self.watches.wait(keys, supers, deadline=deadline, what="direct")
@@ -538,6 +539,7 @@ class Run:
         deadline = self.deadline()
         started = time.perf_counter()
         _create_all(self.cores, interleaved(groups), int(self.params["threads"]), created)
+        log(f"created in {time.perf_counter() - started:.1f} s")  # the creating client's own share of the figure
         keys = [key for group in groups for key in group]
         self.watches.wait(keys, supers, tenants, deadline=deadline, what="pool")
         done = done_at(keys, self.watches.merged(supers), self.watches.merged(tenants))

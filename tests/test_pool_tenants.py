@@ -77,6 +77,16 @@ def _virtual_nodes(api: k8s.ApiClient) -> set[str]:
     return {str(n.metadata.name) for n in k8s.CoreV1Api(api).list_node(label_selector=LABEL_SUPER_CLUSTER).items}
 
 
+def _ingress(api: k8s.ApiClient, name: str, host: str) -> None:
+    k8s.NetworkingV1Api(api).create_namespaced_ingress("shop", k8s.V1Ingress.model_validate({"metadata": {"name": name},
+        "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {
+            "service": {"name": "web", "port": {"number": 80}}}}]}}]}}))  # fmt: skip
+
+
+def _ingress_copies(cluster: LocalCluster, namespace: str) -> set[str]:
+    return {str(i.metadata.name) for i in k8s.NetworkingV1Api(cluster.api_client()).list_namespaced_ingress(namespace).items}
+
+
 def _running(api: k8s.ApiClient, namespace: str, name: str) -> bool:
     return k8s.CoreV1Api(api).read_namespaced_pod(name, namespace).status.phase == "Running"
 
@@ -115,6 +125,23 @@ async def test_two_tenants_with_the_same_namespaces_share_super_clusters_and_one
             targets[TENANT]: (TENANT, "shop"), targets["t2"]: ("t2", "shop")}  # and nothing of t2's `forged`
         assert {f for f in _tenant(pool, "t2")["metadata"]["finalizers"]} >= {tenant_finalizer(n) for n in pool.supers
                                                                             if targets["t2"] in _copies(pool.supers[n])}
+
+        # An Ingress host is the first tenant's in each super cluster: t2's Ingress for t1's host is not copied
+        # where both have the namespace, and t2 is told; its Ingress for a host of its own is.
+        shared = [c for c in pool.supers.values() if {targets[TENANT], targets["t2"]} <= set(_copies(c))]
+        assert shared, "spread placement puts both shops on both super clusters"
+        _ingress(apis[TENANT], "web", "shop.example.com")
+        await eventually(lambda: all(_ingress_copies(c, targets[TENANT]) == {"web"} for c in shared), timeout=60,
+                         what="t1's Ingress copied")  # fmt: skip
+        _ingress(apis["t2"], "web", "shop.example.com")
+        _ingress(apis["t2"], "own", "t2.example.com")
+        await eventually(lambda: all(_ingress_copies(c, targets["t2"]) == {"own"} for c in shared), timeout=60,
+                         what="t2's own Ingress copied")  # fmt: skip
+        taken = await eventually(lambda: [e for e in k8s.CoreV1Api(apis["t2"]).list_namespaced_event("shop").items
+                                          if e.reason == "IngressHostTaken" and e.involved_object.name == "web"],
+                                 timeout=30, what="t2 told its host is taken")  # fmt: skip
+        assert "shop.example.com" in taken[0].message and taken[0].type == "Warning"
+        assert all(_ingress_copies(c, targets["t2"]) == {"own"} for c in shared)  # still not copied
 
         # t2's running pod is on a virtual node of its super cluster in t2's control plane (workers/tenant_nodes.py).
         t2_nodes = await eventually(lambda: _virtual_nodes(apis["t2"]), timeout=60, what="t2's virtual node")

@@ -561,3 +561,25 @@ def test_the_first_tenant_keeps_a_host_and_a_tenant_never_blocks_itself() -> Non
     assert taken_hosts(frozenset({"x.apps.example.com"}), tenant="t2", claims=claims) == {"x.apps.example.com": "t1"}
     assert taken_hosts(frozenset({EVERY_HOST}), tenant="t2", claims=claims) == {EVERY_HOST: "t3"}
     assert taken_hosts(frozenset({"shop.example.com", "*.apps.example.com"}), tenant="t1", claims=claims) == {}
+
+
+def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving() -> None:
+    from workers.syncer import _tenant_pod_kept
+
+    def pod(**annotations: str) -> dict[str, Any]:
+        return {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
+                             "annotations": annotations, "managedFields": [{}]},
+                "spec": {"nodeName": "s2.node-1", "containers": [{"name": "web", "image": "nginx"}]},
+                "status": {"phase": "Running"}}  # fmt: skip
+
+    here = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s1"}), cluster="s1", pooling=True)
+    assert here["spec"]["containers"] and here["status"] == {"phase": "Running"} and "managedFields" not in here["metadata"]
+    leaving = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}),
+                               cluster="s1", pooling=True)  # fmt: skip
+    assert leaving["spec"]["containers"]
+    for elsewhere in (pod(**{"pool.tidepool.io/super-cluster": "s2"}), pod()):
+        kept = _tenant_pod_kept(elsewhere, cluster="s1", pooling=True)
+        assert kept == {"metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                                     "annotations": elsewhere["metadata"]["annotations"]},
+                        "spec": {"nodeName": "s2.node-1"}}  # fmt: skip
+    assert _tenant_pod_kept(pod(), cluster="s1", pooling=False)["spec"]["containers"]  # without a pool: every pod

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
@@ -141,6 +142,22 @@ def _trimmed(obj: Obj) -> Obj:
     return obj
 
 
+def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool) -> Obj:
+    """A tenant pod as this cluster's syncer keeps it: whole if it is placed here or moving away from here;
+    otherwise who it is, its placement and the node it is bound to (a virtual node of this cluster outlives a
+    pod's move: workers/tenant_nodes.py), so that a pool of N super clusters keeps each spec once, not N times.
+    The event that places a pod here carries it whole."""
+    kept = _trimmed(pod)
+    annotations = _annotations(kept)
+    if pod_goes_here(annotations.get(POD_CLUSTER_ANNOTATION), cluster, pooling=pooling) or copy_stays_here(
+            annotations.get(MOVED_FROM_ANNOTATION), cluster, pooling=pooling):  # fmt: skip
+        return kept
+    meta = kept.get("metadata") or {}
+    # No resourceVersion: another cluster's status pushes on it then change nothing kept, and wake nothing here.
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "annotations", "deletionTimestamp") if k in meta},
+            "spec": {"nodeName": (kept.get("spec") or {}).get("nodeName")}}  # fmt: skip
+
+
 def _copy_kept(pod: Obj) -> Obj:
     """Of a pod's copy, what the syncer reads: who it is, where it runs and its status (its spec is the
     tenant pod's, held on that side already)."""
@@ -186,7 +203,8 @@ class _TenantSide:
             _informer(f"{prefix}-namespaces", self.namespaces, self.up.list_namespace),
             _informer(f"{prefix}-mirrors", self.mirrors, self.up.list_persistent_volume, label_selector=mirrored),
             _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces,
-                      field_selector=OUTSIDE_SYSTEM_NAMESPACES),
+                      field_selector=OUTSIDE_SYSTEM_NAMESPACES,
+                      transform=partial(_tenant_pod_kept, cluster=syncer.cluster, pooling=syncer.pooling)),
             *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind),
                         field_selector=OUTSIDE_SYSTEM_NAMESPACES) for kind in SYNCED_KINDS),
         ]  # fmt: skip

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -40,6 +41,8 @@ log = logging.getLogger("tidepool.syncer.nodes")
 Obj = dict[str, Any]
 # As a kubelet: a node's status is written when it changes, and at least this often (nodeStatusReportFrequency).
 NODE_STATUS_REPORT_SECONDS = 300
+# A removed tenant's control plane gets this long to list its virtual nodes.
+REMOVE_TIMEOUT_SECONDS = 10
 
 
 def _node_kept(obj: Obj) -> Obj:
@@ -271,9 +274,17 @@ class TenantNodes:
 
     def remove(self, tenant: str, api: k8s.ApiClient) -> None:
         """A tenant being removed: every virtual node of this super cluster goes from its control plane (asked of
-        its API server, not a Store: its side has stopped)."""
+        its API server, not a Store: its side has stopped). Best effort: a control plane that does not answer
+        (destroyed, or its credentials revoked) keeps them, NotReady without heartbeats, and holds up nothing,
+        since its pods can run nowhere once the tenant is gone."""
         self.unfollow(tenant)
         core = k8s.CoreV1Api(api)
-        for node in core.list_node(label_selector=f"{LABEL_SUPER_CLUSTER}={self.cluster}").items:
-            if node.metadata is not None and node.metadata.name:
-                self._delete(core, node.metadata.name)
+        try:
+            listed = core.list_node(label_selector=f"{LABEL_SUPER_CLUSTER}={self.cluster}",
+                                    _request_timeout=REMOVE_TIMEOUT_SECONDS).items  # fmt: skip
+            for node in listed:
+                if node.metadata is not None and node.metadata.name:
+                    self._delete(core, node.metadata.name)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("tenant %s: its virtual nodes of %s are left in its control plane, which did not answer (%s)",
+                        tenant, self.cluster, type(e).__name__)  # fmt: skip

@@ -14,6 +14,7 @@ models/pool/pods.py and models/pool/moves.py, and writes what they decide."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -113,6 +114,7 @@ from models.times import format_rfc3339
 # client tries once: kube/tenants.py).
 TENANT_REQUEST_TIMEOUT = 10.0
 # Tenants read at once at the start of a pass.
+log = logging.getLogger("tidepool.pool")
 MAX_TENANT_READS = 16
 # Pod writes of one tenant at once in a pass (its client keeps kube/clients.py CONNECTIONS_PER_CLIENT).
 MAX_POD_WRITES = 16
@@ -607,6 +609,19 @@ def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, pod: k8s.V1Pod, cluste
             return
         raise
     placed[pod_key] = cluster  # only once written: the result says what the syncers will follow
+    tell_placed(core.api_client, {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}, cluster)
+
+
+def tell_placed(api: k8s.ApiClient, meta: dict[str, Any], cluster: str) -> None:
+    """The pod's `Scheduled` Event, as a scheduler's binding says it: `kubectl describe pod` and `tidepool
+    explain pod` show where it went and when, whoever placed it (a pass or the pod placer). Best effort: the
+    placement is the annotation; a lost Event loses only its telling."""
+    try:
+        record_event(api, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason="Scheduled",
+                     message=f"placed on super cluster {cluster}: the most room left in its namespace's slices")  # fmt: skip
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+        log.warning("pod %s/%s: its Scheduled Event not written (%s)", meta.get("namespace"), meta.get("name"),
+                    type(e).__name__)  # fmt: skip
 
 
 def _tell_unschedulable(api: k8s.ApiClient, meta: ServedMetadata, status: dict[str, Any], why: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
@@ -411,8 +412,20 @@ def namespace_story(subject: str, namespace: PoolNamespace, workflows: list[str]
     return story
 
 
-def pod_story(subject: str, namespace: PoolNamespace, pod: str, workflows: list[str], facts: Iterable[Fact]) -> Story:
-    """One pod of the pool: its namespace's placements (the clusters it may go to), where it went, its moves."""
+@dataclass(frozen=True)
+class PlacedPod:
+    """What the tenant's control plane says of a pool pod: its super cluster (the pool's annotation) and the
+    `Scheduled` Event of the pod placer that put it there (workers/pod_placer.py), which no history holds."""
+
+    cluster: str
+    at: datetime | None
+    message: str
+
+
+def pod_story(subject: str, namespace: PoolNamespace, pod: str, workflows: list[str], facts: Iterable[Fact],
+              placed: PlacedPod | None = None) -> Story:  # fmt: skip
+    """One pod of the pool: its namespace's placements (the clusters it may go to), where it went, its moves.
+    The scheduler's passes record the pods they place; a pod the pod placer placed is told from `placed`."""
     whole = namespace_story(subject, namespace, workflows, facts)
     entries = []
     for entry in whole.entries:
@@ -421,6 +434,11 @@ def pod_story(subject: str, namespace: PoolNamespace, pod: str, workflows: list[
         elif (lines := [w for w in entry.why if w.startswith((f"{pod}: ", f"{pod} stuck"))]) and "moved" in entry.what:
             entries.append(entry.model_copy(update={"why": lines}))
     now = [whole.now[0], *(line for line in whole.now[1:] if line.startswith(f"pod {pod} "))]
+    if placed is not None and not any(e.what.startswith(f"pod {pod} → ") for e in entries):
+        if placed.at is not None:
+            entries.append(Entry(at=placed.at, what=f"pod {pod} → {placed.cluster}", why=[placed.message]))
+            entries.sort(key=lambda e: e.at)
+        now = [now[0], f"pod {pod} on {placed.cluster}", *(line for line in now[1:] if not line.startswith(f"pod {pod} on "))]
     return whole.model_copy(update={"entries": entries, "now": now})
 
 

@@ -11,6 +11,7 @@ from models.explain import (
     AmbiguousNamespace,
     Fact,
     OfferDerivation,
+    PlacedPod,
     advertisement_story,
     namespace_story,
     offloaded_pod_story,
@@ -251,3 +252,20 @@ def test_a_pod_not_offloaded_or_not_scheduled_says_so() -> None:
     waiting = offloaded_pod_story("pod shop/web", "b", _pod(unscheduled="0/2 nodes are available"), [], None,
                                   provider=None)
     assert waiting.now == ["phase Pending", "not scheduled: 0/2 nodes are available"]
+
+
+@pytest.mark.tenants
+def test_a_pod_the_placer_placed_is_told_from_its_event_and_a_pass_s_record_is_not_told_twice() -> None:
+    placed_by_pass = _pass(T0, "a/shop")
+    only_namespace = Fact(at=T0, kind="pool", value={"decisions": [
+        {"namespace": "a/shop", "placement": {"s1": 1}, "reason": "1 slice placed (spread)"}]})  # fmt: skip
+    shop = pool_namespace([only_namespace], "shop", tenant="a")
+    event = PlacedPod(cluster="s1", at=T0 + timedelta(seconds=5), message="placed on super cluster s1: the most room left")
+    story = pod_story("pod a/shop/web", shop, "web", ["pool-scheduler"], [only_namespace], placed=event)
+    assert [(e.at, e.what, e.why) for e in story.entries][-1] == (event.at, "pod web → s1", [event.message])
+    assert story.now == ["slices placed: s1 1", "pod web on s1"]
+    # Without the pod's word, the history's alone: the placer's placement is not there.
+    assert pod_story("pod a/shop/web", shop, "web", ["pool-scheduler"], [only_namespace]).now == ["slices placed: s1 1"]
+    # A pass placed it: told once, from the history.
+    told = pod_story("pod a/shop/web", shop, "web", ["pool-scheduler"], [placed_by_pass], placed=event)
+    assert [e.what for e in told.entries].count("pod web → s1") == 1

@@ -61,6 +61,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -451,7 +452,25 @@ async def _answer(args: argparse.Namespace, temporal: TemporalSettings) -> Story
     if consumer is not None:
         return await explain_consumer_pod(client, consumer, home=args.cluster_id, namespace=namespace, pod=pod, at=args.at)
     return await explain_pod(client, namespace=namespace, pod=pod, tenant=args.tenant, at=args.at,
-                             workflow_id=args.workflow_id)  # fmt: skip
+                             workflow_id=args.workflow_id, control_plane=partial(_tenant_control_plane, args.state_file))  # fmt: skip
+
+
+def _tenant_control_plane(state_file: Path, tenant: str) -> k8s.ApiClient | None:
+    """A tenant's control plane, found as `status` finds it: the local environment's cluster of its name, else
+    through its Tenant's kubeconfig Secret in a cluster that has Tenants, read with your credentials; None
+    when neither (the story is then the history's alone)."""
+    state = _local_env_state(state_file)
+    if not state:
+        return None
+    apis = {name: client_from_own_kubeconfig_file(str(path))
+            for name, path in named_clusters(state["kubeconfigs"], state.get("cluster_ids") or {}).items()}  # fmt: skip
+    if tenant in apis:
+        return apis[tenant]
+    tenants = [(api, obj) for api in apis.values() for obj in _list(api, TENANTS)
+               if (obj.get("metadata") or {}).get("name") == tenant]  # fmt: skip
+    planes = tenant_planes(tenants, apis)
+    by_tenant = {name: cluster for cluster, name in planes.given.items()}
+    return apis[by_tenant[tenant]] if tenant in by_tenant else planes.reached.get(tenant)
 
 
 def _offload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

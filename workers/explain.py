@@ -9,10 +9,11 @@ history of the Advertisement behind its virtual node."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from temporalio.api.enums.v1 import EventType
@@ -24,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from models.explain import (
     Fact,
+    PlacedPod,
     Story,
     advertisement_story,
     namespace_story,
@@ -34,6 +36,7 @@ from models.explain import (
     virtual_node_provider,
 )
 from models.names import (
+    POD_CLUSTER_ANNOTATION,
     POOL_SCHEDULER_WORKFLOW_ID,
     admission_workflow_id,
     advertisement_name,
@@ -50,6 +53,9 @@ from models.simulate import (
     simulate_pool,
 )
 from models.times import format_micro_time
+
+# A tenant's control plane, read for `explain pod`: a story is still told when it does not answer.
+TENANT_READ_SECONDS = 10
 
 # A history is read whole; these many runs of one workflow id at most, the newest (the admission workflow
 # continues as new often): what is older is left out, and the story says so.
@@ -120,12 +126,38 @@ async def explain_namespace(client: Client, *, namespace: str, tenant: str | Non
 
 
 async def explain_pod(client: Client, *, namespace: str, pod: str, tenant: str | None = None,
-                      at: datetime | None = None, workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> Story:  # fmt: skip
-    """The pool's story of one tenant pod: the clusters its namespace was given, and which one it went to."""
+                      at: datetime | None = None, workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID,
+                      control_plane: Callable[[str], k8s.ApiClient | None] | None = None) -> Story:  # fmt: skip
+    """The pool's story of one tenant pod: the clusters its namespace was given, and which one it went to.
+    With `control_plane` (a tenant's name → a client of its control plane, when one can be had), a pod the
+    pod placer placed is told from the pod itself."""
     history = await _facts(client, [workflow_id], until=at)
     found = pool_namespace(history.facts, namespace, tenant=tenant)
-    story = pod_story(f"pod {found.subject}/{pod}", found, pod, [workflow_id], history.facts)
+    api = await asyncio.to_thread(control_plane, found.tenant) if control_plane is not None and found.tenant else None
+    placed = await asyncio.to_thread(_placed_pod, api, namespace, pod) if api is not None else None
+    story = pod_story(f"pod {found.subject}/{pod}", found, pod, [workflow_id], history.facts, placed=placed)
     return await _finish(client, story, at, truncated=history.truncated)
+
+
+def _placed_pod(api: k8s.ApiClient, namespace: str, pod: str) -> PlacedPod | None:
+    """The pod's super cluster and the pod placer's Scheduled Event; None when it is not placed (or not read:
+    the story is then the history's alone)."""
+    core = k8s.CoreV1Api(api)
+    try:
+        obj = core.read_namespaced_pod(pod, namespace, _request_timeout=TENANT_READ_SECONDS)
+        cluster = ((obj.metadata.annotations if obj.metadata else None) or {}).get(POD_CLUSTER_ANNOTATION)
+        if not cluster:
+            return None
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod},reason=Scheduled",
+                                            _request_timeout=TENANT_READ_SECONDS).items  # fmt: skip
+    except (ApiException, urllib3.exceptions.HTTPError, OSError):
+        return None
+    uid = obj.metadata.uid if obj.metadata else None
+    ours = [e for e in events if e.involved_object.uid == uid and (e.source.component if e.source else None) == "tidepool"]
+    last = max(ours, key=lambda e: e.last_timestamp or e.event_time or datetime.min.replace(tzinfo=UTC), default=None)
+    if last is None:
+        return PlacedPod(cluster=cluster, at=None, message="")
+    return PlacedPod(cluster=cluster, at=last.last_timestamp or last.event_time, message=str(last.message or ""))
 
 
 async def explain_consumer_pod(client: Client, api: k8s.ApiClient, *, home: str, namespace: str, pod: str,

@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from activities.pool import tell_placed
 from kube.informer import Informer, Store
 from kube.tenants import TenantRegistry
 from kube.workqueue import WorkQueue
@@ -205,3 +206,4 @@ class PodPlacer:
             raise
         with self._lock:
             self._assumed.setdefault((tenant, meta["namespace"]), {})[meta["name"]] = (meta["uid"], cluster, pod_requests(pod))
+        tell_placed(side.api, meta, cluster)

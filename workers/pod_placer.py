@@ -27,7 +27,7 @@ from kube.tenants import TenantRegistry
 from kube.workqueue import WorkQueue
 from kube.writes import write_all
 from models.names import POD_CLUSTER_ANNOTATION
-from models.pool.namespaces import SYSTEM_NAMESPACES
+from models.pool.namespaces import OUTSIDE_SYSTEM_NAMESPACES
 from models.pool.pods import WaitingPod, place_waiting
 from models.pool.tenancy import recorded_placement, recorded_placements
 from models.resources import Resources
@@ -39,7 +39,6 @@ Key = tuple[str, str]  # (tenant, namespace)
 Named = tuple[str, str]  # (namespace, name)
 WORKERS = 4  # namespaces placed at once; each writes its pods WRITES_AT_ONCE at a time
 WRITES_AT_ONCE = 16
-OUTSIDE_SYSTEM_NAMESPACES = ",".join(f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES))
 
 
 def _kept(pod: Obj) -> Obj:

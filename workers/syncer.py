@@ -85,7 +85,7 @@ from models.pool.moves import (
     refused_status,
     scheduled_of,
 )
-from models.pool.namespaces import SYSTEM_NAMESPACES, placement_of
+from models.pool.namespaces import OUTSIDE_SYSTEM_NAMESPACES, SYSTEM_NAMESPACES, placement_of
 from models.pool.sync import (
     API_VERSIONS,
     SYNCED_KINDS,
@@ -115,9 +115,6 @@ RESYNC_SECONDS = 300
 # Handlers at once: each is a few API calls of one object, mostly waiting on an API server; a burst of a
 # tenant's pods is copied as fast as a client creating them directly with as many connections.
 WORKERS = 16
-# What a tenant keeps in the namespaces the pool never places (its kube-system's Secrets among them) is
-# neither listed nor held.
-OUTSIDE_SYSTEM_NAMESPACES = ",".join(f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES))
 FIELD_MANAGER = "tidepool-syncer"
 Obj = dict[str, Any]
 # Refusals of a pod's copy that pass: its namespace's quota copy not raised yet for slices that just came, or

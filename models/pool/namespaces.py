@@ -46,6 +46,8 @@ from models.pool.slicing import SliceError, has_slice_annotation, namespace_quot
 from models.resources import Resources
 
 SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "tidepool-system"})
+# A field selector for what a tenant keeps outside those: what the pool's watchers of tenant objects list.
+OUTSIDE_SYSTEM_NAMESPACES = ",".join(f"metadata.namespace!={ns}" for ns in sorted(SYSTEM_NAMESPACES))
 
 # Who wrote the placement annotation: nobody (never placed, or cleared: schedule everything), the
 # scheduler (its value equals the scheduled one), or a user who edited it (kept as mandatory).

@@ -39,6 +39,7 @@ from models.peering import (
     WithdrawResult,
 )
 from models.resources import Resources
+from workflows.failures import OTHER_SIDE_RETRY_FIRST
 from workflows.peering import PeeringWorkflow
 
 pytestmark = [pytest.mark.workflow, pytest.mark.provider]
@@ -370,20 +371,38 @@ async def test_a_withdraw_signal_withdraws_without_another_push(peering: Peering
     assert len(stub.pushes) == 1
 
 
-async def test_a_forced_withdrawal_that_the_foreign_cluster_refuses_says_so_at_once_and_releases_the_credentials(
-    peering: PeeringStarter, stub: StubProvider
+async def test_a_forced_withdrawal_that_the_foreign_cluster_refuses_twice_says_so_and_releases_the_credentials(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
 ) -> None:
     handle = await peering.start()
     await status_when(handle, lambda s: s.pushes >= 1)
     stub.clean_failure = FORBIDDEN
     await handle.signal(PeeringWorkflow.withdraw, FORCED)
-    result = await asyncio.wait_for(handle.result(), 30)  # a retried refusal would wait out the 30-minute TTL
+    await until(lambda: asyncio.sleep(0, stub.cleanings), lambda cleanings: cleanings >= 1)
+    assert await skipper.fast_forward(handle, OTHER_SIDE_RETRY_FIRST)
+    result = await asyncio.wait_for(handle.result(), 30)  # a refusal retried on would wait out the 30-minute TTL
     assert result == WithdrawResult(foreign_cleaned=False, home_cleaned=True, note=(
         "not cleaned: it refuses our credentials (clean_foreign: KubernetesForbidden: Kubernetes API 403: "
         "forbidden); its TTL and keepalive clean it"))  # fmt: skip
-    assert stub.cleanings == 1, "a refusal is not tried again"
+    assert stub.cleanings == 2, "a refusal is tried once more, and believed when said again"
     assert [(w.reason, w.skip_foreign, w.hold_credentials) for w in stub.withdrawals] == [("Forced", True, True)]
     assert [r.name for r in stub.released] == ["foreign-credentials"]
+
+
+async def test_a_forced_withdrawal_refused_once_by_a_foreign_api_server_just_started_cleans_on_the_next_try(
+    peering: PeeringStarter, skipper: TimeSkipper, stub: StubProvider
+) -> None:
+    # A kube-apiserver back from an outage answers 403 until its RBAC cache has synced.
+    handle = await peering.start()
+    await status_when(handle, lambda s: s.pushes >= 1)
+    stub.clean_failure = FORBIDDEN
+    await handle.signal(PeeringWorkflow.withdraw, FORCED)
+    await until(lambda: asyncio.sleep(0, stub.cleanings), lambda cleanings: cleanings >= 1)
+    stub.clean_failure = None
+    assert await skipper.fast_forward(handle, OTHER_SIDE_RETRY_FIRST)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.foreign_cleaned and result.home_cleaned, result
+    assert stub.cleanings == 2
 
 
 async def test_a_forced_withdrawal_gives_up_on_an_unreachable_foreign_cluster_once_its_advertisement_expired(

@@ -21,6 +21,8 @@ OTHER_SIDE_RETRY_FIRST = timedelta(seconds=15)
 OTHER_SIDE_RETRY_MAX = timedelta(minutes=5)
 OTHER_SIDE_TIMEOUT = timedelta(seconds=30)
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+# Marks the histories where a refusal is tried again once before it is believed (0.1.0 believed the first).
+REFUSAL_CONFIRMED = "refusal-confirmed"
 
 
 def describe_failure(failure: ActivityError) -> str:
@@ -51,17 +53,22 @@ async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime,
                         summary: str, between: Callable[[], None] = lambda: None,
                         stop: Callable[[], bool] = lambda: False) -> T | GaveUp:  # fmt: skip
     """`attempt` (an activity of ONE_ATTEMPT) at once, then again after each retryable failure, backing off,
-    until it succeeds, fails for good, or `until` has passed. `retrying` is told each failure waited out (for
+    until it succeeds, fails for good (a non-retryable failure, said again after the first wait), or `until`
+    has passed. `retrying` is told each failure waited out (for
     the current details); `between` runs after each wait (a loop of thousands of retries continues as new
     there); `stop` ends a wait, and the attempts, at once (GaveUp.stopped: someone peered again meanwhile)."""
-    backoff = OTHER_SIDE_RETRY_FIRST
+    backoff, refused_before = OTHER_SIDE_RETRY_FIRST, False
     while True:
         try:
             return await attempt()
         except ActivityError as e:
             failure, left = describe_failure(e), until - workflow.now()
             if isinstance(e.cause, ApplicationError) and e.cause.non_retryable:
-                return GaveUp(failure, non_retryable=True, until=until)
+                # An API server just started answers 403 until its RBAC cache has synced (kubernetes#121635),
+                # and a cluster back from an outage is just that: a refusal is believed once said twice.
+                if refused_before or left <= timedelta(0) or not workflow.patched(REFUSAL_CONFIRMED):
+                    return GaveUp(failure, non_retryable=True, until=until)
+                refused_before = True
             if left <= timedelta(0):
                 return GaveUp(failure, non_retryable=False, until=until)
             if stop():

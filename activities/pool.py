@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -29,9 +30,9 @@ from temporalio.exceptions import ApplicationError
 
 from kube.clock import utcnow
 from kube.errors import as_application_error
-from kube.metadata import ServedMetadata, served_metadata
+from kube.metadata import ServedMetadata, served_metadata, served_metadata_json
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
+from kube.objects import list_cluster_objects, raw_json, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
 from kube.writes import write_all
@@ -71,6 +72,7 @@ from models.pool.moves import (
     unschedulable_status,
 )
 from models.pool.namespaces import (
+    OUTSIDE_SYSTEM_NAMESPACES,
     SYSTEM_NAMESPACES,
     Keep,
     NamespaceDecision,
@@ -85,7 +87,7 @@ from models.pool.namespaces import (
     requested_slices,
 )
 from models.pool.placement import ClusterSnapshot, headroom
-from models.pool.pods import WaitingPod, choose_cluster, place_waiting
+from models.pool.pods import PodPlacement, WaitingPod, choose_cluster, place_waiting
 from models.pool.result import (
     MAX_POOL_CLUSTERS,
     MAX_POOL_ENTRIES,
@@ -118,6 +120,9 @@ log = logging.getLogger("tidepool.pool")
 MAX_TENANT_READS = 16
 # Pod writes of one tenant at once in a pass (its client keeps kube/clients.py CONNECTIONS_PER_CLIENT).
 MAX_POD_WRITES = 16
+# A new pod is the pod placer's (workers/pod_placer.py) this long: a pass places or tells only those that
+# waited longer (no placer running, or its leader changing).
+PLACER_GRACE = timedelta(seconds=30)
 
 
 @dataclass
@@ -397,12 +402,16 @@ class PoolActivities:
                             reason=f"{decision.reason}: {decision.message}", diagnosis=decision.diagnosis)  # fmt: skip
 
     def _place_pods(self, view: TenantView, books: Books, unreachable: set[str], result: PoolPassResult) -> None:
-        """A tenant's pods not placed yet go to a cluster of their namespace's placement; a pod on an
-        Unreachable cluster of the placement (its namespace fits nowhere else) says so. Pods on a cluster that
-        left the placement are `move_pods`'s."""
+        """The backstop of the pod placer (workers/pod_placer.py), which places each new pod as it comes and
+        tells one that fits nowhere: a pod still waiting PLACER_GRACE after its creation (no placer running,
+        its leader changing) goes to a cluster of its namespace's placement here, or is told why not. A pod
+        on an Unreachable cluster of the placement (its namespace fits nowhere else) says so. Pods on a
+        cluster that left the placement are `move_pods`'s. Read as JSON, not as typed objects: a pass reads
+        every pod of every tenant, and the client's typed models cost ten times the parse."""
         core = view.core
-        listed = [(served_metadata(pod), pod) for pod in core.list_pod_for_all_namespaces(
-            _request_timeout=TENANT_REQUEST_TIMEOUT).items]  # fmt: skip
+        body = core.list_pod_for_all_namespaces(field_selector=OUTSIDE_SYSTEM_NAMESPACES, _preload_content=False,
+                                                _request_timeout=TENANT_REQUEST_TIMEOUT)  # fmt: skip
+        listed = [(served_metadata_json(pod), pod) for pod in raw_json(body).get("items") or []]
         placements = {ns: books.placements.get(namespace_id(view.name, ns)) for ns in {m.namespace or "" for m, _ in listed}}
         pods = [(meta, pod) for meta, pod in listed if placements.get(meta.namespace or "")]
         for meta, pod in pods:
@@ -412,34 +421,35 @@ class PoolActivities:
                 _tell_reachability(view.api, meta, pod, cluster or "", unreachable=cluster in unreachable,
                                    why="its namespace's slices fit in no other super cluster")  # fmt: skip
         used: dict[tuple[str, str], Resources] = {}
-        waiting: list[tuple[ServedMetadata, k8s.V1Pod]] = []
+        waiting: list[tuple[ServedMetadata, dict[str, Any]]] = []
         for meta, pod in pods:
             cluster = meta.annotations.get(POD_CLUSTER_ANNOTATION)
             if cluster is None:
                 waiting.append((meta, pod))
             elif not _ended(meta, pod):
                 key = (meta.namespace or "", cluster)
-                used[key] = used.get(key, Resources()) + pod_requests(_raw(view.api, pod))
+                used[key] = used.get(key, Resources()) + pod_requests(pod)
         # Decided one after the other (each choice counts the ones before it), written at once: a burst of
-        # pods waits for the slowest write, not for the sum of them.
+        # pods waits for the slowest write, not for the sum of them. The placer's pods count, not written.
+        placers_since = utcnow() - PLACER_GRACE
         writes: list[Callable[[], None]] = []
-        by_namespace: dict[str, list[tuple[ServedMetadata, k8s.V1Pod]]] = {}
+        by_namespace: dict[str, list[tuple[ServedMetadata, dict[str, Any]]]] = {}
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
             by_namespace.setdefault(meta.namespace or "", []).append((meta, pod))
         for ns, its in sorted(by_namespace.items()):
             placement = placements[ns] or {}
-            choices = place_waiting([WaitingPod(m.name, pod_requests(_raw(view.api, p))) for m, p in its],
+            choices = place_waiting([WaitingPod(m.name, pod_requests(p)) for m, p in its],
                                     placement=placement, slice_=books.slices[namespace_id(view.name, ns)],
                                     used={c: used.get((ns, c), Resources()) for c in placement})  # fmt: skip
             for meta, pod in its:
+                if meta.created > placers_since:
+                    continue
                 choice, pod_key = choices[meta.name], f"{namespace_id(view.name, ns)}/{meta.name}"
                 if choice.cluster is not None:
                     writes.append(partial(_place_pod, core, meta, pod, choice.cluster, result.pods_placed, pod_key))
                     continue
-                why = result.pods_unplaced[pod_key] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
-                status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
-                if not says(_raw(view.api, pod).get("status"), status):  # said once, not at every pass
-                    writes.append(partial(_tell_unschedulable, view.api, meta, status, why))
+                why = result.pods_unplaced[pod_key] = unplaced_reasons(choice)
+                writes.append(partial(tell_unschedulable, view.api, pod, why))
         write_all(writes, at_once=MAX_POD_WRITES, name="pool-pod-write")
         result.pods_placed = dict(sorted(result.pods_placed.items()))  # written in any order, recorded in one
 
@@ -458,7 +468,7 @@ class PoolActivities:
                                    non_retryable=True)  # fmt: skip
         return TenantView(tenant, connection.api), namespace
 
-    def _namespace_pods(self, view: TenantView, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, k8s.V1Pod, PodView]]]:
+    def _namespace_pods(self, view: TenantView, namespace: str) -> tuple[ServedMetadata, list[tuple[ServedMetadata, dict[str, Any], PodView]]]:
         """The namespace and its pods; a namespace gone or going since the pass has nothing left to move."""
         try:
             ns = served_metadata(view.core.read_namespace(namespace, _request_timeout=TENANT_REQUEST_TIMEOUT))
@@ -471,11 +481,12 @@ class PoolActivities:
         if ns.deleting:
             raise NamespaceGone(namespace)
         pods = []
-        for pod in view.core.list_namespaced_pod(namespace, _request_timeout=TENANT_REQUEST_TIMEOUT).items:
-            meta = served_metadata(pod)
+        listed = view.core.list_namespaced_pod(namespace, _preload_content=False, _request_timeout=TENANT_REQUEST_TIMEOUT)
+        for pod in raw_json(listed).get("items") or []:
+            meta = served_metadata_json(pod)
             view_of_pod = PodView(name=meta.name, cluster=meta.annotations.get(POD_CLUSTER_ANNOTATION),
                                   moved_from=meta.annotations.get(MOVED_FROM_ANNOTATION),
-                                  phase=pod.status.phase if pod.status else None, deleting=meta.deleting)  # fmt: skip
+                                  phase=(pod.get("status") or {}).get("phase"), deleting=meta.deleting)  # fmt: skip
             pods.append((meta, pod, view_of_pod))
         return ns, sorted(pods, key=lambda item: (item[0].created, item[0].name))
 
@@ -502,12 +513,12 @@ class PoolActivities:
         used: dict[str, Resources] = {}
         for _, pod, pod_view in pods:
             if pod_view.live and pod_view.cluster in placement:
-                used[pod_view.cluster] = used.get(pod_view.cluster, Resources()) + pod_requests(_raw(view.api, pod))
+                used[pod_view.cluster] = used.get(pod_view.cluster, Resources()) + pod_requests(pod)
         for meta, pod, pod_view in pods:
             if not must_move(pod_view, placement):
                 continue
             old = pod_view.cluster or ""
-            requests = pod_requests(_raw(view.api, pod))
+            requests = pod_requests(pod)
             choice = choose_cluster(requests=requests, placement=placement, slice_=slice_, used=used)
             if choice.cluster is None:
                 why = progress.stuck[meta.name] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
@@ -517,7 +528,7 @@ class PoolActivities:
             # subresource takes metadata too). Written one after the other, the old cluster's syncer pushed
             # its copy's Running back between them, and the second write, refused, started over each time.
             view.core.patch_namespaced_pod_status(meta.name, namespace, {
-                "metadata": {"resourceVersion": pod.metadata.resource_version if pod.metadata else None,
+                "metadata": {"resourceVersion": pod["metadata"].get("resourceVersion"),
                              "annotations": {POD_CLUSTER_ANNOTATION: choice.cluster,
                                              MOVED_FROM_ANNOTATION: moved_from(pod_view, new=choice.cluster)}},
                 "status": recreating_status(old=old, new=choice.cluster, now=format_rfc3339(utcnow())),
@@ -581,11 +592,11 @@ def _read(view: TenantView) -> str | None:
     return None
 
 
-def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, *, unreachable: bool,
-                       why: str) -> None:  # fmt: skip
+def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: dict[str, Any], cluster: str, *,
+                       unreachable: bool, why: str) -> None:  # fmt: skip
     """A pod on an Unreachable cluster says so (condition and status.reason); once its cluster answers
     again, the condition says so too (the cluster's syncer clears the reason with its next push)."""
-    status = _raw(api, pod).get("status") or {}
+    status = pod.get("status") or {}
     if unreachable:
         patch = unreachable_status(cluster=cluster, why=why, now=format_rfc3339(utcnow()))
     elif (condition_of(status, POD_SUPER_CLUSTER_CONDITION) or {}).get("status") == "False":
@@ -596,20 +607,42 @@ def _tell_reachability(api: k8s.ApiClient, meta: ServedMetadata, pod: k8s.V1Pod,
         k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": patch})
 
 
-def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, pod: k8s.V1Pod, cluster: str, placed: dict[str, str],
+def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, pod: dict[str, Any], cluster: str, placed: dict[str, str],
                pod_key: str) -> None:  # fmt: skip
     """Onto the pod as read: the pod placer (workers/pod_placer.py) may have placed it meanwhile, and its
     choice stands (a 409 here)."""
     try:
         core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {
-            "resourceVersion": pod.metadata.resource_version if pod.metadata else None,
-            "annotations": {POD_CLUSTER_ANNOTATION: cluster}}})  # fmt: skip
+            "resourceVersion": pod["metadata"].get("resourceVersion"), "annotations": {POD_CLUSTER_ANNOTATION: cluster}}})  # fmt: skip
     except ApiException as e:
         if e.status in (404, 409):
             return
         raise
     placed[pod_key] = cluster  # only once written: the result says what the syncers will follow
     tell_placed(core.api_client, {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid}, cluster)
+
+
+def unplaced_reasons(choice: PodPlacement) -> str:
+    """Why a pod fits in none of its namespace's clusters, cluster by cluster."""
+    return "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
+
+
+def tell_unschedulable(api: k8s.ApiClient, pod: dict[str, Any], why: str) -> None:
+    """Pending with PodScheduled False (Unschedulable) and a FailedScheduling Event, as a scheduler says a
+    pod fits nowhere; said once, not again while it says the same (the pod as read shows it)."""
+    status = unschedulable_status(why=why, now=format_rfc3339(utcnow()))
+    if says(pod.get("status"), status):
+        return
+    meta = pod["metadata"]
+    try:
+        k8s.CoreV1Api(api).patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+    except ApiException as e:
+        if e.status == 404:  # gone meanwhile: nothing to tell
+            return
+        raise
+    record_event(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}},
+                 reason="FailedScheduling", message=f"fits in no super cluster of {meta['namespace']}: {why}",
+                 warning=True)  # fmt: skip
 
 
 def tell_placed(api: k8s.ApiClient, meta: dict[str, Any], cluster: str) -> None:
@@ -622,11 +655,6 @@ def tell_placed(api: k8s.ApiClient, meta: dict[str, Any], cluster: str) -> None:
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
         log.warning("pod %s/%s: its Scheduled Event not written (%s)", meta.get("namespace"), meta.get("name"),
                     type(e).__name__)  # fmt: skip
-
-
-def _tell_unschedulable(api: k8s.ApiClient, meta: ServedMetadata, status: dict[str, Any], why: str) -> None:
-    k8s.CoreV1Api(api).patch_namespaced_pod_status(meta.name, meta.namespace or "", {"status": status})
-    _event(api, meta, "FailedScheduling", f"fits in no super cluster of {meta.namespace}: {why}", warning=True, kind="Pod")
 
 
 def _event(api: k8s.ApiClient, obj: ServedMetadata, reason: PlacedReason | EventReason, message: str, *,
@@ -653,11 +681,5 @@ class NamespaceGone(Exception):
 
 
 
-def _ended(meta: ServedMetadata, pod: k8s.V1Pod) -> bool:
-    return meta.deleting or (pod.status.phase if pod.status else None) in FINISHED_PHASES
-
-
-def _raw(api: k8s.ApiClient, pod: k8s.V1Pod) -> dict[str, Any]:
-    raw: dict[str, Any] = api.sanitize_for_serialization(pod)
-    return raw
-
+def _ended(meta: ServedMetadata, pod: dict[str, Any]) -> bool:
+    return meta.deleting or (pod.get("status") or {}).get("phase") in FINISHED_PHASES

@@ -1,14 +1,18 @@
 """The identity of an object the API server returned, narrowed once: the Kubernetes client types every
 metadata field as optional (it also builds bodies), while the server always sets name, uid and
-creationTimestamp. Used by activities/pool.py and workers/syncer.py, which read typed objects."""
+creationTimestamp; a long list is read as JSON and narrowed the same way. Used by activities/pool.py and
+workers/syncer.py, which read typed objects."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubernetes import client as k8s
+
+from models.times import parse_rfc3339
 
 
 class HasMetadata(Protocol):
@@ -34,3 +38,14 @@ def served_metadata(obj: HasMetadata) -> ServedMetadata:
     return ServedMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid, created=meta.creation_timestamp,
                           deleting=meta.deletion_timestamp is not None, labels=dict(meta.labels or {}),
                           annotations=dict(meta.annotations or {}))  # fmt: skip
+
+
+def served_metadata_json(obj: Mapping[str, Any]) -> ServedMetadata:
+    """The same, of an object read as JSON (a list too long for the client's typed models)."""
+    meta = obj.get("metadata") or {}
+    name, uid, created = meta.get("name"), meta.get("uid"), parse_rfc3339(meta.get("creationTimestamp"))
+    if not isinstance(name, str) or not isinstance(uid, str) or created is None:
+        raise ValueError(f"the API server returned a {obj.get('kind') or 'object'} without name, uid or creationTimestamp")
+    return ServedMetadata(name=name, namespace=meta.get("namespace"), uid=uid, created=created,
+                          deleting=meta.get("deletionTimestamp") is not None, labels=dict(meta.get("labels") or {}),
+                          annotations=dict(meta.get("annotations") or {}))  # fmt: skip

@@ -1,17 +1,21 @@
 """The pool's pod placer (workers/pod_placer.py) on a real tenant control plane, without a scheduling pass
 or a workflow: new pods get a super cluster from the pool's record of their namespace, never more than the
-slices there hold; a pod that fits nowhere waits, and gets a cluster once another pod frees room."""
+slices there hold; a pod that fits nowhere is told so and waits, and gets a cluster once another pod frees
+room."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from deploy.localenv.clusters import LocalCluster
+from deploy.localenv.binaries import ensure_binaries
+from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
+from deploy.localenv.env import EnvState
 from kube.tenant_identity import add_tenant
 from kube.tenants import TenantRegistry
 from models.names import GROUP, POD_CLUSTER_ANNOTATION, SYSTEM_NAMESPACE, TENANTS, VERSION
@@ -32,10 +36,20 @@ def _clusters(core: k8s.CoreV1Api) -> dict[str, str | None]:
             for p in core.list_namespaced_pod(NAMESPACE).items}  # fmt: skip
 
 
+@pytest.fixture
+def tenant_plane(localenv: EnvState, unique: str) -> Iterator[LocalCluster]:
+    """A tenant control plane as the pool requires it: no kube-scheduler (its pods are the pool's to place)."""
+    binaries, workdir, name = ensure_binaries(), Path(localenv.state_dir) / "kwok", f"tenant-{unique}"
+    try:
+        yield create_cluster(name, binaries=binaries, workdir=workdir, scheduler=False)
+    finally:
+        delete_cluster(name, binaries=binaries, workdir=workdir)
+
+
 def test_new_pods_are_placed_without_a_pass_never_beyond_the_slices_and_a_waiting_one_when_room_frees(
-    make_cluster: Callable[[str], LocalCluster],
+    tenant_plane: LocalCluster,
 ) -> None:
-    cluster = make_cluster("tenant")
+    cluster = tenant_plane
     api = cluster.api_client()
     core = k8s.CoreV1Api(api)
     create_namespace(api, SYSTEM_NAMESPACE)
@@ -63,10 +77,17 @@ def test_new_pods_are_placed_without_a_pass_never_beyond_the_slices_and_a_waitin
         placed = _clusters(core)
         counts = {c: list(placed.values()).count(c) for c in ("s1", "s2", None)}
         assert counts == {"s1": 2, "s2": 2, None: 1}, placed
+        waiting = next(name for name, c in placed.items() if c is None)
+        # Told at once, as a scheduler tells it, not at the next pass: Pending, Unschedulable, an Event.
+        scheduled = next(c for c in core.read_namespaced_pod_status(waiting, NAMESPACE).status.conditions or []
+                         if c.type == "PodScheduled")  # fmt: skip
+        assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable"), scheduled
+        assert "InsufficientQuota" in (scheduled.message or ""), scheduled.message
+        events = core.list_namespaced_event(NAMESPACE, field_selector=f"involvedObject.name={waiting}").items
+        assert [e.reason for e in events if e.type == "Warning"] == ["FailedScheduling"], events
 
         gone = next(name for name, c in placed.items() if c == "s1")
         core.delete_namespaced_pod(gone, NAMESPACE, grace_period_seconds=0)
-        waiting = next(name for name, c in placed.items() if c is None)
         wait_for(lambda: _clusters(core).get(waiting) == "s1", timeout=30, what=f"{waiting} placed in the room freed")
         after = _clusters(core)
         assert {c: list(after.values()).count(c) for c in ("s1", "s2", None)} == {"s1": 2, "s2": 2, None: 0}, after

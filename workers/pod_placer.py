@@ -1,7 +1,8 @@
 """The pool's pod placer: each new tenant pod gets its super cluster as soon as it is seen, the way a
-scheduler binds pods, without waiting for a scheduling pass. Namespaces (their slices, where they go, moves)
-stay the scheduling pass's (activities/pool.py), which places whatever the placer did not and says why a pod
-fits nowhere; a pod goes by the same rule either way (models/pool/pods.py place_waiting).
+scheduler binds pods, without waiting for a scheduling pass, or is told at once that it fits nowhere.
+Namespaces (their slices, where they go, moves) stay the scheduling pass's (activities/pool.py), which is
+the placer's backstop for a pod still waiting after PLACER_GRACE; a pod goes by the same rule either way
+(models/pool/pods.py place_waiting).
 
 Per served tenant, an informer keeps its pods (what placing reads of them); a work queue keyed by
 (tenant, namespace), fair between tenants, places the namespace's waiting pods against the pool's record of
@@ -15,13 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from activities.pool import tell_placed
+from activities.pool import tell_placed, tell_unschedulable, unplaced_reasons
 from kube.informer import Informer, Store
 from kube.tenants import TenantRegistry
 from kube.workqueue import WorkQueue
@@ -37,13 +39,16 @@ log = logging.getLogger("tidepool.pod_placer")
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (tenant, namespace)
 Named = tuple[str, str]  # (namespace, name)
-WORKERS = 4  # namespaces placed at once; each writes its pods WRITES_AT_ONCE at a time
+WORKERS = 8  # namespaces placed at once; each writes its pods WRITES_AT_ONCE at a time
 WRITES_AT_ONCE = 16
+EVENT_WRITERS = 4  # the placed pods' Scheduled Events, written beside the placements
+MAX_EVENTS_PENDING = 2000
 
 
 def _kept(pod: Obj) -> Obj:
     """What placing reads of a pod: who it is, its placement, its age, whether it still holds capacity,
-    and what pod_requests reads (containers' requests, overhead, pod-level resources, resized statuses)."""
+    what pod_requests reads (containers' requests, overhead, pod-level resources, resized statuses), and its
+    conditions (whether it says already that it fits nowhere)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     return {
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
@@ -51,7 +56,8 @@ def _kept(pod: Obj) -> Obj:
                     | {"annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
                                        if k == POD_CLUSTER_ANNOTATION}},
         "spec": {k: spec[k] for k in ("containers", "initContainers", "overhead", "resources") if k in spec},
-        "status": {k: status[k] for k in ("phase", "containerStatuses", "initContainerStatuses") if k in status},
+        "status": {k: status[k] for k in ("phase", "conditions", "containerStatuses", "initContainerStatuses")
+                   if k in status},
     }  # fmt: skip
 
 
@@ -111,7 +117,11 @@ class PodPlacer:
         # Pods this placer wrote a cluster on that its store has not seen so yet, per (tenant, namespace):
         # name -> (uid, cluster, requests). Dropped once the store shows the write (or the pod gone).
         self._assumed: dict[Key, dict[str, tuple[str, str, Resources]]] = {}
+        # Pods told they fit nowhere, per (tenant, namespace): name -> (uid, why). Dropped once placed or gone.
+        self._told: dict[Key, dict[str, tuple[str, str]]] = {}
         self._stopped = False
+        self._events = ThreadPoolExecutor(max_workers=EVENT_WRITERS, thread_name_prefix="pod-placer-event")
+        self._events_pending = threading.BoundedSemaphore(MAX_EVENTS_PENDING)
 
     def start(self) -> PodPlacer:
         self.queue.start()
@@ -126,6 +136,7 @@ class PodPlacer:
         for side in sides:
             side.informer.stop()
         self.queue.stop()
+        self._events.shutdown(wait=True, cancel_futures=True)
 
     def tenant_changed(self, tenant: str) -> None:
         """Its informer follows the client the registry has for it now (none when it is not served)."""
@@ -163,10 +174,23 @@ class PodPlacer:
                                 placement=record.placement, slice_=record.slice, used=used)  # fmt: skip
         writes: list[Callable[[], None]] = []
         for pod in waiting:
-            cluster = choices[pod["metadata"]["name"]].cluster
-            if cluster is not None:  # one that fits nowhere is the pass's to tell
-                writes.append(partial(self._place, side, tenant, pod, cluster))
+            choice = choices[pod["metadata"]["name"]]
+            if choice.cluster is not None:
+                writes.append(partial(self._place, side, tenant, pod, choice.cluster))
+            elif self._first_telling(tenant, pod, why := unplaced_reasons(choice)):
+                writes.append(partial(tell_unschedulable, side.api, pod, why))
         write_all(writes, at_once=WRITES_AT_ONCE, name="pod-placer-write")
+
+    def _first_telling(self, tenant: str, pod: Obj, why: str) -> bool:
+        """Whether this is news to the pod: the store may not show the last telling yet (its watch event comes
+        later), and a burst queues the namespace again and again meanwhile."""
+        meta = pod["metadata"]
+        with self._lock:
+            told = self._told.setdefault((tenant, meta["namespace"]), {})
+            if told.get(meta["name"]) == (meta["uid"], why):
+                return False
+            told[meta["name"]] = (meta["uid"], why)
+            return True
 
     def _used_and_waiting(self, tenant: str, namespace: str, pods: list[Obj]) -> tuple[dict[str, Resources], list[Obj]]:
         """What the namespace's live pods hold per cluster (counting the assumed ones), and its pods waiting
@@ -185,6 +209,13 @@ class PodPlacer:
             if not assumed:
                 self._assumed.pop((tenant, namespace), None)
             still_assumed = set(assumed)
+            told = self._told.get((tenant, namespace), {})
+            for name, (uid, _) in list(told.items()):
+                pod = live.get(name)
+                if pod is None or pod["metadata"].get("uid") != uid or _cluster(pod) is not None or not _holds(pod):
+                    del told[name]  # no longer waiting: told again if it ever waits anew
+            if not told:
+                self._told.pop((tenant, namespace), None)
         for pod in pods:
             placed = _cluster(pod)
             if placed is not None and _holds(pod):
@@ -205,4 +236,14 @@ class PodPlacer:
             raise
         with self._lock:
             self._assumed.setdefault((tenant, meta["namespace"]), {})[meta["name"]] = (meta["uid"], cluster, pod_requests(pod))
-        tell_placed(side.api, meta, cluster)
+        self._tell(partial(tell_placed, side.api, meta, cluster))
+
+    def _tell(self, event: Callable[[], None]) -> None:
+        """An Event written beside the placement, not in its way: the syncer follows the annotation, and a
+        burst's pods reach their clusters without waiting for their Events. Past MAX_EVENTS_PENDING, written
+        here: a burst slows down rather than hold Events without bound."""
+        if self._events_pending.acquire(blocking=False):
+            future = self._events.submit(event)
+            future.add_done_callback(lambda _: self._events_pending.release())
+        else:
+            event()

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import base64
+import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from deploy.localenv.clusters import fake_node, wait_for
+from deploy.localenv.clusters import LocalCluster, fake_node, wait_for
 from kube.objects import apply_cluster_object
 from models.names import (
     API_VERSION,
@@ -114,3 +119,26 @@ def offload_namespace(api: k8s.ApiClient, namespace: str, spec: dict[str, Any] |
     k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME, body,
         field_manager="tidepool-test", force=True, _content_type="application/apply-patch+yaml")  # fmt: skip
+
+
+def client_certificate(cluster: LocalCluster, directory: Path, *, user: str, group: str) -> tuple[Path, Path]:
+    """A client certificate signed by the cluster's CA (kwokctl's, whose key is in the cluster's pki)."""
+    pki = cluster.fake_pods.directory.parent / "pki"
+    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, group)])  # fmt: skip
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )  # fmt: skip
+    cert_file, key_file = directory / "client.crt", directory / "client.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_file, key_file

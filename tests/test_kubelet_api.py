@@ -16,16 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
 from models.virtual_kubelet import ORIGIN_UID
-from tests.kube import create_namespace, create_node, create_pod, wait_for
+from tests.kube import client_certificate, create_namespace, create_node, create_pod, wait_for
 from workers.kubelet_api import CopyRef, KubeletApi
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
@@ -170,7 +166,7 @@ def test_a_caller_without_a_client_certificate_is_refused(setup: Setup) -> None:
 
 
 def test_a_caller_without_nodes_proxy_permission_is_forbidden(setup: Setup, tmp_path: Path) -> None:
-    cert, key = _client_certificate(setup.consumer, tmp_path, user="nobody-in-particular", group="no-rbac")
+    cert, key = client_certificate(setup.consumer, tmp_path, user="nobody-in-particular", group="no-rbac")
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     context.load_cert_chain(cert, key)
@@ -179,29 +175,6 @@ def test_a_caller_without_nodes_proxy_permission_is_forbidden(setup: Setup, tmp_
             tls.sendall(f"GET /containerLogs/{NAMESPACE}/{POD}/main HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             status = tls.recv(1024).split(b"\r\n", 1)[0]
     assert status == b"HTTP/1.1 403 Forbidden"
-
-
-def _client_certificate(cluster: LocalCluster, directory: Path, *, user: str, group: str) -> tuple[Path, Path]:
-    """A client certificate signed by the cluster's CA (kwokctl's, whose key is in the cluster's pki)."""
-    pki = cluster.fake_pods.directory.parent / "pki"
-    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user),
-                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, group)])  # fmt: skip
-    cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )  # fmt: skip
-    cert_file, key_file = directory / "client.crt", directory / "client.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_file, key_file
 
 
 def _free_port() -> int:

@@ -1,14 +1,17 @@
 """Tenant pods look like pods (workers/tenant_nodes.py), end to end on real clusters: a tenant control plane
 without a kube-scheduler, two super clusters, the real pool worker and one syncer per super cluster. A tenant pod
 that runs is bound to the virtual node of the node its copy runs on, which shows that node's capacity, is
-Ready and heartbeaten; `kubectl logs` and `exec` with the tenant's kubeconfig reach the copy; and the node
-goes once no pod of the tenant uses it."""
+Ready and heartbeaten; `kubectl logs` and `exec` with the tenant's kubeconfig reach the copy, while its kubelet
+API refuses anyone but the tenant's API server; and the node goes once no pod of the tenant uses it."""
 
 from __future__ import annotations
 
 import datetime
+import socket
+import ssl
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -20,6 +23,7 @@ from deploy.localenv.env import EnvState
 from kube.lease import NODE_LEASE_NAMESPACE, NODE_LEASE_RENEW_SECONDS
 from models.names import LABEL_SUPER_CLUSTER, POD_CLUSTER_ANNOTATION, tenant_node_name
 from models.pool.tenant_nodes import NODE_UNUSED_GRACE_SECONDS
+from tests.kube import client_certificate
 from tests.pool import running_pool
 from tests.running import eventually
 
@@ -32,8 +36,32 @@ def _kubectl(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=60)  # fmt: skip
 
 
+def _kubelet_endpoint(node: k8s.V1Node) -> tuple[str, int]:
+    address = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    return address, node.status.daemon_endpoints.kubelet_endpoint.port
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _kubelet_get(endpoint: tuple[str, int], certificate: tuple[Path, Path], path: str) -> bytes:
+    """The status line a GET with this client certificate gets; ConnectionError when the TLS handshake
+    refused the certificate (TLS 1.3 says so only at the first read)."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(*certificate)
+    with socket.create_connection(endpoint, timeout=10) as raw, context.wrap_socket(raw) as tls:
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answer = tls.recv(1024)
+    if not answer:
+        raise ConnectionError("closed without an answer")
+    return answer.split(b"\r\n", 1)[0]
+
+
 async def test_a_running_tenant_pod_is_on_a_ready_virtual_node_and_kubectl_logs_and_exec_reach_its_copy(
-    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str
+    localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path
 ) -> None:
     async with running_pool(localenv, make_cluster, unique) as pool:
         core, api = pool.core, pool.tenant.api_client()
@@ -74,6 +102,17 @@ async def test_a_running_tenant_pod_is_on_a_ready_virtual_node_and_kubectl_logs_
         done = _kubectl(pool.tenant, "exec", "web", "--", "sh", "-c", "echo in $TIDEPOOL_FAKE_POD_CLUSTER")
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"in {super_cluster.name}\n"
+
+        # Its kubelet API answers the tenant's API server only. A user of the tenant without nodes/proxy is
+        # forbidden; a certificate another cluster's CA signed (the super cluster's, an admin's at that) is
+        # refused before any request: with it, the review on the tenant would have said yes to system:masters.
+        endpoint = _kubelet_endpoint(core.read_node(node_name))
+        logs_path = "/containerLogs/shop/web/web"
+        nobody = client_certificate(pool.tenant, _directory(tmp_path / "tenant"), user="mallory", group="tenants")
+        assert _kubelet_get(endpoint, nobody, logs_path) == b"HTTP/1.1 403 Forbidden"
+        stranger = client_certificate(super_cluster, _directory(tmp_path / "super"), user="admin", group="system:masters")
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _kubelet_get(endpoint, stranger, logs_path)
 
         # The heartbeat: its Lease is renewed.
         leases = k8s.CoordinationV1Api(api)

@@ -151,7 +151,10 @@ def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool) -> Obj:
         return kept
     meta = kept.get("metadata") or {}
     # No resourceVersion: another cluster's status pushes on it then change nothing kept, and wake nothing here.
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "annotations", "deletionTimestamp") if k in meta},
+    # Of its annotations, the pool's two placement ones: a tenant's own are up to 256 KiB a pod, held N times.
+    placement = {k: v for k, v in annotations.items() if k in (POD_CLUSTER_ANNOTATION, MOVED_FROM_ANNOTATION)}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "deletionTimestamp") if k in meta}
+                        | {"annotations": placement},
             "spec": {"nodeName": (kept.get("spec") or {}).get("nodeName")}}  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes import client as k8s
 
+from kube.compact import compact
 from kube.streams import ClientEndpoint, StreamLoop, list_then_watch
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Informer(Generic[T]):
         self._api, self._path, self._params = list_request(list_call, **list_kwargs)
         self._on_sync = on_sync
         self._on_event = on_event
-        self._transform = transform
+        self._transform = lambda obj: compact(transform(obj))  # kept for long: its repeated strings shared
         self._stopped = threading.Event()
         self._synced = threading.Event()
         self._running: concurrent.futures.Future[None] | None = None

@@ -5,6 +5,7 @@ half is exercised against real API servers by every env test)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from kube import compact as compacting
 from kube.informer import Informer, Store, list_request
 from kube.streams import PAGE_SIZE, list_then_watch
 
@@ -117,3 +119,19 @@ def test_a_list_of_one_part_of_a_store_replaces_that_part_only_and_tells_each_ch
     told.clear()
     store.sync([], within=lambda key: key[0] == "b")  # a namespace no longer watched: its objects leave
     assert store.keys() == [("a", "z")] and told == [(("b", "y"), True, False)]
+
+
+def test_kept_objects_share_their_repeated_strings_and_the_table_stays_bounded() -> None:
+    def parsed(name: str) -> dict[str, Any]:  # as each watch event is: a json.loads of its own
+        obj: dict[str, Any] = json.loads(json.dumps({"metadata": {"name": name, "labels": {"app": "web"}},
+                                                     "status": {"phase": "Running", "message": "x" * 100}}))  # fmt: skip
+        return obj
+
+    first, second = compacting.compact(parsed("a")), compacting.compact(parsed("b"))
+    assert first == parsed("a") and second == parsed("b")  # the same values
+    assert next(iter(first)) is next(iter(second))  # one "metadata"
+    assert first["status"]["phase"] is second["status"]["phase"]  # one "Running"
+    assert first["status"]["message"] is not second["status"]["message"]  # long values are not looked up
+    for i in range(compacting.MAX_SHARED + 10):  # names a tenant chooses never grow the table without bound
+        compacting.compact(f"name-{i}")
+    assert len(compacting._shared) <= compacting.MAX_SHARED

@@ -6,7 +6,9 @@ containerd. One cluster and one node for the module, no Temporal."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,19 +61,23 @@ class ReadyPod:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+def real() -> Iterator[RealCluster]:
     binaries = ensure_binaries()
-    workdir = tmp_path_factory.mktemp("realnode")
-    cluster = create_cluster("realnode", binaries=binaries, workdir=workdir)
+    # Not under pytest's temporary directory: the kubelet's sockets in it would pass a Unix socket's 107 bytes.
+    workdir = Path(tempfile.mkdtemp(prefix="tidepool-realnode-"))
     try:
-        workload = workload_image()
-        node = start_real_node(cluster, name=NODE, images=[workload], pause_image=pause_image())
+        cluster = create_cluster("realnode", binaries=binaries, workdir=workdir)
         try:
-            yield RealCluster(cluster=cluster, node=node, workload=workload, kubectl=binaries.kubectl)
+            workload = workload_image()
+            node = start_real_node(cluster, name=NODE, images=[workload], pause_image=pause_image())
+            try:
+                yield RealCluster(cluster=cluster, node=node, workload=workload, kubectl=binaries.kubectl)
+            finally:
+                node.stop()
         finally:
-            node.stop()
+            delete_cluster(cluster.name, binaries=binaries, workdir=workdir)
     finally:
-        delete_cluster(cluster.name, binaries=binaries, workdir=workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _run_pod(real: RealCluster, name: str) -> ReadyPod:

@@ -37,8 +37,9 @@ from deploy.localenv.temporal import stop_process_group
 REAL_NODE_POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
 CONTAINERD_NAMESPACE = "k8s.io"  # the CRI plugin's
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-READY_TIMEOUT = 90.0  # seconds from the kubelet's start to a Ready node; ~15 s here
+READY_TIMEOUT = 90.0  # seconds from the kubelet's start to a Ready node; a few here
 CERTIFICATE_DAYS = 7
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path less its NUL)
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,11 @@ class RealNode:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.directory / "containerd" / "containerd.sock"
+        return _containerd_socket(self.directory)
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """containerd's own CLI on this node's containerd, in the CRI plugin's namespace."""
-        return subprocess.run(["ctr", "--address", str(self.containerd_socket), "-n", CONTAINERD_NAMESPACE, *args],
-                              check=check, capture_output=True, text=True)  # fmt: skip
+        return _ctr(self.containerd_socket, *args, check=check)
 
     def containers(self, *, pod_uid: str | None = None) -> list[str]:
         """Ids of the containers containerd holds (the pods' and their sandboxes'), or those of one pod."""
@@ -84,6 +84,10 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
     imported, and waits until the node is Ready. Builds the kubelet the first time (minutes)."""
     kubelet = ensure_kubelet()
     directory = cluster.workdir / "realnodes" / cluster.name / name
+    longest = directory / "kubelet" / "device-plugins" / "kubelet.sock"  # the kubelet's own, in its root dir
+    if len(str(longest)) > MAX_SOCKET_PATH:
+        raise ValueError(f"{longest}: {len(str(longest))} characters, more than a Unix socket's {MAX_SOCKET_PATH}; "
+                         "give the environment a shorter state directory")  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (kubelet_port,) = free_ports(1)
     pod_cidr = _free_pod_cidr()
@@ -182,7 +186,7 @@ def _node_credentials(node: RealNode, *, cluster: LocalCluster) -> tuple[Path, P
     """A client certificate for system:node:<name> in group system:nodes, signed by the cluster's CA: what
     the Node authorizer lets a kubelet do, and no more (never the admin's). Made with openssl: kwokctl's
     CA certificate has a serial number of 0, which the cryptography package refuses to load (soon)."""
-    pki = node.directory / "kubelet" / "pki"
+    pki = node.directory / "pki"
     pki.mkdir(parents=True, exist_ok=True)
     cert_file, key_file, request = pki / "node-client.crt", pki / "node-client.key", pki / "node-client.csr"
     usage = pki / "node-client.ext"
@@ -198,7 +202,6 @@ def _node_credentials(node: RealNode, *, cluster: LocalCluster) -> tuple[Path, P
 
 
 def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path) -> None:
-    base = node.directory / "kubelet"
     cert_file, key_file = _node_credentials(node, cluster=cluster)
     kubeconfig: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Config", "current-context": "node",
@@ -221,11 +224,12 @@ def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path) -> N
         "authorization": {"mode": "Webhook"},
         "resolvConf": "/etc/resolv.conf",
     }  # fmt: skip
-    base.mkdir(parents=True, exist_ok=True)
-    (base / "kubeconfig.yaml").write_text(yaml.safe_dump(kubeconfig))
-    (base / "config.yaml").write_text(yaml.safe_dump(config))
-    _spawn([str(kubelet), "--config", str(base / "config.yaml"), "--kubeconfig", str(base / "kubeconfig.yaml"),
-            "--root-dir", str(base / "root"), "--cert-dir", str(base / "pki"), "--hostname-override", node.name,
+    (node.directory / "kubelet.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    (node.directory / "kubelet.yaml").write_text(yaml.safe_dump(config))
+    # Its root holds pods' volumes, its serving certificate (pki/, self-signed) and its sockets.
+    _spawn([str(kubelet), "--config", str(node.directory / "kubelet.yaml"),
+            "--kubeconfig", str(node.directory / "kubelet.kubeconfig"), "--root-dir", str(node.directory / "kubelet"),
+            "--hostname-override", node.name,
             "--node-ip", node.node_ip, "--v", "2"],
            log=node.directory / "kubelet.log", pid_file=node.directory / "kubelet.pid")  # fmt: skip
 
@@ -265,7 +269,7 @@ def stop_real_node(directory: Path) -> None:
     kubelet_pid = _pid(directory / "kubelet.pid")
     if kubelet_pid:
         stop_process_group(kubelet_pid, timeout=10)
-    socket = directory / "containerd" / "containerd.sock"
+    socket = _containerd_socket(directory)
     containerd_pid = _pid(directory / "containerd.pid")
     if containerd_pid and _alive(directory / "containerd.pid"):
         _remove_containers(socket)
@@ -283,10 +287,18 @@ def stop_real_node(directory: Path) -> None:
     _unmount_under(directory)
 
 
+def _containerd_socket(directory: Path) -> Path:
+    return directory / "containerd.sock"
+
+
+def _ctr(socket: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ctr", "--address", str(socket), "-n", CONTAINERD_NAMESPACE, *args], check=check,
+                          capture_output=True, text=True)  # fmt: skip
+
+
 def _remove_containers(socket: Path) -> None:
     def ctr(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", str(socket), "-n", CONTAINERD_NAMESPACE, *args],
-                              check=False, capture_output=True, text=True)  # fmt: skip
+        return _ctr(socket, *args)
 
     netns: set[str] = set()
     for container in ctr("containers", "list", "--quiet").stdout.split():

@@ -34,7 +34,7 @@ from deploy.localenv.temporal import stop_process_group
 
 # Pod addresses of real nodes, one /24 each: outside every CIDR the tests and the demo give clusters,
 # Services and fake nodes (10.0-10.3, 10.9, 10.96, 10.200, 100.64-100.65, 192.168) and Podman's 10.88.
-REAL_NODE_POD_NETWORK = ipaddress.ip_network("10.244.0.0/16")
+REAL_NODE_POD_NETWORK = ipaddress.IPv4Network("10.244.0.0/16")
 CONTAINERD_NAMESPACE = "k8s.io"  # the CRI plugin's
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 READY_TIMEOUT = 90.0  # seconds from the kubelet's start to a Ready node; a few here
@@ -90,10 +90,10 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
                          "give the environment a shorter state directory")  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (kubelet_port,) = free_ports(1)
-    pod_cidr = _free_pod_cidr()
+    pod_cidr, bridge = _reserve_pod_network()
+    (directory / "node.json").write_text(json.dumps({"bridge": bridge}))
     node = RealNode(name=name, directory=directory, node_ip=node_ip or host_address(), kubelet_port=kubelet_port,
-                    pod_cidr=pod_cidr, bridge=f"tprn{ipaddress.ip_network(pod_cidr).network_address.packed[2]}")  # fmt: skip
-    (directory / "node.json").write_text(json.dumps({"bridge": node.bridge}))
+                    pod_cidr=str(pod_cidr), bridge=bridge)  # fmt: skip
     try:
         _start_containerd(node, pause_image=pause_image)
         for tag in [pause_image, *images]:
@@ -114,14 +114,23 @@ def host_address() -> str:
     return str(route[0]["prefsrc"])
 
 
-def _free_pod_cidr() -> str:
-    """The first /24 of REAL_NODE_POD_NETWORK that no route of this machine covers (another node's bridge)."""
+def _reserve_pod_network() -> tuple[ipaddress.IPv4Network, str]:
+    """The first /24 of REAL_NODE_POD_NETWORK that no route of this machine covers, and its bridge, made here
+    with the pods' gateway address: creating the bridge is what reserves the block (it fails when another
+    node, of this run or another, took it meanwhile), and its route keeps the block from the next node."""
     routes = json.loads(subprocess.run(["ip", "-j", "-4", "route", "show"], check=True, capture_output=True,
                                        text=True).stdout)  # fmt: skip
     taken = [ipaddress.ip_network(r["dst"]) for r in routes if r["dst"] != "default"]
-    for block in REAL_NODE_POD_NETWORK.subnets(new_prefix=24):
-        if block.network_address.packed[2] and not any(block.overlaps(t) for t in taken):
-            return str(block)
+    for index, block in enumerate(REAL_NODE_POD_NETWORK.subnets(new_prefix=24)):
+        if index == 0 or any(block.overlaps(t) for t in taken):
+            continue
+        bridge = f"tprn{index}"
+        if subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], capture_output=True).returncode != 0:
+            continue
+        gateway = f"{block.network_address + 1}/{block.prefixlen}"
+        subprocess.run(["ip", "address", "add", gateway, "dev", bridge], check=True, capture_output=True)
+        subprocess.run(["ip", "link", "set", bridge, "up"], check=True, capture_output=True)
+        return block, bridge
     raise RuntimeError(f"every /24 of {REAL_NODE_POD_NETWORK} is routed already")
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
 
 from deploy.containers.podman import podman
 from deploy.localenv.binaries import ensure_kubelet
@@ -90,10 +91,11 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
                          "give the environment a shorter state directory")  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (kubelet_port,) = free_ports(1)
+    node_ip = node_ip or host_address()
     pod_cidr, bridge = _reserve_pod_network()
-    (directory / "node.json").write_text(json.dumps({"bridge": bridge}))
-    node = RealNode(name=name, directory=directory, node_ip=node_ip or host_address(), kubelet_port=kubelet_port,
-                    pod_cidr=str(pod_cidr), bridge=bridge)  # fmt: skip
+    (directory / "node.json").write_text(json.dumps({"bridge": bridge}))  # for stop_real_node
+    node = RealNode(name=name, directory=directory, node_ip=node_ip, kubelet_port=kubelet_port, pod_cidr=str(pod_cidr),
+                    bridge=bridge)  # fmt: skip
     try:
         _start_containerd(node, pause_image=pause_image)
         for tag in [pause_image, *images]:
@@ -109,7 +111,8 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
 def host_address() -> str:
     """This machine's own address (the source of its default route): the node's InternalIP, which the API
     server dials for logs and exec and which must not be loopback."""
-    route = json.loads(subprocess.run(["ip", "-j", "-4", "route", "get", "192.0.2.255"], check=True,
+    # Any address off this machine will do: `ip route get` sends nothing.
+    route = json.loads(subprocess.run(["ip", "-j", "-4", "route", "get", "1.1.1.1"], check=True,
                                       capture_output=True, text=True).stdout)  # fmt: skip
     return str(route[0]["prefsrc"])
 
@@ -122,7 +125,7 @@ def _reserve_pod_network() -> tuple[ipaddress.IPv4Network, str]:
                                        text=True).stdout)  # fmt: skip
     taken = [ipaddress.ip_network(r["dst"]) for r in routes if r["dst"] != "default"]
     for index, block in enumerate(REAL_NODE_POD_NETWORK.subnets(new_prefix=24)):
-        if index == 0 or any(block.overlaps(t) for t in taken):
+        if any(block.overlaps(t) for t in taken):
             continue
         bridge = f"tprn{index}"
         if subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], capture_output=True).returncode != 0:
@@ -244,12 +247,10 @@ def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path) -> N
 
 
 def _wait_ready(node: RealNode, *, cluster: LocalCluster) -> None:
-    from kubernetes import client as k8s
-
     core = k8s.CoreV1Api(cluster.api_client())
 
     def ready() -> bool:
-        if not _alive(node.directory / "kubelet.pid"):
+        if not _pid(node.directory / "kubelet.pid", node.directory):
             raise RuntimeError(f"the kubelet exited:\n{_tail(node.directory / 'kubelet.log')}")
         try:
             status = core.read_node(node.name).status
@@ -275,14 +276,13 @@ def stop_real_node(directory: Path) -> None:
     """Ends what the node in `directory` started: the kubelet, then every container (killed, its network
     namespace removed), containerd and its shims, the bridge, and whatever stays mounted under the node's
     directory. Idempotent."""
-    kubelet_pid = _pid(directory / "kubelet.pid")
+    kubelet_pid = _pid(directory / "kubelet.pid", directory)
     if kubelet_pid:
         stop_process_group(kubelet_pid, timeout=10)
     socket = _containerd_socket(directory)
-    containerd_pid = _pid(directory / "containerd.pid")
-    if containerd_pid and _alive(directory / "containerd.pid"):
-        _remove_containers(socket)
+    containerd_pid = _pid(directory / "containerd.pid", directory)
     if containerd_pid:
+        _remove_containers(socket)
         stop_process_group(containerd_pid, timeout=10)
     # A shim is a session of its own, started with containerd's address: one left behind is ended by its pid.
     for shim in _processes_with_argument(str(socket)):
@@ -356,19 +356,19 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _pid(pid_file: Path) -> int | None:
-    return int(pid_file.read_text()) if pid_file.exists() else None
-
-
-def _alive(pid_file: Path) -> bool:
-    pid = _pid(pid_file)
-    if pid is None:
-        return False
+def _pid(pid_file: Path, directory: Path) -> int | None:
+    """The pid in `pid_file` while that process runs and is the node's (its arguments name the node's
+    directory): a pid the system gave to another process since is never signalled."""
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        return None
+    running = stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return pid if running and str(directory).encode() in arguments else None
 
 
 def _tail(log: Path, *, lines: int = 15) -> str:

@@ -33,6 +33,7 @@ from deploy.localenv.clusters import (
     delete_cluster,
 )
 from deploy.localenv.env import EnvState, down, temporal_namespaces, up
+from deploy.localenv.realnode import stop_real_nodes
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
 CLUSTER_NAMES = ("a", "b", "c", "tenant")
@@ -188,6 +189,7 @@ def make_cluster(localenv: EnvState, unique: str) -> Iterator[Callable[[str], Lo
 
     yield make
     for name in made:
+        stop_real_nodes(workdir, cluster=name)  # a real node started on it (deploy/localenv/realnode.py)
         delete_cluster(name, binaries=binaries, workdir=workdir)
 
 

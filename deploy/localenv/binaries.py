@@ -1,5 +1,6 @@
 """Where the control-plane binaries are: built once per version by build-binaries.sh, or a directory of
-prebuilt ones given by TIDEPOOL_BINARIES / KUBEBUILDER_ASSETS. Used by the cluster launcher."""
+prebuilt ones given by TIDEPOOL_BINARIES / KUBEBUILDER_ASSETS. Used by the cluster launcher, and for the
+kubelet (`ensure_kubelet`) by the real node only (deploy/localenv/realnode.py)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,14 @@ def temporal_cli() -> Path:
     return Path(found)
 
 
+def _build(*args: str) -> dict[str, str]:
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), *args], check=True, stdout=subprocess.PIPE, text=True)
+    return dict(line.split("=", 1) for line in result.stdout.split() if "=" in line)
+
+
 def ensure_binaries() -> Binaries:
     """Builds whatever is missing (minutes cold, instant warm) and returns the paths."""
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
-    dirs = dict(line.split("=", 1) for line in result.stdout.split() if "=" in line)
+    dirs = _build()
     kube, etcd, kwok = Path(dirs["KUBERNETES"]), Path(dirs["ETCD"]), Path(dirs["KWOK"])
     return Binaries(
         etcd=etcd / "etcd",
@@ -52,3 +57,9 @@ def ensure_binaries() -> Binaries:
         kwokctl=kwok / "kwokctl",
         temporal=temporal_cli(),
     )
+
+
+def ensure_kubelet() -> Path:
+    """The kubelet, from the control plane's Kubernetes module; built (minutes, once per version) only when a
+    real node asks for it."""
+    return Path(_build("--with-kubelet")["KUBELET"]) / "kubelet"

@@ -7,6 +7,9 @@
 # Binaries are cached outside the repository in $TIDEPOOL_CACHE/bin/<component>-<version>/ and only a
 # missing one is built. Prints the directory of each component on stdout as NAME=DIR lines.
 #
+# With --with-kubelet it also builds (or checks) the kubelet, from the same module, as its own component:
+# only a real node needs it (deploy/localenv/realnode.py).
+#
 # Users who already have the binaries set TIDEPOOL_BINARIES (or KUBEBUILDER_ASSETS) to a directory that
 # holds them all; nothing is built then.
 set -euo pipefail
@@ -14,6 +17,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${TIDEPOOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tidepool}"
 prebuilt="${TIDEPOOL_BINARIES:-${KUBEBUILDER_ASSETS:-}}"
+with_kubelet=0; [[ "${1:-}" == --with-kubelet ]] && with_kubelet=1
 
 export GOTOOLCHAIN=local   # never fetch another Go toolchain
 export GOSUMDB=off         # the committed go.sum files are the checksums we trust
@@ -27,6 +31,10 @@ if [[ -n "$prebuilt" ]]; then
     [[ -x "$prebuilt/$b" ]] || { log "TIDEPOOL_BINARIES=$prebuilt has no executable $b"; exit 1; }
   done
   echo "KUBERNETES=$prebuilt"; echo "ETCD=$prebuilt"; echo "KWOK=$prebuilt"
+  if (( with_kubelet )); then
+    [[ -x "$prebuilt/kubelet" ]] || { log "TIDEPOOL_BINARIES=$prebuilt has no executable kubelet"; exit 1; }
+    echo "KUBELET=$prebuilt"
+  fi
   exit 0
 fi
 
@@ -39,8 +47,9 @@ k8s_version="$(version_of "$here/gomod/kubernetes/go.mod" k8s.io/kubernetes)"
 etcd_version="$(version_of "$here/gomod/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 kwok_version="$(version_of "$here/gomod/kwok/go.mod" sigs.k8s.io/kwok)"
 
-build_kubernetes() {
-  local out="$1" v="$k8s_version" major minor
+# build_from_kubernetes OUT PACKAGE...: commands of the k8s.io/kubernetes wrapper module, built as upstream does.
+build_from_kubernetes() {
+  local out="$1" v="$k8s_version" major minor; shift
   major="${v#v}"; major="${major%%.*}"
   minor="${v#v*.}"; minor="${minor%%.*}"
   # Stamp the version as upstream's hack/lib/version.sh does; without it the binaries report v0.0.0.
@@ -50,10 +59,15 @@ build_kubernetes() {
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
   (cd "$here/gomod/kubernetes" && go build -p 2 -trimpath -tags selinux,notest,grpcnotrace \
-     -ldflags "-s -w$ldflags" -o "$out/" \
-     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+     -ldflags "-s -w$ldflags" -o "$out/" "$@")
 }
+
+build_kubernetes() {
+  build_from_kubernetes "$1" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+build_kubelet() { build_from_kubernetes "$1" k8s.io/kubernetes/cmd/kubelet; }
 
 build_etcd() {
   (cd "$here/gomod/etcd" && go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3)
@@ -84,3 +98,6 @@ ensure() {
 ensure etcd "$etcd_version" build_etcd etcd
 ensure kwok "$kwok_version" build_kwok kwok kwokctl
 ensure kubernetes "$k8s_version" build_kubernetes kube-apiserver kube-controller-manager kube-scheduler kubectl
+# Only what runs a real node needs the kubelet (tests marked realnode); its own component, so that the
+# control plane's cache stays valid and `make test` does not build it.
+if (( with_kubelet )); then ensure kubelet "$k8s_version" build_kubelet kubelet; fi

@@ -63,8 +63,17 @@ class LocalCluster:
 
     @property
     def fake_pods(self) -> FakePodFiles:
+        return FakePodFiles.of(self.name, workdir=self.workdir)
+
+    @property
+    def workdir(self) -> Path:
         # The kubeconfig is <workdir>/kubeconfigs/<name>.yaml (_write_kubeconfig).
-        return FakePodFiles.of(self.name, workdir=self.kubeconfig.parent.parent)
+        return self.kubeconfig.parent.parent
+
+    @property
+    def pki(self) -> Path:
+        """kwokctl's PKI of the cluster: its CA (ca.crt, ca.key) and the admin's certificate."""
+        return _cluster_dir(self.name, self.workdir) / "pki"
 
 
 @dataclass(frozen=True)
@@ -147,13 +156,18 @@ def cluster_port_range(environ: dict[str, str] | os._Environ[str] = os.environ) 
 
 
 def _free_ports() -> dict[str, int]:
-    """One port for each of a cluster's components, the next free ones of this process's range, going round:
-    free means bindable as the components bind (SO_REUSEADDR, as Go does), so that a port left in
-    TIME_WAIT counts as free and one held for a stopped cluster (`stop_cluster`) or serving does not."""
+    return dict(zip(_PORT_OPTIONS, free_ports(len(_PORT_OPTIONS)), strict=True))
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` ports for local components (a cluster's, a real node's kubelet), the next free ones of this
+    process's range, going round: free means bindable as the components bind (SO_REUSEADDR, as Go does),
+    so that a port left in TIME_WAIT counts as free and one held for a stopped cluster (`stop_cluster`) or
+    serving does not."""
     first, last = cluster_port_range()
     size = last - first + 1
-    if size < len(_PORT_OPTIONS):
-        raise ValueError(f"{CLUSTER_PORTS_ENV}: {size} ports are fewer than a cluster's {len(_PORT_OPTIONS)}")
+    if size < count:
+        raise ValueError(f"{CLUSTER_PORTS_ENV}: {size} ports are fewer than the {count} asked")
     cursor = _port_cursor.get((first, last), 0)
     ports: list[int] = []
     for step in range(size):
@@ -162,10 +176,10 @@ def _free_ports() -> dict[str, int]:
         if holder is not None:
             holder.close()
             ports.append(port)
-            if len(ports) == len(_PORT_OPTIONS):
+            if len(ports) == count:
                 _port_cursor[(first, last)] = (cursor + step + 1) % size
-                return dict(zip(_PORT_OPTIONS, ports, strict=True))
-    raise RuntimeError(f"fewer than {len(_PORT_OPTIONS)} free ports in {first}-{last} ({CLUSTER_PORTS_ENV})")
+                return ports
+    raise RuntimeError(f"fewer than {count} free ports in {first}-{last} ({CLUSTER_PORTS_ENV})")
 
 
 def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], scheduler: bool = True) -> dict[str, Any]:
@@ -173,7 +187,11 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], sc
     # that a virtual kubelet's API authenticates it as in production; kwok's own kubelet API checks none,
     # and fake nodes serve as before. In the file, not as --extra-args: kwokctl 0.8 indexes those wrongly
     # (a panic) when they name more than one component.
-    apiserver_args = {"kubelet-client-certificate": pki / "admin.crt", "kubelet-client-key": pki / "admin.key"}
+    # A real node (deploy/localenv/realnode.py) is reached at its InternalIP, its Hostname resolving
+    # nowhere; kwok's fake nodes give only a Hostname (localhost) and tidepool's only an InternalIP, so
+    # putting InternalIP first changes nothing for them.
+    apiserver_args = {"kubelet-client-certificate": pki / "admin.crt", "kubelet-client-key": pki / "admin.key",
+                      "kubelet-preferred-address-types": "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"}
     return {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deploy.localenv.binaries import Binaries, ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster
+from deploy.localenv.realnode import stop_real_nodes
 from deploy.localenv.temporal import (
     TemporalEndpoint,
     start_temporal,
@@ -128,6 +129,7 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, *, binaries: Binaries | None = Non
     if state is None:
         return
     binaries = binaries or ensure_binaries()
+    stop_real_nodes(state_dir / "kwok")  # their kubelets first: nothing of theirs may outlive the clusters
     for name in state.kubeconfigs:
         delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
     if state.temporal_pid:

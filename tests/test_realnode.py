@@ -1,0 +1,198 @@
+"""A real node in a local cluster (deploy/localenv/realnode.py): a kubelet with containerd registers a Ready
+node with this machine's capacity; a pod of a locally built image runs on it as a process, answers HTTP on
+its pod IP, and `kubectl logs`, `exec` and `port-forward` reach it through the API server; a deleted pod
+leaves nothing in containerd. One cluster and one node for the module, no Temporal."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from deploy.containers.images import pause_image, workload_image
+from deploy.localenv.binaries import Binaries, ensure_binaries
+from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster, wait_for
+from deploy.localenv.realnode import RealNode, start_real_node, stop_real_nodes
+from tests.kube import delete_quietly
+
+pytestmark = [pytest.mark.env, pytest.mark.realnode]
+
+CLUSTER, NODE = "realnode", "real-node"
+WORKDIR_PREFIX, OWNER_FILE = "tidepool-realnode-", "owner.pid"
+WORKLOAD_PORT = 8080  # Python's http.server in the workload image
+
+
+@dataclass(frozen=True)
+class RealCluster:
+    cluster: LocalCluster
+    node: RealNode
+    workload: str
+    kubectl: Path
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.cluster.api_client())
+
+    def object(self, model: Any) -> dict[str, Any]:
+        """A client model as the API server's JSON."""
+        found: dict[str, Any] = self.cluster.api_client().sanitize_for_serialization(model)
+        return found
+
+    def kubectl_run(self, *args: str) -> str:
+        return subprocess.run([str(self.kubectl), "--kubeconfig", str(self.cluster.kubeconfig), *args],
+                              check=True, capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReadyPod:
+    name: str
+    uid: str
+    ip: str
+    node: str
+
+
+@pytest.fixture(scope="module")
+def real() -> Iterator[RealCluster]:
+    binaries = ensure_binaries()
+    _remove_what_killed_runs_left(binaries)
+    # Not under pytest's temporary directory: the kubelet's sockets in it would pass a Unix socket's 107 bytes.
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (workdir / OWNER_FILE).write_text(str(os.getpid()))
+    try:
+        cluster = create_cluster(CLUSTER, binaries=binaries, workdir=workdir)
+        try:
+            workload = workload_image()
+            node = start_real_node(cluster, name=NODE, images=[workload], pause_image=pause_image())
+            try:
+                yield RealCluster(cluster=cluster, node=node, workload=workload, kubectl=binaries.kubectl)
+            finally:
+                node.stop()
+        finally:
+            delete_cluster(cluster.name, binaries=binaries, workdir=workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _remove_what_killed_runs_left(binaries: Binaries) -> None:
+    """A run killed before its teardown leaves its node's processes, containers and mounts, and its cluster:
+    the next run removes them, as it does with containers (docs/development.md)."""
+    for workdir in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        owner = workdir / OWNER_FILE
+        if not owner.exists() or Path(f"/proc/{owner.read_text().strip()}").exists():
+            continue  # still running (or just made)
+        stop_real_nodes(workdir)
+        delete_cluster(CLUSTER, binaries=binaries, workdir=workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_pod(real: RealCluster, name: str) -> ReadyPod:
+    """A pod of the workload image, scheduled by the kube-scheduler onto the real node; waits until Ready."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "web", "image": real.workload, "imagePullPolicy": "Never",
+                            "ports": [{"containerPort": WORKLOAD_PORT}],
+                            # Running comes before Python listens: the kubelet's probe says when it does.
+                            "readinessProbe": {"tcpSocket": {"port": WORKLOAD_PORT}, "periodSeconds": 1}}],
+        },
+    }  # fmt: skip
+    real.core.create_namespaced_pod("default", k8s.V1Pod.model_validate(pod))
+
+    def ready() -> ReadyPod | None:
+        current = real.object(real.core.read_namespaced_pod(name, "default"))
+        conditions = {c["type"]: c["status"] for c in current["status"].get("conditions") or []}
+        if conditions.get("Ready") != "True":
+            return None
+        return ReadyPod(name=name, uid=current["metadata"]["uid"], ip=current["status"]["podIP"],
+                        node=current["spec"]["nodeName"])  # fmt: skip
+
+    pod_ready: ReadyPod = wait_for(ready, timeout=60, what=f"pod {name} to be Ready on {NODE}", interval=0.5)
+    return pod_ready
+
+
+@pytest.fixture(scope="module")
+def web(real: RealCluster) -> Iterator[ReadyPod]:
+    pod = _run_pod(real, "web")
+    yield pod
+    delete_quietly(real.core.delete_namespaced_pod, "web", "default", grace_period_seconds=0)
+
+
+def _meminfo_kib(field: str) -> int:
+    line = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith(f"{field}:"))
+    return int(line.split()[1])
+
+
+def test_the_kubelet_registers_a_ready_node_with_this_machine_s_capacity(real: RealCluster) -> None:
+    node = real.object(real.core.read_node(NODE))
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+    assert node["status"]["capacity"]["cpu"] == str(os.cpu_count())
+    assert node["status"]["capacity"]["memory"] == f"{_meminfo_kib('MemTotal')}Ki"
+    assert {a["type"]: a["address"] for a in node["status"]["addresses"]}["InternalIP"] == real.node.node_ip
+    assert not ip_address(real.node.node_ip).is_loopback  # the API server dials it for logs and exec
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})  # not a fake: kwok leaves it alone
+
+
+def test_a_pod_of_a_local_image_runs_as_a_process_and_answers_http_on_its_pod_ip(
+    real: RealCluster, web: ReadyPod
+) -> None:
+    assert web.node == NODE
+    assert ip_address(web.ip) in ip_network(real.node.pod_cidr)
+    with urllib.request.urlopen(f"http://{web.ip}:{WORKLOAD_PORT}/", timeout=5) as response:
+        assert response.read().decode().strip() == "served by a real node"
+
+
+def test_kubectl_logs_exec_and_port_forward_reach_the_pod_through_the_api_server(
+    real: RealCluster, web: ReadyPod
+) -> None:
+    with urllib.request.urlopen(f"http://{web.ip}:{WORKLOAD_PORT}/?from=the-test", timeout=5) as response:
+        response.read()
+    # http.server logs each request on stderr: the container's log, read by the kubelet for the API server.
+    wait_for(lambda: '"GET /?from=the-test HTTP/1.1" 200' in real.kubectl_run("logs", "web"), timeout=10,
+             what="the request in kubectl logs")  # fmt: skip
+    assert real.kubectl_run("exec", "web", "--", "cat", "/etc/hostname").strip() == "web"
+    assert real.kubectl_run("exec", "web", "--", "cat", "/srv/www/index.html").strip() == "served by a real node"
+    forward = subprocess.Popen([str(real.kubectl), "--kubeconfig", str(real.cluster.kubeconfig), "port-forward",
+                                "pod/web", f":{WORKLOAD_PORT}"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert forward.stdout is not None
+        readable, _, _ = select.select([forward.stdout], [], [], 20)
+        listening = re.search(r"127\.0\.0\.1:(\d+)", forward.stdout.readline() if readable else "")
+        assert listening, "kubectl port-forward said nowhere it listens"
+        with urllib.request.urlopen(f"http://127.0.0.1:{listening[1]}/", timeout=5) as response:
+            assert response.read().decode().strip() == "served by a real node"
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def test_a_deleted_pod_leaves_no_container_in_containerd(real: RealCluster) -> None:
+    uid = _run_pod(real, "short-lived").uid
+    assert len(real.node.containers(pod_uid=uid)) == 2  # its sandbox (pause) and its container
+    real.core.delete_namespaced_pod("short-lived", "default")
+    wait_for(lambda: _gone(real, "short-lived"), timeout=30, what="the pod to be deleted")
+    # The kubelet kills the containers at once and removes them at its next garbage collection (every minute).
+    wait_for(lambda: not real.node.containers(pod_uid=uid), timeout=90, what="containerd to hold no container of it",
+             interval=1)  # fmt: skip
+
+
+def _gone(real: RealCluster, name: str) -> bool:
+    try:
+        real.core.read_namespaced_pod(name, "default")
+    except k8s.ApiException as e:
+        return bool(e.status == 404)
+    return False

@@ -102,7 +102,7 @@ async def test_a_forced_unpeer_from_a_stopped_consumer_releases_at_once_and_clea
         # At home, at once: the request gone (no finalizer holds it), the consumer's access revoked, and the
         # credentials held for the cleaning to come.
         await eventually(lambda: read_cluster_object(home, PEERING_REQUESTS, consumer_id) is None,
-                         timeout=30, what="the PeeringRequest released")  # fmt: skip
+                         timeout=60, what="the PeeringRequest released")  # fmt: skip
         namespace = ignore_not_found(k8s.CoreV1Api(home).read_namespace, foreign_namespace(consumer_id))
         assert namespace is None or namespace.metadata.deletion_timestamp is not None
         secret = await eventually(held_secret, what="the credentials Secret")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import re
 import secrets
@@ -41,6 +42,14 @@ CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 READY_TIMEOUT = 90.0  # seconds from the kubelet's start to a Ready node; a few here
 CERTIFICATE_DAYS = 7
 MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path less its NUL)
+# A kubelet runs under a supervisor that starts it again (systemd's Restart=always): one that ends while it
+# starts is started again, once (seen once in CI: ended at its start, before it wrote a line).
+KUBELET_STARTS = 2
+log = logging.getLogger("tidepool.realnode")
+
+
+class KubeletExited(RuntimeError):
+    """The node's kubelet ended before its node was Ready."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,15 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
         _start_containerd(node, pause_image=pause_image)
         for tag in [pause_image, *images]:
             node.import_image(tag)
-        _start_kubelet(node, cluster=cluster, kubelet=kubelet)
-        _wait_ready(node, cluster=cluster)
+        for start in range(KUBELET_STARTS):
+            _start_kubelet(node, cluster=cluster, kubelet=kubelet)
+            try:
+                _wait_ready(node, cluster=cluster)
+                break
+            except KubeletExited as e:
+                if start == KUBELET_STARTS - 1:
+                    raise
+                log.warning("node %s: %s; started again, as its systemd unit would", node.name, e)
     except BaseException:
         node.stop()
         raise
@@ -137,12 +153,26 @@ def _reserve_pod_network() -> tuple[ipaddress.IPv4Network, str]:
     raise RuntimeError(f"every /24 of {REAL_NODE_POD_NETWORK} is routed already")
 
 
+# The processes this one started, by pid: how one that ended says why (its exit status), and reaped.
+_started: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def _spawn(command: list[str], *, log: Path, pid_file: Path) -> int:
     with open(log, "ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True)  # fmt: skip
     pid_file.write_text(str(process.pid))
+    _started[process.pid] = process
     return process.pid
+
+
+def _ended(pid_file: Path) -> str:
+    """How the process of `pid_file`, started here, ended: its exit status or the signal that ended it."""
+    process = _started.get(int(pid_file.read_text())) if pid_file.exists() else None
+    code = process.poll() if process is not None else None
+    if code is None:
+        return "its end not seen by this process"
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
 
 def _start_containerd(node: RealNode, *, pause_image: str) -> None:
@@ -251,7 +281,8 @@ def _wait_ready(node: RealNode, *, cluster: LocalCluster) -> None:
 
     def ready() -> bool:
         if not _pid(node.directory / "kubelet.pid", node.directory):
-            raise RuntimeError(f"the kubelet exited:\n{_tail(node.directory / 'kubelet.log')}")
+            raise KubeletExited(f"the kubelet exited ({_ended(node.directory / 'kubelet.pid')}):\n"
+                               f"{_tail(node.directory / 'kubelet.log')}")  # fmt: skip
         try:
             status = core.read_node(node.name).status
         except k8s.ApiException:

@@ -430,20 +430,20 @@ class PoolActivities:
                 key = (meta.namespace or "", cluster)
                 used[key] = used.get(key, Resources()) + pod_requests(pod)
         # Decided one after the other (each choice counts the ones before it), written at once: a burst of
-        # pods waits for the slowest write, not for the sum of them. The placer's pods count, not written.
+        # pods waits for the slowest write, not for the sum of them. Younger pods are the placer's: oldest
+        # first, no choice here depends on them.
         placers_since = utcnow() - PLACER_GRACE
         writes: list[Callable[[], None]] = []
         by_namespace: dict[str, list[tuple[ServedMetadata, dict[str, Any]]]] = {}
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
-            by_namespace.setdefault(meta.namespace or "", []).append((meta, pod))
+            if meta.created <= placers_since:
+                by_namespace.setdefault(meta.namespace or "", []).append((meta, pod))
         for ns, its in sorted(by_namespace.items()):
             placement = placements[ns] or {}
             choices = place_waiting([WaitingPod(m.name, pod_requests(p)) for m, p in its],
                                     placement=placement, slice_=books.slices[namespace_id(view.name, ns)],
                                     used={c: used.get((ns, c), Resources()) for c in placement})  # fmt: skip
             for meta, pod in its:
-                if meta.created > placers_since:
-                    continue
                 choice, pod_key = choices[meta.name], f"{namespace_id(view.name, ns)}/{meta.name}"
                 if choice.cluster is not None:
                     writes.append(partial(_place_pod, core, meta, pod, choice.cluster, result.pods_placed, pod_key))
@@ -521,7 +521,7 @@ class PoolActivities:
             requests = pod_requests(pod)
             choice = choose_cluster(requests=requests, placement=placement, slice_=slice_, used=used)
             if choice.cluster is None:
-                why = progress.stuck[meta.name] = "; ".join(f"{c}: {r}" for c, r in choice.reasons.items())
+                why = progress.stuck[meta.name] = unplaced_reasons(choice)
                 _tell_reachability(view.api, meta, pod, old, unreachable=old in unreachable, why=why)
                 continue
             # One write, on the pod as read: the new cluster and the Pending status together (the pods/status

@@ -1,7 +1,7 @@
 """The identity of an object the API server returned, narrowed once: the Kubernetes client types every
 metadata field as optional (it also builds bodies), while the server always sets name, uid and
-creationTimestamp; a long list is read as JSON and narrowed the same way. Used by activities/pool.py and
-workers/syncer.py, which read typed objects."""
+creationTimestamp. Used by activities/pool.py and workers/syncer.py; the pass reads its pod lists as JSON
+(served_metadata_json), narrowed the same way."""
 
 from __future__ import annotations
 

@@ -54,9 +54,9 @@ async def until_expired(attempt: Callable[[], Awaitable[T]], *, until: datetime,
                         stop: Callable[[], bool] = lambda: False) -> T | GaveUp:  # fmt: skip
     """`attempt` (an activity of ONE_ATTEMPT) at once, then again after each retryable failure, backing off,
     until it succeeds, fails for good (a non-retryable failure, said again after the first wait), or `until`
-    has passed. `retrying` is told each failure waited out (for
-    the current details); `between` runs after each wait (a loop of thousands of retries continues as new
-    there); `stop` ends a wait, and the attempts, at once (GaveUp.stopped: someone peered again meanwhile)."""
+    has passed. `retrying` is told each failure waited out (for the current details); `between` runs after
+    each wait (a loop of thousands of retries continues as new there); `stop` ends a wait, and the attempts,
+    at once (GaveUp.stopped: someone peered again meanwhile)."""
     backoff, refused_before = OTHER_SIDE_RETRY_FIRST, False
     while True:
         try:

@@ -30,9 +30,9 @@ from temporalio.exceptions import ApplicationError
 
 from kube.clock import utcnow
 from kube.errors import as_application_error
-from kube.metadata import ServedMetadata, served_metadata, served_metadata_json
+from kube.metadata import MalformedObject, ServedMetadata, served_items_json, served_metadata
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, raw_json, read_cluster_config, read_cluster_object, record_event
+from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
 from kube.writes import write_all
@@ -291,8 +291,8 @@ class PoolActivities:
                 continue
             try:
                 self._place_pods(view, books, unreachable, result)
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:  # its pods wait for the next pass
-                missed[view.name] = _unreachable(e)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, MalformedObject) as e:
+                missed[view.name] = _unreachable(e)  # its pods wait for the next pass; the other tenants' do not
         self._tell_tenants(views, missed, books, objects)
         return result
 
@@ -411,7 +411,7 @@ class PoolActivities:
         core = view.core
         body = core.list_pod_for_all_namespaces(field_selector=OUTSIDE_SYSTEM_NAMESPACES, _preload_content=False,
                                                 _request_timeout=TENANT_REQUEST_TIMEOUT)  # fmt: skip
-        listed = [(served_metadata_json(pod), pod) for pod in raw_json(body).get("items") or []]
+        listed = served_items_json(body)
         placements = {ns: books.placements.get(namespace_id(view.name, ns)) for ns in {m.namespace or "" for m, _ in listed}}
         pods = [(meta, pod) for meta, pod in listed if placements.get(meta.namespace or "")]
         for meta, pod in pods:
@@ -482,8 +482,7 @@ class PoolActivities:
             raise NamespaceGone(namespace)
         pods = []
         listed = view.core.list_namespaced_pod(namespace, _preload_content=False, _request_timeout=TENANT_REQUEST_TIMEOUT)
-        for pod in raw_json(listed).get("items") or []:
-            meta = served_metadata_json(pod)
+        for meta, pod in served_items_json(listed):
             view_of_pod = PodView(name=meta.name, cluster=meta.annotations.get(POD_CLUSTER_ANNOTATION),
                                   moved_from=meta.annotations.get(MOVED_FROM_ANNOTATION),
                                   phase=(pod.get("status") or {}).get("phase"), deleting=meta.deleting)  # fmt: skip
@@ -497,7 +496,7 @@ class PoolActivities:
             return self._move_pods(view, namespace, move)
         except NamespaceGone:
             return MoveProgress(namespace=move.namespace)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, MalformedObject) as e:
             raise _tenant_unreachable(view.name, e) from None
 
     def _move_pods(self, view: TenantView, namespace: str, move: MoveInput) -> MoveProgress:
@@ -550,7 +549,7 @@ class PoolActivities:
             return self._finish_move(view, namespace, move)
         except NamespaceGone:
             return MoveProgress(namespace=move.namespace)
-        except (urllib3.exceptions.HTTPError, OSError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, MalformedObject) as e:
             raise _tenant_unreachable(view.name, e) from None
 
     def _finish_move(self, view: TenantView, namespace: str, move: MoveInput) -> MoveProgress:
@@ -587,7 +586,7 @@ def _read(view: TenantView) -> str | None:
     """Reads a tenant's namespaces and quotas into `view`; why it could not, if it could not."""
     try:
         view.read()
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, MalformedObject) as e:
         return _unreachable(e)
     return None
 
@@ -668,6 +667,8 @@ def _unreachable(error: Exception) -> str:
     """Why a tenant's control plane is left alone this pass: the vocabulary's words, never a response body."""
     if isinstance(error, ApiException):
         return as_application_error(error).message
+    if isinstance(error, MalformedObject):
+        return f"its control plane answered an object that is not one: {error}"
     return f"its control plane did not answer ({type(error).__name__})"
 
 
@@ -677,7 +678,6 @@ def _tenant_unreachable(tenant: str, error: Exception) -> ApplicationError:
 
 class NamespaceGone(Exception):
     """A namespace deleted (or being deleted) between the pass and a move step."""
-
 
 
 

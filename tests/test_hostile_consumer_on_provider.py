@@ -371,6 +371,17 @@ def _copies(provider: k8s.CoreV1Api, peering: Peering) -> list[str]:
     return sorted(str(p.metadata.name) for p in provider.list_namespaced_pod(peering.remote("team")).items)
 
 
+async def _lower_the_quota(provider: k8s.CoreV1Api, namespace: str, *, cpu: str) -> None:
+    """Lowers the offer's quota by hand, once it holds: the quota controller has counted the namespace (else
+    its first count moves the usage, and the offer's split writes its own limit over this one), and admission
+    enforces the new limit (it reads the status's copy, which that controller writes after the spec's)."""
+    await eventually(lambda: provider.read_namespaced_resource_quota(QUOTA_NAME, namespace).status.used is not None,
+                     what="the quota's first count")  # fmt: skip
+    provider.patch_namespaced_resource_quota(QUOTA_NAME, namespace, {"spec": {"hard": {"requests.cpu": cpu}}})
+    await eventually(lambda: (provider.read_namespaced_resource_quota(QUOTA_NAME, namespace).status.hard or {})
+                     .get("requests.cpu") == cpu, what="the lowered quota enforced")  # fmt: skip
+
+
 def _said(pod: k8s.V1Pod) -> Any:
     return next((c for c in pod.status.conditions or [] if c.type == POD_PROVIDER_CONDITION), None)
 
@@ -399,7 +410,7 @@ async def test_a_pod_the_provider_refuses_fails_on_the_consumer_with_the_rule_an
 
     # The quota: refused while the offer is used up (here: an operator lowered it by hand), Pending with the
     # condition, tried again with a backoff; once it fits, the copy is made and the condition goes.
-    provider.patch_namespaced_resource_quota(QUOTA_NAME, remote, {"spec": {"hard": {"requests.cpu": "1"}}})
+    await _lower_the_quota(provider, remote, cpu="1")
     core.create_namespaced_pod("team", _on_virtual_node(peering, "big", {"resources": {"requests": {"cpu": "2"}}}))
     pod = await eventually(lambda: _said(p := core.read_namespaced_pod("big", "team")) and p, timeout=60,
                            what="the quota refusal on the pod")  # fmt: skip

@@ -1,0 +1,91 @@
+"""A tenant's control plane is another owner's server, and may answer anything. The pool's pass reads every
+tenant's pods as JSON: an answer that is no list of objects with a name, uid and creation time fails that
+tenant's part of the pass, with the field and the rule said on its Tenant, and never the pass of the others
+(activities/pool.py catches MalformedObject beside the network's and the API's errors, per tenant)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from activities.pool import Books, PoolActivities, TenantView, _read, _unreachable
+from kube.metadata import MalformedObject
+from models.pool.result import PoolPassResult
+
+pytestmark = [pytest.mark.pool, pytest.mark.tenants]
+
+GOOD_META = {"name": "web", "namespace": "shop", "uid": "u-1", "creationTimestamp": "2026-11-27T10:00:00Z"}
+
+
+class _Tenant(BaseHTTPRequestHandler):
+    """Answers every GET with the body the test set for its path (without the query)."""
+
+    bodies: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        body = self.bodies.get(self.path.split("?")[0], b'{"kind": "List", "items": []}')
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None: ...
+
+
+@pytest.fixture
+def tenant() -> Iterator[TenantView]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Tenant)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield TenantView("t3", k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")))
+    httpd.shutdown()
+    _Tenant.bodies = {}
+
+
+def _pods(*items: Any) -> bytes:
+    return json.dumps({"kind": "PodList", "items": list(items)}).encode()
+
+
+def _place_pods(view: TenantView) -> None:
+    pool = PoolActivities.__new__(PoolActivities)  # the pod pass reads only the tenant's view and the books
+    pool._place_pods(view, Books(), set(), PoolPassResult(clusters={}))
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (_pods({"metadata": {**GOOD_META, "uid": None}}), "metadata.uid must be a non-empty string"),
+    (_pods({"metadata": {k: v for k, v in GOOD_META.items() if k != "name"}}), "metadata.name must be a non-empty string"),
+    (_pods({"metadata": {**GOOD_META, "creationTimestamp": "yesterday"}}), "metadata.creationTimestamp must be an RFC 3339 time"),
+    (_pods({"metadata": [GOOD_META]}), "metadata must be an object"),
+    (_pods({"metadata": {**GOOD_META, "annotations": {"a": 1}}}), "metadata.annotations must map strings to strings"),
+    (_pods({"metadata": {**GOOD_META, "namespace": 7}}), "metadata.namespace must be a string"),
+    (_pods("web"), "an item is a str, not an object"),
+    (b'{"kind": "PodList", "items": {"web": {}}}', "items must be a list"),
+    (b"<html>pods</html>", "the body is not JSON"),
+], ids=["no uid", "no name", "no time", "metadata a list", "annotation a number", "namespace a number",
+        "item a string", "items a map", "not JSON"])  # fmt: skip
+def test_a_pod_list_that_is_not_one_fails_that_tenant_with_the_field_and_the_rule(
+    tenant: TenantView, body: bytes, said: str
+) -> None:
+    _Tenant.bodies = {"/api/v1/pods": body}
+    with pytest.raises(MalformedObject) as raised:
+        _place_pods(tenant)
+    assert str(raised.value) == said
+    assert _unreachable(raised.value) == f"its control plane answered an object that is not one: {said}"
+
+
+def test_a_well_formed_pod_list_passes(tenant: TenantView) -> None:
+    _Tenant.bodies = {"/api/v1/pods": _pods({"metadata": GOOD_META, "spec": {}, "status": {}})}
+    _place_pods(tenant)  # no namespace of it is placed: nothing to write, and nothing raised
+
+
+def test_a_namespace_without_identity_makes_the_tenant_unreadable_not_the_pass(tenant: TenantView) -> None:
+    _Tenant.bodies = {"/api/v1/namespaces": b'{"kind": "NamespaceList", "items": [{"metadata": {"name": "shop"}}]}'}
+    said = _read(tenant)
+    assert said == "its control plane answered an object that is not one: a V1Namespace without metadata.name, " \
+                   "uid or creationTimestamp"  # fmt: skip

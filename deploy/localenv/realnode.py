@@ -74,6 +74,12 @@ class RealNode:
         selector = [f'labels."io.kubernetes.pod.uid"=={pod_uid}'] if pod_uid else []
         return self.ctr("containers", "list", "--quiet", *selector).stdout.split()
 
+    def running(self, *, pod_uid: str) -> list[str]:
+        """Ids of one pod's containers whose process still runs (containerd's tasks), sandbox included."""
+        ours = set(self.containers(pod_uid=pod_uid))
+        tasks = self.ctr("tasks", "list").stdout.splitlines()[1:]  # TASK PID STATUS, under a header
+        return [fields[0] for fields in map(str.split, tasks) if fields and fields[0] in ours and fields[-1] == "RUNNING"]
+
     def import_image(self, tag: str) -> None:
         """A Podman image into containerd, under the same name (referenced with imagePullPolicy Never)."""
         archive = self.directory / "images" / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".tar")

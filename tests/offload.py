@@ -81,14 +81,18 @@ def own_clusters(localenv: EnvState) -> Iterator[tuple[Callable[[str], LocalClus
 @asynccontextmanager
 async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
                  consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = (), provider_pod_cidr: str | None = None,
-                 provider_node_pod_cidr: str | None = None, log_dir: Path | None = None) -> AsyncIterator[Peering]:  # fmt: skip
+                 provider_node_pod_cidr: str | None = None, log_dir: Path | None = None,
+                 provider: LocalCluster | None = None) -> AsyncIterator[Peering]:  # fmt: skip
     """The provider has one 8-CPU kwok node and shares half of it; the consumer has `consumer_nodes` of
     its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`. The
     virtual kubelet writes its log to `log_dir`/<its name>.log. The provider advertises `provider_pod_cidr`, or
-    its worker's default; its node's pods get IPs from `provider_node_pod_cidr`, or from kwok's default block."""
-    provider, consumer = make_cluster("prov"), make_cluster("cons")
+    its worker's default; its node's pods get IPs from `provider_node_pod_cidr`, or from kwok's default block.
+    `provider`: a cluster with nodes of its own (a real node) to be the provider instead, as it is."""
+    if provider is None:
+        provider = make_cluster("prov")
+        create_node(provider.api_client(), "big", cpu="8", memory="16Gi", pod_cidr=provider_node_pod_cidr)
+    consumer = make_cluster("cons")
     provider_id, consumer_id = f"prov-{unique}", f"cons-{unique}"
-    create_node(provider.api_client(), "big", cpu="8", memory="16Gi", pod_cidr=provider_node_pod_cidr)
     for node in consumer_nodes:
         create_node(consumer.api_client(), node, cpu="8", memory="16Gi")
     apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})

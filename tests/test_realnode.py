@@ -1,7 +1,8 @@
 """A real node in a local cluster (deploy/localenv/realnode.py): a kubelet with containerd registers a Ready
 node with this machine's capacity; a pod of a locally built image runs on it as a process, answers HTTP on
 its pod IP, and `kubectl logs`, `exec` and `port-forward` reach it through the API server; a deleted pod
-leaves nothing in containerd. One cluster and one node for the module, no Temporal."""
+leaves no process in containerd. Then that cluster is a provider: a consumer's offloaded pod runs on the
+real node as a process, reached from the consumer's kubectl. One cluster and one node for the module."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -24,8 +25,13 @@ from kubernetes import client as k8s
 from deploy.containers.images import pause_image, workload_image
 from deploy.localenv.binaries import Binaries, ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster, wait_for
+from deploy.localenv.env import EnvState
 from deploy.localenv.realnode import RealNode, start_real_node, stop_real_nodes
+from models.enforcement import QUOTA_NAME
+from models.names import LABEL_PROVIDER, TAINT_VIRTUAL_NODE
 from tests.kube import delete_quietly
+from tests.offload import offloaded_namespace, peered, ready_node
+from tests.running import eventually
 
 pytestmark = [pytest.mark.env, pytest.mark.realnode]
 
@@ -197,3 +203,51 @@ def _gone(real: RealCluster, name: str) -> bool:
     except k8s.ApiException as e:
         return bool(e.status == 404)
     return False
+
+
+# Small amounts of whatever the offer's quota counts in the provider (a pod must request each of them).
+SMALL_REQUESTS = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"}
+
+
+async def test_an_offloaded_pod_is_a_process_on_the_providers_real_node_and_kubectl_reaches_it_from_the_consumer(
+    real: RealCluster, localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path,
+) -> None:
+    """The real node's cluster is the provider. A consumer pod on its virtual node becomes a copy that the
+    provider's scheduler puts on the real node; the consumer sees the copy's own IP (no remapping: the
+    PodCIDRs do not overlap), and kubectl on the consumer reaches the process through the virtual kubelet's
+    kubelet API, the provider's API server and the real kubelet."""
+    async with peered(localenv, make_cluster, unique, provider=real.cluster, provider_pod_cidr=real.node.pod_cidr,
+                      consumer_pod_cidr="10.2.0.0/16", log_dir=tmp_path) as peering:  # fmt: skip
+        consumer = k8s.CoreV1Api(peering.consumer.api_client())
+        await eventually(lambda: ready_node(consumer, peering.node), timeout=90, what="the virtual node Ready")
+        remote = await offloaded_namespace(peering, "shop")
+        counted = real.core.read_namespaced_resource_quota(QUOTA_NAME, remote).spec.hard or {}
+        requests = {name: amount for name, amount in SMALL_REQUESTS.items() if f"requests.{name}" in counted}
+        consumer.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "web"}, "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "web", "image": real.workload, "imagePullPolicy": "Never",
+                            "ports": [{"containerPort": WORKLOAD_PORT}], "resources": {"requests": requests}}],
+            "tolerations": [{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}],
+            "nodeSelector": {LABEL_PROVIDER: peering.provider_id}}}))  # fmt: skip
+        pod = await eventually(lambda: (p := consumer.read_namespaced_pod("web", "shop")).status.pod_ip and p,
+                               timeout=90, what="the offloaded pod's IP")  # fmt: skip
+        copy = real.core.read_namespaced_pod("web", remote)
+        assert copy.spec.node_name == NODE and pod.spec.node_name == peering.node
+        assert pod.status.pod_ip == copy.status.pod_ip and ip_address(pod.status.pod_ip) in ip_network(real.node.pod_cidr)
+        assert len(real.node.running(pod_uid=str(copy.metadata.uid))) == 2  # its sandbox and its container
+
+        def get(path: str) -> str:
+            with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{WORKLOAD_PORT}{path}", timeout=5) as response:
+                return str(response.read().decode().strip())
+
+        assert await eventually(lambda: get("/?from=the-consumer"), what="the process to answer") == \
+            "served by a real node"  # fmt: skip
+
+        def kubectl(*args: str) -> str:
+            return subprocess.run([str(real.kubectl), "--kubeconfig", str(peering.consumer.kubeconfig), "-n", "shop",
+                                   *args], check=True, capture_output=True, text=True, timeout=30).stdout  # fmt: skip
+
+        await eventually(lambda: '"GET /?from=the-consumer HTTP/1.1" 200' in kubectl("logs", "web"), timeout=15,
+                         what="the request in kubectl logs on the consumer")  # fmt: skip
+        assert kubectl("exec", "web", "--", "cat", "/etc/hostname").strip() == "web"
+        assert kubectl("exec", "web", "--", "cat", "/srv/www/index.html").strip() == "served by a real node"

@@ -47,6 +47,7 @@ from models.pool.sync import (
     API_VERSIONS,
     EVERY_HOST,
     SERVICE_NAME_LABEL,
+    EndpointGuard,
     copy_for_super,
     endpoints_of,
     hosts_overlap,
@@ -55,6 +56,7 @@ from models.pool.sync import (
     load_balancer_status,
     mirror_volume,
     pod_for_super,
+    refused_endpoints,
     selectorless_services,
     stale_mirrors,
     status_cluster,
@@ -198,6 +200,45 @@ def test_endpoints_the_super_cluster_derives_itself_are_not_copied(kind: str, la
     obj["metadata"]["labels"] = labels
     assert _body(kind, obj, selectorless_services([
         {"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}}}, {"metadata": {"name": "db"}, "spec": {}}])) is None
+
+
+# A super cluster whose nodes' pods are in 10.244.0.0/16, one node at 192.168.5.10; another tenant's pod at
+# 172.30.0.7 (outside the blocks: a CNI of its own); the namespace's own pod copy at 10.244.1.5.
+GUARD = EndpointGuard.of(networks=["10.244.0.0/16", "192.168.5.10", "172.30.0.7", "real-node-1"], own=["10.244.1.5"])
+
+
+@pytest.mark.parametrize(("address", "allowed"), [
+    pytest.param("203.0.113.9", True, id="a backend outside the super cluster: what selectorless Services are for"),
+    pytest.param("10.244.1.5", True, id="a pod of the namespace's own copy"),
+    pytest.param("10.244.2.8", False, id="another namespace's pod, in a node's block"),
+    pytest.param("172.30.0.7", False, id="another tenant's pod outside any block"),
+    pytest.param("192.168.5.10", False, id="a node of the super cluster (its kubelet, its host-network pods)"),
+    pytest.param("not-an-ip", False, id="not an address"),
+    pytest.param(None, False, id="no address"),
+])  # fmt: skip
+def test_a_tenants_own_endpoints_reach_outside_or_its_own_pods_and_nothing_else_in_the_super_cluster(
+    address: Any, allowed: bool
+) -> None:
+    assert GUARD.allows(address) is allowed
+
+
+def test_refused_addresses_are_left_out_of_the_copy_and_named() -> None:
+    selectorless = selectorless_services([{"metadata": {"name": "db"}, "spec": {}}])
+    endpoints = _served("Endpoints", "db", subsets=[{
+        "addresses": [{"ip": "203.0.113.9"}, {"ip": "10.244.2.8"}], "notReadyAddresses": [{"ip": "192.168.5.10"}],
+        "ports": [{"port": 5432}]}])  # fmt: skip
+    body = copy_for_super("Endpoints", endpoints, tenant="t1", target_namespace="t1-shop", tenant_namespace="shop",
+                          selectorless_services=selectorless, endpoints=GUARD)  # fmt: skip
+    assert body is not None and body["subsets"] == [{"addresses": [{"ip": "203.0.113.9"}], "notReadyAddresses": [],
+                                                     "ports": [{"port": 5432}]}]  # fmt: skip
+    assert refused_endpoints("Endpoints", endpoints, GUARD) == ["10.244.2.8", "192.168.5.10"]
+    endpoint_slice = _served("EndpointSlice", "db-1", addressType="IPv4", ports=[], endpoints=[
+        {"addresses": ["203.0.113.9"]}, {"addresses": ["10.244.1.5"]}, {"addresses": ["172.30.0.7"]}])  # fmt: skip
+    endpoint_slice["metadata"]["labels"] = {SERVICE_NAME_LABEL: "db"}
+    body = copy_for_super("EndpointSlice", endpoint_slice, tenant="t1", target_namespace="t1-shop",
+                          tenant_namespace="shop", selectorless_services=selectorless, endpoints=GUARD)  # fmt: skip
+    assert body is not None and body["endpoints"] == [{"addresses": ["203.0.113.9"]}, {"addresses": ["10.244.1.5"]}]
+    assert refused_endpoints("EndpointSlice", endpoint_slice, GUARD) == ["172.30.0.7"]
 
 
 def test_an_unchanged_source_costs_no_write_and_a_changed_one_does() -> None:

@@ -30,16 +30,19 @@ from workers.syncer import follow_super_cluster
 pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
 TARGET = super_cluster_namespace("t1", "app")
+SUPER_POD_CIDR, SUPER_POD_IP = "10.250.0.0/24", "10.250.0.7"
 
 
-def _tenant_objects(api: k8s.ApiClient) -> None:
+def _tenant_objects(api: k8s.ApiClient, *, super_pod_ip: str) -> None:
+    """`super_pod_ip`: an address of the super cluster's pods, which the tenant's own endpoints name too (refused)."""
     core, net, disc = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api), k8s.DiscoveryV1Api(api)
     core.create_namespaced_service("app", k8s.V1Service.model_validate({"metadata": {"name": "web"}, "spec": {
         "type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80}]}}))  # fmt: skip
     core.create_namespaced_service("app", k8s.V1Service.model_validate({"metadata": {"name": "db"}, "spec": {
         "ports": [{"port": 5432}]}}))  # no selector: its owner writes its endpoints  # fmt: skip
     core.create_namespaced_endpoints("app", k8s.V1Endpoints.model_validate({"metadata": {"name": "db"}, "subsets": [
-        {"addresses": [{"ip": "192.0.2.10", "nodeName": "tenant-node"}], "ports": [{"port": 5432}]}]}))  # fmt: skip
+        {"addresses": [{"ip": "192.0.2.10", "nodeName": "tenant-node"}, {"ip": super_pod_ip}],
+         "ports": [{"port": 5432}]}]}))  # fmt: skip
     disc.create_namespaced_endpoint_slice("app", k8s.V1EndpointSlice.model_validate({
         "metadata": {"name": "db-extra", "labels": {"kubernetes.io/service-name": "db",
                                                     "endpointslice.kubernetes.io/managed-by": "db-operator"}},
@@ -77,12 +80,15 @@ EXPECTED = {"Service": {"web", "db"}, "Endpoints": {"db"}, "EndpointSlice": {"db
 async def test_every_kind_goes_down_to_the_placed_cluster_only_and_status_and_events_come_up(pool: Pool) -> None:  # noqa: F811 - the fixture
     api = pool.tenant.api_client()
     core = k8s.CoreV1Api(api)
+    for name, cluster in pool.supers.items():  # the super clusters' pod networks, seen by their syncers first
+        k8s.CoreV1Api(cluster.api_client()).patch_node(f"{name}-node", {"spec": {"podCIDR": SUPER_POD_CIDR,
+                                                                                  "podCIDRs": [SUPER_POD_CIDR]}})  # fmt: skip
     _tenant_namespace(api, "app", cpu="1", memory="2Gi")  # one slice: one cluster
     placement = await eventually(lambda: _placement(api, "app"), timeout=60, what="the placement")
     (placed,) = placement
     (elsewhere,) = set(pool.supers) - {placed}
     down = pool.supers[placed].api_client()
-    _tenant_objects(api)
+    _tenant_objects(api, super_pod_ip=SUPER_POD_IP)
 
     # Down: each kind, and only the endpoints the tenant's owner wrote (web's come from the super cluster).
     try:
@@ -91,8 +97,11 @@ async def test_every_kind_goes_down_to_the_placed_cluster_only_and_status_and_ev
         assert _copies(down) == EXPECTED  # names what is missing or extra, if the wait timed out
     subsets = k8s.CoreV1Api(down).read_namespaced_endpoints("db", TARGET).subsets or []
     addresses = subsets[0].addresses or []
-    assert [a.ip for a in addresses] == ["192.0.2.10"]
+    assert [a.ip for a in addresses] == ["192.0.2.10"]  # never into the super cluster's pods
     assert addresses[0].node_name is None  # a tenant node means nothing there
+    refused = await eventually(lambda: [e for e in core.list_namespaced_event("app", field_selector="involvedObject.name=db")
+                                        .items if e.reason == "EndpointRefused"], what="the tenant told")  # fmt: skip
+    assert SUPER_POD_IP in refused[0].message and refused[0].type == "Warning"
     assert k8s.CoreV1Api(down).read_namespaced_persistent_volume_claim("data", TARGET).metadata.owner_references is None
     assert not _has_namespace(pool.supers[elsewhere], TARGET)
 

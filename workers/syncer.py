@@ -89,6 +89,7 @@ from models.pool.namespaces import OUTSIDE_SYSTEM_NAMESPACES, SYSTEM_NAMESPACES,
 from models.pool.sync import (
     API_VERSIONS,
     SYNCED_KINDS,
+    EndpointGuard,
     copy_for_super,
     copy_stays_here,
     endpoints_of,
@@ -99,6 +100,7 @@ from models.pool.sync import (
     mirror_volume,
     pod_for_super,
     pod_goes_here,
+    refused_endpoints,
     selectorless_services,
     stale_mirrors,
     status_cluster,
@@ -122,6 +124,8 @@ Obj = dict[str, Any]
 PASSING_REFUSALS = ("exceeded quota", "is being terminated")
 # Refusals told to tenants, remembered so that none is told twice: bounded, the oldest forgotten first.
 MAX_REMEMBERED_REFUSALS = 10_000
+# Refused endpoint addresses named in one Event; the rest are counted.
+MAX_SAID_ADDRESSES = 5
 # How long an Ingress copy this syncer applied counts as holding its hosts before its watch event is in.
 INGRESS_CLAIM_SECONDS = 30.0
 Key = tuple[str, str, str, str]  # (tenant, tenant namespace, kind, name)
@@ -292,7 +296,7 @@ class Syncer:
         self._ingress_lock = threading.Lock()
         # (tenant, host) -> when (monotonic) this process applied an Ingress copy holding it, for a while.
         self._ingress_applied: dict[tuple[str, str], float] = {}
-        self._ingress_told: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # bounded
+        self._objects_told: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # bounded
         self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed,
                                        tenant_object_changed=self._tenant_object_changed)  # fmt: skip
         # The copies, by (super namespace, name).
@@ -572,9 +576,13 @@ class Syncer:
             copy = None  # the super cluster's own (endpoints it derived): never deleted, overwritten by a copy
         body: Obj | None = None
         if source is not None:
+            selectorless = self._selectorless(side, tenant_ns, endpoints_of(kind, source))
+            guard = self._endpoint_guard(target) if selectorless else None
             body = copy_for_super(kind, source, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
-                                  selectorless_services=self._selectorless(side, tenant_ns, endpoints_of(kind, source)),
+                                  selectorless_services=selectorless, endpoints=guard,
                                   quota=self._quota_share(side, tenant_ns) if kind == "ResourceQuota" else None)  # fmt: skip
+            if body is not None and guard is not None and (refused := refused_endpoints(kind, source, guard)):
+                self._tell_endpoints_refused(side, tenant_ns, kind, source, refused)
         if body is not None and kind == "Ingress":
             self._sync_ingress(side, tenant_ns, target, source or {}, copy, body)
         elif body is not None:
@@ -613,14 +621,42 @@ class Syncer:
         said = ", ".join(f"{host} (held by another tenant)" for host in sorted(taken))
         told = (side.name, tenant_ns, source.get("metadata", {}).get("name") or "", said)
         with self._lock:
-            if told in self._ingress_told:
+            if told in self._objects_told:
                 return
-            self._ingress_told[told] = None
-            while len(self._ingress_told) > MAX_REMEMBERED_REFUSALS:
-                self._ingress_told.popitem(last=False)
+            self._objects_told[told] = None
+            while len(self._objects_told) > MAX_REMEMBERED_REFUSALS:
+                self._objects_told.popitem(last=False)
         record_event(side.api, {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": source.get("metadata") or {}},
                      reason="IngressHostTaken", message=f"not copied to super cluster {self.cluster}: {said}",
                      warning=True)  # fmt: skip
+
+    def _endpoint_guard(self, target: str) -> EndpointGuard:
+        """What a tenant's own endpoints in super namespace `target` may name: the super cluster's networks
+        and every other namespace's pods are out of bounds; the pods of `target` itself are its own."""
+        own: list[str] = []
+        others: list[str] = []
+        for pod in self._copies[POD].values():
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip:
+                (own if _named(pod)[0] == target else others).append(str(ip))
+        return EndpointGuard.of(networks=[*self.nodes.networks(), *others], own=own)
+
+    def _tell_endpoints_refused(self, side: _TenantSide, tenant_ns: str, kind: str, source: Obj,
+                                refused: list[str]) -> None:  # fmt: skip
+        """A Warning on the tenant's object, once per set of refused addresses (bounded, as the Ingress's)."""
+        said = ", ".join(refused[:MAX_SAID_ADDRESSES]) + (f" and {len(refused) - MAX_SAID_ADDRESSES} more"
+                                                           if len(refused) > MAX_SAID_ADDRESSES else "")  # fmt: skip
+        told = (side.name, tenant_ns, f"{kind}/{source.get('metadata', {}).get('name') or ''}", said)
+        with self._lock:
+            if told in self._objects_told:
+                return
+            self._objects_told[told] = None
+            while len(self._objects_told) > MAX_REMEMBERED_REFUSALS:
+                self._objects_told.popitem(last=False)
+        record_event(side.api, {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": source.get("metadata") or {}},
+                     reason="EndpointRefused", warning=True,
+                     message=f"not copied to super cluster {self.cluster}: {said} (its pods' or nodes' networks, "
+                             "not this namespace's pods)")  # fmt: skip
 
     def _quota_share(self, side: _TenantSide, tenant_ns: str) -> QuotaShare | None:
         """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement

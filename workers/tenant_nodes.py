@@ -46,10 +46,19 @@ REMOVE_TIMEOUT_SECONDS = 10
 
 
 def _node_kept(obj: Obj) -> Obj:
-    """What is read of a node: its name, labels and the status a virtual node shows."""
-    status = obj.get("status") or {}
+    """What is read of a node: its name, labels and the status a virtual node shows; of a super cluster's
+    node, its networks too (which a tenant's own endpoints may not name: models/pool/sync.py EndpointGuard)."""
+    status, spec = obj.get("status") or {}, obj.get("spec") or {}
     return {"metadata": {"name": obj["metadata"]["name"], "labels": obj["metadata"].get("labels") or {}},
-            "status": {k: status[k] for k in ("capacity", "allocatable", "nodeInfo") if k in status}}  # fmt: skip
+            "spec": {k: spec[k] for k in ("podCIDR", "podCIDRs") if k in spec},
+            "status": {k: status[k] for k in ("capacity", "allocatable", "nodeInfo", "addresses") if k in status}}  # fmt: skip
+
+
+def node_networks(node: Obj) -> list[str]:
+    """A node's pod CIDRs and addresses (its name among them, which parses as no network)."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    return [*(spec.get("podCIDRs") or []), *([spec["podCIDR"]] if spec.get("podCIDR") else []),
+            *(str(a.get("address")) for a in status.get("addresses") or [] if isinstance(a, dict))]  # fmt: skip
 
 
 def _name(obj: Obj) -> str:
@@ -129,6 +138,10 @@ class TenantNodes:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat_loop, name=f"syncer-{cluster}-nodes", daemon=True)
+
+    def networks(self) -> list[str]:
+        """The super cluster's nodes' pod CIDRs and addresses, as last listed."""
+        return [network for node in self._physical.values() for network in node_networks(node)]
 
     def start(self) -> TenantNodes:
         self._informer.start()

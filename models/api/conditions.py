@@ -95,6 +95,7 @@ EventReason = Literal[
     "ProviderReportedForeignIP",  # a copy's status named an address outside its provider's PodCIDR: not shown
     "ReflectedEventsDropped",  # more Events about a copy than a pod's budget: the rest counted, not shown
     "IngressHostTaken",  # a tenant's Ingress asks for a host another tenant's copy holds in a super cluster
+    "EndpointRefused",  # a tenant's own endpoints name an address of a super cluster's networks not its own
 ]
 
 # Every reason a tidepool Event may carry: what a condition says, or a moment.

@@ -7,8 +7,9 @@ it never carries what the tenant's API server or controllers allocated: uid, res
 managedFields, ownerReferences (owners that exist only in the tenant), status, the tenant's cluster IPs
 and node ports, a PVC's volumeName (a volume of the tenant's) and the binding annotations of its PV
 controller, the nodeName and targetRef of endpoints (the tenant's nodes and pods). Endpoints and
-EndpointSlices go down only for Services without a selector: a Service with one gets its endpoints from
-the super cluster's own controllers, from the pods that run there.
+EndpointSlices go down only for Services without a selector (a Service with one gets its endpoints from
+the super cluster's own controllers, from the pods that run there), with only the addresses EndpointGuard
+allows: outside the super cluster, or the namespace's own pods.
 
 Up, from one cluster per namespace (status_cluster): a LoadBalancer Service's ingress addresses and a
 PVC's binding (through a mirrored PersistentVolume that the tenant's own PV controller binds, so that it
@@ -27,7 +28,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 from typing import Any
 
 from models.enforcement import pod_security_labels
@@ -72,6 +75,53 @@ DERIVED_SLICE_MANAGERS = {"endpointslice-controller.k8s.io", "endpointslicemirro
 MIRROR_DRIVER = "pool.tidepool.io"
 
 
+@dataclass(frozen=True)
+class EndpointGuard:
+    """Where a tenant's own endpoints (a Service without a selector) may send traffic in a super cluster.
+    Anywhere outside it (a database on a VM: what such Services are for), and to the pods of the namespace's
+    own copy; never into the super cluster's networks otherwise: its nodes' pod CIDRs and addresses, and the
+    other namespaces' pods, which are other tenants' (CVE-2021-25740: an endpoint is a route a load balancer
+    or ingress controller follows on the tenant's behalf)."""
+
+    networks: tuple[IPv4Network | IPv6Network, ...] = ()
+    own: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, *, networks: Iterable[str], own: Iterable[str]) -> EndpointGuard:
+        """From the super cluster's pod CIDRs and addresses (an address is a one-address network); whatever
+        does not parse as one is left out."""
+        parsed = []
+        for network in networks:
+            try:
+                parsed.append(ip_network(network, strict=False))
+            except ValueError:
+                continue
+        return cls(networks=tuple(parsed), own=frozenset(own))
+
+    def allows(self, address: object) -> bool:
+        if not isinstance(address, str):
+            return False
+        if address in self.own:
+            return True
+        try:
+            ip = ip_address(address)
+        except ValueError:
+            return False  # the tenant's API server validated it: not an address the super cluster takes either
+        return not any(ip in network for network in self.networks)
+
+
+def refused_endpoints(kind: str, obj: Mapping[str, Any], guard: EndpointGuard) -> list[str]:
+    """The addresses of a tenant's Endpoints or EndpointSlice that `guard` does not allow, sorted."""
+    if kind == "Endpoints":
+        found = [a.get("ip") for subset in obj.get("subsets") or [] for key in ("addresses", "notReadyAddresses")
+                 for a in subset.get(key) or [] if isinstance(a, Mapping)]  # fmt: skip
+    elif kind == "EndpointSlice":
+        found = [ip for e in obj.get("endpoints") or [] if isinstance(e, Mapping) for ip in e.get("addresses") or []]
+    else:
+        return []
+    return sorted({str(ip) for ip in found if not guard.allows(ip)})
+
+
 def in_scope(placement: Mapping[str, int], cluster: str, *, pooling: bool, scheduled: Mapping[str, int],
              draining: Mapping[str, int]) -> bool:  # fmt: skip
     """With the SuperClusterPooling gate, a namespace goes only to the clusters of its placement, and
@@ -97,10 +147,12 @@ def copy_stays_here(moved_from: str | None, cluster: str, *, pooling: bool) -> b
 
 def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namespace: str, tenant_namespace: str,
                    selectorless_services: frozenset[str] = frozenset(),
-                   quota: QuotaShare | None = None) -> dict[str, Any] | None:  # fmt: skip
+                   quota: QuotaShare | None = None, endpoints: EndpointGuard | None = None) -> dict[str, Any] | None:  # fmt: skip
     """The object as the super cluster gets it, or None when it is not copied. `selectorless_services`:
-    the names of the namespace's Services without a selector, whose endpoints are copied; `quota`: the
-    share of the namespace's quota held there (a ResourceQuota's copy holds it), None for the whole."""
+    the names of the namespace's Services without a selector, whose endpoints are copied, with only the
+    addresses `endpoints` allows (refused_endpoints says which it does not); `quota`: the share of the
+    namespace's quota held there (a ResourceQuota's copy holds it), None for the whole."""
+    guard = endpoints or EndpointGuard()
     meta = obj.get("metadata") or {}
     if meta.get("name") in SKIPPED.get(kind, set()):
         return None
@@ -139,12 +191,14 @@ def copy_for_super(kind: str, obj: dict[str, Any], *, tenant: str, target_namesp
         spec.pop("volumeName", None)  # the super cluster binds its copy to a volume of its own
         body["spec"] = spec
     elif kind == "Endpoints":
-        body["subsets"] = [{key: [_address(a) for a in subset[key]] if key.endswith("ddresses") else subset[key]
-                            for key in subset} for subset in obj.get("subsets") or []]  # fmt: skip
+        body["subsets"] = [{key: [_address(a) for a in subset[key] if guard.allows(a.get("ip"))]
+                            if key.endswith("ddresses") else subset[key] for key in subset}
+                           for subset in obj.get("subsets") or []]  # fmt: skip
     elif kind == "EndpointSlice":
         body["addressType"] = obj["addressType"]
         body["endpoints"] = [{k: v for k, v in e.items() if k not in ("nodeName", "targetRef", "zone", "hints")}
-                             for e in obj.get("endpoints") or []]  # fmt: skip
+                             for e in obj.get("endpoints") or []
+                             if all(guard.allows(ip) for ip in e.get("addresses") or [])]  # fmt: skip
         body["ports"] = obj.get("ports") or []
     elif kind in WHOLE_SPEC:
         body["spec"] = spec

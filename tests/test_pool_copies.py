@@ -604,24 +604,39 @@ def test_the_first_tenant_keeps_a_host_and_a_tenant_never_blocks_itself() -> Non
     assert taken_hosts(frozenset({"shop.example.com", "*.apps.example.com"}), tenant="t1", claims=claims) == {}
 
 
-def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving() -> None:
-    from workers.syncer import _tenant_pod_kept
+def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving_until_its_copy_is_made() -> None:
+    from workers.syncer import SPEC_LEFT_OUT, _tenant_pod_kept
 
     def pod(**annotations: str) -> dict[str, Any]:
         return {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
                              "annotations": annotations, "managedFields": [{}]},
-                "spec": {"nodeName": "s2.node-1", "containers": [{"name": "web", "image": "nginx"}]},
+                "spec": {"nodeName": "s2.node-1", "containers": [{"name": "web", "image": "nginx"}],
+                         "initContainers": [{"name": "init", "image": "busybox"}],
+                         "readinessGates": [{"conditionType": "example.com/ready"}]},
                 "status": {"phase": "Running"}}  # fmt: skip
 
-    here = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s1"}), cluster="s1", pooling=True)
-    assert here["spec"]["containers"] and here["status"] == {"phase": "Running"} and "managedFields" not in here["metadata"]
+    def not_copied(_namespace: str, _name: str) -> bool:
+        return False
+
+    here = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s1"}), cluster="s1", pooling=True,
+                            copied=not_copied)  # fmt: skip
+    assert here["spec"]["containers"][0]["image"] == "nginx" and here["status"] == {"phase": "Running"}
+    assert "managedFields" not in here["metadata"] and SPEC_LEFT_OUT not in here
+    # Once its copy is here, the copy holds the spec: the pod keeps what its copy's status is read by.
+    copied = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s1"}), cluster="s1", pooling=True,
+                              copied=lambda namespace, name: (namespace, name) == ("shop", "web"))  # fmt: skip
+    assert copied["spec"] == {"nodeName": "s2.node-1", "containers": [{"name": "web"}],
+                              "initContainers": [{"name": "init"}],
+                              "readinessGates": [{"conditionType": "example.com/ready"}]}  # fmt: skip
+    assert status_shape(copied["spec"]) == status_shape(pod()["spec"]) and copied[SPEC_LEFT_OUT]
+    assert copied["metadata"]["resourceVersion"] == "7" and copied["status"] == {"phase": "Running"}
     leaving = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}),
-                               cluster="s1", pooling=True)  # fmt: skip
+                               cluster="s1", pooling=True, copied=not_copied)  # fmt: skip
     assert leaving["spec"]["containers"]
     for placed in ({"pool.tidepool.io/super-cluster": "s2"}, {}):
         # A tenant's own annotations (up to 256 KiB a pod) are not held by the clusters it does not run on.
         elsewhere = pod(**placed, **{"example.com/blob": "x" * 100_000})
-        kept = _tenant_pod_kept(elsewhere, cluster="s1", pooling=True)
+        kept = _tenant_pod_kept(elsewhere, cluster="s1", pooling=True, copied=not_copied)
         assert kept == {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "annotations": placed},
                         "spec": {"nodeName": "s2.node-1"}}  # fmt: skip
-    assert _tenant_pod_kept(pod(), cluster="s1", pooling=False)["spec"]["containers"]  # without a pool: every pod
+    assert _tenant_pod_kept(pod(), cluster="s1", pooling=False, copied=not_copied)["spec"]["containers"]  # every pod

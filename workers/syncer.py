@@ -47,7 +47,7 @@ from kube.clients import client_from_own_kubeconfig_file
 from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer, Store
-from kube.objects import APPLY, ignore_not_found, read_cluster_object, record_event
+from kube.objects import APPLY, ignore_not_found, raw_json, read_cluster_object, record_event
 from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
@@ -143,16 +143,19 @@ def _trimmed(obj: Obj) -> Obj:
     return obj
 
 
-def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool) -> Obj:
-    """A tenant pod as this cluster's syncer keeps it: whole if it is placed here or moving away from here;
-    otherwise who it is, its placement and the node it is bound to (a virtual node of this cluster outlives a
-    pod's move: workers/tenant_nodes.py), so that a pool of N super clusters keeps each spec once, not N times.
-    The event that places a pod here carries it whole."""
+def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool, copied: Callable[[str, str], bool]) -> Obj:
+    """A tenant pod as this cluster's syncer keeps it. Placed here or moving away from here: whole until its copy
+    exists (`copied(namespace, name)`), then without the spec but what reading the copy's status takes
+    (_spec_left_out: a spec is half a pod, and the copy holds it); a copy that goes is made again from the pod
+    read anew. Otherwise who it is, its placement and the node it is bound to (a virtual node of this cluster
+    outlives a pod's move: workers/tenant_nodes.py), so that a pool of N super clusters keeps each spec once,
+    not N times. The event that places a pod here carries it whole."""
     kept = _trimmed(pod)
     annotations = _annotations(kept)
     if pod_goes_here(annotations.get(POD_CLUSTER_ANNOTATION), cluster, pooling=pooling) or copy_stays_here(
             annotations.get(MOVED_FROM_ANNOTATION), cluster, pooling=pooling):  # fmt: skip
-        return kept
+        meta = kept.get("metadata") or {}
+        return _spec_left_out(kept) if copied(meta.get("namespace") or "", meta.get("name") or "") else kept
     meta = kept.get("metadata") or {}
     # No resourceVersion: another cluster's status pushes on it then change nothing kept, and wake nothing here.
     # Of its annotations, the pool's two placement ones: a tenant's own are up to 256 KiB a pod, held N times.
@@ -162,12 +165,32 @@ def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool) -> Obj:
             "spec": {"nodeName": (kept.get("spec") or {}).get("nodeName")}}  # fmt: skip
 
 
+# Marks a tenant pod kept without its spec (a key no API object has).
+SPEC_LEFT_OUT = "tidepool:specLeftOut"
+
+
+def _spec_left_out(pod: Obj) -> Obj:
+    """A pod without its spec, but its node and what the status read from its copy is shaped by
+    (models/pods.py status_shape)."""
+    spec = pod.get("spec") or {}
+    pod["spec"] = {"nodeName": spec.get("nodeName"), "readinessGates": spec.get("readinessGates") or [],
+                   **{key: [{"name": c.get("name")} for c in spec.get(key) or [] if isinstance(c, dict)]
+                      for key in ("containers", "initContainers")}}  # fmt: skip
+    pod[SPEC_LEFT_OUT] = True
+    return pod
+
+
 def _copy_kept(pod: Obj) -> Obj:
-    """Of a pod's copy, what the syncer reads: who it is, where it runs and its status (its spec is the
-    tenant pod's, held on that side already)."""
-    kept = _trimmed(pod)
-    kept["spec"] = {"nodeName": (pod.get("spec") or {}).get("nodeName")}
-    return kept
+    """Of a pod's copy, what the syncer reads: who it is (of its labels, whose copy: the tenant's own are on
+    the tenant's pod), where it runs and its status (its spec is the tenant pod's, held on that side already)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+                         if k in meta}
+                        | {"labels": {k: labels[k] for k in (LABEL_MANAGED_BY, LABEL_TENANT, LABEL_TENANT_NAMESPACE)
+                                      if k in labels}},
+            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+            "status": pod.get("status") or {}}  # fmt: skip
 
 
 def _labels(obj: Obj) -> dict[str, str]:
@@ -208,7 +231,8 @@ class _TenantSide:
             _informer(f"{prefix}-mirrors", self.mirrors, self.up.list_persistent_volume, label_selector=mirrored),
             _informer(f"{prefix}-pods", self.sources[POD], self.up.list_pod_for_all_namespaces,
                       field_selector=OUTSIDE_SYSTEM_NAMESPACES,
-                      transform=partial(_tenant_pod_kept, cluster=syncer.cluster, pooling=syncer.pooling)),
+                      transform=partial(_tenant_pod_kept, cluster=syncer.cluster, pooling=syncer.pooling,
+                                        copied=partial(syncer.has_copy, tenant))),
             *(_informer(f"{prefix}-{kind.lower()}", self.sources[kind], self.apis.list_all(kind),
                         field_selector=OUTSIDE_SYSTEM_NAMESPACES) for kind in SYNCED_KINDS),
         ]  # fmt: skip
@@ -238,6 +262,15 @@ class _TenantSide:
                     return
         self._synced.set()
         syncer.queue.add_all(list(syncer.everything_of(self.name)))
+
+    def read_pod(self, namespace: str, name: str) -> Obj | None:
+        """A pod read whole from the tenant's API server, as its informer would keep it; None if gone."""
+        try:
+            return _trimmed(raw_json(self.up.read_namespaced_pod(name, namespace, _preload_content=False)))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
 
     def everything(self) -> Iterator[Key]:
         yield from ((self.name, name, NAMESPACE, "") for name in self.namespaces.keys())
@@ -317,6 +350,10 @@ class Syncer:
         self._thread = threading.Thread(target=self._resync_loop, name=f"syncer-{cluster}", daemon=True)
         self.nodes = TenantNodes(super_cluster=super_cluster, cluster=cluster, address=kubelet_address,
                                  copies_of=self._pod_copies_of)  # fmt: skip
+
+    def has_copy(self, tenant: str, tenant_ns: str, name: str) -> bool:
+        """Whether a tenant pod's copy is here (as this syncer last saw)."""
+        return self._copies[POD].get((super_cluster_namespace(tenant, tenant_ns), name)) is not None
 
     def _pod_copies_of(self, tenant: str) -> list[Obj]:
         return [copy for copy in self._copies[POD].values() if (_origin(copy) or ("",))[0] == tenant]
@@ -752,6 +789,10 @@ class Syncer:
             else:
                 ignore_not_found(side.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
         elif copy is None:
+            if pod.get(SPEC_LEFT_OUT):  # its copy went: made again from the pod as it is now
+                pod = side.read_pod(tenant_ns, name)
+                if pod is None:
+                    return  # gone meanwhile: its deletion's event comes
             try:
                 self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,

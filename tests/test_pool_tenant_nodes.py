@@ -7,7 +7,6 @@ API refuses anyone but the tenant's API server; and the node goes once no pod of
 from __future__ import annotations
 
 import datetime
-import socket
 import ssl
 import subprocess
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from deploy.localenv.env import EnvState
 from kube.lease import NODE_LEASE_NAMESPACE, NODE_LEASE_RENEW_SECONDS
 from models.names import LABEL_SUPER_CLUSTER, POD_CLUSTER_ANNOTATION, tenant_node_name
 from models.pool.tenant_nodes import NODE_UNUSED_GRACE_SECONDS
-from tests.kube import client_certificate
+from tests.kube import client_certificate, kubelet_get
 from tests.pool import running_pool
 from tests.running import eventually
 
@@ -44,20 +43,6 @@ def _kubelet_endpoint(node: k8s.V1Node) -> tuple[str, int]:
 def _directory(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _kubelet_get(endpoint: tuple[str, int], certificate: tuple[Path, Path], path: str) -> bytes:
-    """The status line a GET with this client certificate gets; ConnectionError when the TLS handshake
-    refused the certificate (TLS 1.3 says so only at the first read)."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    context.load_cert_chain(*certificate)
-    with socket.create_connection(endpoint, timeout=10) as raw, context.wrap_socket(raw) as tls:
-        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        answer = tls.recv(1024)
-    if not answer:
-        raise ConnectionError("closed without an answer")
-    return answer.split(b"\r\n", 1)[0]
 
 
 async def test_a_running_tenant_pod_is_on_a_ready_virtual_node_and_kubectl_logs_and_exec_reach_its_copy(
@@ -109,10 +94,10 @@ async def test_a_running_tenant_pod_is_on_a_ready_virtual_node_and_kubectl_logs_
         endpoint = _kubelet_endpoint(core.read_node(node_name))
         logs_path = "/containerLogs/shop/web/web"
         nobody = client_certificate(pool.tenant, _directory(tmp_path / "tenant"), user="mallory", group="tenants")
-        assert _kubelet_get(endpoint, nobody, logs_path) == b"HTTP/1.1 403 Forbidden"
+        assert kubelet_get(endpoint, logs_path, nobody) == b"HTTP/1.1 403 Forbidden"
         stranger = client_certificate(super_cluster, _directory(tmp_path / "super"), user="admin", group="system:masters")
         with pytest.raises((ssl.SSLError, ConnectionError)):
-            _kubelet_get(endpoint, stranger, logs_path)
+            kubelet_get(endpoint, logs_path, stranger)
 
         # The heartbeat: its Lease is renewed.
         leases = k8s.CoordinationV1Api(api)

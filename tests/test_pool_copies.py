@@ -605,7 +605,7 @@ def test_the_first_tenant_keeps_a_host_and_a_tenant_never_blocks_itself() -> Non
 
 
 def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving_until_its_copy_is_made() -> None:
-    from workers.syncer import SPEC_LEFT_OUT, _tenant_pod_kept
+    from workers.syncer import PACKED_STATUS, SPEC_LEFT_OUT, _copy_kept, _status, _tenant_pod_kept
 
     def pod(**annotations: str) -> dict[str, Any]:
         return {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
@@ -629,7 +629,20 @@ def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving_unti
                               "initContainers": [{"name": "init"}],
                               "readinessGates": [{"conditionType": "example.com/ready"}]}  # fmt: skip
     assert status_shape(copied["spec"]) == status_shape(pod()["spec"]) and copied[SPEC_LEFT_OUT]
-    assert copied["metadata"]["resourceVersion"] == "7" and copied["status"] == {"phase": "Running"}
+    assert copied["metadata"]["resourceVersion"] == "7" and "status" not in copied and PACKED_STATUS in copied
+    assert _status(copied) == {"phase": "Running"} == _status(here)
+    # Its copy: whose copy it is, where it runs, its status; none of the tenant's labels (on the tenant's pod).
+    copy = _copy_kept({"metadata": {"name": "web", "namespace": "t-shop", "uid": "c1", "resourceVersion": "9",
+                                    "labels": {"app": "web", "app.kubernetes.io/managed-by": "tidepool",
+                                               "pool.tidepool.io/tenant": "t",
+                                               "pool.tidepool.io/tenant-namespace": "shop"},
+                                    "annotations": {"example.com/blob": "x" * 1000}},
+                       "spec": {"nodeName": "s1-node", "containers": [{"name": "web", "image": "nginx"}]},
+                       "status": {"phase": "Running", "podIP": "10.0.0.5"}})  # fmt: skip
+    assert copy["metadata"] == {"name": "web", "namespace": "t-shop", "uid": "c1", "resourceVersion": "9",
+                                "labels": {"app.kubernetes.io/managed-by": "tidepool", "pool.tidepool.io/tenant": "t",
+                                           "pool.tidepool.io/tenant-namespace": "shop"}}  # fmt: skip
+    assert copy["spec"] == {"nodeName": "s1-node"} and _status(copy) == {"phase": "Running", "podIP": "10.0.0.5"}
     leaving = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}),
                                cluster="s1", pooling=True, copied=not_copied)  # fmt: skip
     assert leaving["spec"]["containers"]

@@ -30,6 +30,7 @@ its logs, exec and port-forward."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import threading
@@ -165,19 +166,33 @@ def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool, copied: Callable[
             "spec": {"nodeName": (kept.get("spec") or {}).get("nodeName")}}  # fmt: skip
 
 
-# Marks a tenant pod kept without its spec (a key no API object has).
+# Keys no API object has: a tenant pod kept without its spec; a status kept as its JSON text.
 SPEC_LEFT_OUT = "tidepool:specLeftOut"
+PACKED_STATUS = "tidepool:statusJson"
 
 
 def _spec_left_out(pod: Obj) -> Obj:
     """A pod without its spec, but its node and what the status read from its copy is shaped by
-    (models/pods.py status_shape)."""
+    (models/pods.py status_shape); its status packed."""
     spec = pod.get("spec") or {}
     pod["spec"] = {"nodeName": spec.get("nodeName"), "readinessGates": spec.get("readinessGates") or [],
                    **{key: [{"name": c.get("name")} for c in spec.get(key) or [] if isinstance(c, dict)]
                       for key in ("containers", "initContainers")}}  # fmt: skip
     pod[SPEC_LEFT_OUT] = True
+    return _packed(pod)
+
+
+def _packed(pod: Obj) -> Obj:
+    """A pod whose status is kept as its JSON text: a third of the parsed dicts and lists (a status is most of
+    a pod, and read only when one is pushed); _status reads it."""
+    pod[PACKED_STATUS] = json.dumps(pod.pop("status", None) or {}, separators=(",", ":"))
     return pod
+
+
+def _status(pod: Obj) -> dict[str, Any]:
+    packed = pod.get(PACKED_STATUS)
+    found = json.loads(packed) if packed is not None else pod.get("status")
+    return found if isinstance(found, dict) else {}
 
 
 def _copy_kept(pod: Obj) -> Obj:
@@ -185,12 +200,11 @@ def _copy_kept(pod: Obj) -> Obj:
     the tenant's pod), where it runs and its status (its spec is the tenant pod's, held on that side already)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-                         if k in meta}
-                        | {"labels": {k: labels[k] for k in (LABEL_MANAGED_BY, LABEL_TENANT, LABEL_TENANT_NAMESPACE)
-                                      if k in labels}},
-            "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-            "status": pod.get("status") or {}}  # fmt: skip
+    return _packed({"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+                                 if k in meta}
+                                | {"labels": {k: labels[k] for k in (LABEL_MANAGED_BY, LABEL_TENANT, LABEL_TENANT_NAMESPACE)
+                                              if k in labels}},
+                    "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")}, "status": pod.get("status")})  # fmt: skip
 
 
 def _labels(obj: Obj) -> dict[str, str]:
@@ -673,7 +687,7 @@ class Syncer:
         own: list[str] = []
         others: list[str] = []
         for pod in self._copies[POD].values():
-            ip = (pod.get("status") or {}).get("podIP")
+            ip = _status(pod).get("podIP")
             if ip:
                 (own if _named(pod)[0] == target else others).append(str(ip))
         return EndpointGuard.of(networks=[*self.nodes.networks(), *others], own=own)
@@ -804,8 +818,8 @@ class Syncer:
                 elif not already_exists(e):
                     raise  # tried again after a backoff
         else:
-            status = copied_status(copy.get("status") or {}, shape=status_shape(pod.get("spec") or {}))
-            if not says(pod.get("status"), status):  # the pool's own condition on the pod is no difference
+            status = copied_status(_status(copy), shape=status_shape(pod.get("spec") or {}))
+            if not says(_status(pod), status):  # the pool's own condition on the pod is no difference
                 self._push_status(side, pod, tenant_ns, status)
             self.nodes.bind(side.name, pod, copy)  # after the status: a node not shown yet holds no status back
 
@@ -818,7 +832,7 @@ class Syncer:
         at each pass costs one refused create, and a pod the rules allow later, or that moves, runs then)."""
         status = refused_status(cluster=self.cluster, why=why, now=format_rfc3339(utcnow()))
         told = (side.name, pod["metadata"].get("uid") or "")
-        if says(pod.get("status"), status) or self._refusals_told.get(told) == why:
+        if says(_status(pod), status) or self._refusals_told.get(told) == why:
             return  # said already (the Store may not have seen that write yet when the pod comes round again)
         side.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
         record_event(side.api, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},

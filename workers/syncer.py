@@ -53,6 +53,7 @@ from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
 from models.api import SuperCluster
+from models.api.conditions import Reason
 from models.enforcement import status_message
 from models.names import (
     API_VERSION,
@@ -670,16 +671,22 @@ class Syncer:
                     self._ingress_applied.update(dict.fromkeys(((side.name, host) for host in hosts), now))
                 return
         said = ", ".join(f"{host} (held by another tenant)" for host in sorted(taken))
-        told = (side.name, tenant_ns, source.get("metadata", {}).get("name") or "", said)
+        self._tell_once(side, tenant_ns, "Ingress", source, "IngressHostTaken",
+                        f"not copied to super cluster {self.cluster}: {said}")  # fmt: skip
+
+    def _tell_once(self, side: _TenantSide, tenant_ns: str, kind: str, source: Obj, reason: Reason,
+                   message: str) -> None:  # fmt: skip
+        """A Warning on a tenant's object about what of it was not copied: once per message (bounded), not at
+        every pass."""
+        told = (side.name, tenant_ns, f"{kind}/{source.get('metadata', {}).get('name') or ''}", message)
         with self._lock:
             if told in self._objects_told:
                 return
             self._objects_told[told] = None
             while len(self._objects_told) > MAX_REMEMBERED_REFUSALS:
                 self._objects_told.popitem(last=False)
-        record_event(side.api, {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": source.get("metadata") or {}},
-                     reason="IngressHostTaken", message=f"not copied to super cluster {self.cluster}: {said}",
-                     warning=True)  # fmt: skip
+        record_event(side.api, {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": source.get("metadata") or {}},
+                     reason=reason, message=message, warning=True)  # fmt: skip
 
     def _endpoint_guard(self, target: str) -> EndpointGuard:
         """What a tenant's own endpoints in super namespace `target` may name: the super cluster's networks
@@ -694,20 +701,11 @@ class Syncer:
 
     def _tell_endpoints_refused(self, side: _TenantSide, tenant_ns: str, kind: str, source: Obj,
                                 refused: list[str]) -> None:  # fmt: skip
-        """A Warning on the tenant's object, once per set of refused addresses (bounded, as the Ingress's)."""
         said = ", ".join(refused[:MAX_SAID_ADDRESSES]) + (f" and {len(refused) - MAX_SAID_ADDRESSES} more"
                                                            if len(refused) > MAX_SAID_ADDRESSES else "")  # fmt: skip
-        told = (side.name, tenant_ns, f"{kind}/{source.get('metadata', {}).get('name') or ''}", said)
-        with self._lock:
-            if told in self._objects_told:
-                return
-            self._objects_told[told] = None
-            while len(self._objects_told) > MAX_REMEMBERED_REFUSALS:
-                self._objects_told.popitem(last=False)
-        record_event(side.api, {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": source.get("metadata") or {}},
-                     reason="EndpointRefused", warning=True,
-                     message=f"not copied to super cluster {self.cluster}: {said} (its pods' or nodes' networks, "
-                             "not this namespace's pods)")  # fmt: skip
+        self._tell_once(side, tenant_ns, kind, source, "EndpointRefused",
+                        f"not copied to super cluster {self.cluster}: {said} (its pods' or nodes' networks, not "
+                        "this namespace's pods)")  # fmt: skip
 
     def _quota_share(self, side: _TenantSide, tenant_ns: str) -> QuotaShare | None:
         """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement

@@ -3,21 +3,20 @@ the client works on after."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from kubernetes import client as k8s
 
 from kube import clients
 from kube.clients import close_idle_connections
+from tests.http import JsonAnswers, serving
 
 pytestmark = [pytest.mark.steady]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonAnswers):
     protocol_version = "HTTP/1.1"  # keep-alive, as the API server
     opened: set[int] = set()  # client ports whose connection the server still holds
 
@@ -29,23 +28,14 @@ class _Handler(BaseHTTPRequestHandler):
         _Handler.opened.discard(self.client_address[1])
         super().finish()
 
-    def do_GET(self) -> None:
-        body = b'{"kind": "NamespaceList", "items": [], "metadata": {}}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None: ...
+    def answer(self, path: str) -> bytes:
+        return b'{"kind": "NamespaceList", "items": [], "metadata": {}}'
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(_Handler) as url:
+        yield url
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 5) -> bool:

@@ -6,9 +6,7 @@ tenant's part of the pass, with the field and the rule said on its Tenant, and n
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -17,34 +15,26 @@ from kubernetes import client as k8s
 from activities.pool import Books, PoolActivities, TenantView, _read, _unreachable
 from kube.metadata import MalformedObject
 from models.pool.result import PoolPassResult
+from tests.http import JsonAnswers, serving
 
 pytestmark = [pytest.mark.pool, pytest.mark.tenants]
 
 GOOD_META = {"name": "web", "namespace": "shop", "uid": "u-1", "creationTimestamp": "2026-11-27T10:00:00Z"}
 
 
-class _Tenant(BaseHTTPRequestHandler):
+class _Tenant(JsonAnswers):
     """Answers every GET with the body the test set for its path (without the query)."""
 
     bodies: dict[str, bytes] = {}
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
-        body = self.bodies.get(self.path.split("?")[0], b'{"kind": "List", "items": []}')
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None: ...
+    def answer(self, path: str) -> bytes:
+        return self.bodies.get(path.split("?")[0], b'{"kind": "List", "items": []}')
 
 
 @pytest.fixture
 def tenant() -> Iterator[TenantView]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Tenant)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield TenantView("t3", k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")))
-    httpd.shutdown()
+    with serving(_Tenant) as url:
+        yield TenantView("t3", k8s.ApiClient(k8s.Configuration(host=url)))
     _Tenant.bodies = {}
 
 

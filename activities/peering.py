@@ -63,6 +63,7 @@ from models.names import (
     ADVERTISEMENTS,
     CLUSTER_CONFIG_NAME,
     CLUSTER_CONFIGS,
+    FORCE_UNPEER_ANNOTATION,
     FOREIGN_CLEANUP_FINALIZER,
     LABEL_MANAGED_BY,
     LABEL_PROVIDER,
@@ -129,15 +130,19 @@ class PeeringActivities:
             return ClusterConfig.from_kubernetes({"metadata": {"name": CLUSTER_CONFIG_NAME}, "spec": {}}), 0
         return ClusterConfig.from_kubernetes(obj), int(obj["metadata"].get("generation", 0))
 
-    def _live_peering_request(self, name: str | None) -> tuple[bool, dict[str, Any] | None]:
-        """Whether the peering's PeeringRequest is gone (deleted or being deleted), and the request while
-        it lives. A peering started from the CLI without one is never gone: only a signal withdraws it."""
+    def _live_peering_request(self, name: str | None) -> tuple[bool, dict[str, Any] | None, bool]:
+        """Whether the peering's PeeringRequest is gone (deleted or being deleted), the request while it
+        lives, and whether its deletion is forced (`tidepool unpeer --force` marks it before deleting it: a push
+        that reads the deletion first must not start the withdrawal that waits on the consumer). A peering
+        started from the CLI without one is never gone: only a signal withdraws it."""
         if name is None:
-            return False, None
+            return False, None, False
         obj = read_cluster_object(self._home, PEERING_REQUESTS, name)
-        if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return True, None
-        return False, obj
+        if obj is None:
+            return True, None, False
+        if obj["metadata"].get("deletionTimestamp"):
+            return True, None, FORCE_UNPEER_ANNOTATION in (obj["metadata"].get("annotations") or {})
+        return False, obj, False
 
     def _ensure_finalizer(self, peering_request: dict[str, Any]) -> None:
         """Make the PeeringRequest's deletion wait for our withdrawal (`_release` lets it go)."""
@@ -160,11 +165,11 @@ class PeeringActivities:
                                              namespace=request.kube_config_ref.namespace)  # fmt: skip
         config, generation = reading_config.result()
         outgoing = config.spec.outgoing
-        gone, peering_request = reading_request.result()
+        gone, peering_request, forced = reading_request.result()
         if peering_request is not None:
             self._ensure_finalizer(peering_request)
         action = decide_push(
-            peering_request_gone=gone, broadcaster_enabled=outgoing.enable_broadcaster,
+            peering_request_gone=gone, forced=forced, broadcaster_enabled=outgoing.enable_broadcaster,
             requested_percentage=request.sharing_percentage, configured_percentage=outgoing.sharing_percentage,
         )  # fmt: skip
         if isinstance(action, Withdraw):

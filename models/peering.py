@@ -50,13 +50,14 @@ PushDecision = Push | Withdraw
 
 def decide_push(
     *, peering_request_gone: bool, broadcaster_enabled: bool, requested_percentage: int | None,
-    configured_percentage: int,
+    configured_percentage: int, forced: bool = False,
 ) -> PushDecision:
     """What a push does, from what it read: a deleted PeeringRequest or a disabled broadcaster withdraws
-    (the request first: its deletion waits for the withdrawal); otherwise the workflow's percentage, if it
-    has one (a signal or an update set it), overrides the ClusterConfig's."""
+    (the request first: its deletion waits for the withdrawal; `forced`, as `tidepool unpeer --force` marked
+    it); otherwise the workflow's percentage, if it has one (a signal or an update set it), overrides the
+    ClusterConfig's."""
     if peering_request_gone:
-        return Withdraw(reason="PeeringRequestDeleted")
+        return Withdraw(reason="Forced" if forced else "PeeringRequestDeleted")
     if not broadcaster_enabled:
         return Withdraw(reason="BroadcasterDisabled")
     return Push(sharing_percentage=configured_percentage if requested_percentage is None else requested_percentage)

@@ -163,6 +163,14 @@ def test_a_foreign_decision_is_hashable_and_reads_garbage_as_none() -> None:
     assert hash(decision) == hash(ForeignDecision(remote_remapped_pod_cidr="10.1.0.0/16"))
 
 
+def test_a_push_that_reads_a_forced_deletion_withdraws_as_forced() -> None:
+    # `tidepool unpeer --force` marks the request before deleting it; a push that reads the deletion before the
+    # watcher's signal arrives must not start the withdrawal that waits on the consumer.
+    decision = decide_push(peering_request_gone=True, forced=True, broadcaster_enabled=True, requested_percentage=None,
+                           configured_percentage=40)  # fmt: skip
+    assert decision == Withdraw(reason="Forced")
+
+
 @pytest.mark.parametrize(
     ("gone", "enabled", "requested", "decision"),
     [pytest.param(True, True, 70, Withdraw(reason="PeeringRequestDeleted"), id="a deleted request withdraws"),

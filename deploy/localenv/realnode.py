@@ -286,7 +286,10 @@ def _wait_ready(node: RealNode, *, cluster: LocalCluster) -> None:
     core = k8s.CoreV1Api(cluster.api_client())
 
     def ready() -> bool:
-        if not _pid(node.directory / "kubelet.pid", node.directory):
+        # By its pid file, or by its arguments: a kubelet read at the instant of its start was once taken for
+        # one that ended, and a second one started beside it (which then failed to bind the first one's port).
+        if not _pid(node.directory / "kubelet.pid", node.directory) and not _processes_with_argument(
+                str(node.directory / "kubelet.yaml")):  # fmt: skip
             raise KubeletExited(f"the kubelet exited ({_ended(node.directory / 'kubelet.pid')}):\n"
                                f"{_tail(node.directory / 'kubelet.log')}")  # fmt: skip
         try:
@@ -316,6 +319,8 @@ def stop_real_node(directory: Path) -> None:
     kubelet_pid = _pid(directory / "kubelet.pid", directory)
     if kubelet_pid:
         stop_process_group(kubelet_pid, timeout=10)
+    for kubelet in _processes_with_argument(str(directory / "kubelet.yaml")):  # one its pid file no longer names
+        _kill(kubelet)
     socket = _containerd_socket(directory)
     containerd_pid = _pid(directory / "containerd.pid", directory)
     if containerd_pid:

@@ -204,7 +204,8 @@ def test_endpoints_the_super_cluster_derives_itself_are_not_copied(kind: str, la
 
 # A super cluster whose nodes' pods are in 10.244.0.0/16, one node at 192.168.5.10; another tenant's pod at
 # 172.30.0.7 (outside the blocks: a CNI of its own); the namespace's own pod copy at 10.244.1.5.
-GUARD = EndpointGuard.of(networks=["10.244.0.0/16", "192.168.5.10", "172.30.0.7", "real-node-1"], own=["10.244.1.5"])
+GUARD = EndpointGuard.of(networks=["10.244.0.0/16", "192.168.5.10", "real-node-1"], own=["10.244.1.5"],
+                         others=["172.30.0.7", "10.244.2.8"])  # fmt: skip
 
 
 @pytest.mark.parametrize(("address", "allowed"), [
@@ -605,7 +606,7 @@ def test_the_first_tenant_keeps_a_host_and_a_tenant_never_blocks_itself() -> Non
 
 
 def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving_until_its_copy_is_made() -> None:
-    from workers.syncer import PACKED_STATUS, SPEC_LEFT_OUT, _copy_kept, _status, _tenant_pod_kept
+    from workers.syncer import PACKED_STATUS, POD_IP, SPEC_LEFT_OUT, _copy_kept, _status, _tenant_pod_kept
 
     def pod(**annotations: str) -> dict[str, Any]:
         return {"metadata": {"name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "7",
@@ -643,6 +644,7 @@ def test_a_syncer_keeps_a_tenant_pod_whole_only_where_it_runs_or_is_leaving_unti
                                 "labels": {"app.kubernetes.io/managed-by": "tidepool", "pool.tidepool.io/tenant": "t",
                                            "pool.tidepool.io/tenant-namespace": "shop"}}  # fmt: skip
     assert copy["spec"] == {"nodeName": "s1-node"} and _status(copy) == {"phase": "Running", "podIP": "10.0.0.5"}
+    assert copy[POD_IP] == "10.0.0.5"
     leaving = _tenant_pod_kept(pod(**{"pool.tidepool.io/super-cluster": "s2", "pool.tidepool.io/moved-from": "s1"}),
                                cluster="s1", pooling=True, copied=not_copied)  # fmt: skip
     assert leaving["spec"]["containers"]

@@ -167,9 +167,11 @@ def _tenant_pod_kept(pod: Obj, *, cluster: str, pooling: bool, copied: Callable[
             "spec": {"nodeName": (kept.get("spec") or {}).get("nodeName")}}  # fmt: skip
 
 
-# Keys no API object has: a tenant pod kept without its spec; a status kept as its JSON text.
+# Keys no API object has: a tenant pod kept without its spec; a status kept as its JSON text; a copy's pod IP
+# beside it (every endpoint guard reads every copy's: unpacking each status there would cost a parse a copy).
 SPEC_LEFT_OUT = "tidepool:specLeftOut"
 PACKED_STATUS = "tidepool:statusJson"
+POD_IP = "tidepool:podIP"
 
 
 def _spec_left_out(pod: Obj) -> Obj:
@@ -205,7 +207,8 @@ def _copy_kept(pod: Obj) -> Obj:
                                  if k in meta}
                                 | {"labels": {k: labels[k] for k in (LABEL_MANAGED_BY, LABEL_TENANT, LABEL_TENANT_NAMESPACE)
                                               if k in labels}},
-                    "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")}, "status": pod.get("status")})  # fmt: skip
+                    "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")}, "status": pod.get("status"),
+                    POD_IP: (pod.get("status") or {}).get("podIP")})  # fmt: skip
 
 
 def _labels(obj: Obj) -> dict[str, str]:
@@ -694,10 +697,9 @@ class Syncer:
         own: list[str] = []
         others: list[str] = []
         for pod in self._copies[POD].values():
-            ip = _status(pod).get("podIP")
-            if ip:
+            if ip := pod.get(POD_IP):
                 (own if _named(pod)[0] == target else others).append(str(ip))
-        return EndpointGuard.of(networks=[*self.nodes.networks(), *others], own=own)
+        return EndpointGuard.of(networks=self.nodes.networks(), own=own, others=others)
 
     def _tell_endpoints_refused(self, side: _TenantSide, tenant_ns: str, kind: str, source: Obj,
                                 refused: list[str]) -> None:  # fmt: skip

@@ -85,9 +85,10 @@ class EndpointGuard:
 
     networks: tuple[IPv4Network | IPv6Network, ...] = ()
     own: frozenset[str] = frozenset()
+    others: frozenset[str] = frozenset()  # the other namespaces' pod IPs: looked up, not scanned as networks
 
     @classmethod
-    def of(cls, *, networks: Iterable[str], own: Iterable[str]) -> EndpointGuard:
+    def of(cls, *, networks: Iterable[str], own: Iterable[str], others: Iterable[str] = ()) -> EndpointGuard:
         """From the super cluster's pod CIDRs and addresses (an address is a one-address network); whatever
         does not parse as one is left out."""
         parsed = []
@@ -96,13 +97,15 @@ class EndpointGuard:
                 parsed.append(ip_network(network, strict=False))
             except ValueError:
                 continue
-        return cls(networks=tuple(parsed), own=frozenset(own))
+        return cls(networks=tuple(parsed), own=frozenset(own), others=frozenset(others))
 
     def allows(self, address: object) -> bool:
         if not isinstance(address, str):
             return False
         if address in self.own:
             return True
+        if address in self.others:
+            return False
         try:
             ip = ip_address(address)
         except ValueError:

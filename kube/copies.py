@@ -61,7 +61,12 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
     for pod in remaining:
         meta = pod.metadata
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
-            ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0)
+            try:  # that pod, not one made under its name since
+                ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0,
+                                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=meta.uid)))  # fmt: skip
+            except ApiException as e:
+                if e.status != 409:
+                    raise
     return Cleaning(deleted=deleted, going=len(remaining))
 
 

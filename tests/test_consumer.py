@@ -296,8 +296,10 @@ async def test_nothing_is_created_before_the_pod_cidr_remapping_and_a_deleted_vi
 
         patch_cluster_object_status(api, ADVERTISEMENTS, advertisement_name(provider), {"remoteRemappedPodCIDR": "None"})
         created = await eventually(lambda: _deployment(api, provider), what="the virtual kubelet Deployment")
-        adv = read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}
-        assert adv["status"]["vkReference"] == {"name": virtual_kubelet_name(provider), "namespace": SYSTEM_NAMESPACE}
+        reference = await eventually(  # written once the Deployment is
+            lambda: ((read_cluster_object(api, ADVERTISEMENTS, advertisement_name(provider)) or {}).get("status") or {})
+            .get("vkReference"), what="the Advertisement's vkReference")  # fmt: skip
+        assert reference == {"name": virtual_kubelet_name(provider), "namespace": SYSTEM_NAMESPACE}
 
         k8s.AppsV1Api(api).delete_namespaced_deployment(virtual_kubelet_name(provider), SYSTEM_NAMESPACE)
         back = await eventually(lambda: (d := _deployment(api, provider)) is not None

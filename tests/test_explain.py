@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -113,8 +113,16 @@ async def test_each_side_explains_its_decisions_from_history_even_after_the_obje
         await eventually(lambda: advertisement()["spec"]["resourceQuota"]["hard"]["cpu"] == "1500m",
                          timeout=30, what="the quarter offered")  # fmt: skip
 
+        async def told(story: Callable[[], Awaitable[Story]], what: str) -> dict[str, list[str]] | None:
+            """The story once it has `what`: the history records the push after the object is written."""
+            entries = _entries(await story())
+            return entries if what in entries else None
+
         # The provider: each offer with its derivation, what changed it, and the consumer's decision.
-        peering = _entries(await explain_peering(temporal_client, home=provider_id, foreign=consumer_id))
+        peering = await eventually(lambda: told(lambda: explain_peering(temporal_client, home=provider_id,
+                                                                        foreign=consumer_id),
+                                                "offered cpu 1500m, memory 3840Mi, pods 27"),
+                                   what="the quarter's offer in the peering's history")  # fmt: skip
         assert peering["offered cpu 3, memory 7680Mi, pods 54"] == HALF
         assert "the foreign cluster's decision: Accepted (WithinMaximum)" in peering
         assert "the ClusterConfig changed: push at once" in peering
@@ -125,7 +133,10 @@ async def test_each_side_explains_its_decisions_from_history_even_after_the_obje
         assert earlier.now[0] == "offer: cpu 3, memory 7680Mi, pods 54"
 
         # The consumer: the admission decision and its inputs, and the offer as the provider derived it.
-        consuming = _entries(await explain_advertisement(temporal_client, home=consumer_id, provider=provider_id))
+        consuming = await eventually(lambda: told(lambda: explain_advertisement(temporal_client, home=consumer_id,
+                                                                                provider=provider_id),
+                                                  "offer seen: cpu 1500m, memory 3840Mi, pods 27"),
+                                     what="the quarter's offer in the advertisement's history")  # fmt: skip
         assert consuming["admission: Accepted (WithinMaximum)"] == [
             "accepted as number 1 of at most 2 (maxAcceptableAdvertisements)",
             consuming["admission: Accepted (WithinMaximum)"][1]]  # fmt: skip

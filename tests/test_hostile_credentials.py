@@ -302,5 +302,6 @@ async def test_an_exec_plugin_in_the_consumers_kubeconfig_is_never_run_by_the_pr
 
     condition = await eventually(ready, timeout=60, what="the PeeringRequest's InvalidCredentials condition")
     assert condition["status"] == "False" and "users[0].user.exec" in condition["message"]
-    assert any("users[0].user.exec" in m for m in _refusals(peered.provider, evil_id).values())
+    await eventually(lambda: any("users[0].user.exec" in m for m in _refusals(peered.provider, evil_id).values()),
+                     what="the InvalidCredentials Event, recorded after the condition")  # fmt: skip
     assert not marker.exists(), "the consumer's exec plugin ran on the provider"

@@ -340,8 +340,8 @@ async def test_a_stopped_super_cluster_is_suspect_then_unreachable_past_the_grac
         versions.add(version())
     assert len(versions) == 1, f"s1 written {len(versions) - 1} times while nothing changed"
 
+    stopped = datetime.now(UTC).replace(microsecond=0)  # before: the stop returns once its processes have ended
     prober.stop("s1")
-    stopped = datetime.now(UTC).replace(microsecond=0)
     # Suspect first: failing, within the grace period, its slices kept (Ready stays True).
     await _never_unreachable_until(prober, "s1", "ProbeFailing", timeout=30)
     suspect = prober.status("s1")

@@ -215,7 +215,7 @@ def _consumer_pod(pod: Obj) -> Obj:
 
 
 def _provider_copy(obj: Obj) -> Obj:
-    return {"metadata": _lean_meta(obj["metadata"], ("name", "namespace", "labels", "annotations", "deletionTimestamp"))}
+    return {"metadata": _lean_meta(obj["metadata"], ("name", "namespace", "uid", "labels", "annotations", "deletionTimestamp"))}
 
 
 def _provider_pod(pod: Obj) -> Obj:
@@ -1167,8 +1167,19 @@ class VirtualKubelet:
             replace(name, namespace, body)
 
     def _delete_remote(self, delete: Any, copy: Obj) -> None:
-        if not copy["metadata"].get("deletionTimestamp"):
-            ignore_not_found(delete, copy["metadata"]["name"], copy["metadata"]["namespace"])
+        """Deletes the copy the cache holds, not whatever has its name now: the provider may have put an object of
+        its own there since (the cache lagging behind), and the uid precondition leaves that one alone."""
+        meta = copy["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        uid = meta.get("uid")
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)) if uid else None
+        try:
+            ignore_not_found(delete, meta["name"], meta["namespace"], body=options)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            log.info("%s/%s: not deleted, it is another object than the copy made under that name", meta["namespace"], meta["name"])
 
     # Teardown -----------------------------------------------------------------------------------------
     def _teardown(self, advertisement: dict[str, Any] | None) -> bool:

@@ -68,15 +68,27 @@ def virtual_kubelet_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": "tidepool-virtual-kubelet",
+                    # Pod Security "restricted", which deploy/base enforces on the namespace, as the worker's pod.
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "virtual-kubelet", "image": settings.image,
                         "command": ["python", "-m", "workers.virtual_kubelet"],
                         "env": [*({"name": k, "value": v} for k, v in env.items()), node_ip],
                         "ports": ports,
+                        # Up once it serves the kubelet API, which it does from its start (the node follows).
+                        "readinessProbe": {"tcpSocket": {"port": "kubelet"}},
+                        # Its caches grow with the offloaded pods (docs/benchmarks.md: bytes per copy).
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}},
                         "volumeMounts": [{"name": "provider-kubeconfig", "mountPath": PROVIDER_KUBECONFIG_DIR,
-                                          "readOnly": True}],
+                                          "readOnly": True},
+                                         # The kubelet API's certificate is loaded from a private temporary file.
+                                         {"name": "tmp", "mountPath": "/tmp"}],
                     }],
-                    "volumes": [{"name": "provider-kubeconfig", "secret": {"secretName": kubeconfig_secret}}],
+                    "volumes": [{"name": "provider-kubeconfig", "secret": {"secretName": kubeconfig_secret}},
+                                {"name": "tmp", "emptyDir": {}}],
                 },
             },
         },

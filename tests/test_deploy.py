@@ -60,6 +60,7 @@ from models.names import (
     service_account_subject,
 )
 from models.resources import Resources
+from models.virtual_kubelet import virtual_kubelet_deployment
 from tests.kube import create_namespace, create_node, create_pod, wait_for
 from workers.pool_health import HealthProber
 
@@ -220,6 +221,22 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
         assert dry.returncode == 0, f"{overlay}: {dry.stderr}"
     real = kubectl("apply", "--server-side", "-f", "-", kubeconfig=kubeconfig, stdin=render("self-hosted"))
     assert real.returncode == 0, real.stderr
+
+    # Pod Security "restricted" holds the namespace: the worker's pod and a virtual kubelet's are admitted (a dry
+    # run: no kubelet here), a pod that may escalate is not.
+    core = k8s.CoreV1Api(cluster.api_client())
+    worker = next(d for d in yaml.safe_load_all(render("self-hosted")) if d and d["kind"] == "Deployment")
+    virtual_kubelet = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                                 kubeconfig_secret="k")  # fmt: skip
+    for deployment in (worker, virtual_kubelet):
+        template = deployment["spec"]["template"]
+        core.create_namespaced_pod(SYSTEM_NAMESPACE, k8s.V1Pod.model_validate(
+            {"metadata": {"name": deployment["metadata"]["name"]}, "spec": template["spec"]}), dry_run="All")  # fmt: skip
+    escalating = {**virtual_kubelet["spec"]["template"]["spec"], "securityContext": {}}
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(SYSTEM_NAMESPACE, k8s.V1Pod.model_validate(
+            {"metadata": {"name": "escalating"}, "spec": escalating}), dry_run="All")  # fmt: skip
+    assert refused.value.status == 403 and 'violates PodSecurity "restricted' in str(refused.value.body)
 
     def can(who: str, *args: str) -> bool:
         result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=kubeconfig)

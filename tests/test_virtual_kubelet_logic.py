@@ -97,7 +97,12 @@ def test_the_deployment_mounts_the_providers_secret_and_never_runs_two() -> None
     assert deployment["metadata"]["name"] == "virtual-kubelet-a"
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "provider-kubeconfig", "secret": {"secretName": "tidepool-kubeconfig-a"}}]
+    assert pod["volumes"] == [{"name": "provider-kubeconfig", "secret": {"secretName": "tidepool-kubeconfig-a"}},
+                              {"name": "tmp", "emptyDir": {}}]  # fmt: skip
+    # A read-only root: the only writable place is its own /tmp (tests/test_deploy.py: Pod Security admits it).
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
 
 
 def test_the_deployment_runs_the_configured_image_with_its_ports_and_workers() -> None:

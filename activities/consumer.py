@@ -5,6 +5,7 @@ patching a finalizer list with compare-and-swap."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -93,6 +94,8 @@ VK_SERVICE_ACCOUNT = "tidepool-virtual-kubelet"
 # The workflow judged the expiry by its own clock; tolerate this much behind it here, so that a slightly
 # slower clock does not send the workflow round again (a renewal moves the expiry by minutes, not seconds).
 EXPIRY_CLOCK_SKEW = timedelta(seconds=5)
+# How long cleaning after a forced unpeer waits for the copies it deleted to end (half the activity's timeout).
+TERMINATING_WAIT_SECONDS = 15
 
 
 class ConsumerActivities:
@@ -293,6 +296,12 @@ class ConsumerActivities:
             # namespace, then, once none is left, the RemoteNamespaces (the provider's controller deletes the
             # namespace made for each).
             going = delete_offloaded(remote, namespace, consumer_id, now=utcnow()).going
+            # Copies a kubelet ends at once are gone within seconds: then the RemoteNamespaces and the keepalive
+            # go now, not after the provider's own check, minutes later. Within the activity's timeout.
+            waited_until = time.monotonic() + TERMINATING_WAIT_SECONDS
+            while going and time.monotonic() < waited_until:
+                time.sleep(1)
+                going = delete_offloaded(remote, namespace, consumer_id, now=utcnow()).going
             if not going:
                 drop_keepalive(remote, namespace)
         except k8s.ApiException as e:

@@ -174,6 +174,13 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
 
         assert remote_namespace() is not None
 
+        def left_there() -> bool:
+            """True once nothing of the consumer's is left in the provider; otherwise says what is."""
+            left = {"copies": len(copies()), "keepalive": keepalive() is not None,
+                    "remote namespace": remote_namespace() is not None}  # fmt: skip
+            assert not any(left.values()), f"still in the provider: {left}"
+            return True
+
         stop_cluster(peering.provider.name, binaries=binaries, workdir=workdir)
         leave_provider(home, provider_id=provider_id, force=True)
         handle: WorkflowHandle[AdvertisementWorkflow, AdvertisementState] = temporal_client.get_workflow_handle_for(
@@ -203,14 +210,12 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
             start_cluster(peering.provider, binaries=binaries, workdir=workdir)
             # Its periodic push finds the keepalive lapsed (the push itself fails: its identity was revoked).
             grace = keepalive_grace(ttl).total_seconds()
-            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
-                             timeout=grace + 60, what="the provider's own cleaning")  # fmt: skip
+            await eventually(left_there, timeout=grace + 60, what="the provider's own cleaning")
             events = k8s.CoreV1Api(there).list_namespaced_event("default", field_selector=f"involvedObject.name={consumer_id}")
             assert any(e.reason == "ConsumerSilent" and "copies here were deleted" in (e.message or "") for e in events.items)
         else:  # deleted: the provider's kwok ends the pods; the keepalive goes with the last of them, or by the
             # provider's own check
-            await eventually(lambda: not copies() and keepalive() is None and remote_namespace() is None,
-                             timeout=keepalive_grace(ttl).total_seconds() + 30,
+            await eventually(left_there, timeout=keepalive_grace(ttl).total_seconds() + 30,
                              what="the copies, the remote namespace and the keepalive gone")  # fmt: skip
     replayed = await replay_all_runs(temporal_client, handle.id)
     # Every run's history, not only the latest's: the credentials are read early, and the run that read them may

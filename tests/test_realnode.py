@@ -22,22 +22,34 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from deploy.containers.images import pause_image, workload_image
+from deploy.containers.images import pause_image, tidepool_image, workload_image
 from deploy.localenv.binaries import Binaries, ensure_binaries
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster, wait_for
 from deploy.localenv.env import EnvState
+from deploy.localenv.overlay import apply_overlay, write_overlay
 from deploy.localenv.realnode import RealNode, start_real_node, stop_real_nodes
+from kube.objects import ignore_not_found
 from models.enforcement import QUOTA_NAME
-from models.names import LABEL_PROVIDER, TAINT_VIRTUAL_NODE
-from tests.kube import delete_quietly
-from tests.offload import offloaded_namespace, peered, ready_node
-from tests.running import eventually
+from models.names import LABEL_PROVIDER, SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, virtual_kubelet_name, virtual_node_name
+from tests.kube import (
+    apply_cluster_config,
+    create_namespace,
+    create_node,
+    create_pod,
+    delete_quietly,
+    offload_namespace,
+)
+from tests.offload import offloaded_namespace, offloading_entry_of, peered, ready_node
+from tests.running import eventually, running_worker, worker_settings
+from workers.network import NetworkModule
+from workers.peer import request_peering
 
 pytestmark = [pytest.mark.env, pytest.mark.realnode]
 
 CLUSTER, NODE = "realnode", "real-node"
 WORKDIR_PREFIX, OWNER_FILE = "tidepool-realnode-", "owner.pid"
 WORKLOAD_PORT = 8080  # Python's http.server in the workload image
+CONSUMER_POD_CIDR = "10.2.0.0/16"
 
 
 @dataclass(frozen=True)
@@ -251,3 +263,65 @@ async def test_an_offloaded_pod_is_a_process_on_the_providers_real_node_and_kube
                          what="the request in kubectl logs on the consumer")  # fmt: skip
         assert kubectl("exec", "web", "--", "cat", "/etc/hostname").strip() == "web"
         assert kubectl("exec", "web", "--", "cat", "/srv/www/index.html").strip() == "served by a real node"
+
+
+async def test_tidepool_runs_as_pods_of_its_image_installed_from_deploy_and_its_virtual_kubelet_serves_kubectl(
+    real: RealCluster, localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path,
+) -> None:
+    """The real node's cluster is a consumer now, with tidepool installed as users install it: deploy/base
+    through a local overlay (deploy/localenv/overlay.py), its worker a pod of tidepool's image under the real
+    kubelet, in-cluster (its ServiceAccount's projected token, the `kubernetes` Service). That worker makes the
+    virtual kubelet's Deployment; the real kubelet runs it too: the provider's kubeconfig from its Secret
+    volume, a read-only root, its kubelet API on its pod IP, which the node it registers gives as InternalIP
+    and through which kubectl on this cluster reaches a pod's copy in the provider."""
+    image = tidepool_image()
+    real.node.import_image(image)
+    host, temporal_port = real.node.node_ip, localenv.temporal_address.rsplit(":", 1)[1]
+    provider = make_cluster("prov")
+    create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
+    provider_id, consumer_id = f"prov-{unique}", f"real-{unique}"
+    # This machine's address, not loopback: the virtual kubelet dials it from its pod.
+    provider_port = provider.server.rsplit(":", 1)[1]
+    settings = worker_settings(localenv, provider, provider_id)
+    settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(
+        update={"api_server_for_peers": f"https://{host}:{provider_port}"})})  # fmt: skip
+    overlay = write_overlay(tmp_path / "overlay", image=image, settings={
+        "TIDEPOOL_CLUSTER_CLUSTER_ID": consumer_id, "TIDEPOOL_CLUSTER_POD_CIDR": CONSUMER_POD_CIDR,
+        "TIDEPOOL_TEMPORAL_ADDRESS": f"{host}:{temporal_port}", "TIDEPOOL_TEMPORAL_NAMESPACE": "default"})  # fmt: skip
+    apply_overlay(overlay, kubeconfig=real.cluster.kubeconfig, binaries=ensure_binaries())
+    apps = k8s.AppsV1Api(real.cluster.api_client())
+
+    def available(name: str) -> bool:
+        deployment = ignore_not_found(apps.read_namespaced_deployment, name, SYSTEM_NAMESPACE)
+        return deployment is not None and (deployment.status.available_replicas or 0) >= 1
+
+    network = NetworkModule(real.cluster.api_client(), local_pod_cidr=CONSUMER_POD_CIDR).start()
+    try:
+        await eventually(lambda: available("tidepool-worker"), timeout=120, what="the worker's pod Ready")
+        async with running_worker(settings):
+            request_peering(provider.api_client(), real.cluster.api_client(), provider_id=provider_id,
+                            consumer_id=consumer_id)  # fmt: skip
+            vk = virtual_kubelet_name(provider_id)
+            await eventually(lambda: available(vk), timeout=120, what="the virtual kubelet's pod Ready")
+            pod = real.core.list_namespaced_pod(SYSTEM_NAMESPACE, label_selector=f"{LABEL_PROVIDER}={provider_id}").items[0]
+            assert pod.spec.node_name == NODE and len(real.node.running(pod_uid=str(pod.metadata.uid))) == 2
+            node = await eventually(lambda: ready_node(real.core, virtual_node_name(provider_id)), timeout=90,
+                                    what="the virtual node Ready")  # fmt: skip
+            assert {a.type: a.address for a in node.status.addresses}["InternalIP"] == pod.status.pod_ip
+
+            create_namespace(real.cluster.api_client(), "shop")
+            offload_namespace(real.cluster.api_client(), "shop")
+            await eventually(lambda: (offloading_entry_of(real.cluster.api_client(), "shop", provider_id) or {})
+                             .get("phase") == "Ready", timeout=60, what="shop's remote namespace Ready")  # fmt: skip
+            create_pod(real.cluster.api_client(), "shop", "web", requests={"cpu": "100m"},
+                       node_selector={LABEL_PROVIDER: provider_id},
+                       tolerations=[{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}])  # fmt: skip
+            await eventually(lambda: real.core.read_namespaced_pod("web", "shop").status.phase == "Running",
+                             timeout=90, what="the offloaded pod Running")  # fmt: skip
+            # The API server dials the virtual kubelet's pod; it reads the copy's log from the provider (kwok's).
+            logs = real.kubectl_run("logs", "-n", "shop", "web")
+            assert f"fake pod of cluster {provider.name} started" in logs
+    finally:
+        network.stop()
+        delete_quietly(apps.delete_namespaced_deployment, "tidepool-worker", SYSTEM_NAMESPACE)

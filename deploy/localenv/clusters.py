@@ -10,6 +10,7 @@ import ipaddress
 import itertools
 import os
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -341,6 +342,51 @@ def _log_tails(logs: Path, *, lines: int = 8) -> str:
         text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
         tails.append(f"--- {name}, last lines:\n" + "\n".join(text))
     return "\n".join(tails)
+
+
+def certify_address(cluster: LocalCluster, address: str, *, timeout: float = 30) -> None:
+    """Makes the API server's certificate name `address` as well, as a real cluster's names its `kubernetes`
+    Service's ClusterIP, which in-cluster clients dial (kwokctl's names this machine's own addresses only).
+    The certificate is issued again under the same key, subject and CA (it is the admin's client certificate
+    too); the API server reloads its serving certificate when the file changes. Idempotent. With openssl:
+    the cryptography package refuses kwokctl's CA certificate (its serial number is 0)."""
+    pki = cluster.pki
+    certificate, key = pki / "admin.crt", pki / "admin.key"
+    names = _alternative_names(certificate)
+    if f"IP:{address}" not in names:
+        extensions = pki / "admin.ext"
+        extensions.write_text("keyUsage = critical, digitalSignature, keyEncipherment\n"
+                              "extendedKeyUsage = anyExtendedKeyUsage, serverAuth, clientAuth\n"
+                              "basicConstraints = critical, CA:FALSE\n"
+                              f"subjectAltName = {', '.join([*names, f'IP:{address}'])}\n")  # fmt: skip
+        request, issued = pki / "admin.csr", pki / "admin.crt.new"
+        subprocess.run(["openssl", "x509", "-x509toreq", "-in", str(certificate), "-signkey", str(key),
+                        "-out", str(request)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(["openssl", "x509", "-req", "-in", str(request), "-CA", str(pki / "ca.crt"),
+                        "-CAkey", str(pki / "ca.key"), "-set_serial", f"0x{os.urandom(16).hex()}", "-days", "3650",
+                        "-extfile", str(extensions), "-out", str(issued)], check=True, capture_output=True)  # fmt: skip
+        os.replace(issued, certificate)  # whole: the API server never reads half a file
+    port = int(cluster.server.rsplit(":", 1)[1])
+
+    def served() -> bool:
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                    context.wrap_socket(raw, server_hostname=address):  # fmt: skip
+                return True
+        except (OSError, ssl.SSLError):
+            return False
+
+    wait_for(served, timeout=timeout, what=f"the API server of {cluster.name} to serve a certificate for {address}",
+             interval=0.5)  # fmt: skip
+
+
+def _alternative_names(certificate: Path) -> list[str]:
+    """The certificate's subjectAltName entries as openssl's configuration writes them (DNS:x, IP:y)."""
+    shown = subprocess.run(["openssl", "x509", "-in", str(certificate), "-noout", "-ext", "subjectAltName"],
+                           check=True, capture_output=True, text=True).stdout.splitlines()[1:]  # fmt: skip
+    entries = [e.strip() for line in shown for e in line.split(",") if e.strip()]
+    return [e.replace("IP Address:", "IP:", 1) for e in entries]
 
 
 def install_crds(cluster: LocalCluster, *, binaries: Binaries) -> None:

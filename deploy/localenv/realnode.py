@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import signal
 import subprocess
 import time
@@ -31,7 +32,7 @@ from kubernetes import client as k8s
 
 from deploy.containers.podman import podman
 from deploy.localenv.binaries import ensure_kubelet
-from deploy.localenv.clusters import LocalCluster, free_ports, wait_for
+from deploy.localenv.clusters import LocalCluster, certify_address, free_ports, wait_for
 from deploy.localenv.temporal import stop_process_group
 
 # Pod addresses of real nodes, one /24 each: outside every CIDR the tests and the demo give clusters,
@@ -112,6 +113,7 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
     node = RealNode(name=name, directory=directory, node_ip=node_ip, kubelet_port=kubelet_port, pod_cidr=str(pod_cidr),
                     bridge=bridge)  # fmt: skip
     try:
+        _reach_this_machine(node, cluster=cluster)
         _start_containerd(node, pause_image=pause_image)
         for tag in [pause_image, *images]:
             node.import_image(tag)
@@ -137,6 +139,37 @@ def host_address() -> str:
     route = json.loads(subprocess.run(["ip", "-j", "-4", "route", "get", "1.1.1.1"], check=True,
                                       capture_output=True, text=True).stdout)  # fmt: skip
     return str(route[0]["prefsrc"])
+
+
+def _reach_this_machine(node: RealNode, *, cluster: LocalCluster) -> None:
+    """What kube-proxy and a routed network give pods elsewhere, for this node's pods: the `kubernetes`
+    Service's ClusterIP (which in-cluster clients dial, and which the API server's certificate is made to name)
+    reaches the cluster's API server, and this machine's address reaches whatever listens on its loopback,
+    where the local environment binds every server (another cluster's API server, Temporal). NAT rules for
+    what enters from the node's bridge only, removed with the node (`stop_real_node`)."""
+    service = k8s.CoreV1Api(cluster.api_client()).read_namespaced_service("kubernetes", "default").spec
+    assert service is not None and service.cluster_ip is not None
+    certify_address(cluster, service.cluster_ip)
+    api_server_port = cluster.server.rsplit(":", 1)[1]
+    # Loopback as a destination from outside it: what a DNAT to 127.0.0.1 needs.
+    Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/route_localnet").write_text("1")
+    for match, target in ((["-d", service.cluster_ip, "-p", "tcp", "--dport", "443"], f"127.0.0.1:{api_server_port}"),
+                          (["-d", node.node_ip, "-p", "tcp"], "127.0.0.1")):  # fmt: skip
+        subprocess.run(["iptables", "-t", "nat", "-A", "PREROUTING", "-i", node.bridge, *match, "-m", "comment",
+                        "--comment", _rule_comment(node.bridge), "-j", "DNAT", "--to-destination", target],
+                       check=True, capture_output=True)  # fmt: skip
+
+
+def _rule_comment(bridge: str) -> str:
+    return f"tidepool real node {bridge}"
+
+
+def _remove_rules(bridge: str) -> None:
+    rules = subprocess.run(["iptables", "-t", "nat", "-S", "PREROUTING"], check=False, capture_output=True,
+                           text=True).stdout.splitlines()  # fmt: skip
+    for rule in rules:
+        if f'"{_rule_comment(bridge)}"' in rule and rule.startswith("-A "):
+            subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(rule)[1:]], check=False, capture_output=True)
 
 
 def _reserve_pod_network() -> tuple[ipaddress.IPv4Network, str]:
@@ -188,7 +221,7 @@ def _start_containerd(node: RealNode, *, pause_image: str) -> None:
     (cni / "net.d" / "10-tidepool.conflist").write_text(json.dumps({
         "cniVersion": "1.0.0", "name": f"tidepool-{node.name}",
         "plugins": [{"type": "bridge", "bridge": node.bridge, "isGateway": True, "hairpinMode": True,
-                     # No masquerade: pods talk to this machine and to each other, and no iptables rule is left.
+                     # No masquerade: pods talk to this machine and to each other (_reach_this_machine's rules).
                      "ipMasq": False,
                      "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_cidr}]],
                               "dataDir": str(cni / "ipam")}}],
@@ -334,6 +367,7 @@ def stop_real_node(directory: Path) -> None:
     node_file = directory / "node.json"
     if node_file.exists():
         bridge = json.loads(node_file.read_text())["bridge"]
+        _remove_rules(bridge)
         subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)
     _unmount_under(directory)
 

@@ -1,0 +1,54 @@
+"""tidepool installed in a local cluster the way a user installs it: a kustomize overlay of deploy/base (what
+a user writes beside deploy/overlays/* for their own cluster), applied with `kubectl apply -k`. Its worker
+runs from the image built here (deploy/containers/images.py) on a real node (deploy/localenv/realnode.py),
+whose pods reach this machine's loopback servers at its address: the environment's Temporal, and the
+cluster's own API server through the `kubernetes` Service, as any in-cluster client does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from deploy.localenv.binaries import Binaries
+
+BASE = Path(__file__).resolve().parents[1] / "base"
+
+
+def _released_image() -> str:
+    """The image name deploy/base sets (its `images` entry), which an overlay's `images` replaces."""
+    base = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    return str(base["images"][0]["newName"])
+
+
+def write_overlay(directory: Path, *, image: str, settings: Mapping[str, str], replicas: int = 1) -> Path:
+    """The overlay in `directory`: the worker's settings (TIDEPOOL_<PART>_<FIELD>, merged into deploy/base's
+    ConfigMap), the virtual kubelets' image equal to the worker's (a local tag, never pulled: its tag is not
+    `latest`), and `replicas` workers (one node here: a second replica would share the first one's fate)."""
+    name, _, tag = image.rpartition(":")
+    if not name or not tag:
+        raise ValueError(f"image {image!r}: a local image is referenced as name:tag")
+    literals = {**settings, "TIDEPOOL_VIRTUAL_KUBELET_IMAGE": image}
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(BASE, directory)],
+        "configMapGenerator": [{"name": "tidepool-worker", "namespace": "tidepool-system", "behavior": "merge",
+                                "literals": [f"{k}={v}" for k, v in sorted(literals.items())]}],
+        "images": [{"name": _released_image(), "newName": name, "newTag": tag}],
+        "replicas": [{"name": "tidepool-worker", "count": replicas}],
+    }  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(
+        "# Written by deploy/localenv/overlay.py: the local environment's install of deploy/base.\n"
+        + yaml.safe_dump(kustomization, sort_keys=False))  # fmt: skip
+    return directory
+
+
+def apply_overlay(directory: Path, *, kubeconfig: Path, binaries: Binaries) -> None:
+    """`kubectl apply --server-side -k`, as docs/deployment.md has users do. The CRDs and the namespace are
+    there already (the local environment applies them at the cluster's creation, with the same manager)."""
+    subprocess.run([str(binaries.kubectl), "--kubeconfig", str(kubeconfig), "apply", "--server-side",
+                    "--force-conflicts", "-k", str(directory)], check=True, capture_output=True, text=True)  # fmt: skip

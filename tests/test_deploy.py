@@ -48,6 +48,7 @@ from models.names import (
     LABEL_CONSUMER,
     LABEL_MANAGED_BY,
     LABEL_NODE_TYPE,
+    LABEL_OFFLOADING,
     MANAGED_BY,
     PROVIDER_ADVERTISEMENT_ANNOTATIONS,
     PROVIDER_IDENTITY_PREFIX,
@@ -406,11 +407,18 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
             {"metadata": {"name": "kube-made", "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: "somewhere"}}})),
         "labels put on a namespace not made": lambda: worker.patch_namespace("victim", {"metadata": {"labels": {
             LABEL_MANAGED_BY: MANAGED_BY, LABEL_CONSUMER: "somewhere"}}}),
+        # Of a namespace it did not make, the offloading label alone.
+        "another label beside the offloading one": lambda: worker.patch_namespace("victim", {"metadata": {"labels": {
+            LABEL_OFFLOADING: "LocalAndRemote", "team": "mine"}}}),
+        "the offloading label of a reserved namespace": lambda: worker.patch_namespace("kube-public", {"metadata": {
+            "labels": {LABEL_OFFLOADING: "LocalAndRemote"}}}),
     }  # fmt: skip
     for what, call in refusals.items():
         with pytest.raises(ApiException) as refused:
             call()
         assert refused.value.status == 403 and "tidepool worker" in str(refused.value.body), what
+    for value in ("LocalAndRemote", None):  # a namespace offloaded, then no longer (workers/offloading.py)
+        worker.patch_namespace("victim", {"metadata": {"labels": {LABEL_OFFLOADING: value}}})
     worker.patch_namespaced_secret("tidepool-peer-somewhere", SYSTEM_NAMESPACE,  # a renewed peering kubeconfig
                                    {"metadata": {"labels": {"renewed": "yes"}}})  # fmt: skip
     admin.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate(

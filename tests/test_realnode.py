@@ -23,14 +23,22 @@ import pytest
 from kubernetes import client as k8s
 
 from deploy.containers.images import pause_image, tidepool_image, workload_image
-from deploy.localenv.binaries import Binaries, ensure_binaries
+from deploy.localenv.binaries import Binaries, ensure_binaries, temporal_cli
 from deploy.localenv.clusters import LocalCluster, create_cluster, delete_cluster, wait_for
 from deploy.localenv.env import EnvState
 from deploy.localenv.overlay import apply_overlay, write_overlay
 from deploy.localenv.realnode import RealNode, start_real_node, stop_real_nodes
+from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 from kube.objects import ignore_not_found
 from models.enforcement import QUOTA_NAME
-from models.names import LABEL_PROVIDER, SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, virtual_kubelet_name, virtual_node_name
+from models.names import (
+    LABEL_PROVIDER,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    virtual_kubelet_name,
+    virtual_node_name,
+    worker_lease_name,
+)
 from tests.kube import (
     apply_cluster_config,
     create_namespace,
@@ -276,14 +284,28 @@ async def test_tidepool_runs_as_pods_of_its_image_installed_from_deploy_and_its_
     and through which kubectl on this cluster reaches a pod's copy in the provider."""
     image = tidepool_image()
     real.node.import_image(image)
-    host, temporal_port = real.node.node_ip, localenv.temporal_address.rsplit(":", 1)[1]
+    # A Temporal of its own, a process on loopback as the demo's is (the environment's runs in a container, whose
+    # published port a pod's NATed connection does not reach).
+    temporal = start_temporal(cli=temporal_cli(), namespaces=[], log_file=tmp_path / "temporal.log", headless=True,
+                              dynamic_config=TEST_DYNAMIC_CONFIG)  # fmt: skip
+    try:
+        await _consume_with_tidepool_as_pods(real, localenv, make_cluster, unique, tmp_path, image=image,
+                                             temporal_address=temporal.address)  # fmt: skip
+    finally:
+        stop_process_group(temporal.pid)
+
+
+async def _consume_with_tidepool_as_pods(real: RealCluster, localenv: EnvState,
+                                         make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path, *,
+                                         image: str, temporal_address: str) -> None:  # fmt: skip
+    host, temporal_port = real.node.node_ip, temporal_address.rsplit(":", 1)[1]
     provider = make_cluster("prov")
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
     apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
     provider_id, consumer_id = f"prov-{unique}", f"real-{unique}"
     # This machine's address, not loopback: the virtual kubelet dials it from its pod.
     provider_port = provider.server.rsplit(":", 1)[1]
-    settings = worker_settings(localenv, provider, provider_id)
+    settings = worker_settings(localenv, provider, provider_id, temporal_address=temporal_address)
     settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(
         update={"api_server_for_peers": f"https://{host}:{provider_port}"})})  # fmt: skip
     overlay = write_overlay(tmp_path / "overlay", image=image, settings={
@@ -298,7 +320,12 @@ async def test_tidepool_runs_as_pods_of_its_image_installed_from_deploy_and_its_
 
     network = NetworkModule(real.cluster.api_client(), local_pod_cidr=CONSUMER_POD_CIDR).start()
     try:
-        await eventually(lambda: available("tidepool-worker"), timeout=120, what="the worker's pod Ready")
+        # Its Lease held by its pod: connected to Temporal and to its API server, its watchers running.
+        await eventually(lambda: (held := ignore_not_found(k8s.CoordinationV1Api(real.cluster.api_client())
+                                                          .read_namespaced_lease, worker_lease_name(consumer_id),
+                                                          SYSTEM_NAMESPACE)) is not None
+                         and (held.spec.holder_identity or "").startswith("tidepool-worker-"),
+                         timeout=120, what="the worker's pod leading")  # fmt: skip
         async with running_worker(settings):
             request_peering(provider.api_client(), real.cluster.api_client(), provider_id=provider_id,
                             consumer_id=consumer_id)  # fmt: skip
@@ -322,6 +349,21 @@ async def test_tidepool_runs_as_pods_of_its_image_installed_from_deploy_and_its_
             # The API server dials the virtual kubelet's pod; it reads the copy's log from the provider (kwok's).
             logs = real.kubectl_run("logs", "-n", "shop", "web")
             assert f"fake pod of cluster {provider.name} started" in logs
+    except BaseException:
+        print(_what_tidepool_says(real))  # in the failure's report
+        raise
     finally:
         network.stop()
         delete_quietly(apps.delete_namespaced_deployment, "tidepool-worker", SYSTEM_NAMESPACE)
+
+
+def _what_tidepool_says(real: RealCluster) -> str:
+    """tidepool's pods on the cluster, their Events and their logs' last lines."""
+    said = []
+    for args in (("get", "pods", "-A", "-o", "wide"), ("get", "events", "-n", SYSTEM_NAMESPACE),
+                 ("logs", "-n", SYSTEM_NAMESPACE, "-l", "app.kubernetes.io/name=tidepool-worker", "--tail=30"),
+                 ("logs", "-n", SYSTEM_NAMESPACE, "-l", LABEL_PROVIDER, "--tail=30")):  # fmt: skip
+        shown = subprocess.run([str(real.kubectl), "--kubeconfig", str(real.cluster.kubeconfig), *args],
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        said.append(f"$ kubectl {' '.join(args)}\n{shown.stdout}{shown.stderr}")
+    return "\n".join(said)

@@ -316,6 +316,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         request.settimeout(HANDSHAKE_SECONDS)
         try:
             tls = self.api.tls_context().wrap_socket(request, server_side=True)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as e:  # closed before a handshake: a TCP probe, its kubelet's
+            log.debug("kubelet API: connection from %s closed before its handshake: %s", client_address[0], e)
+            return
         except (OSError, ssl.SSLError) as e:
             log.info("kubelet API: TLS handshake from %s failed: %s", client_address[0], e)
             return

@@ -344,12 +344,13 @@ def _log_tails(logs: Path, *, lines: int = 8) -> str:
     return "\n".join(tails)
 
 
-def certify_address(cluster: LocalCluster, address: str, *, timeout: float = 30) -> None:
+def certify_address(cluster: LocalCluster, address: str, *, binaries: Binaries, timeout: float = 30) -> None:
     """Makes the API server's certificate name `address` as well, as a real cluster's names its `kubernetes`
     Service's ClusterIP, which in-cluster clients dial (kwokctl's names this machine's own addresses only).
     The certificate is issued again under the same key, subject and CA (it is the admin's client certificate
-    too); the API server reloads its serving certificate when the file changes. Idempotent. With openssl:
-    the cryptography package refuses kwokctl's CA certificate (its serial number is 0)."""
+    too, and the API server's to kubelets), then the cluster restarts: an API server that noticed the change
+    by itself would drop its first connection to each kubelet ("use of closed network connection").
+    Idempotent. With openssl: the cryptography package refuses kwokctl's CA certificate (its serial is 0)."""
     pki = cluster.pki
     certificate, key = pki / "admin.crt", pki / "admin.key"
     names = _alternative_names(certificate)
@@ -365,7 +366,9 @@ def certify_address(cluster: LocalCluster, address: str, *, timeout: float = 30)
         subprocess.run(["openssl", "x509", "-req", "-in", str(request), "-CA", str(pki / "ca.crt"),
                         "-CAkey", str(pki / "ca.key"), "-set_serial", f"0x{os.urandom(16).hex()}", "-days", "3650",
                         "-extfile", str(extensions), "-out", str(issued)], check=True, capture_output=True)  # fmt: skip
-        os.replace(issued, certificate)  # whole: the API server never reads half a file
+        os.replace(issued, certificate)  # whole: nothing reads half a file
+        stop_cluster(cluster.name, binaries=binaries, workdir=cluster.workdir)
+        start_cluster(cluster, binaries=binaries, workdir=cluster.workdir)
     port = int(cluster.server.rsplit(":", 1)[1])
 
     def served() -> bool:

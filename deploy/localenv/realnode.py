@@ -31,7 +31,7 @@ import yaml
 from kubernetes import client as k8s
 
 from deploy.containers.podman import podman
-from deploy.localenv.binaries import ensure_kubelet
+from deploy.localenv.binaries import ensure_binaries, ensure_kubelet
 from deploy.localenv.clusters import LocalCluster, certify_address, free_ports, wait_for
 from deploy.localenv.temporal import stop_process_group
 
@@ -149,7 +149,7 @@ def _reach_this_machine(node: RealNode, *, cluster: LocalCluster) -> None:
     what enters from the node's bridge only, removed with the node (`stop_real_node`)."""
     service = k8s.CoreV1Api(cluster.api_client()).read_namespaced_service("kubernetes", "default").spec
     assert service is not None and service.cluster_ip is not None
-    certify_address(cluster, service.cluster_ip)
+    certify_address(cluster, service.cluster_ip, binaries=ensure_binaries())
     api_server_port = cluster.server.rsplit(":", 1)[1]
     # Loopback as a destination from outside it: what a DNAT to 127.0.0.1 needs.
     Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/route_localnet").write_text("1")
@@ -220,7 +220,7 @@ def _start_containerd(node: RealNode, *, pause_image: str) -> None:
     (cni / "net.d").mkdir(parents=True, exist_ok=True)
     (cni / "net.d" / "10-tidepool.conflist").write_text(json.dumps({
         "cniVersion": "1.0.0", "name": f"tidepool-{node.name}",
-        "plugins": [{"type": "bridge", "bridge": node.bridge, "isGateway": True, "hairpinMode": True,
+        "plugins": [{"type": "bridge", "bridge": node.bridge, "isDefaultGateway": True, "hairpinMode": True,
                      # No masquerade: pods talk to this machine and to each other (_reach_this_machine's rules).
                      "ipMasq": False,
                      "ipam": {"type": "host-local", "ranges": [[{"subnet": node.pod_cidr}]],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -226,6 +227,9 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     # Pod Security "restricted" holds the namespace: the worker's pod and a virtual kubelet's are admitted (a dry
     # run: no kubelet here), a pod that may escalate is not.
     core = k8s.CoreV1Api(cluster.api_client())
+    # The virtual kubelets' ServiceAccount, which the worker makes with the first one (and the token test below uses).
+    admin = k8s.CoreV1Api(cluster.api_client())
+    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, k8s.V1ServiceAccount.model_validate({"metadata": {"name": SERVICE_ACCOUNT}}))
     worker = next(d for d in yaml.safe_load_all(render("self-hosted")) if d and d["kind"] == "Deployment")
     virtual_kubelet = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
                                                  kubeconfig_secret="k")  # fmt: skip
@@ -237,7 +241,7 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_pod(SYSTEM_NAMESPACE, k8s.V1Pod.model_validate(
             {"metadata": {"name": "escalating"}, "spec": escalating}), dry_run="All")  # fmt: skip
-    assert refused.value.status == 403 and 'violates PodSecurity "restricted' in str(refused.value.body)
+    assert refused.value.status == 403 and 'violates PodSecurity "restricted' in json.loads(refused.value.body or "{}")["message"]
 
     def can(who: str, *args: str) -> bool:
         result = kubectl("auth", "can-i", f"--as={who}", *args, kubeconfig=kubeconfig)
@@ -364,12 +368,10 @@ def test_every_overlay_passes_a_server_side_dry_run_and_the_worker_may_do_what_i
     assert [a for a in answers if can(foreign_vk, *a, "-n", foreign)] == []
 
     # What RBAC allows cluster-wide, the admission policy narrows to tidepool's own objects.
-    admin = k8s.CoreV1Api(cluster.api_client())
     admin.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": "victim"}}))
     create_node(cluster.api_client(), "physical", cpu="1", memory="1Gi")
     create_node(cluster.api_client(), "tidepool-somewhere", cpu="1", memory="1Gi",
                 labels={LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE})  # fmt: skip
-    admin.create_namespaced_service_account(SYSTEM_NAMESPACE, k8s.V1ServiceAccount.model_validate({"metadata": {"name": SERVICE_ACCOUNT}}))
     for secret in ("temporal-credentials", "tidepool-peer-somewhere"):
         admin.create_namespaced_secret(SYSTEM_NAMESPACE, k8s.V1Secret.model_validate({"metadata": {"name": secret}}))
     worker = k8s.CoreV1Api(as_worker)

@@ -62,8 +62,9 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
         meta = pod.metadata
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
             try:  # that pod, not one made under its name since
-                ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, grace_period_seconds=0,
-                                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=meta.uid)))  # fmt: skip
+                # In the body, the grace period too: the body's options replace the query's.
+                ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, body=k8s.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=meta.uid)))  # fmt: skip
             except ApiException as e:
                 if e.status != 409:
                     raise

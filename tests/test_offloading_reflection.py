@@ -179,7 +179,7 @@ async def test_unoffloading_deletes_the_copies_then_the_remote_namespace_then_th
     await eventually(lambda: ignore_not_found(remote.read_namespace, remote_namespace) is None, timeout=60,
                      what="the remote namespace deleted by the provider")  # fmt: skip
     # The consumer's drain deleted the pods bound to the virtual node (their controllers make them again at home).
-    await eventually(lambda: not core.list_namespaced_pod(namespace).items, timeout=60, what="the drained pods gone")
+    await eventually(lambda: not core.list_namespaced_pod(namespace).items, timeout=120, what="the drained pods gone")
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, NAMESPACE_OFFLOADINGS, NAMESPACE_OFFLOADING_NAME,
                                           {"metadata": {"finalizers": None}})  # fmt: skip
 

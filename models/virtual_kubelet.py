@@ -78,8 +78,6 @@ def virtual_kubelet_deployment(
                         "ports": ports,
                         # Up once it serves the kubelet API, which it does from its start (the node follows).
                         "readinessProbe": {"tcpSocket": {"port": "kubelet"}},
-                        # Its caches grow with the offloaded pods (docs/benchmarks.md: bytes per copy).
-                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
                         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}},
                         "volumeMounts": [{"name": "provider-kubeconfig", "mountPath": PROVIDER_KUBECONFIG_DIR,

@@ -304,10 +304,9 @@ async def _consume_with_tidepool_as_pods(real: RealCluster, localenv: EnvState,
     apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
     provider_id, consumer_id = f"prov-{unique}", f"real-{unique}"
     # This machine's address, not loopback: the virtual kubelet dials it from its pod.
-    provider_port = provider.server.rsplit(":", 1)[1]
     settings = worker_settings(localenv, provider, provider_id, temporal_address=temporal_address)
     settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(
-        update={"api_server_for_peers": f"https://{host}:{provider_port}"})})  # fmt: skip
+        update={"api_server_for_peers": f"https://{host}:{provider.api_server_port}"})})  # fmt: skip
     overlay = write_overlay(tmp_path / "overlay", image=image, settings={
         "TIDEPOOL_CLUSTER_CLUSTER_ID": consumer_id, "TIDEPOOL_CLUSTER_POD_CIDR": CONSUMER_POD_CIDR,
         "TIDEPOOL_TEMPORAL_ADDRESS": f"{host}:{temporal_port}", "TIDEPOOL_TEMPORAL_NAMESPACE": "default"})  # fmt: skip

@@ -63,6 +63,11 @@ class LocalCluster:
         return str(config["clusters"][0]["cluster"]["server"])
 
     @property
+    def api_server_port(self) -> int:
+        """The port its API server listens on (on loopback)."""
+        return int(self.server.rsplit(":", 1)[1])
+
+    @property
     def fake_pods(self) -> FakePodFiles:
         return FakePodFiles.of(self.name, workdir=self.workdir)
 
@@ -369,12 +374,10 @@ def certify_address(cluster: LocalCluster, address: str, *, binaries: Binaries, 
         os.replace(issued, certificate)  # whole: nothing reads half a file
         stop_cluster(cluster.name, binaries=binaries, workdir=cluster.workdir)
         start_cluster(cluster, binaries=binaries, workdir=cluster.workdir)
-    port = int(cluster.server.rsplit(":", 1)[1])
-
     def served() -> bool:
         context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            with socket.create_connection(("127.0.0.1", cluster.api_server_port), timeout=5) as raw, \
                     context.wrap_socket(raw, server_hostname=address):  # fmt: skip
                 return True
         except (OSError, ssl.SSLError):

@@ -150,10 +150,9 @@ def _reach_this_machine(node: RealNode, *, cluster: LocalCluster) -> None:
     service = k8s.CoreV1Api(cluster.api_client()).read_namespaced_service("kubernetes", "default").spec
     assert service is not None and service.cluster_ip is not None
     certify_address(cluster, service.cluster_ip, binaries=ensure_binaries())
-    api_server_port = cluster.server.rsplit(":", 1)[1]
     # Loopback as a destination from outside it: what a DNAT to 127.0.0.1 needs.
     Path(f"/proc/sys/net/ipv4/conf/{node.bridge}/route_localnet").write_text("1")
-    for match, target in ((["-d", service.cluster_ip, "-p", "tcp", "--dport", "443"], f"127.0.0.1:{api_server_port}"),
+    for match, target in ((["-d", service.cluster_ip, "-p", "tcp", "--dport", "443"], f"127.0.0.1:{cluster.api_server_port}"),
                           (["-d", node.node_ip, "-p", "tcp"], "127.0.0.1")):  # fmt: skip
         subprocess.run(["iptables", "-t", "nat", "-A", "PREROUTING", "-i", node.bridge, *match, "-m", "comment",
                         "--comment", _rule_comment(node.bridge), "-j", "DNAT", "--to-destination", target],

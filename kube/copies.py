@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kube.lease import renew_lease
-from kube.objects import ignore_not_found
+from kube.objects import delete_exactly, ignore_not_found
 from models.names import CONSUMER_KEEPALIVE_LEASE, GROUP, LABEL_CONSUMER, LABEL_OFFLOADED, REMOTE_NAMESPACES, VERSION
 from models.virtual_kubelet import overdue_for_force_delete
 
@@ -61,13 +61,7 @@ def delete_copies(core: k8s.CoreV1Api, namespace: str, consumer_id: str, *, now:
     for pod in remaining:
         meta = pod.metadata
         if meta is not None and meta.name and overdue_for_force_delete(meta.deletion_timestamp, now=now):
-            try:  # that pod, not one made under its name since
-                # In the body, the grace period too: the body's options replace the query's.
-                ignore_not_found(core.delete_namespaced_pod, meta.name, namespace, body=k8s.V1DeleteOptions(
-                    grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=meta.uid)))  # fmt: skip
-            except ApiException as e:
-                if e.status != 409:
-                    raise
+            delete_exactly(core.delete_namespaced_pod, meta.name, namespace, uid=meta.uid, grace_period_seconds=0)
     return Cleaning(deleted=deleted, going=len(remaining))
 
 

@@ -90,6 +90,22 @@ def ignore_not_found(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | N
         raise
 
 
+def delete_exactly(call: Callable[..., Any], name: str, namespace: str, *, uid: str | None,
+                   grace_period_seconds: int | None = None) -> bool:
+    """Deletes the object `uid` names, never one made under its name since (a uid precondition; without a uid,
+    whatever has the name). False when another object holds the name now (409): left alone. Gone is success.
+    The grace period goes in the body: a body's options replace the query's."""
+    preconditions = k8s.V1Preconditions(uid=uid) if uid else None
+    try:
+        ignore_not_found(call, name, namespace, body=k8s.V1DeleteOptions(grace_period_seconds=grace_period_seconds,
+                                                                         preconditions=preconditions))  # fmt: skip
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        return False
+    return True
+
+
 def apply_core(api: k8s.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply of a core or RBAC object by kind (namespaced or cluster-scoped); returns the object
     as stored."""

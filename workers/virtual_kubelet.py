@@ -71,7 +71,7 @@ from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.lease import NODE_LEASE_RENEW_SECONDS, renew_node_lease
 from kube.metrics import Metrics
-from kube.objects import ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
+from kube.objects import delete_exactly, ignore_not_found, raw_json, read_cluster_object, record_event, with_condition
 from kube.workqueue import WorkQueue, namespace_of
 from models.api.conditions import POD_PROVIDER_CONDITION, NodeReadyReason, ProviderAdmittedReason, condition
 from models.api.offloading import NamespaceOffloadingSpec
@@ -1172,13 +1172,7 @@ class VirtualKubelet:
         meta = copy["metadata"]
         if meta.get("deletionTimestamp"):
             return
-        uid = meta.get("uid")
-        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid)) if uid else None
-        try:
-            ignore_not_found(delete, meta["name"], meta["namespace"], body=options)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        if not delete_exactly(delete, meta["name"], meta["namespace"], uid=meta.get("uid")):
             log.info("%s/%s: not deleted, it is another object than the copy made under that name", meta["namespace"], meta["name"])
 
     # Teardown -----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ images: $(STAMP) system-packages
 	$(PY) -m deploy.containers.images
 
 # The main job on the local environment; leaves everything running. `make demo-down` stops it.
-demo: $(STAMP) binaries system-packages
+demo: $(STAMP) binaries system-packages images
 	$(PY) -m deploy.localenv.demo up
 
 demo-down: $(STAMP)

@@ -592,8 +592,9 @@ def run(params: dict[str, Any]) -> None:
     log(f"bringing the demo's topology up in {state_dir} (token lifetime {TOKEN_LIFETIME_SECONDS} s)")
     try:
         # Outside the event loop, so that Ctrl-C stops it where it is; its waits are bounded (deploy/localenv/demo.py)
-        # and it records every process as it starts it, for tear_down. Its output goes to stderr.
-        state = demo.bring_up(state_dir, persistent=False,
+        # and it records every process as it starts it, for tear_down. Its output goes to stderr. No real
+        # nodes: the run follows each process's memory, which b's stand-in runs as local processes.
+        state = demo.bring_up(state_dir, persistent=False, real_nodes=False,
                               worker_env={"TIDEPOOL_PROVIDER_TOKEN_LIFETIME_SECONDS": str(TOKEN_LIFETIME_SECONDS)})  # fmt: skip
         asyncio.run(_run_window(params, state))
     finally:

@@ -78,15 +78,15 @@ def parse_selector(text: str) -> ClusterSelector:
             if not any(values):
                 raise ValueError(f"{where}: '{match['op']}' needs at least one value in its parentheses")
             for value in values:
-                _check_value(where, value)
+                check_label_value(where, value)
             requirement = ("In" if match["op"] == "in" else "NotIn", values)
         elif match := _EQUALITY.match(part):
             key, value = match["key"], match["value"].strip()
-            _check_value(where, value)
+            check_label_value(where, value)
             if match["op"] != "!=":
                 if labels.get(key, value) != value:
                     raise ValueError(f"{where}: label {key} is already required to be {labels[key]!r}")
-                _check_key(where, key)
+                check_label_key(where, key)
                 labels[key] = value
                 continue
             requirement = ("NotIn", [value])
@@ -95,7 +95,7 @@ def parse_selector(text: str) -> ClusterSelector:
             requirement = ("DoesNotExist" if part.startswith("!") else "Exists", [])
         else:
             raise ValueError(f"{where}: not a requirement; the syntax is {SELECTOR_SYNTAX}")
-        _check_key(where, key)
+        check_label_key(where, key)
         expressions.append(SelectorRequirement(key=key, operator=requirement[0], values=requirement[1]))
     return ClusterSelector(match_labels=labels, match_expressions=expressions)
 
@@ -115,14 +115,14 @@ def _parts(text: str) -> list[str]:
     return [*parts, current.strip()]
 
 
-def _check_key(where: str, key: str) -> None:
+def check_label_key(where: str, key: str) -> None:
     prefix, _, name = key.rpartition("/")
     if not re.fullmatch(LABEL_KEY, key) or len(name) > 63 or len(prefix) > 253:
         raise ValueError(f"{where}: {key!r} is not a label key (an optional DNS subdomain prefix and '/', then a name "
                          "of at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)")
 
 
-def _check_value(where: str, value: str) -> None:
+def check_label_value(where: str, value: str) -> None:
     if not re.fullmatch(LABEL_VALUE, value) or len(value) > 63:
         raise ValueError(f"{where}: {value!r} is not a label value (at most 63 letters, digits, '-', '_' or '.', "
                          "beginning and ending with a letter or digit)")

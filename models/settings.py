@@ -10,12 +10,17 @@ a restart. tests/test_settings.py pins the defaults.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
+from models.api.offloading import LABEL_KEY, LABEL_VALUE
 from models.names import SYSTEM_NAMESPACE, task_queue
 from models.network import pod_cidr_problem
+from models.offloading import check_label_key, check_label_value
 
 VIRTUAL_KUBELET_ENV_PREFIX = "TIDEPOOL_VK_"
 
@@ -73,6 +78,32 @@ class MetricsSettings(_Part):
     port: int = Field(default=9464, ge=0, le=65535, description="Port of the Prometheus endpoint; 0 disables it.")
 
 
+class Toleration(_Part):
+    """A Kubernetes toleration, with its own field names (tolerationSeconds), as a pod spec has it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    key: str | None = Field(default=None, min_length=1, max_length=317, pattern=LABEL_KEY)
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        # The API server's own rules (validation of core/v1 tolerations), checked at the worker's start
+        # instead of at each virtual kubelet Deployment it would fail to create.
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty with operator Exists")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty (a toleration of every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds is only for effect NoExecute")
+        return self
+
+    def manifest(self) -> dict[str, object]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class VirtualKubeletSettings(_Part):
     image: str = Field(
         default="tidepool:latest", min_length=1,
@@ -104,6 +135,48 @@ class VirtualKubeletSettings(_Part):
         default=2, ge=1, le=64,
         description="Threads asking the provider for the offloaded namespaces' remote namespaces, and draining them.",
     )  # fmt: skip
+    # Where their pods run, as Liqo's VirtualKubeletOptions: nodes of the consumer's own choosing (its system
+    # nodes, say), never the virtual nodes, which a pod of tidepool-system cannot tolerate anyway.
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels a node must have to run the virtual kubelets' pods (a JSON object, as a pod's "
+        "nodeSelector); empty: any node.",
+    )  # fmt: skip
+    tolerations: tuple[Toleration, ...] = Field(
+        default=(), max_length=32,
+        description="Taints the virtual kubelets' pods tolerate (a JSON list of Kubernetes tolerations), e.g. "
+        "those of dedicated system nodes.",
+    )  # fmt: skip
+
+    @field_validator("node_selector", "tolerations", mode="before")
+    @classmethod
+    def _from_json(cls, value: object) -> object:
+        """An environment variable's JSON text; a JSON error names the field (pydantic adds which)."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"not JSON: {e}") from None
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 32:
+            raise ValueError(f"{len(value)} labels, more than 32")
+        for key, label in value.items():
+            check_label_key("key", key)
+            check_label_value(key, label)
+        return value
+
+    def placement(self) -> dict[str, object]:
+        """The pod spec's fields that place a virtual kubelet's pod; none when unset."""
+        placement: dict[str, object] = {}
+        if self.node_selector:
+            placement["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            placement["tolerations"] = [t.manifest() for t in self.tolerations]
+        return placement
 
 
 class VirtualKubeletProcessSettings(VirtualKubeletSettings):

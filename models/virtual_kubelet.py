@@ -68,6 +68,7 @@ def virtual_kubelet_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": "tidepool-virtual-kubelet",
+                    **settings.placement(),
                     # Pod Security "restricted", which deploy/base enforces on the namespace, as the worker's pod.
                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
                                         "seccompProfile": {"type": "RuntimeDefault"}},

@@ -18,7 +18,8 @@ def test_the_defaults_are_pinned() -> None:
         "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300},
         "metrics": {"port": 9464},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464, "kubelet_port": 10250, "pod_workers": 8,
-                            "config_workers": 4, "service_workers": 2, "event_workers": 2, "namespace_workers": 2},
+                            "config_workers": 4, "service_workers": 2, "event_workers": 2, "namespace_workers": 2,
+                            "node_selector": {}, "tolerations": ()},
         "leader": {"identity": None, "lease_duration_seconds": 15, "renew_deadline_seconds": 10,
                    "retry_period_seconds": 2.0},
     }  # fmt: skip
@@ -42,6 +43,14 @@ def test_environment_variables_set_fields_by_part_and_name() -> None:
         pytest.param("TIDEPOOL_METRICS_PORT", "70000", "metrics.port", id="a port fits in 16 bits"),
         pytest.param("TIDEPOOL_CLUSTER_POD_CIDR", "10.0.0.1/16", "cluster.pod_cidr",
                      id="a PodCIDR no consumer would accept stops the worker at start"),
+        pytest.param("TIDEPOOL_VIRTUAL_KUBELET_NODE_SELECTOR", '{"node role": "system"}', "virtual_kubelet.node_selector",
+                     id="a node selector's keys are label keys"),
+        pytest.param("TIDEPOOL_VIRTUAL_KUBELET_NODE_SELECTOR", "role=system", "virtual_kubelet.node_selector",
+                     id="a node selector is a JSON object"),
+        pytest.param("TIDEPOOL_VIRTUAL_KUBELET_TOLERATIONS", '[{"key": "dedicated", "effect": "NoSchedul"}]',
+                     "virtual_kubelet.tolerations.0.effect", id="a toleration's effect is one of Kubernetes'"),
+        pytest.param("TIDEPOOL_VIRTUAL_KUBELET_TOLERATIONS", '[{"value": "x"}]', "virtual_kubelet.tolerations.0",
+                     id="a toleration without a key tolerates every taint, with operator Exists only"),
         pytest.param("TIDEPOOL_LEADER_RENEW_DEADLINE_SECONDS", "20", "renew_deadline_seconds < lease_duration_seconds",
                      id="a leader stops before another may take over"),
     ],
@@ -50,6 +59,26 @@ def test_a_bad_value_is_refused_with_its_field(variable: str, value: str, field:
     with pytest.raises(ValidationError) as error:
         WorkerSettings.from_env({variable: value})
     assert field in str(error.value).replace("\n", ".")
+
+
+def test_the_virtual_kubelets_pods_go_where_their_placement_says() -> None:
+    settings = WorkerSettings.from_env({
+        "TIDEPOOL_VIRTUAL_KUBELET_NODE_SELECTOR": '{"node-role.example.com/system": ""}',
+        "TIDEPOOL_VIRTUAL_KUBELET_TOLERATIONS": '[{"key": "dedicated", "value": "system", "effect": "NoSchedule"}, '
+                                                '{"key": "gone", "operator": "Exists", "effect": "NoExecute", '
+                                                '"tolerationSeconds": 30}]',
+    }).virtual_kubelet  # fmt: skip
+    deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                            kubeconfig_secret="k", settings=settings)  # fmt: skip
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-role.example.com/system": ""}
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"},
+        {"key": "gone", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]  # fmt: skip
+    unplaced = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
+                                          kubeconfig_secret="k")  # fmt: skip
+    assert "nodeSelector" not in unplaced["spec"]["template"]["spec"]
+    assert "tolerations" not in unplaced["spec"]["template"]["spec"]
 
 
 def test_an_empty_variable_leaves_the_default() -> None:
@@ -68,7 +97,7 @@ def test_the_virtual_kubelet_reads_what_its_deployment_writes() -> None:
     read = VirtualKubeletProcessSettings.from_env(environ)
     assert read == VirtualKubeletProcessSettings(
         provider_id="a", consumer_id="b", advertisement="advertisement-a", namespace="ns",
-        provider_kubeconfig="/etc/tidepool/provider/kubeconfig", **tuning.model_dump(exclude={"image"}))  # fmt: skip
+        provider_kubeconfig="/etc/tidepool/provider/kubeconfig", **tuning.model_dump(exclude={"image", "node_selector", "tolerations"}))  # fmt: skip
     assert read.node_ip is None and read.consumer_kubeconfig is None
 
 

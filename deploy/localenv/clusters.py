@@ -303,12 +303,21 @@ def _hold(port: int, *, reuse: bool) -> socket.socket | None:
     return holder
 
 
+def _kwokctl_logged(verb: str, name: str, *, binaries: Binaries, workdir: Path) -> None:
+    """`kwokctl <verb> cluster`, its output in the cluster's kwokctl log (as its creation's) and named on failure."""
+    log = workdir / f"kwokctl-{name}.log"
+    with open(log, "ab") as out:
+        done = subprocess.run([str(binaries.kwokctl), verb, "cluster", "--name", name], env=_kwokctl_env(binaries, workdir),
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"kwokctl {verb} cluster {name}: exit status {done.returncode}; see {log}")
+
+
 def stop_cluster(name: str, *, binaries: Binaries, workdir: Path, timeout: float = 60) -> None:
     """Stops every component of the cluster (etcd, API server, ...), keeping its data and its ports: its
     API server refuses connections until `start_cluster`. Used by the fault tests."""
     pids = [int(f.read_text().strip()) for f in (workdir / "clusters" / name / "pids").glob("*.pid")]
-    subprocess.run([str(binaries.kwokctl), "stop", "cluster", "--name", name],
-                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    _kwokctl_logged("stop", name, binaries=binaries, workdir=workdir)
     # kwokctl only signals them: until they have exited, their ports are taken and a start fails.
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), timeout=timeout,
              what=f"the components of cluster {name} to exit")  # fmt: skip
@@ -324,8 +333,7 @@ def start_cluster(cluster: LocalCluster, *, binaries: Binaries, workdir: Path, t
     """Starts a stopped cluster again, on the same ports with the same data, and waits until it serves."""
     for holder in _HELD_PORTS.pop(cluster.name, []):
         holder.close()
-    subprocess.run([str(binaries.kwokctl), "start", "cluster", "--name", cluster.name],
-                   env=_kwokctl_env(binaries, workdir), check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    _kwokctl_logged("start", cluster.name, binaries=binaries, workdir=workdir)
 
     def serving() -> bool:
         try:

@@ -6,10 +6,12 @@ cluster's own API server through the `kubernetes` Service, as any in-cluster cli
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -24,15 +26,26 @@ def _released_image() -> str:
     return str(base["images"][0]["newName"])
 
 
-def write_overlay(directory: Path, *, image: str, settings: Mapping[str, str], replicas: int = 1) -> Path:
+def write_overlay(directory: Path, *, image: str, settings: Mapping[str, str], replicas: int = 1,
+                  node_selector: Mapping[str, str] | None = None,
+                  tolerations: Sequence[Mapping[str, Any]] = ()) -> Path:  # fmt: skip
     """The overlay in `directory`: the worker's settings (TIDEPOOL_<PART>_<FIELD>, merged into deploy/base's
     ConfigMap), the virtual kubelets' image equal to the worker's (a local tag, never pulled: its tag is not
-    `latest`), and `replicas` workers (one node here: a second replica would share the first one's fate)."""
+    `latest`), and `replicas` workers (one node here: a second replica would share the first one's fate).
+    `node_selector` and `tolerations` place tidepool's pods, the worker's and the virtual kubelets', on the
+    nodes a user keeps for their system (a real node among kwok's fakes, here)."""
     name, _, tag = image.rpartition(":")
     if not name or not tag:
         raise ValueError(f"image {image!r}: a local image is referenced as name:tag")
     literals = {**settings, "TIDEPOOL_VIRTUAL_KUBELET_IMAGE": image}
-    kustomization = {
+    placement: dict[str, Any] = {}
+    if node_selector:
+        placement["nodeSelector"] = dict(node_selector)
+        literals["TIDEPOOL_VIRTUAL_KUBELET_NODE_SELECTOR"] = json.dumps(placement["nodeSelector"])
+    if tolerations:
+        placement["tolerations"] = [dict(t) for t in tolerations]
+        literals["TIDEPOOL_VIRTUAL_KUBELET_TOLERATIONS"] = json.dumps(placement["tolerations"])
+    kustomization: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(BASE, directory)],
         "configMapGenerator": [{"name": "tidepool-worker", "namespace": "tidepool-system", "behavior": "merge",
@@ -40,6 +53,11 @@ def write_overlay(directory: Path, *, image: str, settings: Mapping[str, str], r
         "images": [{"name": _released_image(), "newName": name, "newTag": tag}],
         "replicas": [{"name": "tidepool-worker", "count": replicas}],
     }  # fmt: skip
+    if placement:
+        kustomization["patches"] = [{"target": {"kind": "Deployment", "name": "tidepool-worker"}, "patch": yaml.safe_dump({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "tidepool-worker", "namespace": "tidepool-system"},
+            "spec": {"template": {"spec": placement}}})}]  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "kustomization.yaml").write_text(
         "# Written by deploy/localenv/overlay.py: the local environment's install of deploy/base.\n"

@@ -96,9 +96,10 @@ class RealNode:
 
 
 def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], pause_image: str,
-                    node_ip: str | None = None) -> RealNode:  # fmt: skip
-    """Starts containerd and a kubelet registering node `name` in `cluster`, with `images` (Podman tags)
-    imported, and waits until the node is Ready. Builds the kubelet the first time (minutes)."""
+                    node_ip: str | None = None, taints: list[dict[str, str]] | None = None) -> RealNode:  # fmt: skip
+    """Starts containerd and a kubelet registering node `name` in `cluster` (with `taints`, as a kubelet's
+    registerWithTaints), with `images` (Podman tags) imported, and waits until the node is Ready. Builds the
+    kubelet the first time (minutes)."""
     kubelet = ensure_kubelet()
     directory = cluster.workdir / "realnodes" / cluster.name / name
     longest = directory / "kubelet" / "device-plugins" / "kubelet.sock"  # the kubelet's own, in its root dir
@@ -118,7 +119,7 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
         for tag in [pause_image, *images]:
             node.import_image(tag)
         for start in range(KUBELET_STARTS):
-            _start_kubelet(node, cluster=cluster, kubelet=kubelet)
+            _start_kubelet(node, cluster=cluster, kubelet=kubelet, taints=taints or [])
             try:
                 _wait_ready(node, cluster=cluster)
                 break
@@ -281,7 +282,7 @@ def _node_credentials(node: RealNode, *, cluster: LocalCluster) -> tuple[Path, P
     return cert_file, key_file
 
 
-def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path) -> None:
+def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path, taints: list[dict[str, str]]) -> None:
     cert_file, key_file = _node_credentials(node, cluster=cluster)
     kubeconfig: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Config", "current-context": "node",
@@ -303,6 +304,7 @@ def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path) -> N
                            "x509": {"clientCAFile": str(cluster.pki / "ca.crt")}},
         "authorization": {"mode": "Webhook"},
         "resolvConf": "/etc/resolv.conf",
+        "registerWithTaints": taints,
     }  # fmt: skip
     (node.directory / "kubelet.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     (node.directory / "kubelet.yaml").write_text(yaml.safe_dump(config))

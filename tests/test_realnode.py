@@ -12,6 +12,7 @@ import select
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,10 +36,12 @@ from models.names import (
     LABEL_PROVIDER,
     SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
+    foreign_namespace,
     virtual_kubelet_name,
     virtual_node_name,
     worker_lease_name,
 )
+from models.virtual_kubelet import PROVIDER_KUBECONFIG_DIR
 from tests.kube import (
     apply_cluster_config,
     create_namespace,
@@ -48,6 +51,7 @@ from tests.kube import (
     offload_namespace,
 )
 from tests.offload import offloaded_namespace, offloading_entry_of, peered, ready_node
+from tests.rotation import force_rotation, held_kubeconfig, refused
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import request_peering
@@ -58,6 +62,9 @@ CLUSTER, NODE = "realnode", "real-node"
 WORKDIR_PREFIX, OWNER_FILE = "tidepool-realnode-", "owner.pid"
 WORKLOAD_PORT = 8080  # Python's http.server in the workload image
 CONSUMER_POD_CIDR = "10.2.0.0/16"
+PUSH_PERIOD_SECONDS = 10  # the provider's, in the test of tidepool as pods: each periodic push checks the token
+# A kubelet rewrites a pod's Secret volumes at its pod sync (syncFrequency, 1 min, plus jitter and its cache).
+SECRET_VOLUME_UPDATE_SECONDS = 150
 
 
 @dataclass(frozen=True)
@@ -301,7 +308,8 @@ async def _consume_with_tidepool_as_pods(real: RealCluster, localenv: EnvState,
     host, temporal_port = real.node.node_ip, temporal_address.rsplit(":", 1)[1]
     provider = make_cluster("prov")
     create_node(provider.api_client(), "big", cpu="8", memory="16Gi")
-    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50})
+    apply_cluster_config(provider.api_client(), outgoing={"sharingPercentage": 50,
+                                                          "advertisementPeriodSeconds": PUSH_PERIOD_SECONDS})  # fmt: skip
     provider_id, consumer_id = f"prov-{unique}", f"real-{unique}"
     # This machine's address, not loopback: the virtual kubelet dials it from its pod.
     settings = worker_settings(localenv, provider, provider_id, temporal_address=temporal_address)
@@ -348,12 +356,50 @@ async def _consume_with_tidepool_as_pods(real: RealCluster, localenv: EnvState,
             # The API server dials the virtual kubelet's pod; it reads the copy's log from the provider (kwok's).
             logs = real.kubectl_run("logs", "-n", "shop", "web")
             assert f"fake pod of cluster {provider.name} started" in logs
+            await _a_rotation_reaches_the_virtual_kubelet_through_its_secret_volume(
+                real, provider, provider_id=provider_id, consumer_id=consumer_id, pod=str(pod.metadata.name))  # fmt: skip
     except BaseException:
         print(_what_tidepool_says(real))  # in the failure's report
         raise
     finally:
         network.stop()
         delete_quietly(apps.delete_namespaced_deployment, "tidepool-worker", SYSTEM_NAMESPACE)
+
+
+async def _a_rotation_reaches_the_virtual_kubelet_through_its_secret_volume(
+    real: RealCluster, provider: LocalCluster, *, provider_id: str, consumer_id: str, pod: str,
+) -> None:  # fmt: skip
+    """The consumer's worker writes a renewed kubeconfig into the Secret; the kubelet, not tidepool, updates
+    the virtual kubelet's volume (at its own pace: its pod sync, about a minute by default), and the virtual
+    kubelet reloads the file. Once the provider revokes the token it started with, it works on, unrestarted."""
+    consumer = real.cluster.api_client()
+
+    def mounted() -> str:
+        return real.kubectl_run("exec", "-n", SYSTEM_NAMESPACE, pod, "--", "cat", f"{PROVIDER_KUBECONFIG_DIR}/kubeconfig")
+
+    first = held_kubeconfig(consumer, provider_id)
+    assert mounted() == first
+    await force_rotation(provider.api_client(), consumer_id, period_seconds=PUSH_PERIOD_SECONDS)
+    second = held_kubeconfig(consumer, provider_id)
+    assert second != first
+    written = time.monotonic()
+    await eventually(lambda: mounted() == second, timeout=SECRET_VOLUME_UPDATE_SECONDS,
+                     what="the kubelet to update the virtual kubelet's Secret volume")  # fmt: skip
+    print(f"the kubelet's Secret volume followed the Secret {time.monotonic() - written:.0f} s after it changed")
+    # A second rotation revokes the first token (the previous one stays valid for a slow reader).
+    await force_rotation(provider.api_client(), consumer_id, period_seconds=PUSH_PERIOD_SECONDS)
+    # Asked from here, where the provider's API server listens on loopback (its pods' address is NATed there).
+    first_from_here = first.replace(f"https://{real.node.node_ip}:", "https://127.0.0.1:")
+    assert first_from_here != first
+    await eventually(lambda: refused(first_from_here, foreign_namespace(consumer_id)), timeout=30,
+                     what="the first token refused by the provider's API server")  # fmt: skip
+    create_pod(consumer, "shop", "after", requests={"cpu": "100m"}, node_selector={LABEL_PROVIDER: provider_id},
+               tolerations=[{"key": TAINT_VIRTUAL_NODE, "operator": "Exists", "effect": "NoExecute"}])  # fmt: skip
+    await eventually(lambda: real.core.read_namespaced_pod("after", "shop").status.phase == "Running",
+                     timeout=60, what="a pod created after the revocation Running through the provider")  # fmt: skip
+    assert f"fake pod of cluster {provider.name} started" in real.kubectl_run("logs", "-n", "shop", "after")
+    statuses = real.core.read_namespaced_pod(pod, SYSTEM_NAMESPACE).status.container_statuses or []
+    assert [s.restart_count for s in statuses] == [0]  # the same process, which reloaded its file
 
 
 def _what_tidepool_says(real: RealCluster) -> str:

@@ -5,29 +5,23 @@ by the provider's API server."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.deployments import DeploymentRunner
 from deploy.localenv.env import EnvState
-from kube.clients import client_from_peer_kubeconfig_text
 from models.credentials import TokenGeneration
 from models.names import (
     LABEL_OFFLOADED,
     LABEL_PROVIDER,
-    SYSTEM_NAMESPACE,
     TAINT_VIRTUAL_NODE,
-    credentials_secret_name,
     foreign_namespace,
     remote_namespace_default_name,
     virtual_kubelet_name,
@@ -35,6 +29,7 @@ from models.names import (
 )
 from tests.faults import Pair, new_pair
 from tests.kube import apply_cluster_config
+from tests.rotation import force_rotation, held_kubeconfig, refused
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
@@ -85,44 +80,11 @@ def _ready(core: k8s.CoreV1Api, node: str) -> Any:
 
 def _held_kubeconfig(run: Running) -> str:
     """The kubeconfig the consumer holds now (the test reads it as the virtual kubelet's volume would)."""
-    secret = k8s.CoreV1Api(run.pair.consumer.api_client()).read_namespaced_secret(
-        credentials_secret_name(run.pair.provider_id), SYSTEM_NAMESPACE)  # fmt: skip
-    return base64.b64decode((secret.data or {})["kubeconfig"]).decode()
-
-
-def _refused(kubeconfig: str, namespace: str) -> bool:
-    """True when the provider's API server refuses this kubeconfig's token (401); False when it accepts it."""
-    try:
-        k8s.CoreV1Api(client_from_peer_kubeconfig_text(kubeconfig)).list_namespaced_pod(namespace, limit=1)
-    except ApiException as e:
-        if e.status == 401:
-            return True
-        raise
-    return False
-
-
-def _generation(run: Running) -> TokenGeneration | None:
-    namespace = k8s.CoreV1Api(run.pair.provider.api_client()).read_namespace(run.namespace)
-    return TokenGeneration.from_annotations(namespace.metadata.annotations)
+    return held_kubeconfig(run.pair.consumer.api_client(), run.pair.provider_id)
 
 
 async def _force_rotation(run: Running) -> TokenGeneration:
-    """Age the provider's record of the token past half its life: the next periodic push (every
-    PERIOD_SECONDS here) renews it. A push a signal or update asks for would not look: it writes only
-    the Advertisement while the last access check holds."""
-    held = _generation(run)
-    assert held is not None
-    aged = TokenGeneration(number=held.number, issued_at=held.issued_at - timedelta(hours=2),
-                           expires_at=held.expires_at - timedelta(hours=2) + timedelta(seconds=1),
-                           secret_version=held.secret_version)  # fmt: skip
-    k8s.CoreV1Api(run.pair.provider.api_client()).patch_namespace(
-        run.namespace, {"metadata": {"annotations": aged.to_annotations()}})  # fmt: skip
-    renewed: TokenGeneration = await eventually(
-        lambda: (g := _generation(run)) is not None and g.number > held.number and g, timeout=3 * PERIOD_SECONDS,
-        what="the next periodic push to renew the aged token")  # fmt: skip
-    assert renewed.number == held.number + 1, (held, renewed)
-    assert renewed.expires_at > datetime.now(UTC)
-    return renewed
+    return await force_rotation(run.pair.provider.api_client(), run.pair.consumer_id, period_seconds=PERIOD_SECONDS)
 
 
 def _offloaded_pod(name: str, provider_id: str) -> dict[str, Any]:
@@ -160,14 +122,14 @@ async def test_rotating_credentials_under_a_virtual_node_with_pods_disturbs_noth
     await _force_rotation(run)
     second = _held_kubeconfig(run)
     assert second != first
-    assert not _refused(first, run.namespace)  # the previous token stays valid: a slow reader keeps working
+    assert not refused(first, run.namespace)  # the previous token stays valid: a slow reader keeps working
     await _force_rotation(run)
     third = _held_kubeconfig(run)
     assert third not in (first, second)
     # The token before the previous is revoked (its anchor Secret went); the previous and current work.
-    await eventually(lambda: _refused(first, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
+    await eventually(lambda: refused(first, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
                      what="the first token refused by the provider's API server")  # fmt: skip
-    assert not _refused(second, run.namespace) and not _refused(third, run.namespace)
+    assert not refused(second, run.namespace) and not refused(third, run.namespace)
 
     # The virtual kubelet, which started with the now-refused token, works on: a new pod is run in the
     # provider and brought back Running, by the same process, without a restart.
@@ -190,9 +152,9 @@ async def test_a_withdrawal_revokes_the_last_token_and_the_virtual_kubelet_repor
     run, core = running, k8s.CoreV1Api(running.pair.consumer.api_client())
     await eventually(lambda: _ready(core, run.node), timeout=90, what="the virtual node Ready")
     held = _held_kubeconfig(run)
-    assert not _refused(held, run.namespace)
+    assert not refused(held, run.namespace)
     cancel_peering(run.pair.provider.api_client(), consumer_id=run.pair.consumer_id)
-    await eventually(lambda: _refused(held, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
+    await eventually(lambda: refused(held, run.namespace), timeout=REVOKED_WITHIN_SECONDS,
                      what="the last token handed out refused after the withdrawal")  # fmt: skip
     # Its 401 is read as "clean" only because the provider marked its Advertisement withdrawn first.
     log = run.logs / f"{virtual_kubelet_name(run.pair.provider_id)}.log"

@@ -590,12 +590,14 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         ("create", "namespaces"), ("get", "namespaces"), ("patch", "namespaces"), ("delete", "namespaces"),
         ("watch", "namespaces"), ("create", "pods", *ns), ("delete", "pods", *ns), ("watch", "pods", "-A"),
         ("watch", "events", "-A"), ("list", "nodes"), ("watch", "nodes"), *[("watch", kind, "-A") for kind in copies],
+        ("list", "servicecidrs.networking.k8s.io"), ("watch", "servicecidrs.networking.k8s.io"),
         ("get", "pods", "--subresource=log", *ns), ("create", "pods", "--subresource=exec", *ns),
         ("create", "pods", "--subresource=portforward", *ns),
         *[(verb, kind, *ns) for kind in copies for verb in ("get", "list", "watch", "create", "patch", "delete")],
     ]  # fmt: skip
     syncer_in_super_may_not = [
         ("patch", "pods", *ns), ("patch", "nodes"), ("delete", "nodes"), ("create", "persistentvolumes"),
+        ("create", "servicecidrs.networking.k8s.io"),
         ("create", "clusterroles"), ("create", "rolebindings", *ns), ("create", "deployments.apps", *ns),
     ]  # fmt: skip
     assert _answered_otherwise(super_cluster, SYNCER, syncer_in_super_may, allowed=True) == []

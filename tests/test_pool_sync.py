@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.env, pytest.mark.pool, pytest.mark.failover]
 
 TARGET = super_cluster_namespace("t1", "app")
 SUPER_POD_CIDR, SUPER_POD_IP = "10.250.0.0/24", "10.250.0.7"
+SUPER_SERVICE_IP = "10.0.0.1"  # the super cluster's `kubernetes` Service, in its ServiceCIDR (local clusters': 10.0.0.0/24)
 
 
 def _tenant_objects(api: k8s.ApiClient, *, super_pod_ip: str) -> None:
@@ -41,7 +42,8 @@ def _tenant_objects(api: k8s.ApiClient, *, super_pod_ip: str) -> None:
     core.create_namespaced_service("app", k8s.V1Service.model_validate({"metadata": {"name": "db"}, "spec": {
         "ports": [{"port": 5432}]}}))  # no selector: its owner writes its endpoints  # fmt: skip
     core.create_namespaced_endpoints("app", k8s.V1Endpoints.model_validate({"metadata": {"name": "db"}, "subsets": [
-        {"addresses": [{"ip": "192.0.2.10", "nodeName": "tenant-node"}, {"ip": super_pod_ip}],
+        {"addresses": [{"ip": "192.0.2.10", "nodeName": "tenant-node"}, {"ip": super_pod_ip},
+                       {"ip": SUPER_SERVICE_IP}],
          "ports": [{"port": 5432}]}]}))  # fmt: skip
     disc.create_namespaced_endpoint_slice("app", k8s.V1EndpointSlice.model_validate({
         "metadata": {"name": "db-extra", "labels": {"kubernetes.io/service-name": "db",
@@ -101,7 +103,8 @@ async def test_every_kind_goes_down_to_the_placed_cluster_only_and_status_and_ev
     assert addresses[0].node_name is None  # a tenant node means nothing there
     refused = await eventually(lambda: [e for e in core.list_namespaced_event("app", field_selector="involvedObject.name=db")
                                         .items if e.reason == "EndpointRefused"], what="the tenant told")  # fmt: skip
-    assert SUPER_POD_IP in refused[0].message and refused[0].type == "Warning"
+    assert SUPER_POD_IP in refused[0].message and SUPER_SERVICE_IP in refused[0].message
+    assert refused[0].type == "Warning"
     assert k8s.CoreV1Api(down).read_namespaced_persistent_volume_claim("data", TARGET).metadata.owner_references is None
     assert not _has_namespace(pool.supers[elsewhere], TARGET)
 

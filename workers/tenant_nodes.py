@@ -61,6 +61,11 @@ def node_networks(node: Obj) -> list[str]:
             *(str(a.get("address")) for a in status.get("addresses") or [] if isinstance(a, dict))]  # fmt: skip
 
 
+def _service_cidrs_kept(obj: Obj) -> Obj:
+    """Of a ServiceCIDR (networking.k8s.io/v1), its CIDRs: where the super cluster's ClusterIPs are."""
+    return {"metadata": {"name": obj["metadata"]["name"]}, "spec": {"cidrs": list((obj.get("spec") or {}).get("cidrs") or [])}}
+
+
 def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
@@ -134,23 +139,32 @@ class TenantNodes:
         self._physical: Store[str, Obj] = Store(_name, lambda *_: None)
         self._informer = Informer(f"syncer-{cluster}-nodes", k8s.CoreV1Api(super_cluster).list_node,
                                   on_sync=self._physical.sync, on_event=self._physical.event, transform=_node_kept)  # fmt: skip
+        # The Service CIDRs (Kubernetes 1.33 and later serve them): its ClusterIPs, the `kubernetes` Service's
+        # among them, are the super cluster's network too.
+        self._service_cidrs: Store[str, Obj] = Store(_name, lambda *_: None)
+        self._service_cidr_informer = Informer(
+            f"syncer-{cluster}-service-cidrs", k8s.NetworkingV1Api(super_cluster).list_service_cidr,
+            on_sync=self._service_cidrs.sync, on_event=self._service_cidrs.event, transform=_service_cidrs_kept)  # fmt: skip
         self._tenants: dict[str, _Tenant] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeat_loop, name=f"syncer-{cluster}-nodes", daemon=True)
 
     def networks(self) -> list[str]:
-        """The super cluster's nodes' pod CIDRs and addresses, as last listed."""
-        return [network for node in self._physical.values() for network in node_networks(node)]
+        """The super cluster's networks, as last listed: its nodes' pod CIDRs and addresses, its Service CIDRs."""
+        return [*(network for node in self._physical.values() for network in node_networks(node)),
+                *(cidr for served in self._service_cidrs.values() for cidr in served["spec"]["cidrs"])]  # fmt: skip
 
     def start(self) -> TenantNodes:
         self._informer.start()
+        self._service_cidr_informer.start()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._informer.stop()
+        self._service_cidr_informer.stop()
         with self._lock:
             tenants, self._tenants = list(self._tenants.values()), {}
         for tenant in tenants:

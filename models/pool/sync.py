@@ -79,9 +79,10 @@ MIRROR_DRIVER = "pool.tidepool.io"
 class EndpointGuard:
     """Where a tenant's own endpoints (a Service without a selector) may send traffic in a super cluster.
     Anywhere outside it (a database on a VM: what such Services are for), and to the pods of the namespace's
-    own copy; never into the super cluster's networks otherwise: its nodes' pod CIDRs and addresses, and the
-    other namespaces' pods, which are other tenants' (CVE-2021-25740: an endpoint is a route a load balancer
-    or ingress controller follows on the tenant's behalf)."""
+    own copy; never into the super cluster's networks otherwise: its nodes' pod CIDRs and addresses, its
+    Service CIDRs (the `kubernetes` Service, other tenants' Services), and the other namespaces' pods, which
+    are other tenants' (CVE-2021-25740: an endpoint is a route a load balancer or ingress controller follows
+    on the tenant's behalf)."""
 
     networks: tuple[IPv4Network | IPv6Network, ...] = ()
     own: frozenset[str] = frozenset()

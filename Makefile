@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The control plane, etcd, kwok and the kubelet (the demo's and the realnode tests' real nodes), built once.
 binaries:
-	bash deploy/localenv/build-binaries.sh
+	bash deploy/localenv/build-binaries.sh --with-kubelet
 
 # Debian packages (deploy/system/packages.txt) that only a missing one triggers an install of.
 system-packages:

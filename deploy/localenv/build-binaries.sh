@@ -8,7 +8,8 @@
 # missing one is built. Prints the directory of each component on stdout as NAME=DIR lines.
 #
 # With --with-kubelet it also builds (or checks) the kubelet, from the same module, as its own component:
-# only a real node needs it (deploy/localenv/realnode.py).
+# the real nodes of `make demo` and of the realnode tests need it (deploy/localenv/realnode.py), and the
+# Makefile asks for it.
 #
 # Users who already have the binaries set TIDEPOOL_BINARIES (or KUBEBUILDER_ASSETS) to a directory that
 # holds them all; nothing is built then.

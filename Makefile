@@ -26,9 +26,10 @@ system-packages:
 images: $(STAMP) system-packages
 	$(PY) -m deploy.containers.images
 
-# The main job on the local environment; leaves everything running. `make demo-down` stops it.
+# The main job on the local environment; leaves everything running. `make demo-down` stops it. Its real
+# nodes need root; DEMO_ARGS=--no-real-nodes runs it without them.
 demo: $(STAMP) binaries system-packages images
-	$(PY) -m deploy.localenv.demo up
+	$(PY) -m deploy.localenv.demo up $(DEMO_ARGS)
 
 demo-down: $(STAMP)
 	$(PY) -m deploy.localenv.demo down
@@ -45,8 +46,8 @@ test: $(STAMP) binaries system-packages images
 test-fast: $(STAMP)
 	$(PY) -m pytest -m 'not env' $(PYTEST_ARGS)
 
-env-up: $(STAMP) binaries
-	$(PY) -m deploy.localenv.demo up
+env-up: $(STAMP) binaries system-packages images
+	$(PY) -m deploy.localenv.demo up $(DEMO_ARGS)
 env-down: $(STAMP)
 	$(PY) -m deploy.localenv.demo down
 env-status: $(STAMP)

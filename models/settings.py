@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from models.api.offloading import LABEL_KEY, LABEL_VALUE
-from models.names import SYSTEM_NAMESPACE, task_queue
+from models.api.offloading import LABEL_VALUE
+from models.names import SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, task_queue
 from models.network import pod_cidr_problem
 from models.offloading import check_label_key, check_label_value
 
@@ -79,25 +79,42 @@ class MetricsSettings(_Part):
 
 
 class Toleration(_Part):
-    """A Kubernetes toleration, with its own field names (tolerationSeconds), as a pod spec has it."""
+    """A Kubernetes toleration, with its own field names (tolerationSeconds), as a pod spec has it; empty
+    strings read as Kubernetes reads them (no key, Equal, every effect)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-    key: str | None = Field(default=None, min_length=1, max_length=317, pattern=LABEL_KEY)
+    key: str | None = Field(default=None, min_length=1)
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, ge=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_unset(cls, data: object) -> object:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v != ""}
+        return data
+
+    @field_validator("key")
+    @classmethod
+    def _label_key(cls, key: str) -> str:
+        check_label_key("key", key)
+        return key
+
     @model_validator(mode="after")
     def _consistent(self) -> Toleration:
-        # The API server's own rules (validation of core/v1 tolerations), checked at the worker's start
-        # instead of at each virtual kubelet Deployment it would fail to create.
+        # The API server's rules (validation of core/v1 tolerations), checked at the worker's start instead of
+        # at each virtual kubelet Deployment it would fail to apply; and one of ours.
         if self.operator == "Exists" and self.value:
             raise ValueError("value must be empty with operator Exists")
         if self.key is None and self.operator != "Exists":
             raise ValueError("operator must be Exists when key is empty (a toleration of every taint)")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("tolerationSeconds is only for effect NoExecute")
+        if self.key in (None, TAINT_VIRTUAL_NODE):
+            raise ValueError(f"a virtual kubelet's pod may not tolerate the virtual nodes' taint {TAINT_VIRTUAL_NODE} "
+                             "(it would be scheduled onto a virtual node, which refuses it), nor every taint")  # fmt: skip
         return self
 
     def manifest(self) -> dict[str, object]:
@@ -136,7 +153,7 @@ class VirtualKubeletSettings(_Part):
         description="Threads asking the provider for the offloaded namespaces' remote namespaces, and draining them.",
     )  # fmt: skip
     # Where their pods run, as Liqo's VirtualKubeletOptions: nodes of the consumer's own choosing (its system
-    # nodes, say), never the virtual nodes, which a pod of tidepool-system cannot tolerate anyway.
+    # nodes, say), never the virtual nodes (Toleration refuses their taint).
     node_selector: dict[str, str] = Field(
         default_factory=dict,
         description="Labels a node must have to run the virtual kubelets' pods (a JSON object, as a pod's "
@@ -145,7 +162,7 @@ class VirtualKubeletSettings(_Part):
     tolerations: tuple[Toleration, ...] = Field(
         default=(), max_length=32,
         description="Taints the virtual kubelets' pods tolerate (a JSON list of Kubernetes tolerations), e.g. "
-        "those of dedicated system nodes.",
+        "those of dedicated system nodes; never the virtual nodes' taint, nor every taint.",
     )  # fmt: skip
 
     @field_validator("node_selector", "tolerations", mode="before")

@@ -14,7 +14,7 @@ consumer's offer moves.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Collection, Iterable, Mapping, Set
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Final, NamedTuple
@@ -149,14 +149,33 @@ def is_physical_node(node: Obj) -> bool:
     return labels.get(LABEL_NODE_TYPE) != VIRTUAL_NODE_TYPE and labels.get(LIQO_NODE_TYPE_LABEL) != VIRTUAL_NODE_TYPE
 
 
+# Taints that keep pods off a node: a pod of another cluster (or a pool's tenant) tolerates none of them but
+# those its owner allows (the provider's admission policy refuses any other toleration on a consumer's pod).
+_KEEPING_OUT = ("NoSchedule", "NoExecute")
+
+
+def takes_foreign_pods(node: Obj, *, tolerated: Collection[str] = ()) -> bool:
+    """Whether pods of another owner can be scheduled onto the node: not cordoned, and no NoSchedule or
+    NoExecute taint but of a key in `tolerated` (a NotReady node has the not-ready one). A node its owner
+    keeps apart (control plane, dedicated system nodes) is not capacity to share."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return False
+    return not any(isinstance(t, dict) and t.get("effect") in _KEEPING_OUT and t.get("key") not in tolerated
+                   for t in spec.get("taints") or [])  # fmt: skip
+
+
 def node_fields(node: Obj) -> dict[str, Any]:
-    """The parts of a node the aggregate reads (`is_physical_node`, `_node_amounts`, its name): what
-    kube/capacity.py keeps of each node as its page is parsed."""
-    metadata, status = node.get("metadata") or {}, node.get("status") or {}
+    """The parts of a node the aggregate reads (`is_physical_node`, `takes_foreign_pods`, `_node_amounts`,
+    its name): what kube/capacity.py keeps of each node as its page is parsed."""
+    metadata, status, spec = node.get("metadata") or {}, node.get("status") or {}, node.get("spec") or {}
     labels = metadata.get("labels") or {}
     return {
         "metadata": {"name": metadata.get("name"),
                      "labels": {k: labels[k] for k in (LABEL_NODE_TYPE, LIQO_NODE_TYPE_LABEL) if k in labels}},
+        "spec": {"unschedulable": bool(spec.get("unschedulable")),
+                 "taints": [{"key": t.get("key"), "effect": t.get("effect")} for t in spec.get("taints") or []
+                            if isinstance(t, dict) and t.get("effect") in _KEEPING_OUT]},
         "status": {k: status[k] for k in ("allocatable", "capacity") if k in status},
     }  # fmt: skip
 
@@ -267,6 +286,9 @@ class CapacitySnapshot(BaseModel):
     physical_nodes: int
     virtual_nodes: int
     counted_pods: int
+    # Physical nodes that take no other owner's pods (cordoned, tainted): neither their allocatable nor their
+    # pods count.
+    withheld_nodes: int = 0
     # What each consumer's offloaded pods hold on physical nodes (part of `used`), by consumer cluster id.
     offloaded: dict[str, Resources] = {}
 
@@ -317,7 +339,8 @@ class CapacityAggregate:
     """
 
     def __init__(self) -> None:
-        self._nodes: dict[str, _Amounts | None] = {}  # name -> allocatable if physical, None if virtual
+        self._nodes: dict[str, _Amounts | None] = {}  # name -> allocatable if counted, None if virtual or withheld
+        self._withheld: set[str] = set()  # physical nodes that take no other owner's pods
         # key -> (node name, what it holds, consumer that offloaded it or None); counted pods only
         self._pods: dict[str, PodHold] = {}
         self._by_node: dict[str, tuple[int, _Amounts]] = {}  # node name -> (pods, what they hold together)
@@ -338,6 +361,7 @@ class CapacityAggregate:
     def reset_nodes(self, nodes: Iterable[Obj]) -> None:
         """Replace every node with a fresh list (an informer's initial list or relist)."""
         self._nodes.clear()
+        self._withheld.clear()
         self._allocatable, self._used, self._offloaded, self._physical, self._counted = {}, {}, {}, 0, 0
         for node in nodes:
             self.apply_node("ADDED", node)
@@ -367,10 +391,13 @@ class CapacityAggregate:
                 _shift(self._allocatable, old, -1)
                 self._move_pods_of_node(pods_here, held_here, offloaded_here, -1)
                 self._physical -= 1
+            self._withheld.discard(name)
             if event_type == "DELETED":
                 return
-            if not is_physical_node(node):
+            if not is_physical_node(node) or not takes_foreign_pods(node):
                 self._nodes[name] = None
+                if is_physical_node(node):
+                    self._withheld.add(name)
                 return
             allocatable = _node_amounts(node)
             self._nodes[name] = allocatable
@@ -442,7 +469,8 @@ class CapacityAggregate:
             allocatable=self.allocatable(),
             used=self.used(),
             physical_nodes=self._physical,
-            virtual_nodes=len(self._nodes) - self._physical,
+            virtual_nodes=len(self._nodes) - self._physical - len(self._withheld),
             counted_pods=self._counted,
+            withheld_nodes=len(self._withheld),
             offloaded={consumer: Resources(amounts) for consumer, amounts in self._offloaded.items()},
         )

@@ -447,7 +447,8 @@ def test_a_tenant_namespace_enforces_the_level_its_super_cluster_sets_in_every_m
 def test_super_cluster_settings_default_to_a_super_cluster_that_sets_nothing() -> None:
     spec = SuperClusterSpec.model_validate({"kubeConfigRef": {"name": "s1", "namespace": "tidepool-system"}})
     assert SuperClusterSettings() == SuperClusterSettings.of(spec) == SuperClusterSettings(
-        pod_security="baseline", allowed_priority_classes=frozenset(), default_priority_class=None)  # fmt: skip
+        pod_security="baseline", allowed_priority_classes=frozenset(), default_priority_class=None,
+        allowed_taints=frozenset())  # fmt: skip
 
 
 def test_a_tenant_pod_takes_no_priority_of_its_own_to_a_super_cluster() -> None:
@@ -494,6 +495,23 @@ def test_a_copy_names_only_an_allowed_class_or_the_default(requested: str | None
     copied = tenant_priority_class(requested, settings)
     assert copied == (requested if requested in settings.allowed_priority_classes else default)
     assert copied is None or copied in settings.allowed_priority_classes
+
+
+def test_a_tenant_pod_keeps_only_the_tolerations_its_super_cluster_allows() -> None:
+    """A toleration is a way onto nodes the super cluster's owner keeps apart (its control plane, say): the
+    copy keeps those of the keys the SuperCluster allows, and the super cluster's admission adds its own
+    not-ready and unreachable defaults."""
+    tolerations = [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+                   {"operator": "Exists"},  # every taint
+                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 86400}]  # fmt: skip
+    tenant_pod = {"metadata": {"name": "web", "uid": "u1"}, "spec": {**copy.deepcopy(SPEC), "tolerations": tolerations}}
+    gpus = SuperClusterSettings(allowed_taints=frozenset({"nvidia.com/gpu"}))
+    spec = pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop", settings=gpus)["spec"]
+    assert spec["tolerations"] == [tolerations[2]]
+    spec = pod_for_super(tenant_pod, tenant="t", target_namespace="t-shop", tenant_namespace="shop")["spec"]
+    assert "tolerations" not in spec
 
 
 SLICE = {PLACED_SLICE_ANNOTATION: '{"cpu": "2", "memory": "4Gi"}'}

@@ -196,9 +196,10 @@ def test_a_ready_cluster_is_written_again_only_when_its_allocatable_changes(allo
     assert steps[1].written == changed
 
 
-def _node(cpu: str, *, ready: bool = True, unschedulable: bool = False,
+def _node(cpu: str, *, ready: bool = True, unschedulable: bool = False, taint: str | None = None,
           labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
-    return {"metadata": {"name": "n", "labels": labels or {}}, "spec": {"unschedulable": unschedulable},
+    taints = [{"key": taint, "effect": "NoSchedule"}] if taint else []
+    return {"metadata": {"name": "n", "labels": labels or {}}, "spec": {"unschedulable": unschedulable, "taints": taints},
             "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
 
@@ -217,11 +218,15 @@ VIRTUAL = {LABEL_NODE_TYPE: VIRTUAL_NODE_TYPE}
         pytest.param([_node("4"), _node("2", ready=False), _node("2", unschedulable=True)],
                      {"cpu": "4", "memory": "8Gi"}, id="a node not Ready or cordoned runs nothing new"),
         pytest.param([_node("4"), _node("2")], {"cpu": "6", "memory": "16Gi"}, id="physical nodes add up"),
+        pytest.param([_node("4"), _node("8", taint="node-role.kubernetes.io/control-plane")], {"cpu": "4", "memory": "8Gi"},
+                     id="a node its owner keeps apart with a taint takes no tenant pod"),
+        pytest.param([_node("4"), _node("8", taint="nvidia.com/gpu")], {"cpu": "12", "memory": "16Gi"},
+                     id="unless the SuperCluster lets tenant pods tolerate it"),
     ],
 )  # fmt: skip
 def test_a_probe_counts_the_ready_schedulable_physical_nodes_only(nodes: list[dict[str, Any]],
                                                                   allocatable: dict[str, str]) -> None:  # fmt: skip
-    assert probe_of_nodes(nodes) == ProbeOutcome(Resources(allocatable))
+    assert probe_of_nodes(nodes, tolerated=["nvidia.com/gpu"]) == ProbeOutcome(Resources(allocatable))
 
 
 def test_a_cluster_with_only_virtual_nodes_has_no_physical_node_and_fails_its_probe() -> None:

@@ -383,7 +383,7 @@ async def _a_rotation_reaches_the_virtual_kubelet_through_its_secret_volume(
     second = held_kubeconfig(consumer, provider_id)
     assert second != first
     written = time.monotonic()
-    await eventually(lambda: mounted() == second, timeout=SECRET_VOLUME_UPDATE_SECONDS,
+    await eventually(lambda: mounted() == second, timeout=SECRET_VOLUME_UPDATE_SECONDS, interval=5,
                      what="the kubelet to update the virtual kubelet's Secret volume")  # fmt: skip
     print(f"the kubelet's Secret volume followed the Secret {time.monotonic() - written:.0f} s after it changed")
     # A second rotation revokes the first token (the previous one stays valid for a slow reader).

@@ -256,6 +256,31 @@ def used_by(*pods: dict[str, Any]) -> Resources:
     return Resources.total(pod_requests(p) + POD_SLOT for p in pods)
 
 
+KEPT_APART = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+
+
+def test_a_node_its_owner_keeps_apart_is_not_shared_nor_are_its_pods_counted() -> None:
+    """A copy tolerates none of the provider's taints (its admission policy refuses them): a cordoned node, or
+    one tainted NoSchedule or NoExecute, is no capacity to offer; a PreferNoSchedule taint only prefers."""
+    def shaped(name: str, cpu: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+        return node_fields({**node(name, cpu=cpu, memory="4Gi", pods="110"), "spec": spec or {}})  # as listed
+
+    nodes = [shaped("n1", "4"), shaped("cp", "8", {"taints": KEPT_APART}), shaped("cordoned", "2", {"unschedulable": True}),
+             shaped("soft", "2", {"taints": [{"key": "spot", "effect": "PreferNoSchedule"}]})]  # fmt: skip
+    aggregate = CapacityAggregate.from_lists(nodes, [pod(container(cpu="1"), uid="a"),
+                                                     pod(container(cpu="3"), uid="b", node="cp")])  # fmt: skip
+    snapshot = aggregate.snapshot()
+    assert snapshot.allocatable == Resources(cpu="6", memory="8Gi", pods="220")  # n1 and soft
+    assert snapshot.used == Resources(cpu="1", pods="1")  # not what runs on the control plane
+    assert (snapshot.physical_nodes, snapshot.virtual_nodes, snapshot.withheld_nodes) == (2, 0, 2)
+    aggregate.apply_node("MODIFIED", shaped("cordoned", "2"))  # uncordoned: offered again
+    assert aggregate.allocatable() == Resources(cpu="8", memory="12Gi", pods="330")
+    aggregate.apply_node("MODIFIED", shaped("n1", "4", {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}))
+    assert aggregate.allocatable() == Resources(cpu="4", memory="8Gi", pods="220")
+    assert aggregate.used() == Resources()  # the pod on n1 went out with it
+    assert aggregate.snapshot().withheld_nodes == 2
+
+
 def test_from_lists_sums_physical_nodes_and_the_pods_that_hold_them() -> None:
     nodes = [node("n1", cpu="4", memory="8Gi", pods="110"), node("n2", cpu="2", memory="4Gi", pods="110"),
              node("virtual", VIRTUAL, cpu="100", memory="1Ti", pods="1000")]  # fmt: skip

@@ -101,7 +101,7 @@ class HealthProber:
             nodes = json.loads(listed.data).get("items") or []
         except Exception as e:  # noqa: BLE001 - any failure to answer is a failed probe
             return ProbeOutcome(Resources(), failure=_said(e))
-        return probe_of_nodes(nodes)
+        return probe_of_nodes(nodes, tolerated=cluster.spec.tolerations.allowed)
 
     def _write(self, obj: dict[str, Any], health: Health) -> None:
         value = health.condition()

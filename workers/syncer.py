@@ -444,9 +444,11 @@ class Syncer:
         self._thread.join(timeout=10)
 
     def _resync_loop(self) -> None:
-        """Handlers start once the copies and the Tenants are listed (a copy seen before its tenant's side
-        has listed is left alone: see _handle), then everything is queued again every RESYNC_SECONDS."""
-        listed: list[Callable[[float], bool]] = [*(i.wait_synced for i in self._informers), self.registry.wait_synced]
+        """Handlers start once the copies, the Tenants and the super cluster's networks are listed (a copy seen
+        before its tenant's side has listed is left alone: see _handle), then everything is queued again every
+        RESYNC_SECONDS."""
+        listed: list[Callable[[float], bool]] = [*(i.wait_synced for i in self._informers), self.registry.wait_synced,
+                                                 self.nodes.networks_listed]  # what the endpoint guard reads
         for wait_synced in listed:
             while not wait_synced(1):
                 if self._stop.is_set():
@@ -706,8 +708,8 @@ class Syncer:
         said = ", ".join(refused[:MAX_SAID_ADDRESSES]) + (f" and {len(refused) - MAX_SAID_ADDRESSES} more"
                                                            if len(refused) > MAX_SAID_ADDRESSES else "")  # fmt: skip
         self._tell_once(side, tenant_ns, kind, source, "EndpointRefused",
-                        f"not copied to super cluster {self.cluster}: {said} (its pods' or nodes' networks, not "
-                        "this namespace's pods)")  # fmt: skip
+                        f"not copied to super cluster {self.cluster}: {said} (its pod, node or Service networks, "
+                        "not this namespace's pods)")  # fmt: skip
 
     def _quota_share(self, side: _TenantSide, tenant_ns: str) -> QuotaShare | None:
         """The share of the namespace's quota this cluster holds; without the gate, all of it. Its placement

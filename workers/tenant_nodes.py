@@ -130,6 +130,17 @@ class _Tenant:
         return locate
 
 
+def _serves_service_cidrs(api: k8s.ApiClient) -> bool:
+    """Whether the API server serves networking.k8s.io/v1 servicecidrs (discovery, open to every identity).
+    Unknown (no answer) counts as yes: the informer then fails its list, visibly, and the guard waits."""
+    try:
+        resources = k8s.NetworkingV1Api(api).get_api_resources().resources
+    except (ApiException, urllib3.exceptions.HTTPError) as e:
+        log.warning("discovery of networking.k8s.io/v1 failed (%s): ServiceCIDRs assumed served", e)
+        return True
+    return any(r.name == "servicecidrs" for r in resources or [])
+
+
 class TenantNodes:
     """`copies_of(tenant)`: the tenant's pods' copies in this super cluster (the syncer's Store)."""
 
@@ -140,7 +151,8 @@ class TenantNodes:
         self._informer = Informer(f"syncer-{cluster}-nodes", k8s.CoreV1Api(super_cluster).list_node,
                                   on_sync=self._physical.sync, on_event=self._physical.event, transform=_node_kept)  # fmt: skip
         # The Service CIDRs (Kubernetes 1.33 and later serve them): its ClusterIPs, the `kubernetes` Service's
-        # among them, are the super cluster's network too.
+        # among them, are the super cluster's network too. None: not known yet whether it serves them.
+        self._serves_service_cidrs: bool | None = None
         self._service_cidrs: Store[str, Obj] = Store(_name, lambda *_: None)
         self._service_cidr_informer = Informer(
             f"syncer-{cluster}-service-cidrs", k8s.NetworkingV1Api(super_cluster).list_service_cidr,
@@ -155,9 +167,21 @@ class TenantNodes:
         return [*(network for node in self._physical.values() for network in node_networks(node)),
                 *(cidr for served in self._service_cidrs.values() for cidr in served["spec"]["cidrs"])]  # fmt: skip
 
+    def networks_listed(self, timeout: float) -> bool:
+        """Whether `networks` is whole: the nodes listed, and the Service CIDRs, where the super cluster serves
+        them. Until then the endpoint guard would let through what it does not know of (the syncer waits)."""
+        if not self._informer.wait_synced(timeout):
+            return False
+        return self._serves_service_cidrs is False or self._service_cidr_informer.wait_synced(0)
+
     def start(self) -> TenantNodes:
         self._informer.start()
-        self._service_cidr_informer.start()
+        self._serves_service_cidrs = _serves_service_cidrs(self.super_api)
+        if self._serves_service_cidrs:
+            self._service_cidr_informer.start()
+        else:
+            log.warning("super cluster %s serves no ServiceCIDRs (Kubernetes before 1.33): the endpoint guard "
+                        "cannot refuse its Service IPs", self.cluster)  # fmt: skip
         self._thread.start()
         return self
 

@@ -63,6 +63,7 @@ from models.names import (
     worker_lease_name,
 )
 from models.network import NO_REMAPPING
+from models.settings import MetricsSettings, VirtualKubeletSettings
 from workers.cli import POOL_WORKER, named_clusters, status
 from workers.metrics import METRICS_LINE
 from workers.peer import request_peering
@@ -90,7 +91,6 @@ SYSTEM_NODE = "b-system"
 SYSTEM_TAINT = {"key": "dedicated", "value": "system", "effect": "NoSchedule"}
 REAL_PROVIDER_NODE = "d-node"
 HELLO = "hello"  # b's pod on d's virtual node: a process on d's real node
-POOL_METRICS_INDEX = len(PEER_CLUSTERS)  # the pool scheduler's metrics port: 9464 + this
 
 
 def say(message: str) -> None:
@@ -213,8 +213,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
 
     def virtual_nodes_ready() -> bool:
         nodes = core_b.list_node(label_selector=f"{LABEL_NODE_TYPE}={VIRTUAL_NODE_TYPE}").items
-        ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions if n.status else None) or [])]
-        return len(ready) == len(providers)
+        return len(nodes) == len(providers) and _all_ready(nodes)
 
     _wait(f"{len(providers)} Accepted Advertisements on b", lambda: sum(
         (a.get("status") or {}).get("phase") == "Accepted"
@@ -237,8 +236,8 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     image = workload_image() if real_nodes else "nginx"
     if real_nodes:
         _hello_from_the_real_provider(state, core_b, image=image)
-    say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that fit nowhere else run in "
-        f"{' and '.join(p for p in providers if p != REAL_PROVIDER)}")  # fmt: skip
+    say(f"deploying a sample workload in b: {REPLICAS} pods, of which the ones that do not fit on b's own node run "
+        "in its providers")  # fmt: skip
     k8s.AppsV1Api(apis[CONSUMER]).create_namespaced_deployment("shop", k8s.V1Deployment.model_validate({
         "metadata": {"name": "web"},
         "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {
@@ -260,7 +259,7 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID=POOL_WORKER, TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
-                    TIDEPOOL_METRICS_PORT=str(_metrics_port(POOL_METRICS_INDEX, persistent=persistent)))  # fmt: skip
+                    TIDEPOOL_METRICS_PORT=str(_metrics_port(len(peers), persistent=persistent)))  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
     # The tenant's control plane is the pool's management cluster too: its Tenant, SuperClusters and settings.
     add_tenant(apis["tenant"], apis["tenant"], "tenant")
@@ -303,15 +302,16 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     metrics = {}
     if persistent:
         metrics = {name: f"http://127.0.0.1:{9464 + PEER_CLUSTERS.index(name)}/metrics" for name in peers}
-        metrics["pool"] = f"http://127.0.0.1:{9464 + POOL_METRICS_INDEX}/metrics"
+        metrics["pool"] = f"http://127.0.0.1:{9464 + len(peers)}/metrics"
     if not real_nodes:
         for provider in providers:
             metrics[f"b's virtual kubelet for {provider}"] = _metrics_url(state, virtual_kubelet_name(f"cluster-{provider}"))
     else:
-        metrics[CONSUMER] = _pod_metrics_url(apis[CONSUMER], "app.kubernetes.io/name=tidepool-worker")
+        metrics[CONSUMER] = _pod_metrics_url(apis[CONSUMER], "app.kubernetes.io/name=tidepool-worker",
+                                             port=MetricsSettings().port)  # deploy/base's  # fmt: skip
         for provider in providers:
             metrics[f"b's virtual kubelet for {provider}"] = _pod_metrics_url(
-                apis[CONSUMER], f"{LABEL_PROVIDER}=cluster-{provider}")  # fmt: skip
+                apis[CONSUMER], f"{LABEL_PROVIDER}=cluster-{provider}", port=VirtualKubeletSettings().metrics_port)  # fmt: skip
     print("Metrics: " + ", ".join(f"{url} ({name})" for name, url in metrics.items()))
     if persistent:
         print("Everything keeps running. `make demo-down` stops it.")
@@ -348,7 +348,7 @@ def _install_as_pods(state: EnvState, cluster: str, *, host: str, pod_cidr: str,
 
 def _worker_pod_leads(api: k8s.ApiClient) -> bool:
     """b's worker Lease held by its pod: connected to Temporal and to its API server, its watchers running."""
-    lease = k8s.CoordinationV1Api(api).read_namespaced_lease(worker_lease_name("cluster-b"), SYSTEM_NAMESPACE)
+    lease = k8s.CoordinationV1Api(api).read_namespaced_lease(worker_lease_name(f"cluster-{CONSUMER}"), SYSTEM_NAMESPACE)
     return lease.spec is not None and (lease.spec.holder_identity or "").startswith("tidepool-worker-")
 
 
@@ -382,11 +382,10 @@ def _show(state: EnvState, cluster: str, *args: str) -> None:
     print(shown.replace("\0", " ").rstrip(), flush=True)
 
 
-def _pod_metrics_url(api: k8s.ApiClient, selector: str, *, port: int = 9464) -> str:
-    """The metrics endpoint of tidepool's pod that `selector` picks (deploy/base's and the virtual kubelets'
-    default port)."""
+def _pod_metrics_url(api: k8s.ApiClient, selector: str, *, port: int) -> str:
+    """The metrics endpoint of tidepool's pod that `selector` picks (not one that is going)."""
     pods = k8s.CoreV1Api(api).list_namespaced_pod(SYSTEM_NAMESPACE, label_selector=selector).items
-    ips = [p.status.pod_ip for p in pods if p.status and p.status.pod_ip]
+    ips = [p.status.pod_ip for p in pods if p.status and p.status.pod_ip and not (p.metadata and p.metadata.deletion_timestamp)]
     return f"http://{ips[0]}:{port}/metrics" if ips else f"(no pod of {selector} has an IP yet)"
 
 
@@ -410,14 +409,19 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--no-real-nodes", action="store_true",
+                        help="no real node (they need root): b's worker and virtual kubelets as local processes, no d")
     args = parser.parse_args(argv)
     if args.command == "down":
         tear_down(args.state_dir)
     elif EnvState.load(args.state_dir):
         say("the demo is already running; tearing it down (run `make demo` again to start afresh)")
         tear_down(args.state_dir)
+    elif not args.no_real_nodes and os.geteuid() != 0:
+        say("the demo's real nodes need root (containerd, iptables): run it as root, or with --no-real-nodes")
+        return 1
     else:
-        bring_up(args.state_dir)
+        bring_up(args.state_dir, real_nodes=not args.no_real_nodes)
     return 0
 
 
@@ -455,9 +459,10 @@ def _metrics_url(state: EnvState, process: str) -> str:
     return str(found[-1][1]).replace("0.0.0.0", "127.0.0.1")  # noqa: S104 - the address it bound, read back
 
 
-def _all_ready(pods: list[k8s.V1Pod]) -> bool:
-    return bool(pods) and all(any(c.type == "Ready" and c.status == "True" for c in
-                                  (p.status.conditions if p.status else None) or []) for p in pods)  # fmt: skip
+def _all_ready(objects: list[k8s.V1Pod] | list[k8s.V1Node]) -> bool:
+    """Some pods or nodes, every one with its Ready condition True."""
+    return bool(objects) and all(any(c.type == "Ready" and c.status == "True" for c in
+                                     (o.status.conditions if o.status else None) or []) for o in objects)  # fmt: skip
 
 
 def _phase(pod: k8s.V1Pod) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from deploy.localenv.binaries import Binaries
+from models.settings import VirtualKubeletSettings
 
 BASE = Path(__file__).resolve().parents[1] / "base"
 
@@ -37,13 +38,14 @@ def write_overlay(directory: Path, *, image: str, settings: Mapping[str, str], r
     name, _, tag = image.rpartition(":")
     if not name or not tag:
         raise ValueError(f"image {image!r}: a local image is referenced as name:tag")
+    # Checked as the worker checks its settings, so that a bad one fails here, not as a pod that crash-loops.
+    placed = VirtualKubeletSettings.model_validate({"node_selector": dict(node_selector or {}),
+                                                    "tolerations": list(tolerations)})  # fmt: skip
+    placement = placed.placement()
     literals = {**settings, "TIDEPOOL_VIRTUAL_KUBELET_IMAGE": image}
-    placement: dict[str, Any] = {}
-    if node_selector:
-        placement["nodeSelector"] = dict(node_selector)
+    if placed.node_selector:
         literals["TIDEPOOL_VIRTUAL_KUBELET_NODE_SELECTOR"] = json.dumps(placement["nodeSelector"])
-    if tolerations:
-        placement["tolerations"] = [dict(t) for t in tolerations]
+    if placed.tolerations:
         literals["TIDEPOOL_VIRTUAL_KUBELET_TOLERATIONS"] = json.dumps(placement["tolerations"])
     kustomization: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from models.api.common import ApiModel, KubernetesObject, SecretReference
 from models.api.conditions import Condition
+from models.api.offloading import LABEL_KEY
 from models.resources import Resources
 
 # privileged is refused: a pool's tenants do not trust each other, and a privileged pod reaches the node,
@@ -21,6 +22,7 @@ SYSTEM_PRIORITY_RULE = (
 )
 DEFAULT_PRIORITY_RULE = "priorityClasses.default must be one of priorityClasses.allowed"
 PriorityClassName = Annotated[str, Field(min_length=1, max_length=253)]
+TaintKey = Annotated[str, Field(min_length=1, max_length=317, pattern=LABEL_KEY)]
 
 
 def _no_schema_default(schema: dict[str, Any]) -> None:
@@ -44,6 +46,15 @@ class PriorityClasses(ApiModel):
         return self
 
 
+class Tolerations(ApiModel):
+    """The taints of the super cluster's nodes that tenant pods may tolerate; the same for every tenant."""
+
+    allowed: list[TaintKey] = Field(default_factory=list, max_length=32, description=(
+        "Taint keys (a GPU node's nvidia.com/gpu, say) whose tolerations a tenant pod keeps in the super cluster; "
+        "every other toleration is left out of its copy, so that no tenant's pod runs on the nodes its owner "
+        "keeps apart (control plane, system or other dedicated nodes)."))  # fmt: skip
+
+
 class SuperClusterSpec(ApiModel):
     kube_config_ref: SecretReference
     headroom: Resources = Field(default_factory=Resources)
@@ -55,6 +66,9 @@ class SuperClusterSpec(ApiModel):
         "baseline when unset. privileged is refused: the pool's tenants do not trust each other."))  # fmt: skip
     priority_classes: PriorityClasses = Field(default_factory=PriorityClasses, description=(
         "The priority classes tenant pods may name here; any other (or none) gets the default."))  # fmt: skip
+    tolerations: Tolerations = Field(default_factory=Tolerations, description=(
+        "The taints tenant pods may tolerate here; a node with any other NoSchedule or NoExecute taint is not "
+        "counted in the cluster's allocatable."))  # fmt: skip
 
 
 class SuperClusterStatus(ApiModel):

@@ -3,7 +3,7 @@ writes on the SuperCluster's status, and what a scheduling pass (activities/pool
 status is the one record: `kubectl get superclusters` shows it, the pass never probes on its own, and a
 restarted prober keeps counting the grace period from `status.failingSince`.
 
-A probe lists the cluster's nodes and counts the physical ones that are Ready and schedulable
+A probe lists the cluster's nodes and counts the physical ones that are Ready and take tenant pods
 (`probe_of_nodes`): a virtual node of a peering is another cluster's capacity, which that cluster counts
 already. A probe fails when the API server does not answer (or refuses the credentials) and when no physical
 node is Ready and schedulable: either way nothing new can run there of its own. States:
@@ -16,14 +16,14 @@ node is Ready and schedulable: either way nothing new can run there of its own. 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
 from models.api.conditions import ConditionValue, SuperClusterReadyReason, condition
 from models.resources import Resources
-from models.sharing import is_physical_node, node_allocatable
+from models.sharing import is_physical_node, node_allocatable, takes_foreign_pods
 from models.times import format_rfc3339, parse_rfc3339
 
 HealthState = Literal["Unknown", "Ready", "Suspect", "Unreachable"]
@@ -53,16 +53,17 @@ NO_PHYSICAL_NODE = "no Ready, schedulable physical node"
 CAPACITY_RESOURCES = ("cpu", "memory")  # what slices are cut from (models/pool/slicing.py: SLICED)
 
 
-def probe_of_nodes(nodes: Iterable[dict[str, Any]]) -> ProbeOutcome:
+def probe_of_nodes(nodes: Iterable[dict[str, Any]], *, tolerated: Collection[str] = ()) -> ProbeOutcome:
     """A probe that listed `nodes` (as the API server serves them): the allocatable of the physical nodes
-    that are Ready and schedulable. A super cluster that peers out gets virtual nodes with the capacity of
-    its providers, which are super clusters of the pool too, or not ours to promise: counting them would
-    promise it twice."""
+    that are Ready and take tenant pods (not cordoned, no NoSchedule or NoExecute taint but of a `tolerated`
+    key: the SuperCluster's spec.tolerations.allowed, the only tolerations tenant pods keep there). A super
+    cluster that peers out gets virtual nodes with the capacity of its providers, which are super clusters
+    of the pool too, or not ours to promise: counting them would promise it twice."""
     allocatable = Resources()
     for node in nodes:
-        status, spec = node.get("status") or {}, node.get("spec") or {}
+        status = node.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if ready and not spec.get("unschedulable") and is_physical_node(node):
+        if ready and takes_foreign_pods(node, tolerated=tolerated) and is_physical_node(node):
             allocatable = allocatable + node_allocatable(node).only(CAPACITY_RESOURCES)
     if not allocatable:
         return ProbeOutcome(allocatable, failure=NO_PHYSICAL_NODE, no_ready_node=True)

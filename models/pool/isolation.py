@@ -8,7 +8,12 @@
    number and preemption policy the tenant's admission resolved are never copied: the super cluster's
    admission resolves them from the class, so no tenant preempts another's pods with a class of its own
    making, nor with the super cluster's system- classes (the schema refuses them).
-3. Quota (`quota_share`): a namespace placed over several super clusters gets, in each, the share of its
+3. Tolerations (`tenant_tolerations`): a tenant pod keeps only the tolerations of taints its SuperCluster
+   allows (spec.tolerations.allowed); the super cluster's own admission adds its defaults (not-ready,
+   unreachable). So no tenant pod runs on the nodes the super cluster's owner keeps apart with taints (its
+   control plane, system or other dedicated nodes), and those nodes are not counted as the pool's capacity
+   (models/pool/health.py).
+4. Quota (`quota_share`): a namespace placed over several super clusters gets, in each, the share of its
    quota placed there, its slice times the slices it holds there (`slices_held_here`), so that all copies
    together allow what the tenant's quota allows, not that many times over.
 """
@@ -40,11 +45,14 @@ class SuperClusterSettings:
     """Priority class names a tenant pod keeps there."""
     default_priority_class: str | None = None
     """The class of every other tenant pod there; None: the super cluster's global default."""
+    allowed_taints: frozenset[str] = field(default_factory=frozenset)
+    """Taint keys a tenant pod's tolerations may name there."""
 
     @classmethod
     def of(cls, spec: SuperClusterSpec) -> SuperClusterSettings:
         return cls(pod_security=spec.pod_security, allowed_priority_classes=frozenset(spec.priority_classes.allowed),
-                   default_priority_class=spec.priority_classes.default)  # fmt: skip
+                   default_priority_class=spec.priority_classes.default,
+                   allowed_taints=frozenset(spec.tolerations.allowed))  # fmt: skip
 
 
 def tenant_priority_class(requested: str | None, settings: SuperClusterSettings) -> str | None:
@@ -52,6 +60,14 @@ def tenant_priority_class(requested: str | None, settings: SuperClusterSettings)
     if requested is not None and requested in settings.allowed_priority_classes:
         return requested
     return settings.default_priority_class
+
+
+def tenant_tolerations(requested: object, settings: SuperClusterSettings) -> list[dict[str, object]]:
+    """The tolerations of a tenant pod's copy: those whose key the SuperCluster allows (a toleration without a
+    key, of every taint, never)."""
+    if not isinstance(requested, list):
+        return []
+    return [t for t in requested if isinstance(t, dict) and t.get("key") in settings.allowed_taints]
 
 
 @dataclass(frozen=True)

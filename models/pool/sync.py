@@ -44,7 +44,13 @@ from models.names import (
     TENANT_UID_ANNOTATION,
 )
 from models.pods import strip_service_account_token
-from models.pool.isolation import QuotaShare, SuperClusterSettings, quota_share, tenant_priority_class
+from models.pool.isolation import (
+    QuotaShare,
+    SuperClusterSettings,
+    quota_share,
+    tenant_priority_class,
+    tenant_tolerations,
+)
 
 # What a tenant pod may not say in a super cluster: its priority (a class name, or the number and policy the
 # tenant's admission resolved it to). Its copy gets a class the super cluster allows (tenant_priority_class),
@@ -90,8 +96,8 @@ class EndpointGuard:
 
     @classmethod
     def of(cls, *, networks: Iterable[str], own: Iterable[str], others: Iterable[str] = ()) -> EndpointGuard:
-        """From the super cluster's pod CIDRs and addresses (an address is a one-address network); whatever
-        does not parse as one is left out."""
+        """From the super cluster's pod CIDRs, node addresses (an address is a one-address network) and Service
+        CIDRs; whatever does not parse as one is left out."""
         parsed = []
         for network in networks:
             try:
@@ -323,6 +329,8 @@ def pod_for_super(pod: dict[str, Any], *, tenant: str, target_namespace: str, te
         spec.pop(key, None)
     if (priority_class := tenant_priority_class(requested, settings)) is not None:
         spec["priorityClassName"] = priority_class
+    if tolerations := tenant_tolerations(spec.pop("tolerations", None), settings):
+        spec["tolerations"] = tolerations
     strip_service_account_token(spec)
     return {
         "apiVersion": "v1", "kind": "Pod",

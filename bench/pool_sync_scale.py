@@ -378,7 +378,7 @@ class PoolWorker:
         variables = dict(os.environ, TIDEPOOL_CLUSTER_CLUSTER_ID="pool-bench",
                          TIDEPOOL_CLUSTER_KUBECONFIG=str(management.kubeconfig),
                          TIDEPOOL_TEMPORAL_ADDRESS=env.temporal_address, TIDEPOOL_TEMPORAL_NAMESPACE="default",
-                         TIDEPOOL_METRICS_PORT="0")  # fmt: skip
+                         TIDEPOOL_METRICS_PORT="0", TIDEPOOL_HEALTH_PORT="0")  # fmt: skip
         with open(logs / "pool-worker.log", "ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "workers.pool"], cwd=ROOT, env=variables,
                                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip

@@ -78,6 +78,13 @@ class MetricsSettings(_Part):
     port: int = Field(default=9464, ge=0, le=65535, description="Port of the Prometheus endpoint; 0 disables it.")
 
 
+class HealthSettings(_Part):
+    port: int = Field(
+        default=8081, ge=0, le=65535,
+        description="Port of the health probes (/healthz; /readyz once connected to Temporal and serving); 0: none.",
+    )  # fmt: skip
+
+
 class Toleration(_Part):
     """A Kubernetes toleration, with its own field names (tolerationSeconds), as a pod spec has it; empty
     strings read as Kubernetes reads them (no key, Equal, every effect)."""
@@ -257,6 +264,7 @@ class WorkerSettings(_Part):
     temporal: TemporalSettings = TemporalSettings()
     provider: ProviderSettings = ProviderSettings()
     metrics: MetricsSettings = MetricsSettings()
+    health: HealthSettings = HealthSettings()
     virtual_kubelet: VirtualKubeletSettings = VirtualKubeletSettings()
     leader: LeaderSettings = LeaderSettings()
 

@@ -68,6 +68,7 @@ class WorkerProcess:
             "TIDEPOOL_TEMPORAL_ADDRESS": temporal_address,
             "TIDEPOOL_TEMPORAL_NAMESPACE": namespace,
             "TIDEPOOL_METRICS_PORT": "0",
+            "TIDEPOOL_HEALTH_PORT": "0",  # many workers on one machine
         })  # fmt: skip
         if identity is not None:
             self._env["TIDEPOOL_LEADER_IDENTITY"] = identity

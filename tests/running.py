@@ -13,6 +13,7 @@ from deploy.localenv.clusters import LocalCluster
 from deploy.localenv.env import EnvState
 from models.settings import (
     ClusterSettings,
+    HealthSettings,
     MetricsSettings,
     TemporalSettings,
     WorkerSettings,
@@ -29,6 +30,7 @@ def worker_settings(
         cluster=ClusterSettings(cluster_id=cluster_id, kubeconfig=str(cluster.kubeconfig)),
         temporal=TemporalSettings(address=temporal_address or localenv.temporal_address, namespace=namespace),
         metrics=MetricsSettings(port=0),
+        health=HealthSettings(port=0),
     )
 
 

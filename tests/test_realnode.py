@@ -333,6 +333,8 @@ async def _consume_with_tidepool_as_pods(real: RealCluster, localenv: EnvState,
                                                           SYSTEM_NAMESPACE)) is not None
                          and (held.spec.holder_identity or "").startswith("tidepool-worker-"),
                          timeout=120, what="the worker's pod leading")  # fmt: skip
+        # Ready by its /readyz (workers/health.py): connected to Temporal and serving.
+        await eventually(lambda: available("tidepool-worker"), timeout=60, what="the worker's pod Ready")
         async with running_worker(settings):
             request_peering(provider.api_client(), real.cluster.api_client(), provider_id=provider_id,
                             consumer_id=consumer_id)  # fmt: skip

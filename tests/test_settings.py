@@ -17,6 +17,7 @@ def test_the_defaults_are_pinned() -> None:
                      "tls_cert_file": None, "tls_key_file": None, "tls_ca_file": None},
         "provider": {"token_lifetime_seconds": 3600, "unreachable_backoff_max_seconds": 300},
         "metrics": {"port": 9464},
+        "health": {"port": 8081},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464, "kubelet_port": 10250, "pod_workers": 8,
                             "config_workers": 4, "service_workers": 2, "event_workers": 2, "namespace_workers": 2,
                             "node_selector": {}, "tolerations": ()},

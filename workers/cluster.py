@@ -27,6 +27,7 @@ from models.names import SYSTEM_NAMESPACE, worker_lease_name
 from models.settings import LeaderSettings, TemporalSettings, WorkerSettings
 from workers.consumer import consumer_role
 from workers.errors import KubernetesErrors
+from workers.health import HealthProbes
 from workers.metrics import metrics_runtime
 from workers.provider import provider_role
 from workers.roles import Role, RoleContext
@@ -83,6 +84,14 @@ def leading(roles: list[Role]) -> tuple[Callable[[], None], Callable[[], None]]:
 
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
+    probes = HealthProbes(settings.health.port).start()
+    try:
+        await _serve(settings, stop=stop, probes=probes)
+    finally:
+        probes.stop()
+
+
+async def _serve(settings: WorkerSettings, *, stop: asyncio.Event, probes: HealthProbes) -> None:
     client = await connect(settings.temporal, runtime=metrics_runtime(settings.metrics.port, service="worker"))
     ctx = RoleContext(
         client=client, home=client_from_own_kubeconfig_file(settings.cluster.kubeconfig), settings=settings,
@@ -113,6 +122,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event) -> None:
         stack.callback(election.stop)  # first of all at exit: the watchers stop and the Lease is handed on
         log.info("worker for cluster %s on task queue %s: %s", settings.cluster.cluster_id, settings.task_queue,
                  ", ".join(role.name for role in roles))  # fmt: skip
+        probes.ready()  # connected, its Temporal worker polling, its roles started
         await stop.wait()
 
 

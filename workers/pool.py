@@ -52,6 +52,7 @@ from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_
 from models.settings import WorkerSettings
 from workers.cluster import connect, leading, replica_identity
 from workers.errors import KubernetesErrors
+from workers.health import HealthProbes
 from workers.metrics import metrics_runtime
 from workers.pod_placer import PodPlacer
 from workers.pool_health import HealthProber
@@ -232,6 +233,15 @@ class TokenRenewer:
 
 async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str = POOL_TASK_QUEUE,
               workflow_id: str = POOL_SCHEDULER_WORKFLOW_ID) -> None:  # fmt: skip
+    probes = HealthProbes(settings.health.port).start()
+    try:
+        await _serve(settings, stop=stop, task_queue=task_queue, workflow_id=workflow_id, probes=probes)
+    finally:
+        probes.stop()
+
+
+async def _serve(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str, workflow_id: str,
+                 probes: HealthProbes) -> None:  # fmt: skip
     runtime = metrics_runtime(settings.metrics.port, service="pool")
     client = await connect(settings.temporal, runtime=runtime)
     management = client_from_own_kubeconfig_file(settings.cluster.kubeconfig)
@@ -290,6 +300,7 @@ async def run(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: str 
                     on_started_leading=started_leading, on_stopped_leading=stopped_leading,
                 ).start()  # fmt: skip
                 try:
+                    probes.ready()  # connected, its Temporal worker polling
                     await stop.wait()
                 finally:
                     election.stop()

@@ -114,6 +114,7 @@ def _env(state: EnvState, cluster: str, *, pod_cidr: str, persistent: bool, extr
         "TIDEPOOL_TEMPORAL_ADDRESS": state.temporal_address,
         "TIDEPOOL_TEMPORAL_NAMESPACE": temporal_namespace(cluster),
         "TIDEPOOL_METRICS_PORT": str(_metrics_port(PEER_CLUSTERS.index(cluster), persistent=persistent)),
+        "TIDEPOOL_HEALTH_PORT": "0",  # probes are for a kubelet; several workers share this machine
     })  # fmt: skip
     if peers_dial:
         env["TIDEPOOL_CLUSTER_API_SERVER_FOR_PEERS"] = f"https://{peers_dial}:{state.cluster(cluster).api_server_port}"
@@ -259,7 +260,8 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
     pool_env = dict(os.environ, **extra, TIDEPOOL_CLUSTER_CLUSTER_ID=POOL_WORKER, TIDEPOOL_CLUSTER_KUBECONFIG=state.kubeconfigs["tenant"],
                     TIDEPOOL_TEMPORAL_ADDRESS=state.temporal_address,
                     TIDEPOOL_TEMPORAL_NAMESPACE=temporal_namespace("tenant"),
-                    TIDEPOOL_METRICS_PORT=str(_metrics_port(len(peers), persistent=persistent)))  # fmt: skip
+                    TIDEPOOL_METRICS_PORT=str(_metrics_port(len(peers), persistent=persistent)),
+                    TIDEPOOL_HEALTH_PORT="0")  # fmt: skip
     core_t = k8s.CoreV1Api(apis["tenant"])
     # The tenant's control plane is the pool's management cluster too: its Tenant, SuperClusters and settings.
     add_tenant(apis["tenant"], apis["tenant"], "tenant")

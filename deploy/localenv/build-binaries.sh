@@ -85,7 +85,7 @@ ensure() {
   local dir="$cache/bin/$name-$version" b missing=0
   for b in "$@"; do [[ -x "$dir/$b" ]] || missing=1; done
   if (( missing )); then
-    log "building $name $version into $dir (cold builds of kubernetes take 15-30 minutes)"
+    log "building $name $version into $dir (a cold build of kubernetes took about 5 minutes on two cores)"
     local tmp start=$SECONDS
     mkdir -p "$cache/bin"
     tmp="$(mktemp -d "$cache/bin/.$name-$version.XXXXXX")"

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -97,13 +97,15 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = None) -> Iterator[EnvState]:
+def local_env(clusters: list[str], *, dynamic_config: dict[str, str] | None = None,
+              without_node_lifecycle: Collection[str] = ()) -> Iterator[EnvState]:  # fmt: skip
     """A Temporal dev server (in memory) and `clusters`, in a temporary state directory, for one benchmark;
     torn down afterwards, or as far as it came up (`up` retries a cluster that fails to start)."""
     state_dir = Path(tempfile.mkdtemp(prefix="tidepool-bench-"))
     log(f"starting Temporal and clusters {', '.join(clusters)} in {state_dir}")
     try:
-        yield up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config)
+        yield up(clusters=clusters, state_dir=state_dir, persistent=False, dynamic_config=dynamic_config,
+                 without_node_lifecycle=without_node_lifecycle)
     finally:
         log("tearing the environment down")
         down(state_dir)  # also removes the state directory

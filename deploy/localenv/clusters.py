@@ -127,7 +127,7 @@ def _kwokctl_env(binaries: Binaries, workdir: Path) -> dict[str, str]:
 
 
 def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: FakePodFiles,
-                    scheduler: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+                    scheduler: bool = True, node_lifecycle: bool = True) -> list[dict[str, Any]]:  # fmt: skip
     """kwokctl's configuration and the kwok documents that make fake pods serve logs, exec, attach and
     port-forward (FakePodFiles). ClusterExec runs any command on this machine as the kwok controller's user
     for whoever may exec in the cluster: for local clusters only."""
@@ -144,7 +144,8 @@ def _kwokctl_config(binaries: Binaries, *, name: str, workdir: Path, fake_pods: 
         {"kind": "ClusterPortForward", "apiVersion": kwok_api, "metadata": fakes_meta,
          "spec": {"forwards": [{"command": ["cat"]}]}},
     ]  # fmt: skip
-    options = _kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki", ports=_free_ports(), scheduler=scheduler)
+    options = _kwokctl_options(binaries, pki=_cluster_dir(name, workdir) / "pki", ports=_free_ports(), scheduler=scheduler,
+                               node_lifecycle=node_lifecycle)  # fmt: skip
     return [options, *fakes]
 
 
@@ -188,7 +189,8 @@ def free_ports(count: int) -> list[int]:
     raise RuntimeError(f"fewer than {count} free ports in {first}-{last} ({CLUSTER_PORTS_ENV})")
 
 
-def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], scheduler: bool = True) -> dict[str, Any]:
+def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], scheduler: bool = True,
+                     node_lifecycle: bool = True) -> dict[str, Any]:  # fmt: skip
     # The API server presents a client certificate to kubelets (kwokctl's admin one, made at create), so
     # that a virtual kubelet's API authenticates it as in production; kwok's own kubelet API checks none,
     # and fake nodes serve as before. In the file, not as --extra-args: kwokctl 0.8 indexes those wrongly
@@ -198,6 +200,10 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], sc
     # putting InternalIP first changes nothing for them.
     apiserver_args = {"kubelet-client-certificate": pki / "admin.crt", "kubelet-client-key": pki / "admin.key",
                       "kubelet-preferred-address-types": "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"}
+    patches = [{"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]}]
+    if not node_lifecycle:  # nodes nothing keeps Ready (a benchmark's thousands), never tainted NotReady either
+        patches.append({"name": "kube-controller-manager",
+                        "extraArgs": [{"key": "controllers", "value": "*,-node-lifecycle-controller"}]})
     return {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -214,15 +220,15 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], sc
             "kubectlBinary": str(binaries.kubectl),
             **ports,
         },
-        "componentsPatches": [
-            {"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]}
-        ],
+        "componentsPatches": patches,
     }
 
 
-def create_cluster(name: str, *, binaries: Binaries, workdir: Path, scheduler: bool = True) -> LocalCluster:
+def create_cluster(name: str, *, binaries: Binaries, workdir: Path, scheduler: bool = True,
+                   node_lifecycle: bool = True) -> LocalCluster:  # fmt: skip
     """Creates (or adopts, when it already runs) cluster `name` and installs tidepool's CRDs. `scheduler`:
-    whether it runs a kube-scheduler (a pool's tenant control plane does not)."""
+    whether it runs a kube-scheduler (a pool's tenant control plane does not); `node_lifecycle`: whether its
+    controller manager marks nodes NotReady and taints them (off for nodes that nothing keeps Ready)."""
     workdir.mkdir(parents=True, exist_ok=True)
     fake_pods = FakePodFiles.of(name, workdir=workdir)
     config_file = workdir / f"kwokctl-{name}.yaml"
@@ -239,8 +245,8 @@ def create_cluster(name: str, *, binaries: Binaries, workdir: Path, scheduler: b
     ]  # fmt: skip
     for _ in range(CREATE_ATTEMPTS):
         fake_pods.create(name)  # again after a failed attempt: deleting the cluster removes its directory
-        config = _kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods,
-                                 scheduler=scheduler)  # fresh ports each time
+        config = _kwokctl_config(binaries, name=name, workdir=workdir, fake_pods=fake_pods, scheduler=scheduler,
+                                 node_lifecycle=node_lifecycle)  # fresh ports each time
         config_file.write_text(yaml.safe_dump_all(config))
         with open(log, "ab") as out:
             created = subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -79,6 +79,7 @@ def up(
     *,
     clusters: list[str],
     without_scheduler: Collection[str] = (),
+    without_node_lifecycle: Collection[str] = (),
     state_dir: Path = DEFAULT_STATE_DIR,
     persistent: bool = True,
     extra_namespaces: list[str] | None = None,
@@ -112,7 +113,8 @@ def up(
         started = time.monotonic()
         try:
             cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok",
-                                     scheduler=name not in without_scheduler)  # fmt: skip
+                                     scheduler=name not in without_scheduler,
+                                     node_lifecycle=name not in without_node_lifecycle)  # fmt: skip
         except BaseException:
             # `down` knows only the clusters in the state: one that failed half-way is stopped here.
             delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")

@@ -28,9 +28,10 @@ from models.names import (
     NAMESPACE_OFFLOADINGS,
     VERSION,
 )
+from models.sharing import takes_foreign_pods
 
 __all__ = ["apply_cluster_config", "create_namespace", "create_node", "create_pod", "create_runtime_class", "delete_quietly",
-           "flattened_kubeconfig", "offload_namespace", "pod_spec", "wait_for"]
+           "flattened_kubeconfig", "offload_namespace", "pod_spec", "wait_for", "wait_takes_foreign_pods"]
 
 
 def apply_cluster_config(api: k8s.ApiClient, **spec: dict[str, Any]) -> None:
@@ -44,6 +45,19 @@ def create_node(api: k8s.ApiClient, name: str, *, cpu: str, memory: str, pods: s
     """A kwok node; its pods get IPs from `pod_cidr`, or from kwok's default block (see `fake_node`)."""
     body = fake_node(name, cpu=cpu, memory=memory, pods=pods, labels=labels, pod_cidr=pod_cidr)
     k8s.CoreV1Api(api).create_node(k8s.V1Node.model_validate(body))
+
+
+def wait_takes_foreign_pods(api: k8s.ApiClient, name: str, *, timeout: float = 60) -> None:
+    """Until the node is Ready and untainted: the API server's admission gives every new node the not-ready
+    taint, and the node lifecycle controller takes it off once kwok reports the node Ready. What reads the
+    nodes once (not from a watch) waits for that, as a pool's prober would see it on its next round."""
+
+    def ready() -> bool:
+        node = api.sanitize_for_serialization(k8s.CoreV1Api(api).read_node(name))
+        conditions = (node.get("status") or {}).get("conditions") or []
+        return takes_foreign_pods(node) and any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    wait_for(ready, timeout=timeout, what=f"node {name} Ready and untainted")
 
 
 def create_runtime_class(api: k8s.ApiClient, name: str, *, overhead: dict[str, str]) -> None:

@@ -63,7 +63,7 @@ from models.names import (
 )
 from models.resources import Resources
 from models.virtual_kubelet import virtual_kubelet_deployment
-from tests.kube import create_namespace, create_node, create_pod, wait_for
+from tests.kube import create_namespace, create_node, create_pod, wait_for, wait_takes_foreign_pods
 from workers.pool_health import HealthProber
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -610,6 +610,7 @@ def test_the_pool_manifests_apply_and_the_pool_worker_and_syncer_may_do_what_the
         "metadata": {"name": "super-s1"},
         "data": {"kubeconfig": base64.b64encode(super_cluster.kubeconfig.read_bytes()).decode()}}))  # fmt: skip
     create_node(super_cluster.api_client(), "s1-node", cpu="4", memory="8Gi")
+    wait_takes_foreign_pods(super_cluster.api_client(), "s1-node")  # the prober below probes once
     apply_cluster_object(admin, SUPER_CLUSTERS, {"apiVersion": API_VERSION, "kind": "SuperCluster",
         "metadata": {"name": "s1"}, "spec": {"kubeConfigRef": {"name": "super-s1", "namespace": SYSTEM_NAMESPACE}}})  # fmt: skip
     as_pool = management.api_client()

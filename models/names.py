@@ -34,6 +34,8 @@ VIRTUAL_NODE_TYPE: Final = "virtual-node"
 LABEL_PROVIDER: Final = "tidepool.io/provider"
 LABEL_CONSUMER: Final = "tidepool.io/consumer"
 LABEL_OFFLOADED: Final = "tidepool.io/offloaded"
+# Where a kubelet API listens by default, as a kubelet's (--port): the virtual kubelets' and each syncer's.
+KUBELET_PORT: Final = 10250
 TAINT_VIRTUAL_NODE: Final = "tidepool.io/virtual-node"
 
 # Finalizer the consumer puts on an Advertisement so that teardown runs in order before it goes.

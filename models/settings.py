@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from models.api.offloading import LABEL_VALUE
-from models.names import SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, task_queue
+from models.names import KUBELET_PORT, SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, task_queue
 from models.network import pod_cidr_problem
 from models.offloading import check_label_key, check_label_value
 
@@ -137,7 +137,7 @@ class VirtualKubeletSettings(_Part):
         default=9464, ge=0, le=65535, description="Port of each virtual kubelet's Prometheus endpoint; 0 disables it."
     )
     kubelet_port: int = Field(
-        default=10250, ge=1, le=65535,
+        default=KUBELET_PORT, ge=1, le=65535,
         description="Port of each virtual kubelet's kubelet API (logs, exec), published as its node's kubelet endpoint.",
     )  # fmt: skip
     # Workers per reflected kind, as Liqo's --<kind>-reflection-workers: each kind has its own queue, so

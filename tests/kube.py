@@ -151,6 +151,10 @@ def client_certificate(cluster: LocalCluster, directory: Path, *, user: str, gro
         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        # As Go's x509 writes it: a verifier trusting several CAs of one name (kwokctl's are all `kwok-ca`)
+        # finds the issuer by it.
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+            ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value), critical=False)
         .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     )  # fmt: skip
     cert_file, key_file = directory / "client.crt", directory / "client.key"

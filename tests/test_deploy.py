@@ -481,7 +481,11 @@ def test_the_pool_worker_and_each_syncer_run_from_the_image_in_the_management_cl
     container = syncer["containers"][0]
     # Every tenant, from the management cluster it runs in (no --management-kubeconfig: in-cluster).
     assert container["command"] == ["python", "-m", "workers.syncer", "--cluster=s1",
-                                    "--super-kubeconfig=/etc/tidepool/super/kubeconfig"]  # fmt: skip
+                                    "--super-kubeconfig=/etc/tidepool/super/kubeconfig",
+                                    "--kubelet-address=$(POD_IP)", "--kubelet-port=10250"]  # fmt: skip
+    # Its kubelet API, for every tenant, at the pod's own IP (the downward API) on the port it declares.
+    assert container["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert container["ports"] == [{"name": "kubelet", "containerPort": 10250}]
     assert {c["image"] for c in (worker["containers"][0], container)} == {"ghcr.io/tidepool/tidepool:0.1.0"}
     # The super cluster's kubeconfig is the Secret its SuperCluster names, mounted where the syncer reads it.
     kubeconfig = next(a.split("=", 1)[1] for a in container["command"] if a.startswith("--super-kubeconfig="))

@@ -22,7 +22,7 @@ from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
 from models.virtual_kubelet import ORIGIN_UID
 from tests.kube import client_certificate, create_namespace, create_node, create_pod, kubelet_get, wait_for
-from workers.kubelet_api import CopyRef, KubeletApi
+from workers.kubelet_api import CopyRef, KubeletApi, KubeletServer
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
 
@@ -55,10 +55,8 @@ class Setup:
             process.wait()
 
 
-@pytest.fixture
-def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[Setup]:
-    consumer, provider = make_cluster("kcons"), make_cluster("kprov")
-    remote_namespace = f"remote-{unique}"
+def _run_copy(provider: LocalCluster, remote_namespace: str) -> None:
+    """The pod's copy, Running on a kwok fake node of the provider."""
     provider_api = provider.api_client()
     create_namespace(provider_api, remote_namespace)
     create_node(provider_api, "fake", cpu="4", memory="8Gi")
@@ -67,26 +65,39 @@ def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[
     wait_for(lambda: provider_core.read_namespaced_pod(POD, remote_namespace).status.phase
              == "Running", timeout=60, what="the copy to run")  # fmt: skip
 
-    consumer_api = consumer.api_client()
-    # The copy is in its namespace's remote namespace, under the pod's own name (the virtual kubelet knows where).
-    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, consumer=consumer_api, node_name=NODE,
-                     locate=lambda namespace, pod: [CopyRef(remote_namespace, pod)] if namespace == NAMESPACE else [],
-                     ).start()  # fmt: skip
-    core = k8s.CoreV1Api(consumer_api)
+
+def _bind_to_served_node(consumer: LocalCluster, provider: LocalCluster, remote_namespace: str, *, port: int) -> str:
+    """The consumer's node NODE, whose kubelet is the server at `port`, and the pod bound to it; its uid."""
+    core = k8s.CoreV1Api(consumer.api_client())
     core.create_node(k8s.V1Node.model_validate({"metadata": {"name": NODE}}))
     now = datetime.datetime.now(datetime.UTC).isoformat()
     core.patch_node_status(NODE, {"status": {
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": api.port}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": now,
                         "lastTransitionTime": now}],
     }})  # fmt: skip
-    create_pod(consumer_api, NAMESPACE, POD, node_name=NODE)
+    create_pod(consumer.api_client(), NAMESPACE, POD, node_name=NODE)
+    uid = str(core.read_namespaced_pod(POD, NAMESPACE).metadata.uid)
     # What the virtual kubelet writes on a copy it makes: whose copy it is (the kubelet API checks it).
-    provider_core.patch_namespaced_pod(POD, remote_namespace, {"metadata": {"annotations": {
-        ORIGIN_UID: core.read_namespaced_pod(POD, NAMESPACE).metadata.uid}}})  # fmt: skip
+    k8s.CoreV1Api(provider.api_client()).patch_namespaced_pod(POD, remote_namespace, {"metadata": {"annotations": {
+        ORIGIN_UID: uid}}})  # fmt: skip
     # What the virtual kubelet reports for a running copy (kubectl port-forward asks for a running pod).
     core.patch_namespaced_pod_status(POD, NAMESPACE, {"status": {"phase": "Running"}})
+    return uid
+
+
+@pytest.fixture
+def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[Setup]:
+    consumer, provider = make_cluster("kcons"), make_cluster("kprov")
+    remote_namespace = f"remote-{unique}"
+    provider_api = provider.api_client()
+    _run_copy(provider, remote_namespace)
+    # The copy is in its namespace's remote namespace, under the pod's own name (the virtual kubelet knows where).
+    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, consumer=consumer.api_client(), node_name=NODE,
+                     locate=lambda namespace, pod: [CopyRef(remote_namespace, pod)] if namespace == NAMESPACE else [],
+                     ).start()  # fmt: skip
+    _bind_to_served_node(consumer, provider, remote_namespace, port=api.port)
     try:
         yield Setup(consumer=consumer, provider=provider, api=api)
     finally:
@@ -169,3 +180,60 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def _in(remote_namespace: str) -> Callable[[str, str], list[CopyRef]]:
+    return lambda _namespace, pod: [CopyRef(remote_namespace, pod)]
+
+
+def test_one_server_serves_each_consumer_its_own_pods_by_the_ca_that_issued_the_caller(
+    make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path
+) -> None:
+    """A syncer's one port for every tenant (workers/tenant_nodes.py): two consumers with a pod of the same
+    name, whose copies are in two providers; each consumer's API server reaches its own copy, and a caller is
+    the consumer whose client CA issued its certificate, whatever the path names."""
+    pairs = [(make_cluster(f"kcons{i}"), make_cluster(f"kprov{i}")) for i in (1, 2)]
+    server = KubeletServer(host="127.0.0.1", port=0, name="shared").start()
+    apis, uids = [], []
+    try:
+        for consumer, provider in pairs:
+            remote_namespace = f"remote-{unique}"
+            _run_copy(provider, remote_namespace)
+            api = KubeletApi(host="127.0.0.1", port=0, provider=provider.api_client(), consumer=consumer.api_client(),
+                             node_name=NODE, locate=_in(remote_namespace))  # fmt: skip
+            server.add(consumer.name, api)
+            apis.append(api)
+            uids.append(_bind_to_served_node(consumer, provider, remote_namespace, port=server.port))
+        for consumer, provider in pairs:
+            done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig", str(consumer.kubeconfig), "-n",
+                                   NAMESPACE, "logs", POD], capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert done.stdout == f"fake pod of cluster {provider.name} started\n"
+
+        # The pod's uid in the path (as the API server sends it for exec, attach and port-forward): the first
+        # consumer's admin reaches its pod (400: a GET that is no SPDY upgrade), the second's finds no such pod.
+        endpoint = ("127.0.0.1", server.port)
+        admins = []
+        for consumer, _ in pairs:
+            (tmp_path / consumer.name).mkdir()
+            admins.append(client_certificate(consumer, tmp_path / consumer.name, user="admin", group="system:masters"))
+        first_pod = f"/portForward/{NAMESPACE}/{POD}/{uids[0]}"
+        assert kubelet_get(endpoint, first_pod, admins[0]) == b"HTTP/1.1 400 Bad Request"
+        assert kubelet_get(endpoint, first_pod, admins[1]) == b"HTTP/1.1 404 Not Found"
+
+        # A consumer that lists the first one's CA as its own: the first one's callers are now issued by two
+        # consumers' CAs, and refused, rather than served as either; the second one's are not affected.
+        copied = KubeletApi(host="127.0.0.1", port=0, provider=pairs[1][1].api_client(),
+                            consumer=pairs[0][0].api_client(), node_name=NODE, locate=_in(f"remote-{unique}"))  # fmt: skip
+        server.add("copied", copied)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            kubelet_get(endpoint, first_pod, admins[0])
+        assert kubelet_get(endpoint, f"/portForward/{NAMESPACE}/{POD}/{uids[1]}", admins[1]) == b"HTTP/1.1 400 Bad Request"
+        server.remove("copied", copied)
+        assert kubelet_get(endpoint, first_pod, admins[0]) == b"HTTP/1.1 400 Bad Request"
+        # A consumer removed: its callers are refused at the handshake.
+        server.remove(pairs[0][0].name, apis[0])
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            kubelet_get(endpoint, first_pod, admins[0])
+    finally:
+        server.stop()

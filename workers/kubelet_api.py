@@ -9,9 +9,9 @@ status (InternalIP, daemonEndpoints.kubeletEndpoint.Port).
   authentication, key client-ca-file, read again every CLIENT_CA_REFRESH_SECONDS) is required; its CN and
   O are then authorized by a SubjectAccessReview on nodes/proxy of this node (get for GET, create for
   POST), as kubelets do. Only pods bound to the node are served; others are 404.
-- Many nodes: the pool's syncer (workers/tenant_nodes.py) runs one per tenant, for all of that tenant's
-  virtual nodes of its super cluster (`serves`, one address and port for all of them; the API server does not
-  say which node it called). The review is then on the node the pod is bound to, or, for a pod bound to
+- Many nodes: the pool's syncer (workers/tenant_nodes.py) has one per tenant, for all of that tenant's
+  virtual nodes of its super cluster (`serves`; the API server does not say which node it called), and
+  serves all of them on one port (KubeletServer: the caller's certificate says whose API it calls). The review is then on the node the pod is bound to, or, for a pod bound to
   none of them, on every node. Its `locate` may raise Elsewhere (a pod the pool moved to another super
   cluster): the caller is told where it runs now.
 - Routes: /containerLogs/{ns}/{pod}/{container} (provider pods/log, relayed chunked);
@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -103,7 +104,9 @@ class Elsewhere(Exception):
 
 
 class KubeletApi:
-    """The server; `start()` binds and serves in a thread, `stop()` closes it and its connections."""
+    """What one consumer (a virtual kubelet's cluster, or one tenant of a syncer) is served: its callers'
+    authorization and the mapping of its pods to their copies. `start()` serves it alone on a port of its
+    own (a KubeletServer); a syncer adds many to one KubeletServer instead."""
 
     def __init__(self, *, host: str, port: int, provider: ApiClientSource, locate: Locate,
                  consumer: k8s.ApiClient, node_name: str, serves: Callable[[str], bool] | None = None,
@@ -114,38 +117,27 @@ class KubeletApi:
         self._serves = serves
         self._provider, self._consumer = provider, consumer
         self._requested_port = port
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._tls = _TlsContexts(host=host, consumer=consumer)
+        self._server: KubeletServer | None = None
+        self.client_ca = ClientCa(consumer)
 
     @property
     def port(self) -> int:
         assert self._server is not None, "not started"
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def start(self) -> KubeletApi:
-        self._tls.refresh(force=True)  # a consumer whose client CA cannot be read is an error now, not later
-        self._server = _Server((self.host, self._requested_port), self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"kubelet-api-{self.node_name}",
-                                        daemon=True)  # fmt: skip
-        self._thread.start()
+        server = KubeletServer(host=self.host, port=self._requested_port, name=self.node_name)
+        server.add(self.node_name, self)
+        self._server = server.start()
         return self
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        self._server.close_connections()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
     def provider(self) -> k8s.ApiClient:
         return self._provider() if callable(self._provider) else self._provider
-
-    def tls_context(self) -> ssl.SSLContext:
-        return self._tls.refresh()
 
     # --- authorization and mapping ---
 
@@ -219,41 +211,135 @@ def _identity(peer_cert: dict[str, Any]) -> tuple[str, list[str]]:
     return user, groups
 
 
-class _TlsContexts:
-    """The server's TLS context, made again when the consumer's client CA changes."""
+class ClientCa:
+    """A consumer's client CA (the certificates its API server's kubelet client certificate is issued by),
+    read again at most every CLIENT_CA_REFRESH_SECONDS: it rotates."""
 
-    def __init__(self, *, host: str, consumer: k8s.ApiClient) -> None:
+    def __init__(self, consumer: k8s.ApiClient) -> None:
         self._consumer = consumer
-        self._cert_pem, self._key_pem = _self_signed(host)
         self._lock = threading.Lock()
-        self._client_ca: str | None = None
-        self._context: ssl.SSLContext | None = None
+        self._pem: str | None = None
+        self._certificates: list[x509.Certificate] = []
         self._checked = 0.0
 
-    def refresh(self, *, force: bool = False) -> ssl.SSLContext:
+    def pem(self, *, force: bool = False) -> str:
+        """The CA bundle; raises if it was never read, keeps the last one if a later read fails."""
         with self._lock:
-            if self._context is not None and not force and time.monotonic() - self._checked < CLIENT_CA_REFRESH_SECONDS:
-                return self._context
+            if self._pem is not None and not force and time.monotonic() - self._checked < CLIENT_CA_REFRESH_SECONDS:
+                return self._pem
             self._checked = time.monotonic()
             try:
                 configmap = k8s.CoreV1Api(self._consumer).read_namespaced_config_map(
                     CLIENT_CA_CONFIGMAP, CLIENT_CA_NAMESPACE, _request_timeout=REQUEST_TIMEOUT_SECONDS
                 )
-                client_ca = (configmap.data or {})[CLIENT_CA_KEY]
+                pem = (configmap.data or {})[CLIENT_CA_KEY]
+                certificates = x509.load_pem_x509_certificates(pem.encode())
             except Exception:
-                if self._context is None:
+                if self._pem is None:
                     raise
                 log.warning("consumer client CA not re-read; the last one stays trusted", exc_info=True)
-                return self._context
-            if client_ca != self._client_ca or self._context is None:
-                self._context, self._client_ca = self._make(client_ca), client_ca
-            return self._context
+                return self._pem
+            self._pem, self._certificates = pem, certificates
+            return pem
 
-    def _make(self, client_ca: str) -> ssl.SSLContext:
+    def issued(self, certificate: x509.Certificate) -> bool:
+        """Whether one of the CA's certificates signed `certificate` (its issuer, by name and signature)."""
+        with self._lock:
+            authorities = list(self._certificates)
+        for authority in authorities:
+            try:
+                certificate.verify_directly_issued_by(authority)
+                return True
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+        return False
+
+
+class KubeletServer:
+    """One listening port for the kubelet APIs of one or many consumers. The TLS handshake trusts every
+    consumer's client CA; the caller's certificate then says whose API it calls: the one consumer whose CA
+    issued it. A certificate two consumers' CAs both issued (one copied another's CA into its own bundle)
+    is refused: serving it as either could relay one tenant's `exec` into another's pod."""
+
+    def __init__(self, *, host: str, port: int, name: str) -> None:
+        self.host, self.name = host, name
+        self._requested_port = port
+        self._apis: dict[str, KubeletApi] = {}
+        self._lock = threading.Lock()
+        self._cert_pem, self._key_pem = _self_signed(host)
+        self._context: tuple[tuple[str, ...], ssl.SSLContext] | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return int(self._server.server_address[1])
+
+    def start(self) -> KubeletServer:
+        self._server = _Server((self.host, self._requested_port), self)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"kubelet-api-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        self._server.close_connections()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = None
+
+    def add(self, key: str, api: KubeletApi) -> None:
+        """Serves `api` from now on; raises if its consumer's client CA cannot be read (nothing is served
+        for it then: no caller of it could be told apart)."""
+        api.client_ca.pem(force=True)
+        with self._lock:
+            self._apis[key] = api
+
+    def remove(self, key: str, api: KubeletApi) -> None:
+        """Serves `key` no more, and cuts the sessions open on it; nothing if `key` is served by another
+        KubeletApi now (one that replaced `api`)."""
+        with self._lock:
+            if self._apis.get(key) is not api:
+                return
+            del self._apis[key]
+        if self._server is not None:
+            self._server.close_connections(api)
+
+    def tls_context(self) -> ssl.SSLContext:
+        with self._lock:
+            apis = list(self._apis.values())
+        bundles = tuple(sorted({pem for api in apis for pem in _readable_pem(api)}))
+        with self._lock:
+            if self._context is None or self._context[0] != bundles:
+                self._context = (bundles, self._make(bundles))
+            return self._context[1]
+
+    def api_of(self, tls: ssl.SSLSocket) -> KubeletApi | None:
+        """Whose kubelet API the connection calls; None for a certificate no single consumer's CA issued."""
+        with self._lock:
+            apis = list(self._apis.items())
+        if len(apis) == 1:  # the handshake trusted its CA alone
+            return apis[0][1]
+        der = tls.getpeercert(binary_form=True)
+        if der is None:
+            return None
+        certificate = x509.load_der_x509_certificate(der)
+        issuers = [(key, api) for key, api in apis if api.client_ca.issued(certificate)]
+        if len(issuers) > 1:
+            log.warning("kubelet API: a client certificate (%s) was issued by the client CAs of %s: refused",
+                        certificate.subject.rfc4514_string(), ", ".join(sorted(key for key, _ in issuers)))  # fmt: skip
+        return issuers[0][1] if len(issuers) == 1 else None
+
+    def _make(self, bundles: tuple[str, ...]) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cadata=client_ca)
+        for pem in bundles:
+            context.load_verify_locations(cadata=pem)
         context.set_alpn_protocols(["http/1.1"])  # never h2: the SPDY upgrade needs HTTP/1.1
         # load_cert_chain reads files only: a private directory that lives just as long as the call.
         with tempfile.TemporaryDirectory(prefix="kubelet-api-") as directory:
@@ -263,6 +349,14 @@ class _TlsContexts:
             key.write_bytes(self._key_pem)
             context.load_cert_chain(cert, key)
         return context
+
+
+def _readable_pem(api: KubeletApi) -> list[str]:
+    try:
+        return [api.client_ca.pem()]
+    except Exception as e:  # noqa: BLE001 - never read (added ones were): its callers are refused at the handshake
+        log.warning("kubelet API %s: client CA unreadable: %s", api.node_name, e)
+        return []
 
 
 def _self_signed(host: str) -> tuple[bytes, bytes]:
@@ -291,10 +385,10 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], api: KubeletApi) -> None:
-        self.api = api
+    def __init__(self, address: tuple[str, int], owner: KubeletServer) -> None:
+        self.owner = owner
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._open: set[socket.socket] = set()
+        self._open: dict[socket.socket, KubeletApi] = {}
         self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
 
@@ -315,26 +409,37 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         # The TLS handshake runs here, in the connection's thread: a slow client never holds up accept().
         request.settimeout(HANDSHAKE_SECONDS)
         try:
-            tls = self.api.tls_context().wrap_socket(request, server_side=True)
+            tls = self.owner.tls_context().wrap_socket(request, server_side=True)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as e:  # closed before a handshake: a TCP probe, its kubelet's
             log.debug("kubelet API: connection from %s closed before its handshake: %s", client_address[0], e)
             return
         except (OSError, ssl.SSLError) as e:
             log.info("kubelet API: TLS handshake from %s failed: %s", client_address[0], e)
             return
+        api = self.owner.api_of(tls)
+        if api is None:
+            log.info("kubelet API: a certificate from %s no one consumer's client CA issued: closed", client_address[0])
+            _close_quietly(tls)
+            return
         with self._open_lock:
-            self._open.add(tls)
+            self._open[tls] = api
         try:
             _Handler(tls, client_address, self)
         finally:
             with self._open_lock:
-                self._open.discard(tls)
+                self._open.pop(tls, None)
             _close_quietly(tls)
 
-    def close_connections(self) -> None:
+    def api_of(self, connection: socket.socket) -> KubeletApi:
         with self._open_lock:
-            for connection in list(self._open):
-                _shutdown_quietly(connection)
+            return self._open[connection]
+
+    def close_connections(self, api: KubeletApi | None = None) -> None:
+        """Every open connection, or those of `api`."""
+        with self._open_lock:
+            for connection, served in list(self._open.items()):
+                if api is None or served is api:
+                    _shutdown_quietly(connection)
 
 
 def _close_quietly(sock: socket.socket) -> None:
@@ -392,7 +497,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, verb: str) -> None:
         self.close_connection = True  # one request per connection: streams take the socket over
-        api = self.server.api
+        api = self.server.api_of(self.connection)
         url = urlsplit(self.path)
         route = _route(url.path)
         methods = ("get",) if route is not None and route.kind == "containerLogs" else ("get", "create")

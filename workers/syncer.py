@@ -59,6 +59,7 @@ from models.names import (
     API_VERSION,
     FEATURE_SUPER_CLUSTER_POOLING,
     GROUP,
+    KUBELET_PORT,
     LABEL_MANAGED_BY,
     LABEL_SUPER_CLUSTER,
     LABEL_TENANT,
@@ -330,8 +331,9 @@ class Syncer:
 
     def __init__(self, *, management: k8s.ApiClient, super_cluster: k8s.ApiClient, cluster: str,
                  pooling: bool = True, settings: SuperClusterSettings = SuperClusterSettings(),
-                 kubelet_address: str = "127.0.0.1") -> None:  # fmt: skip
-        """`kubelet_address`: where tenants' API servers reach this syncer's kubelet APIs (their nodes' InternalIP)."""
+                 kubelet_address: str = "127.0.0.1", kubelet_port: int = 0) -> None:  # fmt: skip
+        """`kubelet_address`, `kubelet_port`: where tenants' API servers reach this syncer's kubelet API (their
+        nodes' InternalIP and kubelet port, one for every tenant; port 0: a free one)."""
         self.cluster, self.pooling, self.settings = cluster, pooling, settings
         self.down = k8s.CoreV1Api(super_cluster)
         self._tenant_objects = k8s.CustomObjectsApi(management)
@@ -367,6 +369,7 @@ class Syncer:
         ]  # fmt: skip
         self._thread = threading.Thread(target=self._resync_loop, name=f"syncer-{cluster}", daemon=True)
         self.nodes = TenantNodes(super_cluster=super_cluster, cluster=cluster, address=kubelet_address,
+                                 kubelet_port=kubelet_port,
                                  copies_of=self._pod_copies_of)  # fmt: skip
 
     def has_copy(self, tenant: str, tenant_ns: str, name: str) -> bool:
@@ -900,7 +903,9 @@ def main() -> int:
     parser.add_argument("--cluster", required=True, help="this super cluster's name in the pool (its SuperCluster)")
     parser.add_argument("--feature-gates", default=f"{FEATURE_SUPER_CLUSTER_POOLING}=true")
     parser.add_argument("--kubelet-address", default="127.0.0.1",
-                        help="the address tenants' API servers reach this syncer's kubelet APIs at (one port per tenant)")
+                        help="the address tenants' API servers reach this syncer's kubelet API at (in a pod: its IP)")
+    parser.add_argument("--kubelet-port", type=int, default=KUBELET_PORT,
+                        help="the port of that kubelet API, one for every tenant (0: a free one)")
     args = parser.parse_args()
     gates = dict(item.split("=", 1) for item in args.feature_gates.split(",") if "=" in item)
     management = client_from_own_kubeconfig_file(args.management_kubeconfig)
@@ -908,6 +913,7 @@ def main() -> int:
     settings = settings_of(read_cluster_object(management, SUPER_CLUSTERS, args.cluster), SuperClusterSettings())
     syncer = Syncer(management=management, super_cluster=client_from_own_kubeconfig_file(args.super_kubeconfig),
                     cluster=args.cluster, settings=settings, kubelet_address=args.kubelet_address,
+                    kubelet_port=args.kubelet_port,
                     pooling=gates.get(FEATURE_SUPER_CLUSTER_POOLING, "true") == "true").start()  # fmt: skip
     own = follow_super_cluster(management, args.cluster, syncer).start()
     wait_for_termination()

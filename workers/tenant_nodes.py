@@ -10,8 +10,9 @@ control planes, as virtualcluster's syncer and vn-agent give them. One TenantNod
 - heartbeats every one of them in one loop (kube/lease.py renew_node_lease, every NODE_LEASE_RENEW_SECONDS;
   status only when it changes or every NODE_STATUS_REPORT_SECONDS, as a kubelet), so that the tenant's
   node-lifecycle controller keeps them Ready;
-- serves a kubelet API per tenant (workers/kubelet_api.py) at the node's address and port: logs, exec, attach
-  and port-forward reach the pod's copy here, authorized by the tenant's API server as a kubelet's are."""
+- serves the kubelet APIs of all its tenants (workers/kubelet_api.py) on one port (`kubelet_port`, which
+  every node says): logs, exec, attach and port-forward reach the pod's copy here, for the tenant whose client
+  CA issued the caller's certificate, authorized by that tenant's API server as a kubelet's are."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from models.names import tenant_node_name as node_name_of
 from models.pool.tenant_nodes import nodes_in_use, tenant_node, to_delete
 from models.times import format_rfc3339
 from models.virtual_kubelet import node_status_report_due
-from workers.kubelet_api import CopyRef, Elsewhere, KubeletApi
+from workers.kubelet_api import CopyRef, Elsewhere, KubeletApi, KubeletServer
 
 log = logging.getLogger("tidepool.syncer.nodes")
 Obj = dict[str, Any]
@@ -90,6 +91,7 @@ class _Tenant:
         self._informer = Informer(f"syncer-{owner.cluster}-{name}-nodes", self.core.list_node, on_sync=self.nodes.sync,
                                   on_event=self.nodes.event, transform=_node_kept,
                                   label_selector=f"{LABEL_SUPER_CLUSTER}={owner.cluster}")  # fmt: skip
+        self._server = owner.kubelet_server
         self.kubelet_api = KubeletApi(host=owner.address, port=0, provider=owner.super_api, locate=self._locate(owner),
                                       consumer=api, node_name=f"tenant {name} in {owner.cluster}",
                                       serves=lambda node: self.nodes.get(node) is not None,
@@ -100,16 +102,18 @@ class _Tenant:
         self._informer.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, serving_ends: bool = True) -> None:
+        """`serving_ends`: False when a new _Tenant of the same tenant takes over (a new client), whose kubelet
+        API replaces this one's on the server without cutting the sessions open on it."""
         self._informer.stop()
-        if self.serving:
-            self.kubelet_api.stop()
+        if self.serving and serving_ends:
+            self._server.remove(self.name, self.kubelet_api)
 
     def serve(self) -> bool:
-        """The kubelet API started (its port is what nodes say), if it can be: it reads the tenant's client CA."""
+        """The tenant's kubelet API served, if it can be: it reads the tenant's client CA."""
         if not self.serving:
             try:
-                self.kubelet_api.start()
+                self._server.add(self.name, self.kubelet_api)
                 self.serving = True
             except Exception as e:  # noqa: BLE001 - tried again at the next heartbeat; nodes wait for it
                 log.warning("tenant %s: kubelet API not started: %s", self.name, e)
@@ -144,9 +148,11 @@ def _serves_service_cidrs(api: k8s.ApiClient) -> bool:
 class TenantNodes:
     """`copies_of(tenant)`: the tenant's pods' copies in this super cluster (the syncer's Store)."""
 
-    def __init__(self, *, super_cluster: k8s.ApiClient, cluster: str, address: str,
+    def __init__(self, *, super_cluster: k8s.ApiClient, cluster: str, address: str, kubelet_port: int,
                  copies_of: Callable[[str], list[Obj]]) -> None:  # fmt: skip
+        """`address`, `kubelet_port`: where tenants' API servers reach the kubelet APIs (0: a free port)."""
         self.cluster, self.address, self.super_api, self._copies_of = cluster, address, super_cluster, copies_of
+        self.kubelet_server = KubeletServer(host=address, port=kubelet_port, name=f"syncer-{cluster}")
         self._physical: Store[str, Obj] = Store(_name, lambda *_: None)
         self._informer = Informer(f"syncer-{cluster}-nodes", k8s.CoreV1Api(super_cluster).list_node,
                                   on_sync=self._physical.sync, on_event=self._physical.event, transform=_node_kept)  # fmt: skip
@@ -175,6 +181,7 @@ class TenantNodes:
         return self._serves_service_cidrs is False or self._service_cidr_informer.wait_synced(0)
 
     def start(self) -> TenantNodes:
+        self.kubelet_server.start()  # first: a port already taken stops the syncer at once
         self._informer.start()
         self._serves_service_cidrs = _serves_service_cidrs(self.super_api)
         if self._serves_service_cidrs:
@@ -195,12 +202,15 @@ class TenantNodes:
             tenant.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self.kubelet_server.stop()
 
     def follow(self, tenant: str, api: k8s.ApiClient, pods: Store[tuple[str, str], Obj]) -> None:
         """A tenant side started (or replaced: a new client): its nodes are kept from now on."""
-        self.unfollow(tenant)
+        followed = _Tenant(self, tenant, api, pods).start()
         with self._lock:
-            self._tenants[tenant] = _Tenant(self, tenant, api, pods).start()
+            replaced, self._tenants[tenant] = self._tenants.get(tenant), followed
+        if replaced is not None:
+            replaced.stop(serving_ends=False)
 
     def unfollow(self, tenant: str) -> None:
         """A tenant side stopped: its nodes are left as they are (their Leases lapse) until it is followed again
@@ -257,7 +267,7 @@ class TenantNodes:
         name = node_name_of(self.cluster, physical["metadata"]["name"])
         with tenant.lock:
             body = tenant_node(super_cluster=self.cluster, node=physical, address=self.address,
-                               kubelet_port=tenant.kubelet_api.port, heartbeat=now,
+                               kubelet_port=self.kubelet_server.port, heartbeat=now,
                                transition=tenant.since.setdefault(name, now))  # fmt: skip
             previous = tenant.reported.get(name)
             if not node_status_report_due(None if previous is None else previous[0], body["status"],

@@ -271,7 +271,8 @@ def bring_up(state_dir: Path, *, persistent: bool = True, worker_env: dict[str, 
         join_pool(apis["tenant"], super_cluster, Path(state.kubeconfigs[name]), headroom={"cpu": "1", "memory": "2Gi"})
         _spawn(state, pids, f"syncer-{name}", [
             "-m", "workers.syncer", "--management-kubeconfig", state.kubeconfigs["tenant"],
-            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", super_cluster], pool_env)
+            "--super-kubeconfig", state.kubeconfigs[name], "--cluster", super_cluster,
+            "--kubelet-port", str(free_port())], pool_env)  # every tenant's nodes of it say this one port
     _spawn(state, pids, "pool-scheduler", ["-m", "workers.pool"], pool_env)
     state.record_worker(cluster_id=POOL_WORKER, namespace=pool_env["TIDEPOOL_TEMPORAL_NAMESPACE"])
     for team, cpu, memory in (("team-red", "6", "12Gi"), ("team-blue", "3", "6Gi")):

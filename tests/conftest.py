@@ -1,5 +1,5 @@
 """Session fixtures: the real local environment (a Temporal dev server in memory, in a container started
-through testcontainers on Podman, and clusters a, b, c and tenant), started once per run and only when a
+through testcontainers on Podman, and clusters a, b and c), started once per run and only when a
 test asks for it. Tests of pure logic use none.
 
 Workflow tests (marker `workflow`) need no clusters: `workflow_client` is a Temporal dev server of their
@@ -32,11 +32,12 @@ from deploy.localenv.clusters import (
     create_cluster,
     delete_cluster,
 )
-from deploy.localenv.env import EnvState, down, temporal_namespaces, up
+from deploy.localenv.env import EnvState, down, temporal_namespace, temporal_namespaces, up
 from deploy.localenv.realnode import stop_real_nodes
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
-CLUSTER_NAMES = ("a", "b", "c", "tenant")
+# The pool's tests make tenant control planes of their own (tests/pool.py): no shared one idles beside them.
+CLUSTER_NAMES = ("a", "b", "c")
 CLUSTER_PORTS_BASE = DEFAULT_CLUSTER_PORTS[0]
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 
@@ -46,7 +47,6 @@ class Clusters:
     a: LocalCluster
     b: LocalCluster
     c: LocalCluster
-    tenant: LocalCluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -141,9 +141,12 @@ def localenv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     request.getfixturevalue("podman_service")
     state_dir = tmp_path_factory.mktemp("localenv")
     names = list(CLUSTER_NAMES)
-    with temporal_container(namespaces=temporal_namespaces(names), dynamic_config=TEST_DYNAMIC_CONFIG) as temporal:
+    # The demo's namespaces, its pool's (`cluster-tenant`) among them: documented commands name them.
+    pool = [temporal_namespace("tenant")]
+    with temporal_container(namespaces=temporal_namespaces(names, pool), dynamic_config=TEST_DYNAMIC_CONFIG) as temporal:
         try:
-            state = up(clusters=names, state_dir=state_dir, persistent=False, temporal=temporal.endpoint)
+            state = up(clusters=names, state_dir=state_dir, persistent=False, temporal=temporal.endpoint,
+                       extra_namespaces=pool)  # fmt: skip
             state.startup_seconds["temporal"] = temporal.startup_seconds
             state.save()
             yield state

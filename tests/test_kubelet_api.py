@@ -20,8 +20,10 @@ from kubernetes import client as k8s
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, cri_log_line
+from deploy.localenv.env import EnvState
 from models.virtual_kubelet import ORIGIN_UID
 from tests.kube import client_certificate, create_namespace, create_node, create_pod, kubelet_get, wait_for
+from tests.offload import own_clusters
 from workers.kubelet_api import CopyRef, KubeletApi, KubeletServer
 
 pytestmark = [pytest.mark.env, pytest.mark.vk, pytest.mark.reflection]
@@ -55,53 +57,56 @@ class Setup:
             process.wait()
 
 
-def _run_copy(provider: LocalCluster, remote_namespace: str) -> None:
-    """The pod's copy, Running on a kwok fake node of the provider."""
+def _run_copy(provider: LocalCluster, remote_namespace: str, pod: str = POD) -> None:
+    """The pod's copy, Running on the kwok fake node of the provider (made by the first call)."""
     provider_api = provider.api_client()
-    create_namespace(provider_api, remote_namespace)
-    create_node(provider_api, "fake", cpu="4", memory="8Gi")
-    create_pod(provider_api, remote_namespace, POD, node_name="fake")
     provider_core = k8s.CoreV1Api(provider_api)
-    wait_for(lambda: provider_core.read_namespaced_pod(POD, remote_namespace).status.phase
+    create_namespace(provider_api, remote_namespace)
+    if not provider_core.list_node(field_selector="metadata.name=fake").items:
+        create_node(provider_api, "fake", cpu="4", memory="8Gi")
+    create_pod(provider_api, remote_namespace, pod, node_name="fake")
+    wait_for(lambda: provider_core.read_namespaced_pod(pod, remote_namespace).status.phase
              == "Running", timeout=60, what="the copy to run")  # fmt: skip
 
 
-def _bind_to_served_node(consumer: LocalCluster, provider: LocalCluster, remote_namespace: str, *, port: int) -> str:
-    """The consumer's node NODE, whose kubelet is the server at `port`, and the pod bound to it; its uid."""
+def _bind_to_served_node(consumer: LocalCluster, provider: LocalCluster, remote_namespace: str, *, port: int,
+                         node: str = NODE, pod: str = POD) -> str:  # fmt: skip
+    """The consumer's `node`, whose kubelet is the server at `port`, and `pod` bound to it; its uid."""
     core = k8s.CoreV1Api(consumer.api_client())
-    core.create_node(k8s.V1Node.model_validate({"metadata": {"name": NODE}}))
+    core.create_node(k8s.V1Node.model_validate({"metadata": {"name": node}}))
     now = datetime.datetime.now(datetime.UTC).isoformat()
-    core.patch_node_status(NODE, {"status": {
+    core.patch_node_status(node, {"status": {
         "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Test", "lastHeartbeatTime": now,
                         "lastTransitionTime": now}],
     }})  # fmt: skip
-    create_pod(consumer.api_client(), NAMESPACE, POD, node_name=NODE)
-    uid = str(core.read_namespaced_pod(POD, NAMESPACE).metadata.uid)
+    create_pod(consumer.api_client(), NAMESPACE, pod, node_name=node)
+    uid = str(core.read_namespaced_pod(pod, NAMESPACE).metadata.uid)
     # What the virtual kubelet writes on a copy it makes: whose copy it is (the kubelet API checks it).
-    k8s.CoreV1Api(provider.api_client()).patch_namespaced_pod(POD, remote_namespace, {"metadata": {"annotations": {
+    k8s.CoreV1Api(provider.api_client()).patch_namespaced_pod(pod, remote_namespace, {"metadata": {"annotations": {
         ORIGIN_UID: uid}}})  # fmt: skip
     # What the virtual kubelet reports for a running copy (kubectl port-forward asks for a running pod).
-    core.patch_namespaced_pod_status(POD, NAMESPACE, {"status": {"phase": "Running"}})
+    core.patch_namespaced_pod_status(pod, NAMESPACE, {"status": {"phase": "Running"}})
     return uid
 
 
-@pytest.fixture
-def setup(make_cluster: Callable[[str], LocalCluster], unique: str) -> Iterator[Setup]:
-    consumer, provider = make_cluster("kcons"), make_cluster("kprov")
-    remote_namespace = f"remote-{unique}"
-    provider_api = provider.api_client()
-    _run_copy(provider, remote_namespace)
-    # The copy is in its namespace's remote namespace, under the pod's own name (the virtual kubelet knows where).
-    api = KubeletApi(host="127.0.0.1", port=0, provider=provider_api, consumer=consumer.api_client(), node_name=NODE,
-                     locate=lambda namespace, pod: [CopyRef(remote_namespace, pod)] if namespace == NAMESPACE else [],
-                     ).start()  # fmt: skip
-    _bind_to_served_node(consumer, provider, remote_namespace, port=api.port)
-    try:
-        yield Setup(consumer=consumer, provider=provider, api=api)
-    finally:
-        api.stop()
+@pytest.fixture(scope="module")
+def setup(localenv: EnvState) -> Iterator[Setup]:
+    """One consumer and provider for the module's tests: none changes what another reads (the logs a test
+    appends to are put back)."""
+    with own_clusters(localenv) as (make, suffix):
+        consumer, provider = make("kcons"), make("kprov")
+        remote_namespace = f"remote-{suffix}"
+        _run_copy(provider, remote_namespace)
+        # The copy is in its namespace's remote namespace, under the pod's own name (the virtual kubelet knows where).
+        api = KubeletApi(host="127.0.0.1", port=0, provider=provider.api_client(), consumer=consumer.api_client(),
+                         node_name=NODE, locate=_in(remote_namespace)).start()  # fmt: skip
+        _bind_to_served_node(consumer, provider, remote_namespace, port=api.port)
+        try:
+            yield Setup(consumer=consumer, provider=provider, api=api)
+        finally:
+            api.stop()
 
 
 def test_kubectl_logs_of_a_pod_on_the_virtual_node_are_the_copy_s(setup: Setup) -> None:
@@ -113,12 +118,17 @@ def test_kubectl_logs_of_a_pod_on_the_virtual_node_are_the_copy_s(setup: Setup) 
 
 
 def test_kubectl_logs_follow_shows_lines_as_they_are_written(setup: Setup) -> None:
-    with setup.running("logs", "-f", POD) as follower:
-        assert follower.stdout is not None
-        assert follower.stdout.readline() == f"fake pod of cluster {setup.provider.name} started\n"
-        with open(setup.provider.fake_pods.logs, "a") as log:
-            log.write(cri_log_line("a line written later"))
-        assert follower.stdout.readline() == "a line written later\n"
+    logs = setup.provider.fake_pods.logs
+    written = logs.read_bytes()
+    try:
+        with setup.running("logs", "-f", POD) as follower:
+            assert follower.stdout is not None
+            assert follower.stdout.readline() == f"fake pod of cluster {setup.provider.name} started\n"
+            with open(logs, "a") as log:
+                log.write(cri_log_line("a line written later"))
+            assert follower.stdout.readline() == "a line written later\n"
+    finally:
+        logs.write_bytes(written)  # the module's other tests read the logs whole
 
 
 def test_kubectl_exec_runs_in_the_copy_and_returns_output_and_exit_status(setup: Setup) -> None:
@@ -187,52 +197,53 @@ def _in(remote_namespace: str) -> Callable[[str, str], list[CopyRef]]:
 
 
 def test_one_server_serves_each_consumer_its_own_pods_by_the_ca_that_issued_the_caller(
-    make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path
+    setup: Setup, make_cluster: Callable[[str], LocalCluster], unique: str, tmp_path: Path
 ) -> None:
-    """A syncer's one port for every tenant (workers/tenant_nodes.py): two consumers with a pod of the same
-    name, whose copies are in two providers; each consumer's API server reaches its own copy, and a caller is
-    the consumer whose client CA issued its certificate, whatever the path names."""
-    pairs = [(make_cluster(f"kcons{i}"), make_cluster(f"kprov{i}")) for i in (1, 2)]
+    """A syncer's one port for every tenant (workers/tenant_nodes.py): two consumers, each with a pod of the
+    same name on a node whose kubelet is one server; each consumer's API server reaches its own copy, and a
+    caller is the consumer whose client CA issued its certificate, whatever the path names."""
+    consumers, node, pod = [setup.consumer, make_cluster("kcons2")], "virtual-shared", "shared"
     server = KubeletServer(host="127.0.0.1", port=0, name="shared").start()
     apis, uids = [], []
     try:
-        for consumer, provider in pairs:
-            remote_namespace = f"remote-{unique}"
-            _run_copy(provider, remote_namespace)
-            api = KubeletApi(host="127.0.0.1", port=0, provider=provider.api_client(), consumer=consumer.api_client(),
-                             node_name=NODE, locate=_in(remote_namespace))  # fmt: skip
+        for index, consumer in enumerate(consumers):
+            remote_namespace = f"shared-{index}-{unique}"
+            _run_copy(setup.provider, remote_namespace, pod)
+            api = KubeletApi(host="127.0.0.1", port=0, provider=setup.provider.api_client(),
+                             consumer=consumer.api_client(), node_name=node, locate=_in(remote_namespace))  # fmt: skip
             server.add(consumer.name, api)
             apis.append(api)
-            uids.append(_bind_to_served_node(consumer, provider, remote_namespace, port=server.port))
-        for consumer, provider in pairs:
+            uids.append(_bind_to_served_node(consumer, setup.provider, remote_namespace, port=server.port, node=node,
+                                             pod=pod))  # fmt: skip
+        for consumer in consumers:
             done = subprocess.run([str(ensure_binaries().kubectl), "--kubeconfig", str(consumer.kubeconfig), "-n",
-                                   NAMESPACE, "logs", POD], capture_output=True, text=True, timeout=60)  # fmt: skip
+                                   NAMESPACE, "logs", pod], capture_output=True, text=True, timeout=60)  # fmt: skip
             assert done.returncode == 0, done.stderr
-            assert done.stdout == f"fake pod of cluster {provider.name} started\n"
+            assert done.stdout == f"fake pod of cluster {setup.provider.name} started\n"
 
         # The pod's uid in the path (as the API server sends it for exec, attach and port-forward): the first
         # consumer's admin reaches its pod (400: a GET that is no SPDY upgrade), the second's finds no such pod.
         endpoint = ("127.0.0.1", server.port)
         admins = []
-        for consumer, _ in pairs:
+        for consumer in consumers:
             (tmp_path / consumer.name).mkdir()
             admins.append(client_certificate(consumer, tmp_path / consumer.name, user="admin", group="system:masters"))
-        first_pod = f"/portForward/{NAMESPACE}/{POD}/{uids[0]}"
+        first_pod = f"/portForward/{NAMESPACE}/{pod}/{uids[0]}"
         assert kubelet_get(endpoint, first_pod, admins[0]) == b"HTTP/1.1 400 Bad Request"
         assert kubelet_get(endpoint, first_pod, admins[1]) == b"HTTP/1.1 404 Not Found"
 
         # A consumer that lists the first one's CA as its own: the first one's callers are now issued by two
         # consumers' CAs, and refused, rather than served as either; the second one's are not affected.
-        copied = KubeletApi(host="127.0.0.1", port=0, provider=pairs[1][1].api_client(),
-                            consumer=pairs[0][0].api_client(), node_name=NODE, locate=_in(f"remote-{unique}"))  # fmt: skip
+        copied = KubeletApi(host="127.0.0.1", port=0, provider=setup.provider.api_client(),
+                            consumer=consumers[0].api_client(), node_name=node, locate=_in("elsewhere"))  # fmt: skip
         server.add("copied", copied)
         with pytest.raises((ssl.SSLError, ConnectionError)):
             kubelet_get(endpoint, first_pod, admins[0])
-        assert kubelet_get(endpoint, f"/portForward/{NAMESPACE}/{POD}/{uids[1]}", admins[1]) == b"HTTP/1.1 400 Bad Request"
+        assert kubelet_get(endpoint, f"/portForward/{NAMESPACE}/{pod}/{uids[1]}", admins[1]) == b"HTTP/1.1 400 Bad Request"
         server.remove("copied", copied)
         assert kubelet_get(endpoint, first_pod, admins[0]) == b"HTTP/1.1 400 Bad Request"
         # A consumer removed: its callers are refused at the handshake.
-        server.remove(pairs[0][0].name, apis[0])
+        server.remove(consumers[0].name, apis[0])
         with pytest.raises((ssl.SSLError, ConnectionError)):
             kubelet_get(endpoint, first_pod, admins[0])
     finally:

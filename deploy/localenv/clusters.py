@@ -200,10 +200,14 @@ def _kwokctl_options(binaries: Binaries, *, pki: Path, ports: dict[str, int], sc
     # putting InternalIP first changes nothing for them.
     apiserver_args = {"kubelet-client-certificate": pki / "admin.crt", "kubelet-client-key": pki / "admin.key",
                       "kubelet-preferred-address-types": "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"}
-    patches = [{"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]}]
-    if not node_lifecycle:  # nodes nothing keeps Ready (a benchmark's thousands), never tainted NotReady either
-        patches.append({"name": "kube-controller-manager",
-                        "extraArgs": [{"key": "controllers", "value": "*,-node-lifecycle-controller"}]})
+    # One controller manager and one scheduler per cluster: no leader election, whose Lease renewal every 2 s
+    # each was most of an idle cluster's work (tests run a dozen clusters at once).
+    alone = {"key": "leader-elect", "value": "false"}
+    manager = [alone, *([] if node_lifecycle else [{"key": "controllers", "value": "*,-node-lifecycle-controller"}])]
+    patches = [{"name": "kube-apiserver", "extraArgs": [{"key": k, "value": str(v)} for k, v in apiserver_args.items()]},
+               {"name": "kube-controller-manager", "extraArgs": manager}]
+    if scheduler:
+        patches.append({"name": "kube-scheduler", "extraArgs": [alone]})
     return {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",

@@ -96,10 +96,12 @@ class RealNode:
 
 
 def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], pause_image: str,
-                    node_ip: str | None = None, taints: list[dict[str, str]] | None = None) -> RealNode:  # fmt: skip
+                    node_ip: str | None = None, taints: list[dict[str, str]] | None = None,
+                    sync_frequency_seconds: int | None = None) -> RealNode:  # fmt: skip
     """Starts containerd and a kubelet registering node `name` in `cluster` (with `taints`, as a kubelet's
     registerWithTaints), with `images` (Podman tags) imported, and waits until the node is Ready. Builds the
-    kubelet the first time (minutes)."""
+    kubelet the first time (minutes). `sync_frequency_seconds`: the kubelet's pod sync (syncFrequency, 1
+    minute by default), which paces, among others, how soon a changed Secret reaches its volumes."""
     kubelet = ensure_kubelet()
     directory = cluster.workdir / "realnodes" / cluster.name / name
     longest = directory / "kubelet" / "device-plugins" / "kubelet.sock"  # the kubelet's own, in its root dir
@@ -119,7 +121,8 @@ def start_real_node(cluster: LocalCluster, *, name: str, images: list[str], paus
         for tag in [pause_image, *images]:
             node.import_image(tag)
         for start in range(KUBELET_STARTS):
-            _start_kubelet(node, cluster=cluster, kubelet=kubelet, taints=taints or [])
+            _start_kubelet(node, cluster=cluster, kubelet=kubelet, taints=taints or [],
+                           sync_frequency_seconds=sync_frequency_seconds)  # fmt: skip
             try:
                 _wait_ready(node, cluster=cluster)
                 break
@@ -282,7 +285,8 @@ def _node_credentials(node: RealNode, *, cluster: LocalCluster) -> tuple[Path, P
     return cert_file, key_file
 
 
-def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path, taints: list[dict[str, str]]) -> None:
+def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path, taints: list[dict[str, str]],
+                   sync_frequency_seconds: int | None) -> None:  # fmt: skip
     cert_file, key_file = _node_credentials(node, cluster=cluster)
     kubeconfig: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Config", "current-context": "node",
@@ -305,6 +309,7 @@ def _start_kubelet(node: RealNode, *, cluster: LocalCluster, kubelet: Path, tain
         "authorization": {"mode": "Webhook"},
         "resolvConf": "/etc/resolv.conf",
         "registerWithTaints": taints,
+        **({"syncFrequency": f"{sync_frequency_seconds}s"} if sync_frequency_seconds else {}),
     }  # fmt: skip
     (node.directory / "kubelet.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     (node.directory / "kubelet.yaml").write_text(yaml.safe_dump(config))

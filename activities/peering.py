@@ -32,7 +32,6 @@ from kube.copies import (
     delete_all_copies,
     delete_remote_namespace_requests,
     drop_keepalive,
-    keepalive_grace,
     keepalive_lapsed_since,
 )
 from kube.errors import CREDENTIALS_EXPIRED, INVALID_CREDENTIALS
@@ -185,7 +184,7 @@ class PeeringActivities:
         period = timedelta(seconds=outgoing.advertisement_period_seconds)
         if request.periodic:  # whether or not the consumer answers: it may be gone for good
             self._clean_after_silent_consumer(request.foreign_cluster_id, peering_request, now=now,
-                                              grace=keepalive_grace(outgoing.advertisement_time_to_live_seconds))
+                                              time_to_live_seconds=outgoing.advertisement_time_to_live_seconds)
         metrics, started = Metrics.of_activity(), time.monotonic()
         try:
             foreign = reading_foreign.result()
@@ -254,7 +253,7 @@ class PeeringActivities:
         )
 
     def _clean_after_silent_consumer(self, foreign_cluster_id: str, peering_request: dict[str, Any] | None, *,
-                                     now: datetime, grace: timedelta) -> None:  # fmt: skip
+                                     now: datetime, time_to_live_seconds: int) -> None:  # fmt: skip
         """A consumer whose virtual kubelet has not renewed its keepalive here for an Advertisement's time to
         live is gone (its cluster deleted, or unpeered with --force while this one was out of its reach):
         nobody else would ever delete its copies, which hold this cluster's capacity. Delete them, then the
@@ -262,7 +261,8 @@ class PeeringActivities:
         makes the copies again."""
         namespace = foreign_namespace(foreign_cluster_id)
         try:
-            silent_since = keepalive_lapsed_since(self._home, namespace, grace=grace, now=now)
+            silent_since = keepalive_lapsed_since(self._home, namespace, time_to_live_seconds=time_to_live_seconds,
+                                                  now=now)  # fmt: skip
             if silent_since is None:
                 return
             cleaning = delete_all_copies(self._home, namespace, foreign_cluster_id, now=now)  # its remote namespaces' too

@@ -21,18 +21,25 @@ from kubernetes.client.exceptions import ApiException
 
 from kube.lease import renew_lease
 from kube.objects import delete_exactly, ignore_not_found
-from models.names import CONSUMER_KEEPALIVE_LEASE, GROUP, LABEL_CONSUMER, LABEL_OFFLOADED, REMOTE_NAMESPACES, VERSION
+from models.names import (
+    CONSUMER_KEEPALIVE_LEASE,
+    GROUP,
+    KEEPALIVE_MIN_RENEW_SECONDS,
+    KEEPALIVE_MISSED_RENEWALS,
+    KEEPALIVE_RENEW_SECONDS,
+    LABEL_CONSUMER,
+    LABEL_OFFLOADED,
+    REMOTE_NAMESPACES,
+    VERSION,
+)
 from models.virtual_kubelet import overdue_for_force_delete
 
-# The virtual kubelet renews its keepalive this often (a write a consumer makes on its provider twice a
-# minute); the provider deletes the copies once it has gone unrenewed for the Advertisement's time to live,
-# and never sooner than KEEPALIVE_MISSED_RENEWALS renewals, so that a restarted virtual kubelet never loses them.
-KEEPALIVE_RENEW_SECONDS = 30
-KEEPALIVE_MISSED_RENEWALS = 4
 
-
-def keepalive_grace(time_to_live_seconds: int) -> timedelta:
-    return timedelta(seconds=max(time_to_live_seconds, KEEPALIVE_MISSED_RENEWALS * KEEPALIVE_RENEW_SECONDS))
+def keepalive_grace(time_to_live_seconds: int, renew_seconds: int = KEEPALIVE_RENEW_SECONDS) -> timedelta:
+    """How long an unrenewed keepalive is waited for. `renew_seconds` is the consumer's word (its Lease's
+    leaseDurationSeconds), bounded: a consumer may shorten its own grace, never lengthen it."""
+    renew = min(max(renew_seconds, KEEPALIVE_MIN_RENEW_SECONDS), KEEPALIVE_RENEW_SECONDS)
+    return timedelta(seconds=max(time_to_live_seconds, KEEPALIVE_MISSED_RENEWALS * renew))
 
 
 def copies_selector(consumer_id: str) -> str:
@@ -131,9 +138,10 @@ def delete_remote_namespace_requests(api: k8s.ApiClient, namespace: str) -> int:
     return len(items)
 
 
-def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str) -> None:
-    """The virtual kubelet's heartbeat in its provider namespace (created on first renewal)."""
-    renew_lease(api, namespace, CONSUMER_KEEPALIVE_LEASE, holder=holder, duration_seconds=KEEPALIVE_RENEW_SECONDS)
+def renew_keepalive(api: k8s.ApiClient, namespace: str, *, holder: str, every_seconds: int) -> None:
+    """The virtual kubelet's heartbeat in its provider namespace (created on first renewal), renewed every
+    `every_seconds`, which the Lease says."""
+    renew_lease(api, namespace, CONSUMER_KEEPALIVE_LEASE, holder=holder, duration_seconds=every_seconds)
 
 
 def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:
@@ -146,8 +154,10 @@ def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:
             raise
 
 
-def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, grace: timedelta, now: datetime) -> datetime | None:
-    """When the keepalive was last renewed, if that is longer ago than `grace`; None while it is renewed, or
+def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, time_to_live_seconds: int,
+                           now: datetime) -> datetime | None:  # fmt: skip
+    """When the keepalive was last renewed, if that is longer ago than its grace (keepalive_grace, from the
+    Advertisement's `time_to_live_seconds` and the Lease's renewal period); None while it is renewed, or
     when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to judge by).
     Timed by the API server's own clock (the time its managed fields record for each write), never the
     renewTime the consumer wrote with its clock: a consumer whose clock runs behind must not look silent."""
@@ -156,6 +166,8 @@ def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, grace: timedel
         return None
     written = [entry.time for entry in lease.metadata.managed_fields or [] if entry.time is not None]
     renewed = max(written, default=None)
+    declared = lease.spec.lease_duration_seconds if lease.spec is not None else None
+    grace = keepalive_grace(time_to_live_seconds, declared or KEEPALIVE_RENEW_SECONDS)
     if renewed is None or now - renewed < grace:
         return None
     return renewed

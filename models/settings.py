@@ -18,7 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from models.api.offloading import LABEL_VALUE
-from models.names import KUBELET_PORT, SYSTEM_NAMESPACE, TAINT_VIRTUAL_NODE, task_queue
+from models.names import (
+    KEEPALIVE_MIN_RENEW_SECONDS,
+    KEEPALIVE_RENEW_SECONDS,
+    KUBELET_PORT,
+    SYSTEM_NAMESPACE,
+    TAINT_VIRTUAL_NODE,
+    task_queue,
+)
 from models.network import pod_cidr_problem
 from models.offloading import check_label_key, check_label_value
 
@@ -158,6 +165,11 @@ class VirtualKubeletSettings(_Part):
     namespace_workers: int = Field(
         default=2, ge=1, le=64,
         description="Threads asking the provider for the offloaded namespaces' remote namespaces, and draining them.",
+    )  # fmt: skip
+    keepalive_renew_seconds: int = Field(
+        default=KEEPALIVE_RENEW_SECONDS, ge=KEEPALIVE_MIN_RENEW_SECONDS, le=KEEPALIVE_RENEW_SECONDS,
+        description="How often each virtual kubelet renews its keepalive in its provider; the provider deletes the "
+        "copies of a consumer silent for max(the Advertisement's time to live, 4 renewals).",
     )  # fmt: skip
     # Where their pods run, as Liqo's VirtualKubeletOptions: nodes of the consumer's own choosing (its system
     # nodes, say), never the virtual nodes (Toleration refuses their taint).

@@ -48,7 +48,7 @@ def virtual_kubelet_deployment(
         "metrics_port": settings.metrics_port, "kubelet_port": settings.kubelet_port,
         "pod_workers": settings.pod_workers, "config_workers": settings.config_workers,
         "service_workers": settings.service_workers, "event_workers": settings.event_workers,
-        "namespace_workers": settings.namespace_workers,
+        "namespace_workers": settings.namespace_workers, "keepalive_renew_seconds": settings.keepalive_renew_seconds,
     }  # fmt: skip
     env = {f"{VIRTUAL_KUBELET_ENV_PREFIX}{field.upper()}": str(value) for field, value in process.items()}
     ports = [{"name": "kubelet", "containerPort": settings.kubelet_port}]

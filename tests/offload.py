@@ -30,6 +30,7 @@ from models.names import (
     virtual_node_name,
 )
 from models.offloading import remote_namespace_name
+from models.settings import VirtualKubeletSettings
 from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
@@ -82,12 +83,14 @@ def own_clusters(localenv: EnvState) -> Iterator[tuple[Callable[[str], LocalClus
 async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster], unique: str, *,
                  consumer_pod_cidr: str, consumer_nodes: tuple[str, ...] = (), provider_pod_cidr: str | None = None,
                  provider_node_pod_cidr: str | None = None, log_dir: Path | None = None,
-                 provider: LocalCluster | None = None) -> AsyncIterator[Peering]:  # fmt: skip
+                 provider: LocalCluster | None = None,
+                 virtual_kubelet: VirtualKubeletSettings | None = None) -> AsyncIterator[Peering]:  # fmt: skip
     """The provider has one 8-CPU kwok node and shares half of it; the consumer has `consumer_nodes` of
     its own and its network module remaps the provider's PodCIDR if it overlaps `consumer_pod_cidr`. The
     virtual kubelet writes its log to `log_dir`/<its name>.log. The provider advertises `provider_pod_cidr`, or
     its worker's default; its node's pods get IPs from `provider_node_pod_cidr`, or from kwok's default block.
-    `provider`: a cluster with nodes of its own (a real node) to be the provider instead, as it is."""
+    `provider`: a cluster with nodes of its own (a real node) to be the provider instead, as it is.
+    `virtual_kubelet`: the consumer worker's settings for its virtual kubelets."""
     if provider is None:
         provider = make_cluster("prov")
         create_node(provider.api_client(), "big", cpu="8", memory="16Gi", pod_cidr=provider_node_pod_cidr)
@@ -104,7 +107,10 @@ async def peered(localenv: EnvState, make_cluster: Callable[[str], LocalCluster]
             settings = settings.model_copy(update={"cluster": settings.cluster.model_copy(
                 update={"pod_cidr": provider_pod_cidr})})  # fmt: skip
         await stack.enter_async_context(running_worker(settings))
-        await stack.enter_async_context(running_worker(worker_settings(localenv, consumer, consumer_id)))
+        consumer_settings = worker_settings(localenv, consumer, consumer_id)
+        if virtual_kubelet is not None:  # the virtual kubelets' settings, as the consumer's worker hands them down
+            consumer_settings = consumer_settings.model_copy(update={"virtual_kubelet": virtual_kubelet})
+        await stack.enter_async_context(running_worker(consumer_settings))
         runner = stack.enter_context(DeploymentRunner(consumer.kubeconfig, log_dir=log_dir))
         stack.callback(network.stop)
         request_peering(provider.api_client(), consumer.api_client(), provider_id=provider_id, consumer_id=consumer_id)

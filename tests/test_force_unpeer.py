@@ -35,6 +35,7 @@ from models.names import (
     ADVERTISEMENTS,
     CONSUMER_KEEPALIVE_LEASE,
     FOREIGN_CLEANUP_FINALIZER,
+    KEEPALIVE_MIN_RENEW_SECONDS,
     LABEL_PROVIDER,
     PEERING_REQUESTS,
     SYSTEM_NAMESPACE,
@@ -48,6 +49,7 @@ from models.names import (
     virtual_kubelet_name,
 )
 from models.peering import WithdrawResult
+from models.settings import VirtualKubeletSettings
 from tests.faults import SecretValues, scan_runs
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
 from tests.offload import offloaded_namespace, peered, ready_node
@@ -60,6 +62,7 @@ from workflows.peering import PeeringWorkflow
 pytestmark = [pytest.mark.env, pytest.mark.explain]
 
 PERIOD = 10  # seconds
+KEEPALIVE_RENEW = KEEPALIVE_MIN_RENEW_SECONDS
 
 
 async def _details(handle: WorkflowHandle[Any, Any]) -> str:
@@ -140,7 +143,10 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
     tmp_path: Path, ttl: int, comes_back: bool,
 ) -> None:  # fmt: skip
     binaries, workdir = ensure_binaries(), Path(localenv.state_dir) / "kwok"
-    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.0.0.0/16", log_dir=tmp_path) as peering:
+    # The virtual kubelet renews its keepalive as often as it may: the provider's grace is then the TTL, not
+    # 4 renewals of 30 s (kube/copies.py keepalive_grace).
+    async with peered(localenv, make_cluster, unique, consumer_pod_cidr="10.0.0.0/16", log_dir=tmp_path,
+                      virtual_kubelet=VirtualKubeletSettings(keepalive_renew_seconds=KEEPALIVE_RENEW)) as peering:
         provider_id, consumer_id = peering.provider_id, peering.consumer_id
         home, there = peering.consumer.api_client(), peering.provider.api_client()
         apply_cluster_config(there, outgoing={"sharingPercentage": 50, "advertisementPeriodSeconds": PERIOD,
@@ -213,13 +219,13 @@ async def test_a_forced_unpeer_on_the_consumer_from_a_stopped_provider_tears_dow
         if not comes_back:
             start_cluster(peering.provider, binaries=binaries, workdir=workdir)
             # Its periodic push finds the keepalive lapsed (the push itself fails: its identity was revoked).
-            grace = keepalive_grace(ttl).total_seconds()
+            grace = keepalive_grace(ttl, KEEPALIVE_RENEW).total_seconds()
             await eventually(left_there, timeout=grace + 60, what="the provider's own cleaning")
             events = k8s.CoreV1Api(there).list_namespaced_event("default", field_selector=f"involvedObject.name={consumer_id}")
             assert any(e.reason == "ConsumerSilent" and "copies here were deleted" in (e.message or "") for e in events.items)
         else:  # deleted: the provider's kwok ends the pods; the keepalive goes with the last of them, or by the
             # provider's own check
-            await eventually(left_there, timeout=keepalive_grace(ttl).total_seconds() + 30,
+            await eventually(left_there, timeout=keepalive_grace(ttl, KEEPALIVE_RENEW).total_seconds() + 30,
                              what="the copies, the remote namespace and the keepalive gone")  # fmt: skip
     replayed = await replay_all_runs(temporal_client, handle.id)
     # Every run's history, not only the latest's: the credentials are read early, and the run that read them may

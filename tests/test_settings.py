@@ -20,7 +20,7 @@ def test_the_defaults_are_pinned() -> None:
         "health": {"port": 8081},
         "virtual_kubelet": {"image": "tidepool:latest", "metrics_port": 9464, "kubelet_port": 10250, "pod_workers": 8,
                             "config_workers": 4, "service_workers": 2, "event_workers": 2, "namespace_workers": 2,
-                            "node_selector": {}, "tolerations": ()},
+                            "keepalive_renew_seconds": 30, "node_selector": {}, "tolerations": ()},
         "leader": {"identity": None, "lease_duration_seconds": 15, "renew_deadline_seconds": 10,
                    "retry_period_seconds": 2.0},
     }  # fmt: skip
@@ -95,7 +95,8 @@ def test_an_empty_variable_leaves_the_default() -> None:
 
 def test_the_virtual_kubelet_reads_what_its_deployment_writes() -> None:
     tuning = VirtualKubeletSettings(metrics_port=0, kubelet_port=10251, pod_workers=3, config_workers=5,
-                                    service_workers=0, event_workers=1, namespace_workers=6)  # fmt: skip
+                                    service_workers=0, event_workers=1, namespace_workers=6,
+                                    keepalive_renew_seconds=10)  # fmt: skip
     deployment = virtual_kubelet_deployment(provider_id="a", consumer_id="b", advertisement="advertisement-a",
                                             kubeconfig_secret="k", namespace="ns", settings=tuning)  # fmt: skip
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]

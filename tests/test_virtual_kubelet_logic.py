@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kube.copies import keepalive_grace
 from models.api.offloading import OffloadingCluster
 from models.pods import StatusShape
 from models.settings import VirtualKubeletSettings
@@ -348,3 +349,16 @@ def test_what_a_provider_says_of_a_remote_namespace_is_bounded_before_it_is_show
     assert len(said) < MAX_MESSAGE_CHARS + 200
     other = remote_target({"spec": {"consumerNamespace": "y" * 100_000}}, remote="team", consumer_namespace="team")
     assert other.phase == "Refused" and len(other.message) < 2 * MAX_MESSAGE_CHARS
+
+
+@pytest.mark.parametrize(("ttl", "declared", "grace"), [
+    (1800, 30, 1800),  # production: the Advertisement's time to live
+    (40, 30, 120),  # never sooner than 4 renewals
+    (40, 10, 40),  # a consumer that renews every 10 s is waited for 40 s
+    (40, 1, 40),  # one that says 1 s is held to the shortest renewal a virtual kubelet makes
+    (40, 3600, 120),  # and one that says an hour to the longest: it cannot hold the provider's capacity longer
+])  # fmt: skip
+def test_a_silent_consumer_is_waited_for_its_ttl_or_four_renewals_of_the_period_its_keepalive_declares(
+    ttl: int, declared: int, grace: int
+) -> None:
+    assert keepalive_grace(ttl, declared).total_seconds() == grace

@@ -5,7 +5,7 @@ creates for an accepted Advertisement. It stands for the provider as one node of
   in the Ready condition why it is not ready (NodeReadyReason: PodCIDRNotSet, ProviderUnreachable,
   InvalidCredentials). Like a kubelet, the Lease (renewed every NODE_LEASE_RENEW_SECONDS) is the heartbeat;
   the node's status is patched when something in it changes, and otherwise every NODE_STATUS_REPORT_SECONDS;
-- renews a keepalive Lease in the provider namespace (kube/copies.py, every KEEPALIVE_RENEW_SECONDS):
+- renews a keepalive Lease in the provider namespace (kube/copies.py, every keepalive_renew_seconds):
   should this cluster go away, the provider deletes the copies itself once it has lapsed;
 - talks to the provider with the credentials of its mounted kubeconfig as they are renewed (the file is
   followed, kube/clients.py PeerKubeconfigFileClient): a rotation needs no restart. The provider wrote
@@ -66,7 +66,7 @@ from temporalio.common import MetricMeter
 
 from kube.clients import client_from_own_kubeconfig_file, client_from_peer_kubeconfig_file
 from kube.clock import utcnow
-from kube.copies import KEEPALIVE_RENEW_SECONDS, copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
+from kube.copies import copies_selector, delete_offloaded, drop_keepalive, renew_keepalive
 from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.lease import NODE_LEASE_RENEW_SECONDS, renew_node_lease
@@ -611,11 +611,13 @@ class VirtualKubelet:
 
     def _renew_keepalive(self) -> None:
         if self._keepalive_renewed_at is not None and (
-            time.monotonic() - self._keepalive_renewed_at < KEEPALIVE_RENEW_SECONDS - LEASE_RENEW_SLACK_SECONDS
+            time.monotonic() - self._keepalive_renewed_at
+            < self.config.keepalive_renew_seconds - LEASE_RENEW_SLACK_SECONDS
         ):
             return
         try:
-            renew_keepalive(self.provider, self.remote_namespace, holder=self.config.consumer_id)
+            renew_keepalive(self.provider, self.remote_namespace, holder=self.config.consumer_id,
+                            every_seconds=self.config.keepalive_renew_seconds)  # fmt: skip
         except ApiException as e:
             if e.status != 403:  # the next pass tries again; the node and the reflection must not wait on it
                 log.warning("keepalive not renewed: %s %s", e.status, e.reason)

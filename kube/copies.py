@@ -156,13 +156,19 @@ def drop_keepalive(api: k8s.ApiClient, namespace: str) -> None:
 
 def keepalive_lapsed_since(api: k8s.ApiClient, namespace: str, *, time_to_live_seconds: int,
                            now: datetime) -> datetime | None:  # fmt: skip
-    """When the keepalive was last renewed, if that is longer ago than its grace (keepalive_grace, from the
-    Advertisement's `time_to_live_seconds` and the Lease's renewal period); None while it is renewed, or
-    when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to judge by).
-    Timed by the API server's own clock (the time its managed fields record for each write), never the
-    renewTime the consumer wrote with its clock: a consumer whose clock runs behind must not look silent."""
+    """When the keepalive in `namespace` was last renewed, if it has lapsed (lapsed_since); None while it is
+    renewed, or when there is none (no virtual kubelet ran yet, or a release before keepalives: nothing to
+    judge by)."""
     lease = ignore_not_found(k8s.CoordinationV1Api(api).read_namespaced_lease, CONSUMER_KEEPALIVE_LEASE, namespace)
-    if lease is None or lease.metadata is None:
+    return None if lease is None else lapsed_since(lease, time_to_live_seconds=time_to_live_seconds, now=now)
+
+
+def lapsed_since(lease: k8s.V1Lease, *, time_to_live_seconds: int, now: datetime) -> datetime | None:
+    """When a keepalive was last renewed, if that is longer ago than its grace (keepalive_grace, from the
+    Advertisement's `time_to_live_seconds` and the period the Lease declares); None otherwise. Timed by the API
+    server's own clock (the time its managed fields record for each write), never the renewTime the consumer
+    wrote with its clock: a consumer whose clock runs behind must not look silent."""
+    if lease.metadata is None:
         return None
     written = [entry.time for entry in lease.metadata.managed_fields or [] if entry.time is not None]
     renewed = max(written, default=None)

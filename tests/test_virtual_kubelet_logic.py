@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 
-from kube.copies import keepalive_grace
+from kube.copies import keepalive_grace, lapsed_since
 from models.api.offloading import OffloadingCluster
 from models.pods import StatusShape
 from models.settings import VirtualKubeletSettings
@@ -362,3 +363,25 @@ def test_a_silent_consumer_is_waited_for_its_ttl_or_four_renewals_of_the_period_
     ttl: int, declared: int, grace: int
 ) -> None:
     assert keepalive_grace(ttl, declared).total_seconds() == grace
+
+
+def _keepalive(*, renewed: datetime, declared: int | None) -> k8s.V1Lease:
+    return k8s.V1Lease.model_validate({
+        "metadata": {"name": "tidepool-consumer-keepalive", "managedFields": [
+            {"manager": "virtual-kubelet", "operation": "Update", "time": renewed.isoformat()}]},
+        "spec": {"holderIdentity": "b", "renewTime": "1999-01-01T00:00:00.000000Z",  # the consumer's clock: unread
+                 **({"leaseDurationSeconds": declared} if declared is not None else {})}})  # fmt: skip
+
+
+@pytest.mark.parametrize(("declared", "silent_for", "lapsed"), [
+    (10, 39, False), (10, 41, True),  # renewed every 10 s: 4 renewals, the TTL (40 s) too
+    (30, 41, False), (30, 121, True),  # every 30 s (the default): 2 minutes
+    (None, 119, False), (None, 121, True),  # a Lease that declares nothing: the default
+])  # fmt: skip
+def test_a_keepalive_lapses_after_the_grace_its_lease_declares_timed_by_the_server_s_clock(
+    declared: int | None, silent_for: int, lapsed: bool
+) -> None:
+    now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    renewed = now - timedelta(seconds=silent_for)
+    found = lapsed_since(_keepalive(renewed=renewed, declared=declared), time_to_live_seconds=40, now=now)
+    assert found == (renewed if lapsed else None)

@@ -411,7 +411,8 @@ class Syncers:
         with open(logs / f"syncer-{name}.log", "ab") as out:
             self.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "workers.syncer", "--management-kubeconfig", str(management),
-                 "--super-kubeconfig", str(super_cluster), "--cluster", name],
+                 "--super-kubeconfig", str(super_cluster), "--cluster", name,
+                 "--kubelet-port", "0"],  # several on this machine: each its own free port
                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
 
     def rss_kib(self) -> dict[str, float]:

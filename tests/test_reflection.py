@@ -146,7 +146,9 @@ async def test_an_offloaded_workload_gets_its_service_endpoints_live_config_and_
     await eventually(lambda: (c := remote.read_namespaced_pod(lost_copy.metadata.name, remote_namespace))
                      .metadata.uid != lost_copy.metadata.uid and c.status.phase == "Running", timeout=60,
                      what="the lost copy made again")  # fmt: skip
-    assert core.read_namespaced_pod(lost.metadata.name, "shop").status.phase == "Running"
+    # The consumer's pod shows the new copy's status as the virtual kubelet reflects it: Pending, then Running.
+    await eventually(lambda: core.read_namespaced_pod(lost.metadata.name, "shop").status.phase == "Running",
+                     timeout=30, what="the pod Running again on its new copy")  # fmt: skip
     # ... one that never restarts fails, and says why.
     core.create_namespaced_pod("shop", k8s.V1Pod.model_validate({"metadata": {"name": "once"}, "spec": {
         "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}], "tolerations": TOLERATE,

@@ -30,6 +30,7 @@ import http.server
 import ipaddress
 import json
 import logging
+import re
 import select
 import socket
 import socketserver
@@ -37,6 +38,7 @@ import ssl
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -233,13 +236,14 @@ class ClientCa:
                     CLIENT_CA_CONFIGMAP, CLIENT_CA_NAMESPACE, _request_timeout=REQUEST_TIMEOUT_SECONDS
                 )
                 pem = (configmap.data or {})[CLIENT_CA_KEY]
-                certificates = x509.load_pem_x509_certificates(pem.encode())
             except Exception:
                 if self._pem is None:
                     raise
                 log.warning("consumer client CA not re-read; the last one stays trusted", exc_info=True)
                 return self._pem
-            self._pem, self._certificates = pem, certificates
+            if pem != self._pem:
+                self._certificates = _authorities(pem)
+            self._pem = pem
             return pem
 
     def issued(self, certificate: x509.Certificate) -> bool:
@@ -253,6 +257,22 @@ class ClientCa:
             except (ValueError, TypeError, InvalidSignature):
                 continue
         return False
+
+
+def _authorities(bundle: str) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle that parse; one that does not is left out (the TLS handshake, which
+    OpenSSL does, still trusts it), and said. kwokctl's CAs have serial number 0, which RFC 5280 forbids and
+    cryptography reads with a deprecation warning only."""
+    found = []
+    for block in re.findall(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", bundle, re.DOTALL):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+                found.append(x509.load_pem_x509_certificate(block.encode()))
+        except ValueError as e:
+            log.warning("a certificate of a client CA bundle does not parse (%s): callers it issued cannot be told "
+                        "apart from another consumer's", e)  # fmt: skip
+    return found
 
 
 class KubeletServer:

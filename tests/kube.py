@@ -6,6 +6,7 @@ import base64
 import datetime
 import socket
 import ssl
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -140,7 +142,9 @@ def offload_namespace(api: k8s.ApiClient, namespace: str, spec: dict[str, Any] |
 def client_certificate(cluster: LocalCluster, directory: Path, *, user: str, group: str) -> tuple[Path, Path]:
     """A client certificate signed by the cluster's CA (kwokctl's, whose key is in the cluster's pki)."""
     pki = cluster.fake_pods.directory.parent / "pki"
-    ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    with warnings.catch_warnings():  # kwokctl's CA has serial number 0, which cryptography only warns of
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)

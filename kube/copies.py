@@ -24,6 +24,7 @@ from kube.objects import delete_exactly, ignore_not_found
 from models.names import (
     CONSUMER_KEEPALIVE_LEASE,
     GROUP,
+    KEEPALIVE_MIN_GRACE_SECONDS,
     KEEPALIVE_MIN_RENEW_SECONDS,
     KEEPALIVE_MISSED_RENEWALS,
     KEEPALIVE_RENEW_SECONDS,
@@ -39,7 +40,7 @@ def keepalive_grace(time_to_live_seconds: int, renew_seconds: int = KEEPALIVE_RE
     """How long an unrenewed keepalive is waited for. `renew_seconds` is the consumer's word (its Lease's
     leaseDurationSeconds), bounded: a consumer may shorten its own grace, never lengthen it."""
     renew = min(max(renew_seconds, KEEPALIVE_MIN_RENEW_SECONDS), KEEPALIVE_RENEW_SECONDS)
-    return timedelta(seconds=max(time_to_live_seconds, KEEPALIVE_MISSED_RENEWALS * renew))
+    return timedelta(seconds=max(time_to_live_seconds, KEEPALIVE_MISSED_RENEWALS * renew, KEEPALIVE_MIN_GRACE_SECONDS))
 
 
 def copies_selector(consumer_id: str) -> str:

@@ -37,11 +37,13 @@ LABEL_OFFLOADED: Final = "tidepool.io/offloaded"
 # The virtual kubelet renews its keepalive Lease in its provider every keepalive_renew_seconds (at most
 # KEEPALIVE_RENEW_SECONDS: a write a consumer makes on its provider twice a minute; at least its loop's period)
 # and writes that period as the Lease's leaseDurationSeconds. The provider deletes the copies once it has gone
-# unrenewed for the Advertisement's time to live, and never sooner than KEEPALIVE_MISSED_RENEWALS renewals,
-# so that a restarted virtual kubelet never loses them (kube/copies.py: keepalive_grace).
+# unrenewed for the Advertisement's time to live, and never sooner than KEEPALIVE_MISSED_RENEWALS renewals nor
+# KEEPALIVE_MIN_GRACE_SECONDS, so that a restarted virtual kubelet, or a pass of one that waited on a slow API
+# server, never loses them (kube/copies.py: keepalive_grace).
 KEEPALIVE_RENEW_SECONDS: Final = 30
 KEEPALIVE_MIN_RENEW_SECONDS: Final = 10
 KEEPALIVE_MISSED_RENEWALS: Final = 4
+KEEPALIVE_MIN_GRACE_SECONDS: Final = 60
 # Where a kubelet API listens by default, as a kubelet's (--port): the virtual kubelets' and each syncer's.
 KUBELET_PORT: Final = 10250
 TAINT_VIRTUAL_NODE: Final = "tidepool.io/virtual-node"

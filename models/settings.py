@@ -169,7 +169,7 @@ class VirtualKubeletSettings(_Part):
     keepalive_renew_seconds: int = Field(
         default=KEEPALIVE_RENEW_SECONDS, ge=KEEPALIVE_MIN_RENEW_SECONDS, le=KEEPALIVE_RENEW_SECONDS,
         description="How often each virtual kubelet renews its keepalive in its provider; the provider deletes the "
-        "copies of a consumer silent for max(the Advertisement's time to live, 4 renewals).",
+        "copies of a consumer silent for max(the Advertisement's time to live, 4 renewals, 1 minute).",
     )  # fmt: skip
     # Where their pods run, as Liqo's VirtualKubeletOptions: nodes of the consumer's own choosing (its system
     # nodes, say), never the virtual nodes (Toleration refuses their taint).

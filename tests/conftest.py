@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -64,8 +65,14 @@ class Clusters:
     def _made(self, name: str) -> LocalCluster:
         with self._lock:
             if name not in self._state.kubeconfigs:  # a reused environment (TIDEPOOL_TEST_STATE) has its own
-                cluster = create_cluster(name, binaries=ensure_binaries(), workdir=Path(self._state.state_dir) / "kwok")
+                workdir, started = Path(self._state.state_dir) / "kwok", time.monotonic()
+                try:
+                    cluster = create_cluster(name, binaries=ensure_binaries(), workdir=workdir)
+                except BaseException:  # `down` knows only the clusters in the state: as env.up does
+                    delete_cluster(name, binaries=ensure_binaries(), workdir=workdir)
+                    raise
                 self._state.kubeconfigs[name] = str(cluster.kubeconfig)
+                self._state.startup_seconds[f"cluster-{name}"] = round(time.monotonic() - started, 2)
                 self._state.save()  # `down` deletes what the state lists
             return self._state.cluster(name)
 

@@ -355,8 +355,9 @@ def test_what_a_provider_says_of_a_remote_namespace_is_bounded_before_it_is_show
 @pytest.mark.parametrize(("ttl", "declared", "grace"), [
     (1800, 30, 1800),  # production: the Advertisement's time to live
     (40, 30, 120),  # never sooner than 4 renewals
-    (40, 10, 40),  # a consumer that renews every 10 s is waited for 40 s
-    (40, 1, 40),  # one that says 1 s is held to the shortest renewal a virtual kubelet makes
+    (40, 10, 60),  # a consumer that renews every 10 s: 4 renewals, but never less than a minute
+    (90, 10, 90),  # and the TTL when it is longer
+    (40, 1, 60),  # one that says 1 s is held to the shortest renewal a virtual kubelet makes
     (40, 3600, 120),  # and one that says an hour to the longest: it cannot hold the provider's capacity longer
 ])  # fmt: skip
 def test_a_silent_consumer_is_waited_for_its_ttl_or_four_renewals_of_the_period_its_keepalive_declares(
@@ -374,7 +375,7 @@ def _keepalive(*, renewed: datetime, declared: int | None) -> k8s.V1Lease:
 
 
 @pytest.mark.parametrize(("declared", "silent_for", "lapsed"), [
-    (10, 39, False), (10, 41, True),  # renewed every 10 s: 4 renewals, the TTL (40 s) too
+    (10, 59, False), (10, 61, True),  # renewed every 10 s: a minute (4 renewals and the TTL are shorter)
     (30, 41, False), (30, 121, True),  # every 30 s (the default): 2 minutes
     (None, 119, False), (None, 121, True),  # a Lease that declares nothing: the default
 ])  # fmt: skip

@@ -215,36 +215,38 @@ def _identity(peer_cert: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 class ClientCa:
-    """A consumer's client CA (the certificates its API server's kubelet client certificate is issued by),
-    read again at most every CLIENT_CA_REFRESH_SECONDS: it rotates."""
+    """A consumer's client CA (the certificates its API server's kubelet client certificate is issued by).
+    `refresh` reads it (it rotates); the handshakes use what was last read, never waiting on an API server."""
 
     def __init__(self, consumer: k8s.ApiClient) -> None:
         self._consumer = consumer
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # never held during a call to the API server
         self._pem: str | None = None
         self._certificates: list[x509.Certificate] = []
-        self._checked = 0.0
 
-    def pem(self, *, force: bool = False) -> str:
-        """The CA bundle; raises if it was never read, keeps the last one if a later read fails."""
-        with self._lock:
-            if self._pem is not None and not force and time.monotonic() - self._checked < CLIENT_CA_REFRESH_SECONDS:
-                return self._pem
-            self._checked = time.monotonic()
-            try:
-                configmap = k8s.CoreV1Api(self._consumer).read_namespaced_config_map(
-                    CLIENT_CA_CONFIGMAP, CLIENT_CA_NAMESPACE, _request_timeout=REQUEST_TIMEOUT_SECONDS
-                )
-                pem = (configmap.data or {})[CLIENT_CA_KEY]
-            except Exception:
+    def refresh(self) -> str:
+        """Reads the CA bundle; raises if it was never read, keeps the last one if a later read fails."""
+        try:
+            configmap = k8s.CoreV1Api(self._consumer).read_namespaced_config_map(
+                CLIENT_CA_CONFIGMAP, CLIENT_CA_NAMESPACE, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            )
+            pem = (configmap.data or {})[CLIENT_CA_KEY]
+        except Exception:
+            with self._lock:
                 if self._pem is None:
                     raise
                 log.warning("consumer client CA not re-read; the last one stays trusted", exc_info=True)
                 return self._pem
-            if pem != self._pem:
-                self._certificates = _authorities(pem)
+        certificates = _authorities(pem) if pem != self.last() else None
+        with self._lock:
+            if certificates is not None:
+                self._certificates = certificates
             self._pem = pem
             return pem
+
+    def last(self) -> str | None:
+        with self._lock:
+            return self._pem
 
     def issued(self, certificate: x509.Certificate) -> bool:
         """Whether one of the CA's certificates signed `certificate` (its issuer, by name and signature)."""
@@ -279,7 +281,9 @@ class KubeletServer:
     """One listening port for the kubelet APIs of one or many consumers. The TLS handshake trusts every
     consumer's client CA; the caller's certificate then says whose API it calls: the one consumer whose CA
     issued it. A certificate two consumers' CAs both issued (one copied another's CA into its own bundle)
-    is refused: serving it as either could relay one tenant's `exec` into another's pod."""
+    is refused: serving it as either could relay one tenant's `exec` into another's pod. The client CAs are
+    read again every CLIENT_CA_REFRESH_SECONDS by a thread of the server, so that a consumer whose API server
+    is slow or gone never holds up another's handshakes."""
 
     def __init__(self, *, host: str, port: int, name: str) -> None:
         self.host, self.name = host, name
@@ -289,7 +293,8 @@ class KubeletServer:
         self._cert_pem, self._key_pem = _self_signed(host)
         self._context: tuple[tuple[str, ...], ssl.SSLContext] | None = None
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
 
     @property
     def port(self) -> int:
@@ -298,30 +303,34 @@ class KubeletServer:
 
     def start(self) -> KubeletServer:
         self._server = _Server((self.host, self._requested_port), self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"kubelet-api-{self.name}", daemon=True)
-        self._thread.start()
+        self._stopping.clear()
+        self._threads = [threading.Thread(target=self._server.serve_forever, name=f"kubelet-api-{self.name}", daemon=True),
+                         threading.Thread(target=self._refresh_loop, name=f"kubelet-api-ca-{self.name}", daemon=True)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         if self._server is None:
             return
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._server.close_connections()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
         self._server = None
 
     def add(self, key: str, api: KubeletApi) -> None:
         """Serves `api` from now on; raises if its consumer's client CA cannot be read (nothing is served
         for it then: no caller of it could be told apart)."""
-        api.client_ca.pem(force=True)
+        api.client_ca.refresh()
         with self._lock:
             self._apis[key] = api
 
     def remove(self, key: str, api: KubeletApi) -> None:
-        """Serves `key` no more, and cuts the sessions open on it; nothing if `key` is served by another
-        KubeletApi now (one that replaced `api`)."""
+        """Serves `api` as `key` no more (nothing if another KubeletApi serves `key` now), and cuts the
+        sessions open on it."""
         with self._lock:
             if self._apis.get(key) is not api:
                 return
@@ -329,30 +338,47 @@ class KubeletServer:
         if self._server is not None:
             self._server.close_connections(api)
 
-    def tls_context(self) -> ssl.SSLContext:
+    def serves(self, api: KubeletApi) -> bool:
         with self._lock:
-            apis = list(self._apis.values())
-        bundles = tuple(sorted({pem for api in apis for pem in _readable_pem(api)}))
+            return any(served is api for served in self._apis.values())
+
+    def tls_context(self) -> tuple[ssl.SSLContext, tuple[KubeletApi, ...]]:
+        """The context for a handshake, and the APIs whose CAs it trusts (what was last read of each)."""
         with self._lock:
+            apis = tuple(self._apis.values())
+            bundles = tuple(sorted({pem for api in apis if (pem := api.client_ca.last()) is not None}))
             if self._context is None or self._context[0] != bundles:
                 self._context = (bundles, self._make(bundles))
-            return self._context[1]
+            return self._context[1], apis
 
-    def api_of(self, tls: ssl.SSLSocket) -> KubeletApi | None:
-        """Whose kubelet API the connection calls; None for a certificate no single consumer's CA issued."""
-        with self._lock:
-            apis = list(self._apis.items())
-        if len(apis) == 1:  # the handshake trusted its CA alone
-            return apis[0][1]
+    def api_of(self, tls: ssl.SSLSocket, trusted: tuple[KubeletApi, ...]) -> KubeletApi | None:
+        """Whose kubelet API the connection calls, of the APIs `trusted` by its handshake that are still
+        served; None for a certificate no single one's CA issued."""
+        candidates = [api for api in trusted if self.serves(api)]
+        if len(trusted) == 1:  # the handshake trusted its CA alone: a virtual kubelet's one consumer
+            return candidates[0] if candidates else None
         der = tls.getpeercert(binary_form=True)
-        if der is None:
+        try:
+            certificate = x509.load_der_x509_certificate(der) if der is not None else None
+        except ValueError:
+            certificate = None
+        if certificate is None:
             return None
-        certificate = x509.load_der_x509_certificate(der)
-        issuers = [(key, api) for key, api in apis if api.client_ca.issued(certificate)]
+        issuers = [api for api in candidates if api.client_ca.issued(certificate)]
         if len(issuers) > 1:
             log.warning("kubelet API: a client certificate (%s) was issued by the client CAs of %s: refused",
-                        certificate.subject.rfc4514_string(), ", ".join(sorted(key for key, _ in issuers)))  # fmt: skip
-        return issuers[0][1] if len(issuers) == 1 else None
+                        certificate.subject.rfc4514_string(), ", ".join(sorted(api.node_name for api in issuers)))  # fmt: skip
+        return issuers[0] if len(issuers) == 1 else None
+
+    def _refresh_loop(self) -> None:
+        while not self._stopping.wait(CLIENT_CA_REFRESH_SECONDS):
+            with self._lock:
+                apis = list(self._apis.values())
+            for api in apis:
+                try:
+                    api.client_ca.refresh()
+                except Exception as e:  # noqa: BLE001 - never read is impossible here (add read it): logged, kept
+                    log.warning("kubelet API %s: client CA not re-read: %s", api.node_name, e)
 
     def _make(self, bundles: tuple[str, ...]) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -369,14 +395,6 @@ class KubeletServer:
             key.write_bytes(self._key_pem)
             context.load_cert_chain(cert, key)
         return context
-
-
-def _readable_pem(api: KubeletApi) -> list[str]:
-    try:
-        return [api.client_ca.pem()]
-    except Exception as e:  # noqa: BLE001 - never read (added ones were): its callers are refused at the handshake
-        log.warning("kubelet API %s: client CA unreadable: %s", api.node_name, e)
-        return []
 
 
 def _self_signed(host: str) -> tuple[bytes, bytes]:
@@ -429,14 +447,15 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         # The TLS handshake runs here, in the connection's thread: a slow client never holds up accept().
         request.settimeout(HANDSHAKE_SECONDS)
         try:
-            tls = self.owner.tls_context().wrap_socket(request, server_side=True)
+            context, trusted = self.owner.tls_context()
+            tls = context.wrap_socket(request, server_side=True)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError) as e:  # closed before a handshake: a TCP probe, its kubelet's
             log.debug("kubelet API: connection from %s closed before its handshake: %s", client_address[0], e)
             return
         except (OSError, ssl.SSLError) as e:
             log.info("kubelet API: TLS handshake from %s failed: %s", client_address[0], e)
             return
-        api = self.owner.api_of(tls)
+        api = self.owner.api_of(tls, trusted)
         if api is None:
             log.info("kubelet API: a certificate from %s no one consumer's client CA issued: closed", client_address[0])
             _close_quietly(tls)
@@ -444,6 +463,8 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         with self._open_lock:
             self._open[tls] = api
         try:
+            if not self.owner.serves(api):  # removed meanwhile, after close_connections looked
+                return
             _Handler(tls, client_address, self)
         finally:
             with self._open_lock:

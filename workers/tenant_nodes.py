@@ -96,28 +96,32 @@ class _Tenant:
                                       consumer=api, node_name=f"tenant {name} in {owner.cluster}",
                                       serves=lambda node: self.nodes.get(node) is not None,
                                       origin_uid=TENANT_UID_ANNOTATION)  # fmt: skip
-        self.serving = False
+        self.serving, self._stopped = False, False
+        self._serving_lock = threading.Lock()  # serve (heartbeat, binds) against stop (unfollow)
 
     def start(self) -> _Tenant:
         self._informer.start()
         return self
 
-    def stop(self, *, serving_ends: bool = True) -> None:
-        """`serving_ends`: False when a new _Tenant of the same tenant takes over (a new client), whose kubelet
-        API replaces this one's on the server without cutting the sessions open on it."""
+    def stop(self) -> None:
+        """Its kubelet API served no more (its open sessions cut), and never again."""
         self._informer.stop()
-        if self.serving and serving_ends:
-            self._server.remove(self.name, self.kubelet_api)
+        with self._serving_lock:
+            self._stopped = True
+            if self.serving:
+                self._server.remove(self.name, self.kubelet_api)
 
     def serve(self) -> bool:
-        """The tenant's kubelet API served, if it can be: it reads the tenant's client CA."""
-        if not self.serving:
-            try:
-                self._server.add(self.name, self.kubelet_api)
-                self.serving = True
-            except Exception as e:  # noqa: BLE001 - tried again at the next heartbeat; nodes wait for it
-                log.warning("tenant %s: kubelet API not started: %s", self.name, e)
-        return self.serving
+        """The tenant's kubelet API served, if it can be (it reads the tenant's client CA) and the tenant is
+        still followed."""
+        with self._serving_lock:
+            if not self.serving and not self._stopped:
+                try:
+                    self._server.add(self.name, self.kubelet_api)
+                    self.serving = True
+                except Exception as e:  # noqa: BLE001 - tried again at the next heartbeat; nodes wait for it
+                    log.warning("tenant %s: kubelet API not started: %s", self.name, e)
+            return self.serving
 
     def listed(self) -> bool:
         return self._informer.wait_synced(0)
@@ -206,11 +210,9 @@ class TenantNodes:
 
     def follow(self, tenant: str, api: k8s.ApiClient, pods: Store[tuple[str, str], Obj]) -> None:
         """A tenant side started (or replaced: a new client): its nodes are kept from now on."""
-        followed = _Tenant(self, tenant, api, pods).start()
+        self.unfollow(tenant)
         with self._lock:
-            replaced, self._tenants[tenant] = self._tenants.get(tenant), followed
-        if replaced is not None:
-            replaced.stop(serving_ends=False)
+            self._tenants[tenant] = _Tenant(self, tenant, api, pods).start()
 
     def unfollow(self, tenant: str) -> None:
         """A tenant side stopped: its nodes are left as they are (their Leases lapse) until it is followed again

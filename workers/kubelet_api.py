@@ -11,8 +11,8 @@ status (InternalIP, daemonEndpoints.kubeletEndpoint.Port).
   POST), as kubelets do. Only pods bound to the node are served; others are 404.
 - Many nodes: the pool's syncer (workers/tenant_nodes.py) has one per tenant, for all of that tenant's
   virtual nodes of its super cluster (`serves`; the API server does not say which node it called), and
-  serves all of them on one port (KubeletServer: the caller's certificate says whose API it calls). The review is then on the node the pod is bound to, or, for a pod bound to
-  none of them, on every node. Its `locate` may raise Elsewhere (a pod the pool moved to another super
+  serves all of them on one port (KubeletServer: the caller's certificate says whose API it calls). The
+  review is then on the node the pod is bound to, or, for a pod bound to none of them, on every node. Its `locate` may raise Elsewhere (a pod the pool moved to another super
   cluster): the caller is told where it runs now.
 - Routes: /containerLogs/{ns}/{pod}/{container} (provider pods/log, relayed chunked);
   /exec and /attach/{ns}/{pod}[/{uid}]/{container} (SPDY/3.1 from the API server, kube/spdy.py; a

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from deploy.localenv.clusters import (
     create_cluster,
     delete_cluster,
 )
-from deploy.localenv.env import EnvState, down, temporal_namespace, temporal_namespaces, up
+from deploy.localenv.env import EnvState, add_cluster, down, temporal_namespace, temporal_namespaces, up
 from deploy.localenv.realnode import stop_real_nodes
 from deploy.localenv.temporal import TEST_DYNAMIC_CONFIG, start_temporal, stop_process_group
 
@@ -65,15 +64,7 @@ class Clusters:
     def _made(self, name: str) -> LocalCluster:
         with self._lock:
             if name not in self._state.kubeconfigs:  # a reused environment (TIDEPOOL_TEST_STATE) has its own
-                workdir, started = Path(self._state.state_dir) / "kwok", time.monotonic()
-                try:
-                    cluster = create_cluster(name, binaries=ensure_binaries(), workdir=workdir)
-                except BaseException:  # `down` knows only the clusters in the state: as env.up does
-                    delete_cluster(name, binaries=ensure_binaries(), workdir=workdir)
-                    raise
-                self._state.kubeconfigs[name] = str(cluster.kubeconfig)
-                self._state.startup_seconds[f"cluster-{name}"] = round(time.monotonic() - started, 2)
-                self._state.save()  # `down` deletes what the state lists
+                add_cluster(self._state, name, binaries=ensure_binaries())
             return self._state.cluster(name)
 
 

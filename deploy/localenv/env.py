@@ -110,19 +110,26 @@ def up(
     state.startup_seconds["temporal"] = round(time.monotonic() - started, 2)
     state.save()
     for name in clusters:
-        started = time.monotonic()
-        try:
-            cluster = create_cluster(name, binaries=binaries, workdir=state_dir / "kwok",
-                                     scheduler=name not in without_scheduler,
-                                     node_lifecycle=name not in without_node_lifecycle)  # fmt: skip
-        except BaseException:
-            # `down` knows only the clusters in the state: one that failed half-way is stopped here.
-            delete_cluster(name, binaries=binaries, workdir=state_dir / "kwok")
-            raise
-        state.kubeconfigs[name] = str(cluster.kubeconfig)
-        state.startup_seconds[f"cluster-{name}"] = round(time.monotonic() - started, 2)
-        state.save()
+        add_cluster(state, name, binaries=binaries, scheduler=name not in without_scheduler,
+                    node_lifecycle=name not in without_node_lifecycle)  # fmt: skip
     return state
+
+
+def add_cluster(state: EnvState, name: str, *, binaries: Binaries, scheduler: bool = True,
+                node_lifecycle: bool = True) -> LocalCluster:  # fmt: skip
+    """Creates cluster `name` in the environment and records it in its state, which `down` deletes."""
+    workdir, started = Path(state.state_dir) / "kwok", time.monotonic()
+    try:
+        cluster = create_cluster(name, binaries=binaries, workdir=workdir, scheduler=scheduler,
+                                 node_lifecycle=node_lifecycle)  # fmt: skip
+    except BaseException:
+        # `down` knows only the clusters in the state: one that failed half-way is stopped here.
+        delete_cluster(name, binaries=binaries, workdir=workdir)
+        raise
+    state.kubeconfigs[name] = str(cluster.kubeconfig)
+    state.startup_seconds[f"cluster-{name}"] = round(time.monotonic() - started, 2)
+    state.save()
+    return cluster
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, *, binaries: Binaries | None = None, purge: bool = True) -> None:

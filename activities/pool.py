@@ -32,7 +32,7 @@ from kube.clock import utcnow
 from kube.errors import as_application_error
 from kube.metadata import MalformedObject, ServedMetadata, served_items_json, served_metadata
 from kube.metrics import Metrics
-from kube.objects import list_cluster_objects, read_cluster_config, read_cluster_object, record_event
+from kube.objects import drained, list_cluster_objects, read_cluster_config, read_cluster_object, record_event
 from kube.status import CustomObjectStatus, replacing, write_status
 from kube.tenants import TenantRegistry
 from kube.writes import write_all
@@ -611,8 +611,9 @@ def _place_pod(core: k8s.CoreV1Api, meta: ServedMetadata, pod: dict[str, Any], c
     """Onto the pod as read: the pod placer (workers/pod_placer.py) may have placed it meanwhile, and its
     choice stands (a 409 here)."""
     try:
-        core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {
-            "resourceVersion": pod["metadata"].get("resourceVersion"), "annotations": {POD_CLUSTER_ANNOTATION: cluster}}})  # fmt: skip
+        drained(core.patch_namespaced_pod(meta.name, meta.namespace or "", {"metadata": {
+            "resourceVersion": pod["metadata"].get("resourceVersion"), "annotations": {POD_CLUSTER_ANNOTATION: cluster}}},
+            _preload_content=False))  # fmt: skip
     except ApiException as e:
         if e.status in (404, 409):
             return

@@ -57,7 +57,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from bench.common import emit, local_env, log, percentile, rss_mb
+from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb
 from deploy.localenv.clusters import LocalCluster, join_pool, node_pod_cidrs
 from deploy.localenv.env import EnvState
 from kube.errors import already_exists
@@ -145,6 +145,26 @@ def list_calls(metrics_text: str, *, flow_schema: str) -> tuple[float, float]:
         elif name == "apiserver_request_total" and labels.get("verb") == "LIST":
             total += value
     return ours, total
+
+
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def writes(metrics_text: str) -> dict[str, float]:
+    """Write requests an API server has answered, by `verb resource[/subresource]` (and the code, when not a
+    success), from its /metrics text."""
+    counted: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        match = re.match(r"^apiserver_request_total\{([^}]*)\} (\S+)$", line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match[1]))
+        if labels.get("verb") in WRITE_VERBS:
+            what = f"{labels['verb']} {labels.get('resource', '')}" + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            if not labels.get("code", "").startswith("2"):
+                what += f" {labels.get('code')}"  # refused or failed: a write that did nothing, counted apart
+            counted[what] = counted.get(what, 0.0) + float(match[2])
+    return counted
 
 
 class RunningWatch:
@@ -567,6 +587,28 @@ class Run:
             log(f"slow: {'/'.join(key)} " + ", ".join(f"{name} +{at[i + 1] - at[i]:.2f}" for i, (name, _) in enumerate(marks)))
         return stages
 
+    def cpu_seconds(self, worker: PoolWorker) -> dict[str, float]:
+        """CPU seconds used so far, by component: each kind of control-plane process of the tenants and of the
+        super clusters (summed over the clusters), the pool worker, the syncers and this benchmark. On 2 cores
+        every component takes from the same CPU: the difference between two readings says where a phase's went."""
+        used: dict[str, float] = {}
+
+        def add(role: str, pid: int | None) -> None:
+            try:
+                used[role] = used.get(role, 0.0) + (cpu_seconds(pid) if pid else 0.0)
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # exited: what it used is not read
+
+        for kind, clusters in (("tenant", self.tenants), ("super", self.supers)):
+            for cluster in clusters.values():
+                for pid_file in (cluster.workdir / "clusters" / cluster.name / "pids").glob("*.pid"):
+                    add(f"{kind} {pid_file.stem}", int(pid_file.read_text().strip()))
+        add("pool worker", worker.process.pid if worker.process else None)
+        for process in self.syncers.processes.values():
+            add("syncers", process.pid)
+        add("benchmark", os.getpid())
+        return used
+
     def quiet(self, name_prefix: str, *, burst: bool) -> list[float]:
         """The last tenant's quiet pods, one a second; with `burst`, the first tenant's burst pods at once beside."""
         names, watch = list(self.tenants), self.watches.tenants
@@ -590,6 +632,15 @@ class Run:
         """`list_calls` of every cluster's API server, by cluster."""
         clusters = [*self.tenants.items(), *self.supers.items()]
         return {n: list_calls(_metrics(c.api_client()), flow_schema=FLOW_SCHEMA) for n, c in clusters}
+
+    def writes(self) -> dict[str, float]:
+        """Write requests answered so far by `tenant|super verb resource`, summed over the clusters."""
+        counted: dict[str, float] = {}
+        for kind, clusters in (("tenant", self.tenants), ("super", self.supers)):
+            for cluster in clusters.values():
+                for what, count in writes(_metrics(cluster.api_client())).items():
+                    counted[f"{kind} {what}"] = counted.get(f"{kind} {what}", 0.0) + count
+        return counted
 
     def idle_lists(self) -> IdleLists:
         before = self.list_calls()
@@ -642,11 +693,24 @@ async def _measure(params: dict[str, Any]) -> None:
             await asyncio.to_thread(run.setup)
             worker.start(env, run.management, Path(env.state_dir))
             await asyncio.to_thread(run.wait_ready)
+            cpu_at, writes_at = [run.cpu_seconds(worker)], [run.writes()]
             direct, direct_seconds = await asyncio.to_thread(run.direct)
             log(f"direct: {len(direct)} pods Running in {direct_seconds:.1f} s")
+            cpu_at.append(run.cpu_seconds(worker))
+            writes_at.append(run.writes())
             rss_before = run.syncers.rss_kib()
             pooled, pool_seconds, stages = await asyncio.to_thread(run.pool)
             worker.check()
+            cpu_at.append(run.cpu_seconds(worker))
+            writes_at.append(run.writes())
+            phases = (("direct", 0, 1), ("pool", 1, 2))
+            cpu = {phase: {role: round(cpu_at[b][role] - cpu_at[a].get(role, 0.0), 1) for role in sorted(cpu_at[b])}
+                   for phase, a, b in phases}  # fmt: skip
+            per_pod = {phase: {what: round((writes_at[b][what] - writes_at[a].get(what, 0.0)) / len(direct), 2)
+                               for what in sorted(writes_at[b]) if writes_at[b][what] > writes_at[a].get(what, 0.0)}
+                       for phase, a, b in phases}  # fmt: skip
+            log(f"cpu seconds by component: {cpu}")
+            log(f"API writes per pod: {per_pod}")
             log(f"pool: {len(pooled)} pods Running in {pool_seconds:.1f} s; stages (p50 s): "
                 + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()))
             await asyncio.sleep(SETTLE_SECONDS)
@@ -665,13 +729,13 @@ async def _measure(params: dict[str, Any]) -> None:
                 run.syncers.stop()
                 for watch in run.watches.all():
                     watch.stop()
-    _report(params, pooled=pooled, pool_seconds=pool_seconds, stages=stages, direct=direct, direct_seconds=direct_seconds,
-            rss=(rss_before, rss_after, copies), quiet=(quiet_burst, quiet_alone),
+    _report(params, pooled=pooled, pool_seconds=pool_seconds, stages=stages, cpu=cpu, writes=per_pod, direct=direct,
+            direct_seconds=direct_seconds, rss=(rss_before, rss_after, copies), quiet=(quiet_burst, quiet_alone),
             lists=lists)  # fmt: skip
 
 
 def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds: float, stages: Mapping[str, float],
-            direct: Sequence[float],
+            cpu: Mapping[str, Mapping[str, float]], writes: Mapping[str, Mapping[str, float]], direct: Sequence[float],
             direct_seconds: float, rss: tuple[dict[str, float], dict[str, float], dict[str, int]],
             quiet: tuple[Sequence[float], Sequence[float]], lists: IdleLists) -> None:  # fmt: skip
     common = dict(params)
@@ -679,6 +743,8 @@ def _report(params: Mapping[str, Any], *, pooled: Sequence[float], pool_seconds:
     emit("pods_running_seconds", pool_seconds, "s", baseline=direct_seconds,  # a miss made either infinite
          params={**common, **misses, "target": "ratio <= 1.25", "pods_total": len(pooled),
                  "pod_p99_seconds": tail(pooled, 99), "baseline_pod_p99_seconds": tail(direct, 99), "stages": dict(stages),
+                 "cpu_seconds": {phase: dict(by_role) for phase, by_role in cpu.items()},
+                 "api_writes_per_pod": {phase: dict(by_what) for phase, by_what in writes.items()},
                  "baseline": "the same pods created directly in the super clusters, spread as the pool spread them"})  # fmt: skip
     before, after, copies = rss
     per_pod = {n: (after[n] - before[n]) / copies[n] for n in after if copies.get(n)}

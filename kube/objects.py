@@ -148,20 +148,29 @@ def raw_json(response: object) -> dict[str, Any]:
     return _json_object(json.loads(response.data))
 
 
+def drained(response: object) -> None:
+    """Reads the unwanted body of a write made with _preload_content=False (to skip parsing it into typed models),
+    so that its connection goes back to the client's pool: an unread response keeps its connection, and the
+    next call opens a new one, a TLS handshake on both sides."""
+    if not isinstance(response, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected an HTTP response, got {type(response).__name__}")
+    response.drain_conn()
+
+
 def record_event(api: k8s.ApiClient, obj: dict[str, Any], *, reason: Reason, message: str, warning: bool = False) -> None:
     """A Kubernetes Event on a tidepool object, so that `kubectl describe` says what tidepool decided; its
     reason is one of the vocabulary's (models/api/conditions.py), checked by the type checker."""
     meta = obj["metadata"]
     namespace = meta.get("namespace") or "default"  # events about cluster-scoped objects live in default
     now = utcnow()
-    k8s.CoreV1Api(api).create_namespaced_event(namespace, k8s.CoreV1Event.model_validate({
+    drained(k8s.CoreV1Api(api).create_namespaced_event(namespace, k8s.CoreV1Event.model_validate({
         "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta["name"],
                            "namespace": meta.get("namespace"), "uid": meta.get("uid")},
         "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
         "source": {"component": "tidepool"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         "reportingComponent": "tidepool", "reportingInstance": "tidepool",
-    }))  # fmt: skip
+    }), _preload_content=False))  # fmt: skip
 
 
 def with_condition(value: ConditionValue, previous: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -99,7 +99,8 @@ def test_only_what_a_pass_reads_wakes_the_scheduler(
     key: Callable[[Obj], Hashable], before: Obj, after: Obj, wakes: bool
 ) -> None:
     keys = KeyMemory(key, identity=by_namespace_and_name)
-    assert keys.sync([before])  # the first list tells every object
+    # The first list tells every object followed (a live pod is not: the pod placer's).
+    assert keys.sync([before]) == ([] if key(before) is None else [(before, False)])
     assert keys.event("MODIFIED", after) is wakes
 
 
@@ -108,35 +109,44 @@ def test_arrivals_and_departures_wake_and_a_relist_that_finds_the_same_wakes_nob
     assert not keys.listed  # the watcher signals its first list whatever it holds: it starts the scheduler
     assert not keys.sync([])
     assert keys.listed
-    assert keys.event("ADDED", _pod())
-    assert not keys.sync([_pod("Running", resourceVersion="10")])  # a relist after a broken watch
+    assert keys.event("ADDED", _pod("Failed"))
+    assert not keys.sync([_pod("Failed", resourceVersion="10")])  # a relist after a broken watch
     assert keys.sync([])  # deleted while the watch was down
-    assert not keys.event("DELETED", _pod())  # already known to be gone
-    assert keys.event("ADDED", _pod())
-    assert keys.event("DELETED", _pod())
-    assert keys.event("ADDED", _pod())
-    assert keys.sync([_pod(uid="p2")])  # replaced under the same name while nobody watched
+    assert not keys.event("DELETED", _pod("Failed"))  # already known to be gone
+    assert keys.event("ADDED", _pod("Pending", annotations=MOVED))
+    assert keys.event("DELETED", _pod("Pending", annotations=MOVED))
+    assert keys.event("ADDED", _pod("Succeeded"))
+    assert keys.sync([_pod("Succeeded", uid="p2")])  # replaced under the same name while nobody watched
+
+
+def test_a_new_live_pod_is_the_pod_placers_and_wakes_no_pass() -> None:
+    keys = KeyMemory(pod_key, identity=by_namespace_and_name)
+    assert not keys.sync([_pod("Pending")])
+    assert not keys.event("ADDED", _pod("Pending", name="api"))  # a burst's pod: the placer places it
+    assert not keys.event("MODIFIED", _pod("Pending", name="api", annotations={"pool.tidepool.io/super-cluster": "s1"}))
+    assert not keys.event("DELETED", _pod("Pending", name="api"))  # the placer sees the room it leaves
+    assert keys.event("MODIFIED", _pod("Succeeded"))  # an end is what a pass decides on
 
 
 def test_a_change_whose_signal_failed_is_told_again_at_the_next_event_even_unchanged() -> None:
     keys = KeyMemory(pod_key, identity=by_namespace_and_name)
-    assert keys.sync([_pod()])
+    assert keys.sync([_pod("Succeeded")])
     keys.forget()  # the signal did not get through
-    assert keys.event("MODIFIED", _pod(resourceVersion="11"))
-    assert not keys.event("MODIFIED", _pod(resourceVersion="12"))  # told: quiet again
+    assert keys.event("MODIFIED", _pod("Succeeded", resourceVersion="11"))
+    assert not keys.event("MODIFIED", _pod("Succeeded", resourceVersion="12"))  # told: quiet again
 
 
 def test_a_deletion_whose_signal_failed_is_told_again() -> None:
     keys = KeyMemory(pod_key, identity=by_namespace_and_name)
-    assert keys.event("ADDED", _pod())
-    assert keys.event("DELETED", _pod())
+    assert keys.event("ADDED", _pod("Succeeded"))
+    assert keys.event("DELETED", _pod("Succeeded"))
     keys.forget(("shop", "web"))
-    assert keys.event("DELETED", _pod())  # the same deletion, seen again by a new watch
-    assert not keys.event("DELETED", _pod())
+    assert keys.event("DELETED", _pod("Succeeded"))  # the same deletion, seen again by a new watch
+    assert not keys.event("DELETED", _pod("Succeeded"))
 
 
 def test_pods_of_two_namespaces_with_one_name_are_two_objects() -> None:
+    ended, other = _pod("Succeeded"), _pod("Succeeded", namespace="other", uid="p9")
     keys = KeyMemory(pod_key, identity=by_namespace_and_name)
-    assert keys.sync([_pod(), _pod(namespace="other", uid="p9")]) == [(_pod(), False),
-                                                                     (_pod(namespace="other", uid="p9"), False)]
-    assert keys.sync([_pod()]) == [(_pod(namespace="other", uid="p9"), True)]
+    assert keys.sync([ended, other]) == [(ended, False), (other, False)]
+    assert keys.sync([ended]) == [(other, True)]

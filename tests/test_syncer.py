@@ -140,7 +140,7 @@ class _Refusing:
     def __init__(self, message: str) -> None:
         self.message = message
 
-    def create_namespaced_pod(self, namespace: str, body: Any) -> None:
+    def create_namespaced_pod(self, namespace: str, body: Any, **_options: Any) -> None:
         raise _forbidden(self.message)
 
 

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.pool import tell_placed, tell_unschedulable, unplaced_reasons
 from kube.informer import Informer, Store
+from kube.objects import drained
 from kube.tenants import TenantRegistry
 from kube.workqueue import WorkQueue
 from kube.writes import write_all
@@ -228,8 +229,9 @@ class PodPlacer:
     def _place(self, side: _Side, tenant: str, pod: Obj, cluster: str) -> None:
         meta = pod["metadata"]
         try:
-            side.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {
-                "resourceVersion": meta["resourceVersion"], "annotations": {POD_CLUSTER_ANNOTATION: cluster}}})  # fmt: skip
+            drained(side.core.patch_namespaced_pod(meta["name"], meta["namespace"], {"metadata": {
+                "resourceVersion": meta["resourceVersion"], "annotations": {POD_CLUSTER_ANNOTATION: cluster}}},
+                _preload_content=False))  # fmt: skip
         except ApiException as e:
             if e.status in (404, 409):  # gone, or changed since read (placed by the pass, or the tenant edited it)
                 return

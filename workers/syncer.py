@@ -48,7 +48,7 @@ from kube.clients import client_from_own_kubeconfig_file
 from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer, Store
-from kube.objects import APPLY, ignore_not_found, raw_json, read_cluster_object, record_event
+from kube.objects import APPLY, drained, ignore_not_found, raw_json, read_cluster_object, record_event
 from kube.process import wait_for_termination
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
@@ -127,6 +127,9 @@ Obj = dict[str, Any]
 PASSING_REFUSALS = ("exceeded quota", "is being terminated")
 # Refusals told to tenants, remembered so that none is told twice: bounded, the oldest forgotten first.
 MAX_REMEMBERED_REFUSALS = 10_000
+# Status pushes whose watch event may not be in yet, remembered by the resourceVersion pushed onto: the newest kept,
+# far more than a burst's pushes in flight.
+MAX_REMEMBERED_PUSHES = 10_000
 # Refused endpoint addresses named in one Event; the rest are counted.
 MAX_SAID_ADDRESSES = 5
 # How long an Ingress copy this syncer applied counts as holding its hosts before its watch event is in.
@@ -346,6 +349,9 @@ class Syncer:
         self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
         self._reflected = ReflectedEvents()
         self._refusals_told: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, pod uid) -> why, bounded
+        # (tenant, pod uid) -> the resourceVersion its last status push was written onto, until the store moves on.
+        self._pushed_onto: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._pushes_lock = threading.Lock()
         self._ingress_lock = threading.Lock()
         # (tenant, host) -> when (monotonic) this process applied an Ingress copy holding it, for a while.
         self._ingress_applied: dict[tuple[str, str], float] = {}
@@ -813,20 +819,32 @@ class Syncer:
                 if pod is None:
                     return  # gone meanwhile: its deletion's event comes
             try:
-                self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
+                drained(self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
-                    settings=self.settings)))  # fmt: skip
+                    settings=self.settings)), _preload_content=False))  # fmt: skip
             except ApiException as e:
                 said = status_message(e.body) or str(e.reason)
                 if e.status == 403 and not any(passing in said for passing in PASSING_REFUSALS):
                     self._refused(side, pod, tenant_ns, said)  # its Pod Security level (or another rule) refuses it
                 elif not already_exists(e):
                     raise  # tried again after a backoff
-        else:
+        elif not self._behind_own_write(side, pod):
             status = copied_status(_status(copy), shape=status_shape(pod.get("spec") or {}))
             if not says(_status(pod), status):  # the pool's own condition on the pod is no difference
                 self._push_status(side, pod, tenant_ns, status)
             self.nodes.bind(side.name, pod, copy)  # after the status: a node not shown yet holds no status back
+
+    def _behind_own_write(self, side: _TenantSide, pod: Obj) -> bool:
+        """Whether the store still shows the pod as it was before this syncer's last write to it (a status push,
+        a binding): a push onto it now would be refused (409, a write for nothing), and that write's own watch
+        event queues the pod again. A copy's next status (Running) comes back faster than the tenant's event."""
+        meta = pod["metadata"]
+        key, version = (side.name, meta.get("uid") or ""), meta.get("resourceVersion")
+        with self._pushes_lock:
+            pushed_onto = self._pushed_onto.get(key)
+            if pushed_onto is not None and pushed_onto != version:
+                del self._pushed_onto[key]  # the store shows that push (or later): forgotten
+        return pushed_onto == version or self.nodes.bound_not_shown(side.name, pod)
 
     def _delete_copy(self, copy: Obj | None) -> None:
         if copy is not None and not _deleting(copy):
@@ -852,11 +870,18 @@ class Syncer:
         copy owns its status now), the write is refused, and the move's event queues the pod again."""
         meta = pod["metadata"]
         try:
-            side.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
-                "metadata": {"resourceVersion": meta["resourceVersion"]}, **status_patch(status)})  # fmt: skip
+            written = raw_json(side.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {
+                "metadata": {"resourceVersion": meta["resourceVersion"]}, **status_patch(status)},
+                _preload_content=False))  # fmt: skip
         except ApiException as e:
             if e.status != 409:
                 raise
+            return
+        if (written.get("metadata") or {}).get("resourceVersion") != meta["resourceVersion"]:  # it changed the pod
+            with self._pushes_lock:
+                self._pushed_onto[(side.name, meta.get("uid") or "")] = meta["resourceVersion"]
+                while len(self._pushed_onto) > MAX_REMEMBERED_PUSHES:
+                    self._pushed_onto.popitem(last=False)
 
 
 class NotOurs(Exception):

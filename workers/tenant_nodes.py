@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from kube.clock import utcnow
 from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.lease import NODE_LEASE_NAMESPACE, NODE_LEASE_RENEW_SECONDS, renew_node_lease
-from kube.objects import ignore_not_found
+from kube.objects import drained, ignore_not_found
 from models.names import LABEL_SUPER_CLUSTER, POD_CLUSTER_ANNOTATION, TENANT_UID_ANNOTATION, super_cluster_namespace
 from models.names import tenant_node_name as node_name_of
 from models.pool.tenant_nodes import nodes_in_use, tenant_node, to_delete
@@ -44,6 +45,9 @@ Obj = dict[str, Any]
 NODE_STATUS_REPORT_SECONDS = 300
 # A removed tenant's control plane gets this long to list its virtual nodes.
 REMOVE_TIMEOUT_SECONDS = 10
+# Pods bound whose binding the syncer's store may not show yet, per tenant (a bound pod is never bound again):
+# the newest kept, far more than a burst's pods in flight between a binding and its watch event.
+MAX_REMEMBERED_BINDINGS = 10_000
 
 
 def _node_kept(obj: Obj) -> Obj:
@@ -87,6 +91,10 @@ class _Tenant:
         self.reported: dict[str, tuple[Obj, float]] = {}  # node -> (status, monotonic time of the report)
         self.since: dict[str, str] = {}  # node -> when it became Ready (this process's first report)
         self.unused_since: dict[str, float] = {}
+        # Pod uids bound here, until the store shows them bound: the copy's next change (its status, Running)
+        # comes back before the binding's watch event, and a second binding is a write refused with 409.
+        self.bound: OrderedDict[str, None] = OrderedDict()
+        self.bound_lock = threading.Lock()  # not `lock`, which reports hold across their writes
         self.lock = threading.Lock()
         self._informer = Informer(f"syncer-{owner.cluster}-{name}-nodes", self.core.list_node, on_sync=self.nodes.sync,
                                   on_event=self.nodes.event, transform=_node_kept,
@@ -230,12 +238,17 @@ class TenantNodes:
 
     def bind(self, tenant: str, pod: Obj, copy: Obj) -> None:
         """A tenant pod with no node whose copy here is scheduled: bound to that node's virtual node, made first."""
-        physical = (copy.get("spec") or {}).get("nodeName")
-        if (pod.get("spec") or {}).get("nodeName") or not physical or pod["metadata"].get("deletionTimestamp"):
-            return
+        physical, uid = (copy.get("spec") or {}).get("nodeName"), pod["metadata"].get("uid") or ""
         followed = self._tenant(tenant)
         if followed is None:
             return
+        if (pod.get("spec") or {}).get("nodeName"):
+            with followed.bound_lock:
+                followed.bound.pop(uid, None)  # shown bound: the store says so from here on
+            return
+        with followed.bound_lock:
+            if not physical or pod["metadata"].get("deletionTimestamp") or uid in followed.bound:
+                return
         node = self._ensure(followed, physical)
         if node is None:
             raise NotReadyToBind(f"node {physical} of {self.cluster} cannot be shown to tenant {tenant} yet")
@@ -244,12 +257,24 @@ class TenantNodes:
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
         try:
             # Not deserialized: the client's V1Binding model refuses the Status the API server answers with.
-            followed.core.create_namespaced_pod_binding(meta["name"], meta["namespace"], k8s.V1Binding.model_validate(binding),
-                                                        _preload_content=False)  # fmt: skip
+            drained(followed.core.create_namespaced_pod_binding(meta["name"], meta["namespace"],
+                                                                k8s.V1Binding.model_validate(binding), _preload_content=False))  # fmt: skip
         except ApiException as e:
             if e.status not in (404, 409):  # gone, or bound meanwhile (by us, through another key): nothing to do
                 raise
+        with followed.bound_lock:
+            followed.bound[uid] = None
+            while len(followed.bound) > MAX_REMEMBERED_BINDINGS:
+                followed.bound.popitem(last=False)
         followed.unused_since.pop(node, None)
+
+    def bound_not_shown(self, tenant: str, pod: Obj) -> bool:
+        """Whether this syncer bound the pod and the store does not show it bound yet."""
+        followed = self._tenant(tenant)
+        if followed is None or (pod.get("spec") or {}).get("nodeName"):
+            return False
+        with followed.bound_lock:
+            return (pod["metadata"].get("uid") or "") in followed.bound
 
     def _ensure(self, tenant: _Tenant, physical: str) -> str | None:
         """The virtual node of a physical node, created if missing; None while it cannot be (no kubelet API yet,

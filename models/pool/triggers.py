@@ -1,6 +1,6 @@
 """What of the tenant control plane's objects a scheduling pass (activities/pool.py) reads, as keys the
 pool's watchers (workers/pool.py) compare: the scheduler is signalled only when a key changes, appears
-or goes. Status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
+or goes. New pods (the pod placer's), status churn (a pod's conditions, a ResourceQuota's status.used, which moves with every pod),
 heartbeats and resourceVersion bumps change no key; neither do the scheduler's own writes.
 
 The memory of the keys is kube/keys.py (KeyMemory, by namespace and name). A super cluster's nodes live
@@ -49,16 +49,18 @@ def quota_key(obj: Obj) -> Hashable:
     return _meta(obj).get("uid"), tuple(sorted((str(k), str(v)) for k, v in hard.items()))
 
 
-def pod_key(obj: Obj) -> Hashable:
-    """Whether the pod still holds its namespace's capacity: it stops when it ends or is being deleted;
-    and, for a pod being moved (models/pool/moves.py), whether its new copy runs yet: that is what finishes
-    the move. Its placement annotation is the scheduler's own write; its status otherwise is churn (the
-    move's own write, Pending, changes the key once)."""
+def pod_key(obj: Obj) -> Hashable | None:
+    """What a pass decides on of a pod: that it stopped holding its namespace's capacity (it ended or is being
+    deleted), and, for a pod being moved (models/pool/moves.py), whether its new copy runs yet: that is what
+    finishes the move. A live pod not being moved has no key (None): its arrival, placement and status are
+    the pod placer's (workers/pod_placer.py), and a pass leaves a pod that young to it (PLACER_GRACE): a
+    burst of ten thousand pods is no reason for passes that each read every pod. The placement annotation
+    is the scheduler's own write; a moved pod's status otherwise is churn."""
     meta = _meta(obj)
     phase = (obj.get("status") or {}).get("phase")
     done = phase in FINISHED_PHASES or bool(meta.get("deletionTimestamp"))
     moving = bool((meta.get("annotations") or {}).get(MOVED_FROM_ANNOTATION)) and not done and phase != "Running"
-    return meta.get("uid"), done, moving
+    return (meta.get("uid"), done, moving) if done or moving else None
 
 
 def super_cluster_key(obj: Obj) -> Hashable:

@@ -127,9 +127,12 @@ Obj = dict[str, Any]
 PASSING_REFUSALS = ("exceeded quota", "is being terminated")
 # Refusals told to tenants, remembered so that none is told twice: bounded, the oldest forgotten first.
 MAX_REMEMBERED_REFUSALS = 10_000
-# Status pushes whose watch event may not be in yet, remembered by the resourceVersion pushed onto: the newest kept,
-# far more than a burst's pushes in flight.
-MAX_REMEMBERED_PUSHES = 10_000
+# This syncer's writes whose watch events may not be in yet (status pushes, by the resourceVersion pushed onto;
+# copies made): the newest kept, far more than a burst's writes in flight.
+MAX_REMEMBERED_WRITES = 10_000
+# A copy made counts as there for this long without its watch event; after, it is created again (refused as
+# existing if it is there), at the latest at the next resync.
+COPY_MADE_SECONDS = 30.0
 # Refused endpoint addresses named in one Event; the rest are counted.
 MAX_SAID_ADDRESSES = 5
 # How long an Ingress copy this syncer applied counts as holding its hosts before its watch event is in.
@@ -351,7 +354,11 @@ class Syncer:
         self._refusals_told: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, pod uid) -> why, bounded
         # (tenant, pod uid) -> the resourceVersion its last status push was written onto, until the store moves on.
         self._pushed_onto: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._pushes_lock = threading.Lock()
+        # (super namespace, name) -> when (monotonic) this syncer made that pod copy, until its store shows it:
+        # a second create would be refused as existing, after the super cluster's quota admission charged it
+        # (the charge stays until its quota controller's next full count, minutes later: copies refused meanwhile).
+        self._copies_made: OrderedDict[Named, float] = OrderedDict()
+        self._writes_lock = threading.Lock()
         self._ingress_lock = threading.Lock()
         # (tenant, host) -> when (monotonic) this process applied an Ingress copy holding it, for a while.
         self._ingress_applied: dict[tuple[str, str], float] = {}
@@ -387,6 +394,9 @@ class Syncer:
 
     def _copy_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
         def changed(key: Named, old: Obj | None, new: Obj | None) -> None:
+            if kind == POD:
+                with self._writes_lock:
+                    self._copies_made.pop(key, None)  # the store knows of it from here on
             if origin := _origin(new or old or {}):
                 self.queue.add((*origin, kind, key[1]))
 
@@ -814,6 +824,8 @@ class Syncer:
             else:
                 ignore_not_found(side.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
         elif copy is None:
+            if self._made_not_seen((target, name)):
+                return  # made a moment ago: its watch event queues the pod again
             if pod.get(SPEC_LEFT_OUT):  # its copy went: made again from the pod as it is now
                 pod = side.read_pod(tenant_ns, name)
                 if pod is None:
@@ -822,6 +834,7 @@ class Syncer:
                 drained(self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
                     settings=self.settings)), _preload_content=False))  # fmt: skip
+                self._remember(self._copies_made, (target, name), time.monotonic())
             except ApiException as e:
                 said = status_message(e.body) or str(e.reason)
                 if e.status == 403 and not any(passing in said for passing in PASSING_REFUSALS):
@@ -840,11 +853,23 @@ class Syncer:
         event queues the pod again. A copy's next status (Running) comes back faster than the tenant's event."""
         meta = pod["metadata"]
         key, version = (side.name, meta.get("uid") or ""), meta.get("resourceVersion")
-        with self._pushes_lock:
+        with self._writes_lock:
             pushed_onto = self._pushed_onto.get(key)
             if pushed_onto is not None and pushed_onto != version:
                 del self._pushed_onto[key]  # the store shows that push (or later): forgotten
         return pushed_onto == version or self.nodes.bound_not_shown(side.name, pod)
+
+    def _made_not_seen(self, key: Named) -> bool:
+        with self._writes_lock:
+            made = self._copies_made.get(key)
+        return made is not None and time.monotonic() - made < COPY_MADE_SECONDS
+
+    def _remember(self, memory: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        with self._writes_lock:
+            memory[key] = value
+            memory.move_to_end(key)
+            while len(memory) > MAX_REMEMBERED_WRITES:
+                memory.popitem(last=False)
 
     def _delete_copy(self, copy: Obj | None) -> None:
         if copy is not None and not _deleting(copy):
@@ -878,10 +903,7 @@ class Syncer:
                 raise
             return
         if (written.get("metadata") or {}).get("resourceVersion") != meta["resourceVersion"]:  # it changed the pod
-            with self._pushes_lock:
-                self._pushed_onto[(side.name, meta.get("uid") or "")] = meta["resourceVersion"]
-                while len(self._pushed_onto) > MAX_REMEMBERED_PUSHES:
-                    self._pushed_onto.popitem(last=False)
+            self._remember(self._pushed_onto, (side.name, meta.get("uid") or ""), meta["resourceVersion"])
 
 
 class NotOurs(Exception):

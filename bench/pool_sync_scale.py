@@ -498,18 +498,14 @@ class Run:
             self.syncers.start(name, management=syncer_mgmt, logs=state,
                                super_cluster=_syncer_kubeconfig(api, state / f"syncer-{name}.yaml"))  # fmt: skip
         self.cores = {name: k8s.CoreV1Api(_pooled_client(c, threads)) for name, c in [*self.tenants.items(), *self.supers.items()]}  # fmt: skip
-        names = list(self.tenants)
-        for name in names:
-            _namespace(self.cores[name], APP, pods)
-        _namespace(self.cores[names[-1]], QUIET, 2 * quiet)
-        _namespace(self.cores[names[0]], BURST, pods)
         for name, cluster in self.tenants.items():
             self.watches.tenants[name] = RunningWatch(name, cluster.api_client(), _tenant_key(name)).start()
         for name, cluster in self.supers.items():
             self.watches.supers[name] = RunningWatch(name, cluster.api_client(), _super_key).start()
 
     def wait_ready(self) -> None:
-        """Every super cluster probed Ready and every namespace placed, its copy ready for pods."""
+        """Every super cluster probed Ready, then the tenants' namespaces made, and each placed, its copy ready
+        for pods."""
         mgmt = self.management.api_client()
         supers = {n: self.cores[n] for n in self.supers}
 
@@ -518,7 +514,12 @@ class Run:
                        for n in self.supers)  # fmt: skip
 
         _wait_until(ready, what="every super cluster probed Ready")
-        names = list(self.tenants)
+        # The namespaces only now: a pass that saw one super cluster Ready would put every one of them there.
+        pods, quiet, names = int(self.params["pods"]), int(self.params["quiet_pods"]), list(self.tenants)
+        for name in names:
+            _namespace(self.cores[name], APP, pods)
+        _namespace(self.cores[names[-1]], QUIET, 2 * quiet)
+        _namespace(self.cores[names[0]], BURST, pods)
         wanted = [(n, APP) for n in names] + [(names[-1], QUIET), (names[0], BURST)]
         for tenant, namespace in wanted:
             where = _wait_until(partial(_placed_copy, self.cores[tenant], supers, tenant, namespace),

@@ -170,6 +170,14 @@ def says(status: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
     return True
 
 
+def said_by_the_pool(event: dict[str, Any]) -> bool:
+    """Whether an Event about a pool pod's copy says what the tenant is told in its own names already: the super
+    cluster's scheduler's `Scheduled` names the super cluster's namespace and node, where the pool's own
+    `Scheduled` Event says which super cluster and the binding to a virtual node says which node. Not
+    reflected: one tenant write a pod fewer in a burst."""
+    return event.get("reason") == "Scheduled" and event.get("type") != "Warning"
+
+
 def event_for_origin(event: dict[str, Any], pod: dict[str, Any], *, labels: Mapping[str, str]) -> dict[str, Any]:
     """An Event of the other cluster about a pod's copy, as an Event on the origin pod. Its name is derived
     from the source Event's uid, so that writing it again (a restarted syncer or virtual kubelet) updates

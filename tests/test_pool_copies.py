@@ -32,6 +32,7 @@ from models.pods import (
     copied_status,
     dropped_events_event,
     event_for_origin,
+    said_by_the_pool,
     status_shape,
     strip_service_account_token,
 )
@@ -298,6 +299,14 @@ def test_an_event_on_a_copy_becomes_an_event_on_the_tenant_pod_without_the_super
                                            "uid": "tenant-uid", "fieldPath": "spec.containers{web}"}  # fmt: skip
     assert reflected["source"] == {"component": "kubelet"} and reflected["count"] == 3
     assert reflected["lastTimestamp"] == "2026-01-01T00:05:00Z"
+
+
+def test_the_super_clusters_scheduling_is_said_to_the_tenant_by_the_pool_not_reflected() -> None:
+    scheduled = {"reason": "Scheduled", "type": "Normal", "message": "Successfully assigned s1-x/web to s1-node-0",
+                 "source": {"component": "default-scheduler"}}  # fmt: skip
+    assert said_by_the_pool(scheduled)
+    assert not said_by_the_pool({**scheduled, "reason": "Pulled"})
+    assert not said_by_the_pool({**scheduled, "type": "Warning"})  # a warning is news, whatever its reason
 
 
 def test_each_change_of_a_source_event_is_reflected_once_and_the_memory_is_bounded() -> None:

@@ -78,6 +78,7 @@ from models.pods import (
     ReflectedEvents,
     copied_status,
     event_for_origin,
+    said_by_the_pool,
     says,
     status_patch,
     status_shape,
@@ -782,7 +783,7 @@ class Syncer:
             copy_ns = self._copy_namespaces.get(involved.get("namespace") or "")
             origin = _origin(copy_ns) if copy_ns is not None else None
             side = self._side(origin[0]) if origin else None
-            if origin is None or side is None or not self._reflected.is_new(event):
+            if origin is None or side is None or said_by_the_pool(event) or not self._reflected.is_new(event):
                 continue
             tenant_ns = origin[1]
             tenant_pod = side.sources[POD].get((tenant_ns, involved.get("name") or ""))

@@ -714,7 +714,8 @@ async def _measure(params: dict[str, Any]) -> None:
             phases = (("direct", 0, 1), ("pool", 1, 2))
             cpu = {phase: {role: round(cpu_at[b][role] - cpu_at[a].get(role, 0.0), 1) for role in sorted(cpu_at[b])}
                    for phase, a, b in phases}  # fmt: skip
-            per_pod = {phase: {what: round((writes_at[b][what] - writes_at[a].get(what, 0.0)) / len(direct), 2)
+            pods_in = {"direct": len(direct), "pool": len(pooled)}
+            per_pod = {phase: {what: round((writes_at[b][what] - writes_at[a].get(what, 0.0)) / pods_in[phase], 2)
                                for what in sorted(writes_at[b]) if writes_at[b][what] > writes_at[a].get(what, 0.0)}
                        for phase, a, b in phases}  # fmt: skip
             log(f"cpu seconds by component: {cpu}")

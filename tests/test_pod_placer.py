@@ -63,7 +63,8 @@ def test_new_pods_are_placed_without_a_pass_never_beyond_the_slices_and_a_waitin
     followers: dict[str, Any] = {}
     registry = TenantRegistry(api, name="test-placer", changed=lambda t: followers["placer"].tenant_changed(t),
                               tenant_object_changed=lambda t, o, n: followers["placer"].records_changed(t, o, n))  # fmt: skip
-    followers["placer"] = placer = PodPlacer(registry)
+    told: list[set[str]] = []  # the clusters each round placed pods on (the pool worker wakes a pass if one drains)
+    followers["placer"] = placer = PodPlacer(registry, placed=told.append)
     placer.start()
     registry.start()
     try:
@@ -77,6 +78,7 @@ def test_new_pods_are_placed_without_a_pass_never_beyond_the_slices_and_a_waitin
         placed = _clusters(core)
         counts = {c: list(placed.values()).count(c) for c in ("s1", "s2", None)}
         assert counts == {"s1": 2, "s2": 2, None: 1}, placed
+        assert set().union(*told) == {"s1", "s2"}, told
         waiting = next(name for name, c in placed.items() if c is None)
         # Told at once, as a scheduler tells it, not at the next pass: Pending, Unschedulable, an Event.
         scheduled = next(c for c in core.read_namespaced_pod_status(waiting, NAMESPACE).status.conditions or []
@@ -91,6 +93,7 @@ def test_new_pods_are_placed_without_a_pass_never_beyond_the_slices_and_a_waitin
         wait_for(lambda: _clusters(core).get(waiting) == "s1", timeout=30, what=f"{waiting} placed in the room freed")
         after = _clusters(core)
         assert {c: list(after.values()).count(c) for c in ("s1", "s2", None)} == {"s1": 2, "s2": 2, None: 0}, after
+        assert told[-1] == {"s1"}, told  # the round that placed the waiting pod
     finally:
         placer.stop()
         registry.stop()

@@ -110,8 +110,10 @@ class _Side:
 
 
 class PodPlacer:
-    def __init__(self, tenants: TenantRegistry) -> None:
-        self._tenants = tenants
+    def __init__(self, tenants: TenantRegistry, *, placed: Callable[[set[str]], None] = lambda _: None) -> None:
+        """`placed`: told the clusters each round of placements wrote pods on (workers/pool.py wakes a pass
+        when one of them drains: the pass tells such a pod that its cluster is Unreachable)."""
+        self._tenants, self._placed = tenants, placed
         self.queue: WorkQueue[Key] = WorkQueue("pod-placer", self._handle, workers=WORKERS, owner=lambda k: k[0])
         self._lock = threading.Lock()
         self._sides: dict[str, _Side] = {}
@@ -174,13 +176,17 @@ class PodPlacer:
         choices = place_waiting([WaitingPod(p["metadata"]["name"], pod_requests(p)) for p in waiting],
                                 placement=record.placement, slice_=record.slice, used=used)  # fmt: skip
         writes: list[Callable[[], None]] = []
+        clusters: set[str] = set()
         for pod in waiting:
             choice = choices[pod["metadata"]["name"]]
             if choice.cluster is not None:
+                clusters.add(choice.cluster)
                 writes.append(partial(self._place, side, tenant, pod, choice.cluster))
             elif self._first_telling(tenant, pod, why := unplaced_reasons(choice)):
                 writes.append(partial(tell_unschedulable, side.api, pod, why))
         write_all(writes, at_once=WRITES_AT_ONCE, name="pod-placer-write")
+        if clusters:
+            self._placed(clusters)
 
     def _first_telling(self, tenant: str, pod: Obj, why: str) -> bool:
         """Whether this is news to the pod: the store may not show the last telling yet (its watch event comes

@@ -48,6 +48,7 @@ from models.names import (
     VERSION,
     pool_lease_name,
 )
+from models.pool.health import health_from_status
 from models.pool.triggers import namespace_key, pod_key, pool_config_key, quota_key, super_cluster_key
 from models.settings import WorkerSettings
 from workers.cluster import connect, leading, replica_identity
@@ -82,9 +83,10 @@ class PoolWatchers(Watchers):
         self._untold: set[KeyMemory] = set()  # informers whose change waits for the signal in flight
         self._signalling = False
         custom = k8s.CustomObjectsApi(management)
+        self._super_clusters = KeyMemory(super_cluster_key, identity=by_namespace_and_name)
         self._informers = [
             self._informer("pool-superclusters", super_cluster_key, custom.list_cluster_custom_object,
-                           group=GROUP, version=VERSION, plural=SUPER_CLUSTERS),
+                           keys=self._super_clusters, group=GROUP, version=VERSION, plural=SUPER_CLUSTERS),
             self._informer("pool-config", pool_config_key, custom.list_cluster_custom_object, group=GROUP,
                            version=VERSION, plural=CLUSTER_CONFIGS, field_selector=f"metadata.name={CLUSTER_CONFIG_NAME}"),
         ]  # fmt: skip
@@ -130,12 +132,13 @@ class PoolWatchers(Watchers):
         self._submit(self._start_or_signal())
 
     def _informer(self, name: str, key: Callable[[dict[str, Any]], Hashable], list_call: Callable[..., Any], *,
-                  relist_signals: bool = False, **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
+                  relist_signals: bool = False, keys: KeyMemory | None = None,
+                  **kwargs: Any) -> Informer[dict[str, Any]]:  # fmt: skip
         """An informer whose events signal only when an object's key changes. The first list always
         signals: nobody has looked before, and it starts the scheduler. With `relist_signals`, every list
         does: a list after the first follows a broken watch, and a tenant's control plane back from an
         outage changes nothing a key sees, while its Tenant still says Unreachable until a pass reaches it."""
-        keys = KeyMemory(key, identity=by_namespace_and_name)
+        keys = keys or KeyMemory(key, identity=by_namespace_and_name)
 
         def on_sync(objects: list[dict[str, Any]]) -> None:
             first = not keys.listed
@@ -151,10 +154,17 @@ class PoolWatchers(Watchers):
     def _changed(self, keys: KeyMemory) -> None:
         self._submit(self._signal(keys))
 
+    def placed_on(self, clusters: set[str]) -> None:
+        """The pod placer put pods on `clusters`. New pods wake no pass, but one on a cluster that drains
+        (Unreachable, its namespace fitting nowhere else) is told so by a pass: woken here."""
+        if any(health_from_status(obj.get("status")).drains and obj["metadata"]["name"] in clusters
+               for obj in self._super_clusters.followed()):  # fmt: skip
+            self._changed(self._super_clusters)
+
     async def _signal(self, keys: KeyMemory) -> None:
         """One signal in flight at a time (on the worker's loop): what changes meanwhile is told by one more
-        after it, not one each (a burst of a thousand pods is a handful of signals, and the scheduler's next
-        pass reads them all anyway). A signal Temporal did not take is told again at the informers' next
+        after it, not one each (a burst of a thousand pods ending is a handful of signals, and the scheduler's
+        next pass reads them all anyway). A signal Temporal did not take is told again at the informers' next
         event or list."""
         self._untold.add(keys)
         if self._signalling:
@@ -268,7 +278,7 @@ async def _serve(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: s
         nonlocal watchers, placer
         prober = HealthProber(management, meter=meter).start()
         renewer = TokenRenewer(management, tenants).start()
-        placer = PodPlacer(tenants).start()
+        placer = PodPlacer(tenants, placed=lambda clusters: watchers.placed_on(clusters) if watchers else None).start()
         watchers = PoolWatchers(management=management, tenants=tenants, client=client, task_queue=task_queue,
                                 workflow_id=workflow_id, loop=loop)  # fmt: skip
         watchers.start()

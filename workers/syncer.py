@@ -783,7 +783,7 @@ class Syncer:
             copy_ns = self._copy_namespaces.get(involved.get("namespace") or "")
             origin = _origin(copy_ns) if copy_ns is not None else None
             side = self._side(origin[0]) if origin else None
-            if origin is None or side is None or said_by_the_pool(event) or not self._reflected.is_new(event):
+            if origin is None or side is None or (self.pooling and said_by_the_pool(event)) or not self._reflected.is_new(event):
                 continue
             tenant_ns = origin[1]
             tenant_pod = side.sources[POD].get((tenant_ns, involved.get("name") or ""))
@@ -831,12 +831,17 @@ class Syncer:
                 pod = side.read_pod(tenant_ns, name)
                 if pod is None:
                     return  # gone meanwhile: its deletion's event comes
+            # Remembered before the create: its watch event may come before its answer.
+            self._remember(self._copies_made, (target, name), time.monotonic())
             try:
                 drained(self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
                     settings=self.settings)), _preload_content=False))  # fmt: skip
-                self._remember(self._copies_made, (target, name), time.monotonic())
-            except ApiException as e:
+            except BaseException as e:
+                with self._writes_lock:
+                    self._copies_made.pop((target, name), None)  # not made: tried again at the next look
+                if not isinstance(e, ApiException):
+                    raise
                 said = status_message(e.body) or str(e.reason)
                 if e.status == 403 and not any(passing in said for passing in PASSING_REFUSALS):
                     self._refused(side, pod, tenant_ns, said)  # its Pod Security level (or another rule) refuses it

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -120,9 +120,12 @@ log = logging.getLogger("tidepool.pool")
 MAX_TENANT_READS = 16
 # Pod writes of one tenant at once in a pass (its client keeps kube/clients.py CONNECTIONS_PER_CLIENT).
 MAX_POD_WRITES = 16
-# A new pod is the pod placer's (workers/pod_placer.py) this long: a pass places or tells only those that
-# waited longer (no placer running, or its leader changing).
+# A new pod is the pod placer's (workers/pod_placer.py) for a while: a pass places or tells only those that
+# waited longer. PLACER_GRACE while no replica holds the pool's Lease (its leader changing); PLACER_BACKSTOP
+# while one does, so its placer runs: behind a burst's backlog of minutes, a pass placing after 30 s wrote the
+# same pods as the placer (one of the two refused, 409), and the pass is left for a placer that stalls.
 PLACER_GRACE = timedelta(seconds=30)
+PLACER_BACKSTOP = timedelta(minutes=10)
 
 
 @dataclass
@@ -189,9 +192,12 @@ class Books:
 
 
 class PoolActivities:
-    def __init__(self, *, management: k8s.ApiClient, tenants: TenantRegistry) -> None:
+    def __init__(self, *, management: k8s.ApiClient, tenants: TenantRegistry,
+                 placer_leads: Callable[[], bool] = lambda: False) -> None:  # fmt: skip
+        """`placer_leads`: whether a replica holds the pool's Lease, as this one last saw it (its placer runs)."""
         self._management = management
         self._tenants = tenants
+        self._placer_leads = placer_leads
         self._tenant_status = CustomObjectStatus(management, TENANTS)
 
     def _snapshots(self, pool: PoolConfig) -> tuple[list[ClusterSnapshot], dict[str, str]]:
@@ -403,9 +409,9 @@ class PoolActivities:
 
     def _place_pods(self, view: TenantView, books: Books, unreachable: set[str], result: PoolPassResult) -> None:
         """The backstop of the pod placer (workers/pod_placer.py), which places each new pod as it comes and
-        tells one that fits nowhere: a pod still waiting PLACER_GRACE after its creation (no placer running,
-        its leader changing) goes to a cluster of its namespace's placement here, or is told why not. A pod
-        on an Unreachable cluster of the placement (its namespace fits nowhere else) says so. Pods on a
+        tells one that fits nowhere: a pod still waiting long after its creation (`placers_since`) goes to a
+        cluster of its namespace's placement here, or is told why not. A pod on an Unreachable cluster of the
+        placement (its namespace fits nowhere else) says so. Pods on a
         cluster that left the placement are `move_pods`'s. Read as JSON, not as typed objects: a pass reads
         every pod of every tenant, and the client's typed models cost ten times the parse."""
         core = view.core
@@ -432,7 +438,7 @@ class PoolActivities:
         # Decided one after the other (each choice counts the ones before it), written at once: a burst of
         # pods waits for the slowest write, not for the sum of them. Younger pods are the placer's: oldest
         # first, no choice here depends on them.
-        placers_since = utcnow() - PLACER_GRACE
+        placers_since = self.placers_since(utcnow())
         writes: list[Callable[[], None]] = []
         by_namespace: dict[str, list[tuple[ServedMetadata, dict[str, Any]]]] = {}
         for meta, pod in sorted(waiting, key=lambda item: (item[0].created, item[0].name)):
@@ -452,6 +458,10 @@ class PoolActivities:
                 writes.append(partial(tell_unschedulable, view.api, pod, why))
         write_all(writes, at_once=MAX_POD_WRITES, name="pool-pod-write")
         result.pods_placed = dict(sorted(result.pods_placed.items()))  # written in any order, recorded in one
+
+    def placers_since(self, now: datetime) -> datetime:
+        """Pods created after this are the placer's still: the pass leaves them alone."""
+        return now - (PLACER_BACKSTOP if self._placer_leads() else PLACER_GRACE)
 
     def _view(self, key: str) -> tuple[TenantView, str]:
         """The tenant view and namespace of a move's key. A tenant that is not served (no kubeconfig,

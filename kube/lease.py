@@ -85,6 +85,7 @@ class LeaderElection:
         self._timeout = settings.renew_deadline_seconds / 2
         self._observed_version: str | None = None
         self._observed_at = 0.0  # time.monotonic() when the record was last seen to change
+        self._observed_holder: tuple[str, float] | None = None  # another replica's identity, its lease duration
         self._leading = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"leader-{lease}", daemon=True)
@@ -100,6 +101,15 @@ class LeaderElection:
 
     def is_leader(self) -> bool:
         return self._leading.is_set()
+
+    def led(self) -> bool:
+        """Whether some replica leads, as this one last saw: itself, or another whose record changed within
+        its lease duration (on this replica's clock, rule 1). False before the first read, and while the Lease
+        is free or its holder's record has gone stale (a leader changing)."""
+        if self._leading.is_set():
+            return True
+        holder = self._observed_holder
+        return holder is not None and time.monotonic() - self._observed_at < holder[1]
 
     def _run(self) -> None:
         renewed_at = 0.0
@@ -158,6 +168,7 @@ class LeaderElection:
             self._observed_version, self._observed_at = version, time.monotonic()
         holder = spec.get("holderIdentity")
         duration = spec.get("leaseDurationSeconds") or self._settings.lease_duration_seconds
+        self._observed_holder = (holder, duration) if holder and holder != self.identity else None
         if holder and holder != self.identity and time.monotonic() - self._observed_at < duration:
             return False
         transitions = int(spec.get("leaseTransitions") or 0)

@@ -193,7 +193,7 @@ async def test_the_pool_explains_where_a_namespaces_slices_and_its_pod_went_and_
         placed = next(e for e in shop.entries if e.what.startswith("slices placed"))
         assert placed.what == "slices placed: " + ", ".join(f"{c} {n}" for c, n in sorted(placement.items()))
         assert placed.why[:2] == ["6 slices placed (spread)", "6 slices of cpu 1, memory 2Gi"]
-        # The pod placer placed web, outside any history (a pass places only what waited past PLACER_GRACE):
+        # The pod placer placed web, outside any history (a pass places only what the placer left waiting):
         # the namespace's story is its slices; `explain pod` (below) reads the pod's own word in the tenant.
         assert shop.now == [placed.what]
 

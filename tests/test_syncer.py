@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -21,7 +22,7 @@ from models.names import (
     tenant_finalizer,
     tenant_key,
 )
-from workers.syncer import NAMESPACE, Syncer, _TenantSide
+from workers.syncer import COPY_MADE_SECONDS, NAMESPACE, Syncer, _TenantSide
 
 pytestmark = [pytest.mark.pool]
 
@@ -181,3 +182,50 @@ def test_only_a_refusal_that_lasts_is_told_to_the_tenant(message: str, told: boo
         with pytest.raises(ApiException):
             syncer._handle(("t1", "app", "Pod", "web"))
         assert side.up.statuses == []  # type: ignore[attr-defined]
+
+
+class _SuperPods:
+    """A super cluster's pods as its API server holds them, the syncer's store lagging behind: which exist,
+    and the calls made."""
+
+    def __init__(self, *existing: str) -> None:
+        self.existing: set[str] = set(existing)
+        self.calls: list[str] = []
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_options: Any) -> urllib3.HTTPResponse:
+        self.calls.append(f"get {name}")
+        if name not in self.existing:
+            raise ApiException(status=404, reason="Not Found")
+        return urllib3.HTTPResponse(body=b"{}")
+
+    def create_namespaced_pod(self, namespace: str, body: Any, **_options: Any) -> urllib3.HTTPResponse:
+        self.calls.append(f"create {body.metadata.name}")
+        self.existing.add(body.metadata.name)
+        return urllib3.HTTPResponse(body=b"{}")
+
+
+@pytest.mark.parametrize("there", [True, False], ids=["its watch event late: read, not made again",
+                                                      "deleted before the store saw it: made again"])  # fmt: skip
+def test_a_copy_made_whose_watch_event_is_late_is_read_before_it_is_made_again(
+    there: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second create of a copy that is there is refused as existing, after the super cluster's quota admission
+    charged it (the charge holds until its quota controller's next full count): a burst's lagging watch made
+    duplicates."""
+    syncer, _ = _syncer()
+    side = _side(syncer, "t1")
+    syncer.down = pods = _SuperPods()  # type: ignore[assignment]
+    side.sources["Pod"].sync([{"metadata": {"namespace": "app", "name": "web", "uid": "u1"},
+                               "spec": {"containers": [{"name": "c", "image": "x"}]}}])  # fmt: skip
+    clock = [1000.0]
+    monkeypatch.setattr("workers.syncer.time.monotonic", lambda: clock[0])
+    syncer._handle(("t1", "app", "Pod", "web"))
+    syncer._handle(("t1", "app", "Pod", "web"))  # its watch event not in yet: made a moment ago
+    assert pods.calls == ["create web"]
+    if not there:
+        pods.existing.clear()
+    clock[0] += COPY_MADE_SECONDS + 1
+    syncer._handle(("t1", "app", "Pod", "web"))
+    assert pods.calls == ["create web", "get web"] + ([] if there else ["create web"])
+    syncer._handle(("t1", "app", "Pod", "web"))  # read a moment ago (or made again): neither read nor made
+    assert len(pods.calls) == (2 if there else 3)

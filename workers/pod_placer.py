@@ -1,7 +1,8 @@
 """The pool's pod placer: each new tenant pod gets its super cluster as soon as it is seen, the way a
 scheduler binds pods, without waiting for a scheduling pass, or is told at once that it fits nowhere.
 Namespaces (their slices, where they go, moves) stay the scheduling pass's (activities/pool.py), which is
-the placer's backstop for a pod still waiting after PLACER_GRACE; a pod goes by the same rule either way
+the placer's backstop for a pod still waiting long after its creation (PoolActivities.placers_since: 10
+minutes while a replica holds the pool's Lease, 30 s while none does); a pod goes by the same rule either way
 (models/pool/pods.py place_waiting).
 
 Per served tenant, an informer keeps its pods (what placing reads of them); a work queue keyed by

@@ -272,7 +272,10 @@ async def _serve(settings: WorkerSettings, *, stop: asyncio.Event, task_queue: s
     # Every replica follows the Tenants: the activities it runs read tenants' control planes.
     tenants = TenantRegistry(management, name="pool", changed=tenant_changed,
                              tenant_object_changed=tenant_object_changed).start()  # fmt: skip
-    activities = PoolActivities(management=management, tenants=tenants)
+    election: LeaderElection | None = None
+    # The pass leaves new pods to the placer while a replica (this one or another) holds the Lease.
+    activities = PoolActivities(management=management, tenants=tenants,
+                                placer_leads=lambda: election is not None and election.led())  # fmt: skip
 
     def lead() -> Callable[[], None]:
         nonlocal watchers, placer

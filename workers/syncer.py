@@ -131,8 +131,8 @@ MAX_REMEMBERED_REFUSALS = 10_000
 # This syncer's writes whose watch events may not be in yet (status pushes, by the resourceVersion pushed onto;
 # copies made): the newest kept, far more than a burst's writes in flight.
 MAX_REMEMBERED_WRITES = 10_000
-# A copy made counts as there for this long without its watch event; after, it is created again (refused as
-# existing if it is there), at the latest at the next resync.
+# A copy made counts as there for this long without its watch event; after, it is read (a watch lagging behind
+# a burst) and created again only if it is not there.
 COPY_MADE_SECONDS = 30.0
 # Refused endpoint addresses named in one Event; the rest are counted.
 MAX_SAID_ADDRESSES = 5
@@ -825,8 +825,8 @@ class Syncer:
             else:
                 ignore_not_found(side.up.delete_namespaced_pod, name, tenant_ns, grace_period_seconds=0)
         elif copy is None:
-            if self._made_not_seen((target, name)):
-                return  # made a moment ago: its watch event queues the pod again
+            if self._made_not_seen(target, name):
+                return  # made: its watch event queues the pod again
             if pod.get(SPEC_LEFT_OUT):  # its copy went: made again from the pod as it is now
                 pod = side.read_pod(tenant_ns, name)
                 if pod is None:
@@ -865,10 +865,25 @@ class Syncer:
                 del self._pushed_onto[key]  # the store shows that push (or later): forgotten
         return pushed_onto == version or self.nodes.bound_not_shown(side.name, pod)
 
-    def _made_not_seen(self, key: Named) -> bool:
+    def _made_not_seen(self, target: str, name: str) -> bool:
+        """Whether this syncer made the copy and its store does not show it yet: made less than COPY_MADE_SECONDS
+        ago, or found there when read after (a create would be refused as existing, and charged to the quota)."""
         with self._writes_lock:
-            made = self._copies_made.get(key)
-        return made is not None and time.monotonic() - made < COPY_MADE_SECONDS
+            made = self._copies_made.get((target, name))
+        if made is None:
+            return False
+        if time.monotonic() - made < COPY_MADE_SECONDS:
+            return True
+        try:
+            drained(self.down.read_namespaced_pod(name, target, _preload_content=False))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            with self._writes_lock:
+                self._copies_made.pop((target, name), None)  # gone (deleted before the store saw it): made again
+            return False
+        self._remember(self._copies_made, (target, name), time.monotonic())  # read again after as long
+        return True
 
     def _remember(self, memory: OrderedDict[Any, Any], key: Any, value: Any) -> None:
         with self._writes_lock:

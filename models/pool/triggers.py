@@ -53,7 +53,7 @@ def pod_key(obj: Obj) -> Hashable | None:
     """What a pass decides on of a pod: that it stopped holding its namespace's capacity (it ended or is being
     deleted), and, for a pod being moved (models/pool/moves.py), whether its new copy runs yet: that is what
     finishes the move. A live pod not being moved has no key (None): its arrival, placement and status are
-    the pod placer's (workers/pod_placer.py), and a pass leaves a pod that young to it (PLACER_GRACE): a
+    the pod placer's (workers/pod_placer.py), and a pass leaves a young pod to it (activities/pool.py placers_since): a
     burst of ten thousand pods is no reason for passes that each read every pod. The placement annotation
     is the scheduler's own write; a moved pod's status otherwise is churn."""
     meta = _meta(obj)

@@ -22,9 +22,10 @@ models/pool/sync.py and workers/syncer.py) share, so that both copy the same way
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from typing import Any, Generic, NamedTuple, TypeVar
+
+from models.recent import Recent
 
 # What of a copy's status the origin pod shows.
 COPIED_STATUS = ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP", "podIPs", "startTime",
@@ -230,8 +231,7 @@ class ReflectedEvents:
     (a forgotten Event that changes again is reflected again, by the same name: an update, not a copy)."""
 
     def __init__(self, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
-        self._seen: OrderedDict[str, int] = OrderedDict()
-        self._capacity = capacity
+        self._seen: Recent[str, int] = Recent(capacity)
 
     def is_new(self, event: dict[str, Any]) -> bool:
         seen = self._seen.get(event["metadata"]["uid"])
@@ -239,10 +239,7 @@ class ReflectedEvents:
 
     def remember(self, event: dict[str, Any]) -> None:
         uid = event["metadata"]["uid"]
-        self._seen[uid] = max(self._seen.get(uid, 0), event.get("count") or 1)
-        self._seen.move_to_end(uid)
-        while len(self._seen) > self._capacity:
-            self._seen.popitem(last=False)
+        self._seen.put(uid, max(self._seen.get(uid) or 0, event.get("count") or 1))
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -259,8 +256,8 @@ class EventBudget(Generic[K]):
 
     def __init__(self, *, per_minute: int = EVENTS_PER_MINUTE, burst: int = EVENTS_BURST,
                  capacity: int = MAX_REMEMBERED_EVENTS) -> None:  # fmt: skip
-        self._rate, self._burst, self._capacity = per_minute / 60, burst, capacity
-        self._buckets: OrderedDict[K, list[float]] = OrderedDict()  # key -> [tokens, at, dropped, summarized at]
+        self._rate, self._burst = per_minute / 60, burst
+        self._buckets: Recent[K, list[float]] = Recent(capacity)  # key -> [tokens, at, dropped, summarized at]
 
     def take(self, key: K, *, now: float) -> bool:
         """Whether one more Event about `key` may be written now; when not, it counts as dropped."""
@@ -274,7 +271,8 @@ class EventBudget(Generic[K]):
         return False
 
     def dropped(self, key: K) -> int:
-        return int(self._buckets[key][2]) if key in self._buckets else 0
+        bucket = self._buckets.get(key)
+        return int(bucket[2]) if bucket is not None else 0
 
     def summary_due(self, key: K, *, now: float) -> bool:
         """Whether the count of `key`'s dropped Events should be written now (and it is taken as written):
@@ -286,15 +284,13 @@ class EventBudget(Generic[K]):
         return True
 
     def forget(self, key: K) -> None:
-        self._buckets.pop(key, None)
+        self._buckets.pop(key)
 
     def _bucket(self, key: K, now: float) -> list[float]:
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = [float(self._burst), now, 0, -math.inf]
-        self._buckets.move_to_end(key)
-        while len(self._buckets) > self._capacity:
-            self._buckets.popitem(last=False)
+            bucket = [float(self._burst), now, 0, -math.inf]
+        self._buckets.put(key, bucket)  # the most recently used: the last forgotten
         return bucket
 
     def __len__(self) -> int:
@@ -306,21 +302,18 @@ class Throttle(Generic[K]):
     address reported): one Warning, not one per status change. Bounded like EventBudget."""
 
     def __init__(self, seconds: float, *, capacity: int = MAX_REMEMBERED_EVENTS) -> None:
-        self._seconds, self._capacity = seconds, capacity
-        self._said: OrderedDict[K, tuple[Hashable, float]] = OrderedDict()
+        self._seconds = seconds
+        self._said: Recent[K, tuple[Hashable, float]] = Recent(capacity)
 
     def due(self, key: K, what: Hashable, *, now: float) -> bool:
         said = self._said.get(key)
         if said is not None and said[0] == what and now - said[1] < self._seconds:
             return False
-        self._said[key] = (what, now)
-        self._said.move_to_end(key)
-        while len(self._said) > self._capacity:
-            self._said.popitem(last=False)
+        self._said.put(key, (what, now))
         return True
 
     def forget(self, key: K) -> None:
-        self._said.pop(key, None)
+        self._said.pop(key)
 
     def __len__(self) -> int:
         return len(self._said)

@@ -35,7 +35,6 @@ import logging
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -50,6 +49,7 @@ from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.objects import APPLY, drained, ignore_not_found, raw_json, read_cluster_object, record_event
 from kube.process import wait_for_termination
+from kube.recent import SharedRecent
 from kube.tenants import TenantConnection, TenantRegistry
 from kube.workqueue import WorkQueue
 from models.api import SuperCluster
@@ -350,20 +350,22 @@ class Syncer:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._sides: dict[str, _TenantSide] = {}
-        self._events: OrderedDict[str, dict[str, Any]] = OrderedDict()  # source Events to reflect, by uid
+        # Source Events to reflect, by uid: a burst beyond it keeps the newest, the super cluster aggregates others.
+        self._events: SharedRecent[str, dict[str, Any]] = SharedRecent(MAX_REMEMBERED_EVENTS)
         self._reflected = ReflectedEvents()
-        self._refusals_told: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, pod uid) -> why, bounded
+        # (tenant, pod uid) -> why its copy was refused, as told.
+        self._refusals_told: SharedRecent[tuple[str, str], str] = SharedRecent(MAX_REMEMBERED_REFUSALS)
         # (tenant, pod uid) -> the resourceVersion its last status push was written onto, until the store moves on.
-        self._pushed_onto: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._pushed_onto: SharedRecent[tuple[str, str], str] = SharedRecent(MAX_REMEMBERED_WRITES)
         # (super namespace, name) -> when (monotonic) this syncer made that pod copy, until its store shows it:
         # a second create would be refused as existing, after the super cluster's quota admission charged it
         # (the charge stays until its quota controller's next full count, minutes later: copies refused meanwhile).
-        self._copies_made: OrderedDict[Named, float] = OrderedDict()
-        self._writes_lock = threading.Lock()
+        self._copies_made: SharedRecent[Named, float] = SharedRecent(MAX_REMEMBERED_WRITES)
         self._ingress_lock = threading.Lock()
         # (tenant, host) -> when (monotonic) this process applied an Ingress copy holding it, for a while.
         self._ingress_applied: dict[tuple[str, str], float] = {}
-        self._objects_told: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()  # bounded
+        # (tenant, namespace, kind/name, message) of what of a tenant's object was not copied, as told.
+        self._objects_told: SharedRecent[tuple[str, str, str, str], None] = SharedRecent(MAX_REMEMBERED_REFUSALS)
         self.registry = TenantRegistry(management, name=f"syncer-{cluster}", changed=self._tenant_changed,
                                        tenant_object_changed=self._tenant_object_changed)  # fmt: skip
         # The copies, by (super namespace, name).
@@ -396,8 +398,7 @@ class Syncer:
     def _copy_changed(self, kind: str) -> Callable[[Named, Obj | None, Obj | None], None]:
         def changed(key: Named, old: Obj | None, new: Obj | None) -> None:
             if kind == POD:
-                with self._writes_lock:
-                    self._copies_made.pop(key, None)  # the store knows of it from here on
+                self._copies_made.pop(key)  # the store knows of it from here on
             if origin := _origin(new or old or {}):
                 self.queue.add((*origin, kind, key[1]))
 
@@ -415,11 +416,7 @@ class Syncer:
     def _event_seen(self, kind: str, event: dict[str, Any]) -> None:
         if kind == "DELETED":
             return
-        with self._lock:  # bounded: a burst beyond it keeps the newest, the super cluster aggregates the rest
-            self._events[event["metadata"]["uid"]] = event
-            self._events.move_to_end(event["metadata"]["uid"])
-            while len(self._events) > MAX_REMEMBERED_EVENTS:
-                self._events.popitem(last=False)
+        self._events.put(event["metadata"]["uid"], event)
         self.queue.add(EVENTS)
 
     def _tenant_object_changed(self, tenant: str, old: Obj | None, new: Obj | None) -> None:
@@ -704,12 +701,8 @@ class Syncer:
         """A Warning on a tenant's object about what of it was not copied: once per message (bounded), not at
         every pass."""
         told = (side.name, tenant_ns, f"{kind}/{source.get('metadata', {}).get('name') or ''}", message)
-        with self._lock:
-            if told in self._objects_told:
-                return
-            self._objects_told[told] = None
-            while len(self._objects_told) > MAX_REMEMBERED_REFUSALS:
-                self._objects_told.popitem(last=False)
+        if not self._objects_told.add(told, None):
+            return
         record_event(side.api, {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": source.get("metadata") or {}},
                      reason=reason, message=message, warning=True)  # fmt: skip
 
@@ -776,9 +769,7 @@ class Syncer:
     def _reflect_events(self) -> None:
         """Events about pods' copies, as Events on the tenant pods: only for pods placed here (a cluster a pod
         has left pushes nothing up), once per change of each source Event."""
-        with self._lock:
-            events, self._events = list(self._events.values()), OrderedDict()
-        for event in events:
+        for event in self._events.take_all():
             involved = event.get("involvedObject") or {}
             copy_ns = self._copy_namespaces.get(involved.get("namespace") or "")
             origin = _origin(copy_ns) if copy_ns is not None else None
@@ -832,14 +823,13 @@ class Syncer:
                 if pod is None:
                     return  # gone meanwhile: its deletion's event comes
             # Remembered before the create: its watch event may come before its answer.
-            self._remember(self._copies_made, (target, name), time.monotonic())
+            self._copies_made.put((target, name), time.monotonic())
             try:
                 drained(self.down.create_namespaced_pod(target, k8s.V1Pod.model_validate(pod_for_super(
                     pod, tenant=side.name, target_namespace=target, tenant_namespace=tenant_ns,
                     settings=self.settings)), _preload_content=False))  # fmt: skip
             except BaseException as e:
-                with self._writes_lock:
-                    self._copies_made.pop((target, name), None)  # not made: tried again at the next look
+                self._copies_made.pop((target, name))  # not made: tried again at the next look
                 if not isinstance(e, ApiException):
                     raise
                 said = status_message(e.body) or str(e.reason)
@@ -859,17 +849,15 @@ class Syncer:
         event queues the pod again. A copy's next status (Running) comes back faster than the tenant's event."""
         meta = pod["metadata"]
         key, version = (side.name, meta.get("uid") or ""), meta.get("resourceVersion")
-        with self._writes_lock:
-            pushed_onto = self._pushed_onto.get(key)
-            if pushed_onto is not None and pushed_onto != version:
-                del self._pushed_onto[key]  # the store shows that push (or later): forgotten
+        pushed_onto = self._pushed_onto.get(key)
+        if pushed_onto is not None and pushed_onto != version:
+            self._pushed_onto.pop(key)  # the store shows that push (or later): forgotten
         return pushed_onto == version or self.nodes.bound_not_shown(side.name, pod)
 
     def _made_not_seen(self, target: str, name: str) -> bool:
         """Whether this syncer made the copy and its store does not show it yet: made less than COPY_MADE_SECONDS
         ago, or found there when read after (a create would be refused as existing, and charged to the quota)."""
-        with self._writes_lock:
-            made = self._copies_made.get((target, name))
+        made = self._copies_made.get((target, name))
         if made is None:
             return False
         if time.monotonic() - made < COPY_MADE_SECONDS:
@@ -879,18 +867,10 @@ class Syncer:
         except ApiException as e:
             if e.status != 404:
                 raise
-            with self._writes_lock:
-                self._copies_made.pop((target, name), None)  # gone (deleted before the store saw it): made again
+            self._copies_made.pop((target, name))  # gone (deleted before the store saw it): made again
             return False
-        self._remember(self._copies_made, (target, name), time.monotonic())  # read again after as long
+        self._copies_made.put((target, name), time.monotonic())  # read again after as long
         return True
-
-    def _remember(self, memory: OrderedDict[Any, Any], key: Any, value: Any) -> None:
-        with self._writes_lock:
-            memory[key] = value
-            memory.move_to_end(key)
-            while len(memory) > MAX_REMEMBERED_WRITES:
-                memory.popitem(last=False)
 
     def _delete_copy(self, copy: Obj | None) -> None:
         if copy is not None and not _deleting(copy):
@@ -906,10 +886,7 @@ class Syncer:
         side.up.patch_namespaced_pod_status(pod["metadata"]["name"], tenant_ns, {"status": status})
         record_event(side.api, {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
                      reason="SuperClusterRefused", message=status["message"], warning=True)  # fmt: skip
-        with self._lock:
-            self._refusals_told[told] = why
-            while len(self._refusals_told) > MAX_REMEMBERED_REFUSALS:
-                self._refusals_told.popitem(last=False)
+        self._refusals_told.put(told, why)
 
     def _push_status(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
         """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
@@ -924,7 +901,7 @@ class Syncer:
                 raise
             return
         if (written.get("metadata") or {}).get("resourceVersion") != meta["resourceVersion"]:  # it changed the pod
-            self._remember(self._pushed_onto, (side.name, meta.get("uid") or ""), meta["resourceVersion"])
+            self._pushed_onto.put((side.name, meta.get("uid") or ""), meta["resourceVersion"])
 
 
 class NotOurs(Exception):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ from kube.errors import already_exists
 from kube.informer import Informer, Store
 from kube.lease import NODE_LEASE_NAMESPACE, NODE_LEASE_RENEW_SECONDS, renew_node_lease
 from kube.objects import drained, ignore_not_found
+from kube.recent import SharedRecent
 from models.names import LABEL_SUPER_CLUSTER, POD_CLUSTER_ANNOTATION, TENANT_UID_ANNOTATION, super_cluster_namespace
 from models.names import tenant_node_name as node_name_of
 from models.pool.tenant_nodes import nodes_in_use, tenant_node, to_delete
@@ -93,8 +93,7 @@ class _Tenant:
         self.unused_since: dict[str, float] = {}
         # Pod uids bound here, until the store shows them bound: the copy's next change (its status, Running)
         # comes back before the binding's watch event, and a second binding is a write refused with 409.
-        self.bound: OrderedDict[str, None] = OrderedDict()
-        self.bound_lock = threading.Lock()  # not `lock`, which reports hold across their writes
+        self.bound: SharedRecent[str, None] = SharedRecent(MAX_REMEMBERED_BINDINGS)
         self.lock = threading.Lock()
         self._informer = Informer(f"syncer-{owner.cluster}-{name}-nodes", self.core.list_node, on_sync=self.nodes.sync,
                                   on_event=self.nodes.event, transform=_node_kept,
@@ -243,12 +242,10 @@ class TenantNodes:
         if followed is None:
             return
         if (pod.get("spec") or {}).get("nodeName"):
-            with followed.bound_lock:
-                followed.bound.pop(uid, None)  # shown bound: the store says so from here on
+            followed.bound.pop(uid)  # shown bound: the store says so from here on
             return
-        with followed.bound_lock:
-            if not physical or pod["metadata"].get("deletionTimestamp") or uid in followed.bound:
-                return
+        if not physical or pod["metadata"].get("deletionTimestamp") or uid in followed.bound:
+            return
         node = self._ensure(followed, physical)
         if node is None:
             raise NotReadyToBind(f"node {physical} of {self.cluster} cannot be shown to tenant {tenant} yet")
@@ -262,10 +259,7 @@ class TenantNodes:
         except ApiException as e:
             if e.status not in (404, 409):  # gone, or bound meanwhile (by us, through another key): nothing to do
                 raise
-        with followed.bound_lock:
-            followed.bound[uid] = None
-            while len(followed.bound) > MAX_REMEMBERED_BINDINGS:
-                followed.bound.popitem(last=False)
+        followed.bound.put(uid, None)
         followed.unused_since.pop(node, None)
 
     def bound_not_shown(self, tenant: str, pod: Obj) -> bool:
@@ -273,8 +267,7 @@ class TenantNodes:
         followed = self._tenant(tenant)
         if followed is None or (pod.get("spec") or {}).get("nodeName"):
             return False
-        with followed.bound_lock:
-            return (pod["metadata"].get("uid") or "") in followed.bound
+        return (pod["metadata"].get("uid") or "") in followed.bound
 
     def _ensure(self, tenant: _Tenant, physical: str) -> str | None:
         """The virtual node of a physical node, created if missing; None while it cannot be (no kubelet API yet,

@@ -114,7 +114,7 @@ from models.pool.sync import (
 )
 from models.pool.tenancy import recorded_placement, trusted_annotations
 from models.times import format_rfc3339
-from workers.tenant_nodes import TenantNodes
+from workers.tenant_nodes import NotReadyToBind, TenantNodes
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 300
@@ -838,10 +838,15 @@ class Syncer:
                 elif not already_exists(e):
                     raise  # tried again after a backoff
         elif not self._behind_own_write(side, pod):
-            status = copied_status(_status(copy), shape=status_shape(pod.get("spec") or {}))
-            if not says(_status(pod), status):  # the pool's own condition on the pod is no difference
-                self._push_status(side, pod, tenant_ns, status)
-            self.nodes.bind(side.name, pod, copy)  # after the status: a node not shown yet holds no status back
+            # Bound first: the binding says PodScheduled as the copy does, so a copy scheduled and not running yet
+            # costs no status push (the binding's watch event brings the pod back, and what is left is pushed).
+            try:
+                if self.nodes.bind(side.name, pod, copy):
+                    return
+            except NotReadyToBind:
+                self._push_status(side, pod, tenant_ns, copy)  # a node not shown yet holds no status back
+                raise
+            self._push_status(side, pod, tenant_ns, copy)
 
     def _behind_own_write(self, side: _TenantSide, pod: Obj) -> bool:
         """Whether the store still shows the pod as it was before this syncer's last write to it (a status push,
@@ -888,9 +893,13 @@ class Syncer:
                      reason="SuperClusterRefused", message=status["message"], warning=True)  # fmt: skip
         self._refusals_told.put(told, why)
 
-    def _push_status(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, status: dict[str, Any]) -> None:
-        """Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another cluster's
-        copy owns its status now), the write is refused, and the move's event queues the pod again."""
+    def _push_status(self, side: _TenantSide, pod: dict[str, Any], tenant_ns: str, copy: Obj) -> None:
+        """The copy's status onto the tenant pod, if it says something new (the pool's own condition on the pod
+        is no difference). Only onto the pod as it was read: if the pool scheduler moved it meanwhile (another
+        cluster's copy owns its status now), the write is refused, and the move's event queues the pod again."""
+        status = copied_status(_status(copy), shape=status_shape(pod.get("spec") or {}))
+        if says(_status(pod), status):
+            return
         meta = pod["metadata"]
         try:
             written = raw_json(side.up.patch_namespaced_pod_status(meta["name"], tenant_ns, {

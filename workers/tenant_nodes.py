@@ -235,17 +235,18 @@ class TenantNodes:
 
     # --- binding ---
 
-    def bind(self, tenant: str, pod: Obj, copy: Obj) -> None:
-        """A tenant pod with no node whose copy here is scheduled: bound to that node's virtual node, made first."""
+    def bind(self, tenant: str, pod: Obj, copy: Obj) -> bool:
+        """A tenant pod with no node whose copy here is scheduled: bound to that node's virtual node, made first.
+        Whether a binding was written (its watch event brings the pod back)."""
         physical, uid = (copy.get("spec") or {}).get("nodeName"), pod["metadata"].get("uid") or ""
         followed = self._tenant(tenant)
         if followed is None:
-            return
+            return False
         if (pod.get("spec") or {}).get("nodeName"):
             followed.bound.pop(uid)  # shown bound: the store says so from here on
-            return
+            return False
         if not physical or pod["metadata"].get("deletionTimestamp") or uid in followed.bound:
-            return
+            return False
         node = self._ensure(followed, physical)
         if node is None:
             raise NotReadyToBind(f"node {physical} of {self.cluster} cannot be shown to tenant {tenant} yet")
@@ -261,6 +262,7 @@ class TenantNodes:
                 raise
         followed.bound.put(uid, None)
         followed.unused_since.pop(node, None)
+        return True
 
     def bound_not_shown(self, tenant: str, pod: Obj) -> bool:
         """Whether this syncer bound the pod and the store does not show it bound yet."""

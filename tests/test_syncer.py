@@ -23,6 +23,7 @@ from models.names import (
     tenant_key,
 )
 from workers.syncer import COPY_MADE_SECONDS, NAMESPACE, Syncer, _TenantSide
+from workers.tenant_nodes import NotReadyToBind
 
 pytestmark = [pytest.mark.pool]
 
@@ -229,3 +230,52 @@ def test_a_copy_made_whose_watch_event_is_late_is_read_before_it_is_made_again(
     assert pods.calls == ["create web", "get web"] + ([] if there else ["create web"])
     syncer._handle(("t1", "app", "Pod", "web"))  # read a moment ago (or made again): neither read nor made
     assert len(pods.calls) == (2 if there else 3)
+
+
+class _TenantStatuses:
+    """A tenant's API server taking status pushes, answering each with the pod moved on."""
+
+    def __init__(self) -> None:
+        self.pushed: list[str | None] = []
+
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: dict[str, Any],
+                                    **_options: Any) -> urllib3.HTTPResponse:  # fmt: skip
+        self.pushed.append(body["status"].get("phase"))
+        return urllib3.HTTPResponse(body=json.dumps({"metadata": {"resourceVersion": "8"}}).encode())
+
+
+def _scheduled_copy(phase: str) -> dict[str, Any]:
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: "t1", LABEL_TENANT_NAMESPACE: "app"}
+    return {"metadata": {"namespace": super_cluster_namespace("t1", "app"), "name": "web", "uid": "c1", "labels": labels},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("phase", "binding", "pushed"), [
+    ("Pending", "written", []),  # the binding says PodScheduled: nothing left to push until it runs
+    ("Running", "written", []),  # pushed once the binding's watch event brings the pod back
+    ("Pending", "node not shown yet", ["Pending"]),  # a node not shown yet holds no status back
+    ("Running", "already bound", ["Running"]),
+], ids=["scheduled, bound now", "running, bound now", "scheduled, its node not shown yet", "running, bound before"])  # fmt: skip
+def test_a_scheduled_copy_binds_its_tenant_pod_before_its_status_is_pushed(
+    phase: str, binding: str, pushed: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncer, _ = _syncer()
+    side = _side(syncer, "t1")
+    side.up = statuses = _TenantStatuses()  # type: ignore[assignment]
+
+    def bind(tenant: str, pod: dict[str, Any], copy: dict[str, Any]) -> bool:
+        if binding == "node not shown yet":
+            raise NotReadyToBind("n1")
+        return binding == "written"
+
+    monkeypatch.setattr(syncer.nodes, "bind", bind)
+    side.sources["Pod"].sync([{"metadata": {"namespace": "app", "name": "web", "uid": "u1", "resourceVersion": "7"},
+                               "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Pending"}}])  # fmt: skip
+    syncer._copies["Pod"].sync([_scheduled_copy(phase)])
+    if binding == "node not shown yet":
+        with pytest.raises(NotReadyToBind):
+            syncer._handle(("t1", "app", "Pod", "web"))
+    else:
+        syncer._handle(("t1", "app", "Pod", "web"))
+    assert statuses.pushed == pushed

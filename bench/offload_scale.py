@@ -52,6 +52,7 @@ from deploy.localenv.clusters import LocalCluster, wait_for
 from deploy.localenv.deployments import DeploymentRunner
 from kube.errors import already_exists
 from kube.informer import Informer
+from kube.objects import drained
 from models.names import (
     GROUP,
     LABEL_PROVIDER,
@@ -310,7 +311,7 @@ def _pod(name: str, i: int, *, phase: str, node_selector: dict[str, str], tolera
 def _create(call: Callable[..., Any], namespace: str, body: Any) -> bool:
     for attempt in range(CREATE_ATTEMPTS):
         try:
-            call(namespace, body, _preload_content=False)
+            drained(call(namespace, body, _preload_content=False))  # its connection back to the pool
             return True
         except ApiException as e:
             if already_exists(e):

@@ -65,7 +65,7 @@ from deploy.localenv.env import EnvState
 from kube.errors import already_exists
 from kube.identity import request_token, token_kubeconfig
 from kube.informer import Informer
-from kube.objects import apply_core, read_cluster_object
+from kube.objects import apply_core, drained, read_cluster_object
 from kube.tenant_identity import TENANT_IDENTITY, add_tenant
 from models.names import (
     LABEL_TENANT,
@@ -290,7 +290,7 @@ def _pod(name: str) -> k8s.V1Pod:
 def _create_pod(core: k8s.CoreV1Api, namespace: str, name: str) -> None:
     for attempt in range(CREATE_ATTEMPTS):
         try:
-            core.create_namespaced_pod(namespace, _pod(name), _preload_content=False)
+            drained(core.create_namespaced_pod(namespace, _pod(name), _preload_content=False))
             return
         except ApiException as e:
             if already_exists(e):

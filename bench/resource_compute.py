@@ -42,6 +42,7 @@ from bench.common import cpu_seconds, emit, local_env, log, percentile, rss_mb, 
 from deploy.localenv.clusters import fake_node
 from kube.capacity import HomeCapacity
 from kube.informer import Informer
+from kube.objects import drained
 from kube.streams import PAGE_SIZE
 from models.resources import Resources
 from models.sharing import CapacityAggregate, shared_resources
@@ -67,23 +68,23 @@ class _Cluster:
     def _node(self, i: int) -> None:
         body = fake_node(f"node-{i}", cpu="32", memory="64Gi", pods="110")
         body["metadata"]["annotations"] = {}  # no kwok: nothing but the bench writes to this cluster
-        self.core.create_node(k8s.V1Node.model_validate(body), _preload_content=False)
+        drained(self.core.create_node(k8s.V1Node.model_validate(body), _preload_content=False))
         # The API server's admission taints every new node not-ready until its controller sees it Ready,
         # which nothing here will: taken off once, as a node that came up.
-        self.core.patch_node(body["metadata"]["name"], {"spec": {"taints": None}}, _preload_content=False)
+        drained(self.core.patch_node(body["metadata"]["name"], {"spec": {"taints": None}}, _preload_content=False))
 
     def _create_pod(self, cpu: str) -> Callable[[int], tuple[str, str]]:
         def create(i: int) -> tuple[str, str]:
             namespace, name = self.namespaces[i % len(self.namespaces)], f"pod-{i}"
             body = {"metadata": {"name": name}, "spec": pod_spec(
                 requests={"cpu": cpu, "memory": "128Mi"}, node_name=f"node-{i % self.nodes}")}  # fmt: skip
-            self.core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate(body), _preload_content=False)
+            drained(self.core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate(body), _preload_content=False))
             return namespace, name
 
         return create
 
     def _delete_pod(self, pod: tuple[str, str]) -> None:
-        self.core.delete_namespaced_pod(pod[1], pod[0], grace_period_seconds=0, _preload_content=False)
+        drained(self.core.delete_namespaced_pod(pod[1], pod[0], grace_period_seconds=0, _preload_content=False))
 
     def fill(self, pods: int) -> None:
         for ns in self.namespaces:

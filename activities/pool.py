@@ -411,9 +411,9 @@ class PoolActivities:
         """The backstop of the pod placer (workers/pod_placer.py), which places each new pod as it comes and
         tells one that fits nowhere: a pod still waiting long after its creation (`placers_since`) goes to a
         cluster of its namespace's placement here, or is told why not. A pod on an Unreachable cluster of the
-        placement (its namespace fits nowhere else) says so. Pods on a
-        cluster that left the placement are `move_pods`'s. Read as JSON, not as typed objects: a pass reads
-        every pod of every tenant, and the client's typed models cost ten times the parse."""
+        placement (its namespace fits nowhere else) says so. Pods on a cluster that left the placement are
+        `move_pods`'s. Read as JSON, not as typed objects: a pass reads every pod of every tenant, and the
+        client's typed models cost ten times the parse."""
         core = view.core
         body = core.list_pod_for_all_namespaces(field_selector=OUTSIDE_SYSTEM_NAMESPACES, _preload_content=False,
                                                 _request_timeout=TENANT_REQUEST_TIMEOUT)  # fmt: skip

@@ -254,28 +254,40 @@ def _scheduled_copy(phase: str) -> dict[str, Any]:
 @pytest.mark.parametrize(("phase", "binding", "pushed"), [
     ("Pending", "written", []),  # the binding says PodScheduled: nothing left to push until it runs
     ("Running", "written", []),  # pushed once the binding's watch event brings the pod back
-    ("Pending", "node not shown yet", ["Pending"]),  # a node not shown yet holds no status back
-    ("Running", "already bound", ["Running"]),
-], ids=["scheduled, bound now", "running, bound now", "scheduled, its node not shown yet", "running, bound before"])  # fmt: skip
+    ("Pending", "node not shown yet", ["Pending"]),  # a binding that fails holds no status back
+    ("Running", "refused", ["Running"]),
+    ("Running", "bound before", ["Running"]),
+], ids=["scheduled, bound now", "running, bound now", "scheduled, its node not shown yet", "running, its binding refused",
+        "running, bound before"])  # fmt: skip
 def test_a_scheduled_copy_binds_its_tenant_pod_before_its_status_is_pushed(
     phase: str, binding: str, pushed: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     syncer, _ = _syncer()
     side = _side(syncer, "t1")
     side.up = statuses = _TenantStatuses()  # type: ignore[assignment]
+    failure = {"node not shown yet": NotReadyToBind("n1"), "refused": ApiException(status=500, reason="Internal")}
 
     def bind(tenant: str, pod: dict[str, Any], copy: dict[str, Any]) -> bool:
-        if binding == "node not shown yet":
-            raise NotReadyToBind("n1")
-        return binding == "written"
+        if binding in failure:
+            raise failure[binding]
+        return not pod["spec"].get("nodeName")  # bound now; a pod the store shows bound is not bound again
+
+    def tenant_pod(version: str, *, bound: bool) -> dict[str, Any]:
+        return {"metadata": {"namespace": "app", "name": "web", "uid": "u1", "resourceVersion": version},
+                "spec": {"containers": [{"name": "c", "image": "x"}], **({"nodeName": "s1.n1"} if bound else {})},
+                "status": {"phase": "Pending",
+                           **({"conditions": [{"type": "PodScheduled", "status": "True"}]} if bound else {})}}  # fmt: skip
 
     monkeypatch.setattr(syncer.nodes, "bind", bind)
-    side.sources["Pod"].sync([{"metadata": {"namespace": "app", "name": "web", "uid": "u1", "resourceVersion": "7"},
-                               "spec": {"containers": [{"name": "c", "image": "x"}]}, "status": {"phase": "Pending"}}])  # fmt: skip
+    side.sources["Pod"].sync([tenant_pod("7", bound=binding == "bound before")])
     syncer._copies["Pod"].sync([_scheduled_copy(phase)])
-    if binding == "node not shown yet":
-        with pytest.raises(NotReadyToBind):
+    if binding in failure:
+        with pytest.raises(type(failure[binding])):
             syncer._handle(("t1", "app", "Pod", "web"))
     else:
         syncer._handle(("t1", "app", "Pod", "web"))
     assert statuses.pushed == pushed
+    if binding == "written":  # the binding's watch event: the pod bound, what is left of the copy's status pushed
+        side.sources["Pod"].sync([tenant_pod("8", bound=True)])
+        syncer._handle(("t1", "app", "Pod", "web"))
+        assert statuses.pushed == ([] if phase == "Pending" else ["Running"])

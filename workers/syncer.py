@@ -114,7 +114,7 @@ from models.pool.sync import (
 )
 from models.pool.tenancy import recorded_placement, trusted_annotations
 from models.times import format_rfc3339
-from workers.tenant_nodes import NotReadyToBind, TenantNodes
+from workers.tenant_nodes import TenantNodes
 
 log = logging.getLogger("tidepool.syncer")
 RESYNC_SECONDS = 300
@@ -841,12 +841,12 @@ class Syncer:
             # Bound first: the binding says PodScheduled as the copy does, so a copy scheduled and not running yet
             # costs no status push (the binding's watch event brings the pod back, and what is left is pushed).
             try:
-                if self.nodes.bind(side.name, pod, copy):
-                    return
-            except NotReadyToBind:
-                self._push_status(side, pod, tenant_ns, copy)  # a node not shown yet holds no status back
-                raise
-            self._push_status(side, pod, tenant_ns, copy)
+                bound = self.nodes.bind(side.name, pod, copy)
+            except Exception:  # its node not shown yet, or the tenant refused: no status held back by it
+                self._push_status(side, pod, tenant_ns, copy)
+                raise  # bound after a backoff
+            if not bound:
+                self._push_status(side, pod, tenant_ns, copy)
 
     def _behind_own_write(self, side: _TenantSide, pod: Obj) -> bool:
         """Whether the store still shows the pod as it was before this syncer's last write to it (a status push,
@@ -867,14 +867,15 @@ class Syncer:
             return False
         if time.monotonic() - made < COPY_MADE_SECONDS:
             return True
+        # Remembered anew before the read: a watch event meanwhile forgets it (and queues the pod), and wins.
+        self._copies_made.put((target, name), time.monotonic())
         try:
             drained(self.down.read_namespaced_pod(name, target, _preload_content=False))
         except ApiException as e:
+            self._copies_made.pop((target, name))
             if e.status != 404:
                 raise
-            self._copies_made.pop((target, name))  # gone (deleted before the store saw it): made again
-            return False
-        self._copies_made.put((target, name), time.monotonic())  # read again after as long
+            return False  # gone (deleted before the store saw it): made again
         return True
 
     def _delete_copy(self, copy: Obj | None) -> None:

@@ -237,7 +237,7 @@ class TenantNodes:
 
     def bind(self, tenant: str, pod: Obj, copy: Obj) -> bool:
         """A tenant pod with no node whose copy here is scheduled: bound to that node's virtual node, made first.
-        Whether a binding was written (its watch event brings the pod back)."""
+        Whether a watch event will bring the pod back: bound now, or refused as gone or bound already."""
         physical, uid = (copy.get("spec") or {}).get("nodeName"), pod["metadata"].get("uid") or ""
         followed = self._tenant(tenant)
         if followed is None:

@@ -113,18 +113,20 @@ async def test_each_side_explains_its_decisions_from_history_even_after_the_obje
         await eventually(lambda: advertisement()["spec"]["resourceQuota"]["hard"]["cpu"] == "1500m",
                          timeout=30, what="the quarter offered")  # fmt: skip
 
-        async def told(story: Callable[[], Awaitable[Story]], what: str) -> dict[str, list[str]] | None:
-            """The story once it has `what`: the history records the push after the object is written."""
+        async def told(story: Callable[[], Awaitable[Story]], *whats: str) -> dict[str, list[str]] | None:
+            """The story once it has every one of `whats`: the history records the push after the object is
+            written, and the consumer's decision when the provider's watch sees it (after a backoff, if the
+            consumer's API server refused a list: 429 under load)."""
             entries = _entries(await story())
-            return entries if what in entries else None
+            return entries if all(what in entries for what in whats) else None
 
         # The provider: each offer with its derivation, what changed it, and the consumer's decision.
         peering = await eventually(lambda: told(lambda: explain_peering(temporal_client, home=provider_id,
                                                                         foreign=consumer_id),
-                                                "offered cpu 1500m, memory 3840Mi, pods 27"),
-                                   what="the quarter's offer in the peering's history")  # fmt: skip
+                                                "offered cpu 1500m, memory 3840Mi, pods 27",
+                                                "the foreign cluster's decision: Accepted (WithinMaximum)"),
+                                   timeout=60, what="the quarter's offer and the decision in the peering's history")  # fmt: skip
         assert peering["offered cpu 3, memory 7680Mi, pods 54"] == HALF
-        assert "the foreign cluster's decision: Accepted (WithinMaximum)" in peering
         assert "the ClusterConfig changed: push at once" in peering
         assert QUARTER_CPU in peering["offered cpu 1500m, memory 3840Mi, pods 27"]
         # As of a time between the two offers: only the first.

@@ -380,7 +380,12 @@ class PeeringActivities:
     @activity.defn
     def withdraw_peering(self, request: WithdrawRequest) -> WithdrawResult:
         """Home first (revoking the credentials cannot depend on the foreign cluster being up), then the
-        Advertisement and the Secret on the foreign cluster."""
+        Advertisement and the Secret on the foreign cluster. Everything here is found by name: an attempt that
+        finds the request made again under its name (a retry after an earlier attempt released it, and the
+        user peered again at once) leaves what the new peering owns alone; that attempt's work was done."""
+        if self._replaced(request.peering_request, request.peering_request_uid):
+            return WithdrawResult(foreign_cleaned=False, home_cleaned=True,
+                                  note="withdrawn already; the PeeringRequest was made again since")  # fmt: skip
         revoke_foreign_access(self._home, request.foreign_cluster_id)
         Metrics.of_activity().advertised(foreign_cluster=request.foreign_cluster_id, resources=Resources())
         self._record(request.peering_request, "Withdrawn", message=f"withdrawn: {request.reason}")
@@ -461,6 +466,13 @@ class PeeringActivities:
         if len(patch) > 1:
             core.patch_namespaced_secret(ref.name, ref.namespace, {"metadata": patch},
                                          _content_type="application/merge-patch+json")  # fmt: skip
+
+    def _replaced(self, peering_request: str | None, uid: str | None) -> bool:
+        """Whether a PeeringRequest of another uid than `uid` lives under the name `peering_request`."""
+        if peering_request is None or uid is None:
+            return False
+        obj = read_cluster_object(self._home, PEERING_REQUESTS, peering_request)
+        return obj is not None and obj["metadata"].get("uid") != uid
 
     def _release(self, peering_request: str | None) -> None:
         """Let the PeeringRequest's deletion finish (and its Secret go): the withdrawal is done."""

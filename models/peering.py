@@ -190,6 +190,8 @@ class WithdrawRequest(_Model):
     skip_foreign: bool = Field(default=False, description="Clean only the home side (the foreign one is gone).")
     hold_credentials: bool = Field(default=False, description=(
         "Keep the credentials Secret past the PeeringRequest (a finalizer) for a foreign cleaning still to come."))
+    peering_request_uid: str | None = Field(default=None, max_length=64, description=(
+        "The uid of the PeeringRequest withdrawn: one of another uid under its name is a new peering's, not touched."))
 
 
 class CleanForeignRequest(_Model):

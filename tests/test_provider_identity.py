@@ -43,6 +43,7 @@ from models.credentials import TokenLife, renewal_due, token_expired
 from models.names import (
     ADVERTISEMENTS,
     API_VERSION,
+    FOREIGN_CLEANUP_FINALIZER,
     GROUP,
     PEERING_FINALIZER,
     PEERING_REQUESTS,
@@ -50,9 +51,10 @@ from models.names import (
     VERSION,
     advertisement_name,
     credentials_secret_name,
+    foreign_namespace,
     provider_identity_name,
 )
-from models.peering import PushRequest, PushResult
+from models.peering import PushRequest, PushResult, WithdrawRequest
 from models.times import format_rfc3339
 from tests.conftest import Clusters
 from tests.kube import create_node
@@ -284,3 +286,41 @@ def test_an_expired_token_says_credentials_expired_and_peering_again_mends_it(
     assert request is not None
     assert next(c for c in request["status"]["conditions"] if c["type"] == "Ready")["reason"] == "Advertised"
     assert PEERING_FINALIZER in request["metadata"]["finalizers"]
+
+
+@pytest.mark.env
+def test_a_withdrawal_that_finds_its_request_made_again_leaves_the_new_peering_alone(
+    peered: tuple[PeeringActivities, k8s.ApiClient, PushRequest],
+) -> None:
+    """A withdrawal attempt retried after an earlier one released the request (its completion lost with its
+    worker) while the user peered again at once: what it touches is found by name, and is the new peering's."""
+    activities, home, push = peered
+    run, core, ref = ActivityEnvironment().run, k8s.CoreV1Api(home), push.kube_config_ref
+    assert isinstance(run(activities.push_advertisement, push), PushResult)  # access, finalizer, status
+    live = read_cluster_object(home, PEERING_REQUESTS, push.foreign_cluster_id)
+    assert live is not None
+    earlier = WithdrawRequest(foreign_cluster_id=push.foreign_cluster_id, kube_config_ref=ref,
+                              peering_request=push.peering_request, reason="Forced", skip_foreign=True,
+                              hold_credentials=True, peering_request_uid="uid-of-the-request-before")  # fmt: skip
+
+    def namespace_live() -> bool:
+        namespace = ignore_not_found(core.read_namespace, foreign_namespace(push.foreign_cluster_id))
+        return namespace is not None and namespace.metadata.deletion_timestamp is None
+
+    result = run(activities.withdraw_peering, earlier)
+    assert result.home_cleaned and "made again" in result.note
+    after = read_cluster_object(home, PEERING_REQUESTS, push.foreign_cluster_id)
+    assert after is not None and PEERING_FINALIZER in after["metadata"]["finalizers"]
+    assert after["status"]["phase"] != "Withdrawn"
+    assert namespace_live(), "the new peering's access was revoked"
+    secret = core.read_namespaced_secret(ref.name, ref.namespace)
+    assert FOREIGN_CLEANUP_FINALIZER not in (secret.metadata.finalizers or [])
+    assert [o.uid for o in secret.metadata.owner_references or []] == [live["metadata"]["uid"]]
+
+    # The request's own withdrawal (credentials not held: the fixture's cleanup deletes the Secret with it).
+    own = earlier.model_copy(update={"peering_request_uid": live["metadata"]["uid"], "hold_credentials": False})
+    run(activities.withdraw_peering, own)
+    after = read_cluster_object(home, PEERING_REQUESTS, push.foreign_cluster_id)
+    assert after is not None and PEERING_FINALIZER not in (after["metadata"].get("finalizers") or [])
+    assert after["status"]["phase"] == "Withdrawn"
+    assert not namespace_live()

@@ -239,6 +239,7 @@ class PeeringWorkflow:
             kube_config_ref=self._input.kube_config_ref,
             peering_request=self._input.peering_request,
             reason=reason,
+            peering_request_uid=self._input.peering_request_uid,
         )
         if reason == "Forced":
             return await self._force_withdraw(request)

@@ -39,7 +39,7 @@ from models.names import (
     virtual_node_name,
 )
 from tests.kube import apply_cluster_config, create_namespace, create_node, offload_namespace
-from tests.replay import run_histories
+from tests.replay import every_run, run_histories
 
 # The sequence of kill points is drawn from this seed (printed by the tests, overridable to replay one).
 DEFAULT_SEED = 20261123
@@ -351,24 +351,6 @@ def scan_history(events: Iterable[HistoryEvent], secrets: SecretValues) -> list[
         for label in find_secrets(event.SerializeToString(), secrets):
             findings.append(f"event {event.event_id} ({EventType.Name(event.event_type)}): {label}")
     return findings
-
-
-async def every_run(client: Client, workflow_id: str) -> list[str]:
-    """The run ids of `workflow_id`, open or closed: those visibility lists, and the chain of runs continued as
-    new back from the latest (read from the runs' own histories: visibility may not list the newest yet)."""
-    runs = [execution.run_id async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-    run_id: str | None = (await client.get_workflow_handle(workflow_id).describe()).run_id
-    chain: set[str] = set()
-    while run_id and run_id not in chain:
-        chain.add(run_id)
-        if run_id not in runs:
-            runs.append(run_id)
-        previous = None
-        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
-            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
-            break
-        run_id = previous
-    return runs
 
 
 async def scan_runs(client: Client, workflow_id: str, secrets: SecretValues) -> tuple[int, list[str]]:

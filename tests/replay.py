@@ -13,6 +13,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from workflows.admission import AdmissionWorkflow
@@ -53,10 +54,34 @@ def decided(history: WorkflowHistory) -> bool:
     return any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for event in history.events)
 
 
+async def every_run(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of `workflow_id`, open or closed: those visibility lists, and the chain of runs continued as
+    new back from the latest (read from the runs' own histories: visibility may not list the newest yet)."""
+    runs = [execution.run_id async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    try:
+        run_id: str | None = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    except RPCError as e:
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
+        run_id = None  # never started: no run to follow
+    chain: set[str] = set()
+    while run_id and run_id not in chain:
+        chain.add(run_id)
+        if run_id not in runs:
+            runs.append(run_id)
+        previous = None
+        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
+            break
+        run_id = previous
+    return runs
+
+
 async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """The history of every run of `workflow_id`, in the server's listing order."""
-    return [await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
-            async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]  # fmt: skip
+    """The history of every run of `workflow_id` (`every_run`), oldest first."""
+    histories = [await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+                 for run_id in await every_run(client, workflow_id)]  # fmt: skip
+    return sorted(histories, key=lambda history: history.events[0].event_time.ToDatetime())
 
 
 async def replay_all_runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:

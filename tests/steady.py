@@ -8,17 +8,14 @@ from typing import Any
 
 from temporalio.client import Client
 
+from tests.replay import run_histories
 from tests.running import eventually
 
 
 async def history(client: Client, workflow_id: str) -> list[Any]:
     """The events of every run so far, oldest run first (the test server continues a workflow as new
     every 40 events)."""
-    runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-    events: list[Any] = []
-    for execution in sorted(runs, key=lambda e: e.start_time):
-        events += (await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()).events
-    return events
+    return [event for history in await run_histories(client, workflow_id) for event in history.events]
 
 
 async def settled_history(client: Client, workflow_id: str) -> list[Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle
 
 from deploy.localenv.binaries import ensure_binaries
 from deploy.localenv.clusters import LocalCluster, start_cluster, stop_cluster
@@ -95,16 +95,9 @@ async def _details(handle: WorkflowHandle[Any, Any]) -> str:
     return str(metadata.current_details)
 
 
-async def _runs_since(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run's history, oldest first: the peering may continue as new between an outage and the push
-    that ends it."""
-    histories = await run_histories(client, workflow_id)
-    return sorted(histories, key=lambda history: history.events[0].event_time.ToDatetime())
-
-
 async def _first_push_after(client: Client, workflow_id: str, moment: datetime) -> datetime | None:
     """When the first push that succeeded after `moment` completed (from the workflow's histories)."""
-    for history in await _runs_since(client, workflow_id):
+    for history in await run_histories(client, workflow_id):
         pushes = {e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                   and e.activity_task_scheduled_event_attributes.activity_type.name == "push_advertisement"}  # fmt: skip
         for event in history.events:
@@ -224,7 +217,7 @@ async def _recovered_within_a_cycle(client: Client, workflow_id: str, starting: 
 async def _events_since(client: Client, workflow_id: str, moment: datetime) -> str:
     """The histories after `moment`, a line an event: what the assertion's reader needs to see why."""
     lines = []
-    for history in await _runs_since(client, workflow_id):
+    for history in await run_histories(client, workflow_id):
         lines.append(f"run {history.run_id}:")
         for event in history.events:
             at = event.event_time.ToDatetime(tzinfo=UTC)

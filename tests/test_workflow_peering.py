@@ -39,6 +39,7 @@ from models.peering import (
     WithdrawResult,
 )
 from models.resources import Resources
+from tests.replay import run_histories
 from workflows.failures import OTHER_SIDE_RETRY_FIRST
 from workflows.peering import PeeringWorkflow
 
@@ -201,10 +202,8 @@ def has_pushed(pushes: int, status: PeeringStatus) -> bool:
 
 async def timer_seconds(client: Client, workflow_id: str) -> list[int]:
     """The durations of the timers the workflow started, across its runs (continue-as-new), in order."""
-    runs = sorted([w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")], key=lambda w: w.start_time)
     seconds = []
-    for run in runs:
-        history = await client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history()
+    for history in await run_histories(client, workflow_id):
         seconds += [int(e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds())
                     for e in history.events if e.HasField("timer_started_event_attributes")]  # fmt: skip
     return seconds

@@ -69,12 +69,15 @@ async def every_run(client: Client, workflow_id: str) -> list[str]:
         chain.add(run_id)
         if run_id not in runs:
             runs.append(run_id)
-        previous = None
-        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
-            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
-            break
-        run_id = previous
+        run_id = await continued_from(client, workflow_id, run_id)
     return runs
+
+
+async def continued_from(client: Client, workflow_id: str, run_id: str) -> str:
+    """The run that `run_id` continued as new from; empty for a run started, not continued."""
+    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
+        return event.workflow_execution_started_event_attributes.continued_execution_run_id
+    raise AssertionError(f"run {run_id} of {workflow_id} has no history")
 
 
 async def run_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:

@@ -32,6 +32,7 @@ from models.peering import WithdrawResult
 from models.settings import WorkerSettings
 from tests.conftest import Clusters
 from tests.kube import apply_cluster_config, create_namespace, create_node, create_pod
+from tests.replay import continued_from
 from tests.running import eventually, running_worker, worker_settings
 from workers.network import NetworkModule
 from workers.peer import cancel_peering, request_peering
@@ -195,17 +196,11 @@ async def test_enabling_the_broadcaster_again_resumes_the_peering_without_a_work
         await eventually(pushed_again, what="the PeeringRequest's status rewritten and its finalizer back")
         runs = await eventually(lambda: _runs_including(temporal_client, handle.id, resumed.run_id), what="the resumed run listed")
         # Started, not continued as new (the test server suggests that every 40 events): the first, the resumed one.
-        started = [run for run in runs if not await _continued(temporal_client, handle.id, run)]
+        started = [run for run in runs if not await continued_from(temporal_client, handle.id, run)]
         assert len(started) == 2, f"runs started while the broadcaster was disabled: {started}"
 
         cancel_peering(api, consumer_id=foreign_id)
         assert (await handle.result()).home_cleaned
-
-
-async def _continued(client: Client, workflow_id: str, run_id: str) -> bool:
-    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
-        return bool(event.workflow_execution_started_event_attributes.continued_execution_run_id)
-    raise AssertionError(f"run {run_id} has no history")
 
 
 async def _runs_including(client: Client, workflow_id: str, run_id: str) -> list[str] | None:
